@@ -1,0 +1,184 @@
+//! The command line: the one definition that `--help`, the shell completions
+//! and the man pages are generated from.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::Signal;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "elect",
+    version,
+    about = "Run a command on exactly one machine at a time, under a lease with a fencing token",
+    long_about = "Run a command on exactly one machine at a time.\n\n\
+        elect takes a lease on a coordination store, starts COMMAND with a fencing token in \
+        ELECT_TOKEN, renews the lease in the background, and if the lease is lost it signals \
+        and then kills COMMAND's whole process group before the store could hand the lock to \
+        anyone else.",
+    after_help = crate::exit::help_text(),
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Print nothing of elect's own, not even why the lock was busy.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Show the lifecycle on stderr: connected, queued, acquired, renewals, released.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take the lock, run COMMAND while holding it, release it when COMMAND ends.
+    #[command(after_help = crate::exit::help_text())]
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Name of the lock. Segments of letters, digits, '.', '_' and '-', separated by '/'.
+    #[arg(short, long, value_name = "NAME")]
+    pub lock: String,
+
+    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...].
+    ///
+    /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
+    #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
+    pub store: Option<String>,
+
+    /// Lease time-to-live. A lost holder's command is dead before this runs out.
+    #[arg(long, value_name = "DUR", default_value = "15s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// How long to wait for the lock: a duration, or "forever".
+    #[arg(short, long, value_name = "DUR|forever", value_parser = parse_wait)]
+    pub wait: Option<Wait>,
+
+    /// Do not wait: exit at once if the lock is held (same as --wait 0).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Time between the first signal and SIGKILL when the lease is lost [default: TTL/3].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub grace: Option<Duration>,
+
+    /// First signal sent to COMMAND's process group when the lease is lost.
+    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    pub signal: Signal,
+
+    /// Exit code when the lock was not acquired within --wait.
+    #[arg(long, value_name = "N", default_value_t = crate::exit::Code::Busy.value())]
+    pub busy_exit_code: u8,
+
+    /// Exit code when the lease was lost and COMMAND was stopped.
+    #[arg(long, value_name = "N", default_value_t = crate::exit::Code::Lost.value())]
+    pub lost_exit_code: u8,
+
+    /// Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname].
+    #[arg(long, value_name = "TEXT")]
+    pub identity: Option<String>,
+
+    /// How long to keep trying to reach the store before giving up with exit code 69.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// The command to run and its arguments, executed directly (no shell).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// How long to wait for the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    Forever,
+    For(Duration),
+}
+
+impl RunArgs {
+    pub fn wait(&self) -> Wait {
+        match (self.no_wait, self.wait) {
+            (true, _) => Wait::For(Duration::ZERO),
+            (false, Some(w)) => w,
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+/// Durations as humans write them: `1500ms`, `15s`, `2m`, `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.starts_with('-') {
+        return Err("a duration cannot be negative".into());
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("give a unit, e.g. {text}s or {text}ms"));
+    }
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration > Duration::from_secs(365 * 24 * 3600) {
+        return Err("a duration longer than a year is surely a typo".into());
+    }
+    Ok(duration)
+}
+
+fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text.trim() {
+        "forever" | "inf" | "infinite" => Ok(Wait::Forever),
+        "0" => Ok(Wait::For(Duration::ZERO)),
+        other => parse_duration(other).map(Wait::For),
+    }
+}
+
+/// A signal by name (`TERM`, `SIGTERM`, `term`) or number (`15`).
+pub fn parse_signal(text: &str) -> Result<Signal, String> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<i32>() {
+        return Signal::try_from(n).map_err(|_| format!("no signal numbered {n}"));
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    name.parse::<Signal>()
+        .map_err(|_| format!("unknown signal '{text}'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("15").unwrap_err().contains("unit"));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("9999999999h").is_err());
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("0"), Ok(Wait::For(Duration::ZERO)));
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("sigint"), Ok(Signal::SIGINT));
+        assert_eq!(parse_signal("9"), Ok(Signal::SIGKILL));
+        assert!(parse_signal("NOPE").is_err());
+        assert!(parse_signal("99").is_err());
+    }
+}

@@ -1,0 +1,55 @@
+//! The one clock elect judges leases by.
+//!
+//! A lease on the store keeps running while this machine is suspended, so the
+//! local deadline must too: `CLOCK_BOOTTIME` is monotonic (never jumps with
+//! the wall clock) and, unlike `CLOCK_MONOTONIC`, counts time spent in
+//! suspend. It is system-wide, so elect and its guard process (see
+//! [`crate::supervisor`]) can exchange instants as plain nanoseconds.
+
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+use nix::time::{ClockId, clock_gettime};
+
+/// A point on `CLOCK_BOOTTIME`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Instant(Duration);
+
+impl Instant {
+    pub fn now() -> Self {
+        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");
+        Instant(Duration::from(ts))
+    }
+
+    pub fn from_nanos(nanos: u64) -> Self {
+        Instant(Duration::from_nanos(nanos))
+    }
+
+    pub fn as_nanos(self) -> u64 {
+        u64::try_from(self.0.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn since(self, earlier: Instant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// Time left until `self`, zero if it has passed.
+    pub fn remaining(self) -> Duration {
+        self.since(Instant::now())
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d))
+    }
+}
+
+impl Sub<Duration> for Instant {
+    type Output = Instant;
+    fn sub(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_sub(d))
+    }
+}

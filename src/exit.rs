@@ -1,0 +1,135 @@
+//! Exit codes: the single list that `--help`, the README and the man page
+//! are checked against.
+//!
+//! The codes follow sysexits(3) where one fits, and the shell's conventions
+//! for commands that cannot be run, so that cron wrappers and shell scripts
+//! can tell "someone else is running it" from "it broke".
+
+/// Why elect ends, when it does not simply pass on the child's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// The command line was malformed (EX_USAGE).
+    Usage = 64,
+    /// The store could not be reached or refused us before the lock was held (EX_UNAVAILABLE).
+    Unavailable = 69,
+    /// elect itself failed (EX_SOFTWARE).
+    Software = 70,
+    /// The lock was not acquired within `--wait` (EX_TEMPFAIL; `--busy-exit-code`).
+    Busy = 75,
+    /// The lease was lost and elect stopped the child (EX_PROTOCOL; `--lost-exit-code`).
+    Lost = 76,
+    /// A configuration problem: unreadable file, bad store URL (EX_CONFIG).
+    Config = 78,
+    /// COMMAND exists but cannot be executed.
+    CannotExecute = 126,
+    /// COMMAND was not found.
+    NotFound = 127,
+}
+
+impl Code {
+    pub fn value(self) -> u8 {
+        self as u8
+    }
+}
+
+/// The exit-code table, as rows of (situation, code).
+pub const TABLE: &[(&str, &str)] = &[
+    ("child exited", "the child's code"),
+    (
+        "child killed by a signal (not by elect)",
+        "the same signal, re-raised on elect (as PID 1: 128+N)",
+    ),
+    ("lock not acquired within `--wait`", "75, or `--busy-exit-code`"),
+    ("lease lost, child stopped by elect", "76, or `--lost-exit-code`"),
+    (
+        "store unreachable or refused before the lock was held (after `--connect-timeout`)",
+        "69",
+    ),
+    ("usage error", "64"),
+    ("configuration error (unreadable file, bad store URL)", "78"),
+    ("command not found / not executable", "127 / 126"),
+    ("elect's own failure", "70"),
+];
+
+/// The table as Markdown, as it appears in the README.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| situation | code |\n|---|---|\n");
+    for (situation, code) in TABLE {
+        out.push_str(&format!("| {situation} | {code} |\n"));
+    }
+    out
+}
+
+/// The table as plain text, for `--help`.
+pub fn help_text() -> String {
+    let mut out = String::from("Exit codes:\n");
+    for (situation, code) in TABLE {
+        let plain = |s: &str| s.replace('`', "");
+        out.push_str(&format!("  {:<5} {}\n", short(code), plain(situation)));
+    }
+    out
+}
+
+fn short(code: &str) -> String {
+    match code {
+        c if c.starts_with("the child") => "N".into(),
+        c if c.starts_with("the same signal") => "sig".into(),
+        c => c.split(',').next().unwrap_or(c).replace(' ', ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_mentions_every_code() {
+        let text = markdown_table();
+        for code in [
+            Code::Usage,
+            Code::Unavailable,
+            Code::Software,
+            Code::Busy,
+            Code::Lost,
+            Code::Config,
+            Code::CannotExecute,
+            Code::NotFound,
+        ] {
+            assert!(
+                text.contains(&code.value().to_string()),
+                "{code:?} missing from the table"
+            );
+        }
+    }
+}
+
+/// How elect ends: one place maps every result of a run to this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit with this code.
+    Exit(u8),
+    /// Die by this signal, as the child did, so that a calling shell loop
+    /// sees the same thing it would have seen without elect.
+    Raise(nix::sys::signal::Signal),
+}
+
+impl Outcome {
+    /// End the process accordingly.
+    pub fn finish(self) -> ! {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        match self {
+            Outcome::Exit(code) => std::process::exit(code.into()),
+            Outcome::Raise(signal) => {
+                let n = signal as i32;
+                // As PID 1 default dispositions do nothing: use 128+N.
+                if std::process::id() != 1 {
+                    // The child dumped core, if anything; elect need not.
+                    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+                    let _ = signal_hook::low_level::emulate_default_handler(n);
+                }
+                std::process::exit(128 + n)
+            }
+        }
+    }
+}

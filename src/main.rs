@@ -1,0 +1,60 @@
+//! elect: run a command on exactly one machine at a time.
+//!
+//! `main` parses the command line, runs, and maps the outcome to an exit
+//! code in one place ([`exit::Outcome::finish`]).
+
+mod cli;
+mod clock;
+mod exit;
+mod lease;
+mod log;
+mod run;
+mod store;
+mod supervisor;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::cli::{Cli, Command};
+use crate::exit::{Code, Outcome};
+
+fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
+        supervisor::guard::main(&args[1..]);
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Code::Usage.value(),
+                _ => Code::Usage.value(),
+            };
+            let _ = e.print();
+            Outcome::Exit(code).finish();
+        }
+    };
+    log::set(match (cli.quiet, cli.verbose) {
+        (true, _) => log::Level::Quiet,
+        (_, true) => log::Level::Verbose,
+        _ => log::Level::Normal,
+    });
+    // One thread: the runtime never forks from a thread that may exit, and
+    // nothing here is CPU-bound. Deadlines are enforced by the guard process.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            log::error(format_args!("cannot start: {e}"));
+            Outcome::Exit(Code::Software.value()).finish();
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    });
+    // Drop the runtime first: its blocking threads must not outlive a re-raise.
+    drop(runtime);
+    outcome.finish()
+}

@@ -1,0 +1,425 @@
+//! `elect run`: take the lock, run the command while the lease holds, and
+//! stop it before the lease could pass to anyone else.
+//!
+//! The order of events:
+//! 1. check everything that can be checked without the store (the lock
+//!    name, the timing, the command), so bad input leaves no trace there;
+//! 2. grant a lease and renew it from then on, also while queued;
+//! 3. queue under the lock and wait for our turn, or for `--wait` to pass,
+//!    or for a signal that says stop waiting;
+//! 4. start the command under the supervisor and feed it each new deadline;
+//! 5. when the command ends, revoke the lease so the next waiter starts at once.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::Signal;
+use nix::unistd::AccessFlags;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::cli::{RunArgs, Wait};
+use crate::clock::Instant;
+use crate::exit::{Code, Outcome};
+use crate::lease::{self, Loss, Timing, show};
+use crate::log;
+use crate::store::etcd::Etcd;
+use crate::store::{self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket};
+use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
+
+/// Variables that may carry secrets and never reach the command.
+const SECRET_VARIABLES: &[&str] = &["ELECT_PASSWORD", "ETCDCTL_PASSWORD", "ETCDCTL_USER"];
+
+/// How long to try to revoke the lease on the way out; if the store cannot
+/// be reached, the lease expires on its own.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Everything `elect run` needs, checked.
+struct Job {
+    lock: String,
+    location: Location,
+    timing: Timing,
+    wait: Wait,
+    signal: Signal,
+    busy_code: u8,
+    lost_code: u8,
+    identity: String,
+    connect_timeout: Duration,
+    command: Vec<std::ffi::OsString>,
+}
+
+pub async fn run(args: RunArgs) -> Outcome {
+    let job = match Job::check(args) {
+        Ok(job) => job,
+        Err((code, message)) => {
+            log::error(format_args!("{message}"));
+            return Outcome::Exit(code.value());
+        }
+    };
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => return failure(format_args!("cannot handle signals: {e}")),
+    };
+    match &job.location {
+        Location::Etcd { endpoints } => {
+            let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
+            match Etcd::connect(endpoints, ping, job.connect_timeout).await {
+                Ok(store) => job.run_on(&store, &mut signals).await,
+                Err(e) => job.store_failed(&e),
+            }
+        }
+    }
+}
+
+fn failure(args: std::fmt::Arguments<'_>) -> Outcome {
+    log::error(args);
+    Outcome::Exit(Code::Software.value())
+}
+
+impl Job {
+    fn check(args: RunArgs) -> Result<Job, (Code, String)> {
+        let usage = |m: String| (Code::Usage, m);
+        store::check_lock_name(&args.lock).map_err(usage)?;
+        let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
+        if args.connect_timeout.is_zero() {
+            return Err(usage("--connect-timeout must be longer than zero".into()));
+        }
+        let wait = args.wait();
+        if args.identity.as_deref().is_some_and(|i| i.is_empty() || i.chars().any(char::is_control)) {
+            return Err(usage("--identity must be non-empty text without control characters".into()));
+        }
+        check_command(&args.command[0])?;
+        let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
+        let location = Location::choose(args.store.as_deref(), etcdctl.as_deref())
+            .map_err(|e| (Code::Config, e.message))?;
+        let identity = args.identity.clone().unwrap_or_else(hostname);
+        Ok(Job {
+            lock: args.lock,
+            location,
+            timing,
+            wait,
+            signal: args.signal,
+            busy_code: args.busy_exit_code,
+            lost_code: args.lost_exit_code,
+            identity,
+            connect_timeout: args.connect_timeout,
+            command: args.command,
+        })
+    }
+
+    fn store_failed(&self, e: &StoreError) -> Outcome {
+        let code = match e.kind {
+            ErrorKind::Config => Code::Config,
+            ErrorKind::Unavailable | ErrorKind::Gone => Code::Unavailable,
+        };
+        log::error(format_args!("lock {}: {e}", self.lock));
+        Outcome::Exit(code.value())
+    }
+
+    fn record(&self) -> HolderRecord {
+        HolderRecord {
+            identity: self.identity.clone(),
+            hostname: hostname(),
+            pid: std::process::id(),
+            command: self.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        }
+    }
+
+    async fn run_on<S: Store>(&self, store: &S, signals: &mut Signals) -> Outcome {
+        let give_up = match self.wait {
+            Wait::Forever => None,
+            Wait::For(d) => Some(Instant::now() + d),
+        };
+        // Queue; if the lease is lost while queued (a long partition), queue again.
+        let (lease, ticket, timing, mut keep, deadline) = loop {
+            let granted = tokio::select! {
+                granted = store.grant(self.timing.ttl(), self.connect_timeout) => granted,
+                sig = signals.terminating() => return Outcome::Raise(sig),
+            };
+            let lease = match granted {
+                Ok(lease) => lease,
+                Err(e) => return self.store_failed(&e),
+            };
+            let timing = self.timing.granted(lease.ttl());
+            let (deadline_tx, deadline) = watch::channel(timing.deadline(lease.granted_at(), lease.ttl()));
+            let mut renewer = lease.renewer();
+            let mut keep: Pin<Box<dyn Future<Output = Loss>>> =
+                Box::pin(async move { lease::keep(&mut renewer, timing, &deadline_tx).await });
+            match self.queue(&lease, &mut keep, give_up, signals).await {
+                Queued::First(ticket) => break (lease, ticket, timing, keep, deadline),
+                Queued::Again(reason) => {
+                    log::verbose(format_args!("lost our place in the queue ({reason}); queueing again"));
+                    release(&lease).await;
+                }
+                Queued::Done(outcome) => {
+                    release(&lease).await;
+                    return outcome;
+                }
+            }
+        };
+        log::verbose(format_args!("acquired lock {} with token {}", self.lock, ticket.token));
+        let outcome = self.hold(&lease, &ticket, timing, &mut keep, deadline, signals).await;
+        drop(keep);
+        release(&lease).await;
+        log::verbose(format_args!("released lock {}", self.lock));
+        outcome
+    }
+
+    /// Join the queue and wait for our turn.
+    async fn queue<L: Lease>(
+        &self,
+        lease: &L,
+        keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
+        give_up: Option<Instant>,
+        signals: &mut Signals,
+    ) -> Queued {
+        let record = self.record();
+        let ticket = tokio::select! {
+            ticket = lease.enqueue(&self.lock, &record) => ticket,
+            loss = keep.as_mut() => return Queued::Again(format!("{loss:?}")),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+        };
+        let ticket = match ticket {
+            Ok(t) => t,
+            Err(e) => return Queued::Done(self.store_failed(&e)),
+        };
+        let busy = async {
+            match give_up {
+                Some(at) => lease::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            turn = lease.wait_turn(&self.lock, &ticket) => match turn {
+                Ok(()) => Queued::First(ticket),
+                Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
+                Err(e) => Queued::Done(self.store_failed(&e)),
+            },
+            loss = keep.as_mut() => Queued::Again(format!("{loss:?}")),
+            () = busy => Queued::Done(self.busy(lease).await),
+            sig = signals.terminating() => Queued::Done(Outcome::Raise(sig)),
+        }
+    }
+
+    async fn busy<L: Lease>(&self, lease: &L) -> Outcome {
+        let waited = match self.wait {
+            Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
+            _ => String::new(),
+        };
+        match tokio::time::timeout(RELEASE_TIMEOUT, lease.holder(&self.lock)).await {
+            Ok(Ok(Some(holder))) => {
+                log::notice(format_args!("lock {} is held by {holder}{waited}", self.lock));
+            }
+            _ => log::notice(format_args!("lock {} is held by someone else{waited}", self.lock)),
+        }
+        Outcome::Exit(self.busy_code)
+    }
+
+    /// Run the command while the lease holds.
+    async fn hold<L: Lease>(
+        &self,
+        lease: &L,
+        ticket: &Ticket,
+        timing: Timing,
+        keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
+        mut deadline: watch::Receiver<Instant>,
+        signals: &mut Signals,
+    ) -> Outcome {
+        let plan = Plan {
+            command: self.command.clone(),
+            set_env: vec![
+                ("ELECT_TOKEN".into(), ticket.token.to_string()),
+                ("ELECT_LOCK".into(), self.lock.clone()),
+                ("ELECT_KEY".into(), ticket.key.clone()),
+                ("ELECT_LEASE_ID".into(), lease.id()),
+                ("ELECT_IDENTITY".into(), self.identity.clone()),
+                ("ELECT_STORE".into(), self.location.to_string()),
+            ],
+            remove_env: SECRET_VARIABLES.iter().map(|s| s.to_string()).collect(),
+            signal: self.signal,
+            grace: timing.grace(),
+            deadline: *deadline.borrow_and_update(),
+        };
+        let mut child = match Supervisor::start(plan).await {
+            Ok(child) => child,
+            Err(SpawnError::Exec(errno)) => return self.exec_failed(errno),
+            Err(SpawnError::Guard(e)) => return failure(format_args!("cannot start the command: {e}")),
+        };
+        log::verbose(format_args!("started the command as pid {}", child.pid()));
+        let lost_watch = lease.lost(ticket);
+        tokio::pin!(lost_watch);
+        let mut lost: Option<String> = None;
+        let mut renewing = true;
+        let ending = loop {
+            tokio::select! {
+                event = child.event() => match event {
+                    Event::Ended(ending) => break ending,
+                    Event::Stopping => {
+                        self.lose(&mut lost, "no renewal was confirmed in time".into());
+                    }
+                },
+                loss = keep.as_mut(), if renewing => {
+                    renewing = false;
+                    let reason = match loss {
+                        Loss::Gone => "etcd says the lease is gone".to_string(),
+                        Loss::Expired { last_confirmed } => format!(
+                            "no renewal confirmed for {}",
+                            show(Instant::now().since(last_confirmed))
+                        ),
+                    };
+                    if self.lose(&mut lost, reason) {
+                        child.stop().await;
+                    }
+                },
+                reason = &mut lost_watch, if lost.is_none() => {
+                    if self.lose(&mut lost, reason) {
+                        child.stop().await;
+                    }
+                },
+                Ok(()) = deadline.changed(), if lost.is_none() => {
+                    let at = *deadline.borrow_and_update();
+                    child.extend(at).await;
+                },
+                sig = signals.any() => child.forward(sig).await,
+            }
+        };
+        child.reap().await;
+        if lost.is_some() {
+            return Outcome::Exit(self.lost_code);
+        }
+        match ending {
+            Ending::Exited(code) => Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1)),
+            Ending::Killed(sig) => Outcome::Raise(sig),
+        }
+    }
+
+    /// Record the first loss and say so once. True if this was the first.
+    fn lose(&self, lost: &mut Option<String>, reason: String) -> bool {
+        if lost.is_some() {
+            return false;
+        }
+        log::error(format_args!(
+            "lost the lease on lock {} at {}: {reason}; stopping the command with {}",
+            self.lock, self.location, self.signal
+        ));
+        *lost = Some(reason);
+        true
+    }
+
+    fn exec_failed(&self, errno: i32) -> Outcome {
+        let name = self.command[0].to_string_lossy();
+        let error = std::io::Error::from_raw_os_error(errno);
+        let code = if errno == libc::ENOENT { Code::NotFound } else { Code::CannotExecute };
+        log::error(format_args!("cannot run {name}: {error}"));
+        Outcome::Exit(code.value())
+    }
+}
+
+enum Queued {
+    First(Ticket),
+    /// Our place was lost before our turn came; queue again.
+    Again(String),
+    Done(Outcome),
+}
+
+async fn release<L: Lease>(lease: &L) {
+    match tokio::time::timeout(RELEASE_TIMEOUT, lease.release()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::verbose(format_args!("could not revoke the lease ({e}); it will expire")),
+        Err(_) => log::verbose(format_args!("could not revoke the lease in time; it will expire")),
+    }
+}
+
+/// Find COMMAND as exec would, to fail before touching the store.
+fn check_command(command: &OsStr) -> Result<(), (Code, String)> {
+    let name = command.to_string_lossy();
+    if command.is_empty() {
+        return Err((Code::Usage, "the command is empty".into()));
+    }
+    let executable = |p: &Path| nix::unistd::access(p, AccessFlags::X_OK).is_ok();
+    if name.contains('/') {
+        let path = Path::new(command);
+        return match path.metadata() {
+            Err(_) => Err((Code::NotFound, format!("cannot run {name}: no such file"))),
+            Ok(m) if m.is_dir() => Err((Code::CannotExecute, format!("cannot run {name}: it is a directory"))),
+            Ok(_) if !executable(path) => Err((Code::CannotExecute, format!("cannot run {name}: not executable"))),
+            Ok(_) => Ok(()),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut found_unusable = false;
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".").to_path_buf() } else { dir };
+        let candidate = dir.join(command);
+        match candidate.metadata() {
+            Ok(m) if m.is_file() && executable(&candidate) => return Ok(()),
+            Ok(_) => found_unusable = true,
+            Err(_) => {}
+        }
+    }
+    if found_unusable {
+        Err((Code::CannotExecute, format!("cannot run {name}: not executable")))
+    } else {
+        Err((Code::NotFound, format!("cannot run {name}: command not found")))
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The signals elect handles. Installed before anything else, so a Ctrl-C
+/// while connecting or waiting is never lost.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    winch: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+            winch: signal(SignalKind::window_change())?,
+        })
+    }
+
+    /// The next signal to pass on to the command.
+    async fn any(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+            _ = self.usr1.recv() => Signal::SIGUSR1,
+            _ = self.usr2.recv() => Signal::SIGUSR2,
+            _ = self.winch.recv() => Signal::SIGWINCH,
+        }
+    }
+
+    /// The next signal that means "stop" while there is no command to pass it to.
+    async fn terminating(&mut self) -> Signal {
+        loop {
+            let sig = self.any().await;
+            if matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT) {
+                log::verbose(format_args!("{sig} received; leaving the queue"));
+                return sig;
+            }
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! etcd, with the lock recipe of etcd's own `concurrency.Mutex`.
+//!
+//! The layout is the one `etcdctl lock` uses, so both exclude each other:
+//! each contender puts `<lock>/<lease id in hex>` with its lease, in a txn
+//! guarded by `create_revision == 0`; the holder is the key with the lowest
+//! create revision; a waiter watches only its immediate predecessor, so a
+//! release wakes one waiter, not the herd. The fencing token is the key's
+//! create revision: revisions are cluster-wide and only grow.
+//!
+//! All waiting is done with txn/get/watch rather than the server-side `Lock`
+//! RPC, which blocks inside the server where elect could neither cancel it
+//! nor see who is ahead.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use tokio::time::{sleep, timeout};
+
+use super::{Holder, HolderRecord, Lease, Renewal, Renewer, Store, StoreError, Ticket};
+use crate::clock::Instant;
+use crate::log;
+
+/// Pause between retries of a failed read or watch while waiting.
+const RETRY: Duration = Duration::from_millis(200);
+
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    shown: String,
+}
+
+impl Etcd {
+    /// Set up a client for `endpoints`. Nothing is sent yet: the first
+    /// request (the lease grant) finds out whether etcd is there.
+    ///
+    /// `ping` is the HTTP/2 keep-alive interval: a connection that a
+    /// partition left open is noticed within about twice that.
+    pub async fn connect(endpoints: &[String], ping: Duration, connect_timeout: Duration) -> Result<Self, StoreError> {
+        let shown = format!("etcd://{}", endpoints.join(","));
+        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let options = ConnectOptions::new()
+            .with_keep_alive(ping, ping)
+            .with_keep_alive_while_idle(true)
+            .with_connect_timeout(connect_timeout.min(ping * 2))
+            .with_require_leader(true);
+        let client = Client::connect(urls, Some(options))
+            .await
+            .map_err(|e| StoreError::config(format!("{shown}: {e}")))?;
+        Ok(Etcd { client, shown })
+    }
+}
+
+impl Store for Etcd {
+    type Lease = EtcdLease;
+
+    async fn grant(&self, ttl: Duration, within: Duration) -> Result<EtcdLease, StoreError> {
+        // etcd grants whole seconds; ask for at least what the user asked.
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+        let give_up = Instant::now() + within;
+        let mut last_error = String::from("no answer");
+        let mut lease = self.client.lease_client();
+        loop {
+            let left = give_up.remaining();
+            if left.is_zero() {
+                return Err(StoreError::unavailable(format!(
+                    "cannot reach {} within {}: {last_error}",
+                    self.shown,
+                    humantime::format_duration(within)
+                )));
+            }
+            let sent = Instant::now();
+            match timeout(left, lease.grant(secs, None)).await {
+                Ok(Ok(reply)) if reply.ttl() > 0 => {
+                    log::verbose(format_args!(
+                        "connected to {}; lease {:x} granted for {}s",
+                        self.shown,
+                        reply.id(),
+                        reply.ttl()
+                    ));
+                    return Ok(EtcdLease {
+                        client: self.client.clone(),
+                        id: reply.id(),
+                        ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
+                        granted_at: sent,
+                    });
+                }
+                Ok(Ok(reply)) => last_error = format!("lease refused: {}", reply.error()),
+                Ok(Err(e)) => {
+                    last_error = describe(&e);
+                    if is_refusal(&e) {
+                        return Err(StoreError::unavailable(format!("{} refused the lease: {last_error}", self.shown)));
+                    }
+                    sleep(RETRY.min(give_up.remaining())).await;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// One line for an etcd-client error.
+fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let msg = s.message();
+            if msg.is_empty() { format!("{:?}", s.code()) } else { msg.replace('\n', " ") }
+        }
+        other => other.to_string().replace('\n', " "),
+    }
+}
+
+/// Errors that retrying will not fix.
+fn is_refusal(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument))
+}
+
+pub struct EtcdLease {
+    client: Client,
+    id: i64,
+    ttl: Duration,
+    granted_at: Instant,
+}
+
+/// Keys of `lock` itself, not of locks nested under it (`a/b` under `a`).
+fn own_key(lock: &str, kv: &KeyValue) -> bool {
+    kv.key()
+        .strip_prefix(format!("{lock}/").as_bytes())
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+}
+
+impl EtcdLease {
+    /// Block until `key` is deleted at a revision after `after`, or the
+    /// watch ends for another reason (then the caller looks again).
+    async fn deleted(&self, key: &[u8], after: i64) -> Result<(), StoreError> {
+        let options = WatchOptions::new().with_start_revision(after + 1);
+        let mut watch = self.client.watch_client();
+        let mut stream = watch
+            .watch(key.to_vec(), Some(options))
+            .await
+            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        loop {
+            match stream.message().await {
+                Ok(Some(reply)) => {
+                    if reply.canceled() {
+                        // Compacted or cancelled by the server: look again.
+                        return Ok(());
+                    }
+                    if reply.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Err(StoreError::unavailable("watch ended")),
+                Err(e) => return Err(StoreError::unavailable(describe(&e))),
+            }
+        }
+    }
+
+    async fn key_exists(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let reply = self
+            .client
+            .kv_client()
+            .get(key, Some(GetOptions::new().with_keys_only()))
+            .await
+            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        let revision = reply.header().map_or(0, |h| h.revision());
+        Ok(reply.kvs().first().map(|_| revision))
+    }
+}
+
+impl Lease for EtcdLease {
+    type Renewer = EtcdRenewer;
+
+    fn id(&self) -> String {
+        format!("{:x}", self.id)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> EtcdRenewer {
+        EtcdRenewer { client: self.client.clone(), id: self.id, stream: None }
+    }
+
+    async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError> {
+        let key = format!("{lock}/{:x}", self.id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), record.to_json(), Some(PutOptions::new().with_lease(self.id)))])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let reply = self
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| StoreError::unavailable(format!("cannot queue for lock {lock}: {}", describe(&e))))?;
+        let token = if reply.succeeded() {
+            reply.header().map_or(0, |h| h.revision())
+        } else {
+            // Our key exists already (a retried request): its creation is our place.
+            match reply.op_responses().first() {
+                Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
+                _ => 0,
+            }
+        };
+        if token <= 0 {
+            return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
+        }
+        log::verbose(format_args!("queued for lock {lock} as {key} (token {token})"));
+        Ok(Ticket { key, token: token.unsigned_abs() })
+    }
+
+    async fn wait_turn(&self, lock: &str, ticket: &Ticket) -> Result<(), StoreError> {
+        let mine = i64::try_from(ticket.token).unwrap_or(i64::MAX);
+        loop {
+            // Our immediate predecessor: the newest key older than ours.
+            let options = GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_max_create_revision(mine - 1)
+                .with_sort(SortTarget::Create, SortOrder::Descend);
+            let reply = match self.client.kv_client().get(format!("{lock}/"), Some(options)).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    log::verbose(format_args!("reading the queue of {lock} failed: {}", describe(&e)));
+                    sleep(RETRY).await;
+                    continue;
+                }
+            };
+            let revision = reply.header().map_or(0, |h| h.revision());
+            let Some(ahead) = reply.kvs().iter().find(|kv| own_key(lock, kv)) else {
+                break;
+            };
+            log::verbose(format_args!(
+                "waiting for {} (token {}) to go",
+                String::from_utf8_lossy(ahead.key()),
+                ahead.create_revision()
+            ));
+            if let Err(e) = self.deleted(ahead.key(), revision).await {
+                log::verbose(format_args!("watching the queue of {lock} failed: {e}"));
+                sleep(RETRY).await;
+            }
+        }
+        // First in line; but a lease that expired while we queued leaves no
+        // key behind, and etcd 3.4's own recipe reports success anyway.
+        loop {
+            match self.key_exists(&ticket.key).await {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => {
+                    return Err(StoreError::gone(format!("{} vanished while waiting", ticket.key)));
+                }
+                Err(e) => {
+                    log::verbose(format_args!("checking {} failed: {e}", ticket.key));
+                    sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let reply = self
+            .client
+            .kv_client()
+            .get(format!("{lock}/"), Some(options))
+            .await
+            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        Ok(reply.kvs().iter().find(|kv| own_key(lock, kv)).map(|kv| Holder {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            token: kv.create_revision().unsigned_abs(),
+            record: HolderRecord::from_json(kv.value()),
+        }))
+    }
+
+    async fn lost(&self, ticket: &Ticket) -> String {
+        let mut after = i64::try_from(ticket.token).unwrap_or(i64::MAX);
+        loop {
+            if let Err(e) = self.deleted(ticket.key.as_bytes(), after).await {
+                log::verbose(format_args!("watching {} failed: {e}", ticket.key));
+                sleep(RETRY).await;
+            }
+            // The watch ended: a deletion, a compaction or a broken stream. Look.
+            match self.key_exists(&ticket.key).await {
+                Ok(None) => return format!("{} was deleted from etcd (lease revoked or expired)", ticket.key),
+                Ok(Some(revision)) => after = revision,
+                Err(e) => {
+                    log::verbose(format_args!("checking {} failed: {e}", ticket.key));
+                    sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    async fn release(&self) -> Result<(), StoreError> {
+        self.client
+            .lease_client()
+            .revoke(self.id)
+            .await
+            .map(|_| ())
+            .map_err(|e| StoreError::unavailable(describe(&e)))
+    }
+}
+
+pub struct EtcdRenewer {
+    client: Client,
+    id: i64,
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+impl Renewer for EtcdRenewer {
+    async fn renew(&mut self) -> Result<Renewal, StoreError> {
+        if self.stream.is_none() {
+            let opened = self
+                .client
+                .lease_client()
+                .keep_alive(self.id)
+                .await
+                .map_err(|e| StoreError::unavailable(describe(&e)))?;
+            self.stream = Some(opened);
+        }
+        let (keeper, replies) = self.stream.as_mut().expect("opened above");
+        let result = match keeper.keep_alive().await {
+            Ok(()) => replies.message().await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(reply.ttl().unsigned_abs()))),
+            Ok(Some(_)) => Ok(Renewal::Gone),
+            Ok(None) => {
+                self.stream = None;
+                Err(StoreError::unavailable("the keep-alive stream ended"))
+            }
+            Err(e) => {
+                self.stream = None;
+                Err(StoreError::unavailable(describe(&e)))
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.stream = None;
+    }
+}

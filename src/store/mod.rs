@@ -1,0 +1,350 @@
+//! Coordination stores, behind one small boundary.
+//!
+//! A store knows how to grant a lease, queue a holder under a lock, say when
+//! that holder is first in line, renew the lease and notice its loss. It knows
+//! nothing of children, signals or deadlines: [`crate::lease`] turns renewals
+//! into a deadline, and [`crate::supervisor`] enforces it. Adding a store is
+//! one module here and one arm in [`Location::parse`].
+
+pub mod etcd;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Instant;
+
+/// Where the lock lives, parsed from `--store`: the one switch between stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// etcd endpoints as `host:port`.
+    Etcd { endpoints: Vec<String> },
+}
+
+pub const DEFAULT_STORE: &str = "etcd://127.0.0.1:2379";
+
+impl Location {
+    /// Choose the store from `--store`/`ELECT_STORE`, else from
+    /// `ETCDCTL_ENDPOINTS`, else the local default.
+    pub fn choose(store: Option<&str>, etcdctl_endpoints: Option<&str>) -> Result<Self, StoreError> {
+        match (store, etcdctl_endpoints) {
+            (Some(url), _) => Location::parse(url),
+            (None, Some(list)) if !list.trim().is_empty() => Location::etcd_endpoints(list)
+                .map_err(|e| StoreError::config(format!("ETCDCTL_ENDPOINTS: {e}"))),
+            (None, _) => Location::parse(DEFAULT_STORE),
+        }
+    }
+
+    pub fn parse(url: &str) -> Result<Self, StoreError> {
+        let url = url.trim();
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            StoreError::config(format!(
+                "store URL '{}' has no scheme; expected etcd://HOST:PORT",
+                redact(url)
+            ))
+        })?;
+        match scheme.to_ascii_lowercase().as_str() {
+            "etcd" | "http" => Location::etcd_endpoints(rest)
+                .map_err(|e| StoreError::config(format!("store URL '{}': {e}", redact(url)))),
+            "etcds" | "https" => Err(StoreError::config(format!(
+                "store URL '{}': TLS to etcd is not supported yet",
+                redact(url)
+            ))),
+            other => Err(StoreError::config(format!(
+                "unknown store '{other}://' in '{}'; elect supports etcd://HOST:PORT",
+                redact(url)
+            ))),
+        }
+    }
+
+    /// `host:port[,host:port...]`, each optionally with `http://`.
+    fn etcd_endpoints(list: &str) -> Result<Self, String> {
+        let mut endpoints = Vec::new();
+        for item in list.split(',') {
+            let item = item.trim();
+            let item = item.strip_prefix("http://").unwrap_or(item);
+            if item.starts_with("https://") {
+                return Err("TLS to etcd is not supported yet".into());
+            }
+            let item = item.trim_end_matches('/');
+            if item.contains('@') {
+                return Err("credentials in the store URL are not supported yet".into());
+            }
+            endpoints.push(endpoint(item)?);
+        }
+        Ok(Location::Etcd { endpoints })
+    }
+}
+
+/// Validate one `host[:port]`, defaulting the port to etcd's 2379.
+fn endpoint(item: &str) -> Result<String, String> {
+    if item.is_empty() {
+        return Err("empty endpoint".into());
+    }
+    if item.contains(['/', '?', '#', ' ']) || item.chars().any(char::is_control) {
+        return Err(format!("'{item}' is not HOST:PORT"));
+    }
+    let (host, port) = if let Some(v6) = item.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("'{item}': unclosed '['"))?;
+        (format!("[{addr}]"), after.strip_prefix(':'))
+    } else {
+        match item.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (item.to_string(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(format!("'{item}' has no host"));
+    }
+    let port = match port {
+        None => 2379,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("'{item}' has a bad port"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+impl fmt::Display for Location {
+    /// The store as shown to users and handed to the child: never with credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
+        }
+    }
+}
+
+/// A URL with any `user:password@` removed, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
+/// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.
+/// The name is used as a key prefix in every store, so it must mean the same
+/// thing everywhere and never escape its place.
+pub fn check_lock_name(name: &str) -> Result<(), String> {
+    const MAX: usize = 200;
+    if name.is_empty() {
+        return Err("the lock name is empty".into());
+    }
+    if name.len() > MAX {
+        return Err(format!("the lock name is {} bytes long; the limit is {MAX}", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
+    {
+        return Err(format!(
+            "the lock name '{}' contains {c:?}; use letters, digits, '.', '_', '-' and '/'",
+            name.escape_default()
+        ));
+    }
+    let body = name.strip_prefix('/').unwrap_or(name);
+    for segment in body.split('/') {
+        match segment {
+            "" => return Err(format!("the lock name '{name}' has an empty segment")),
+            "." | ".." => return Err(format!("the lock name '{name}' has a '{segment}' segment")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Who holds a lock, as recorded in the store beside the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    pub identity: String,
+    pub hostname: String,
+    pub pid: u32,
+    pub command: Vec<String>,
+    /// When the holder joined the queue, RFC 3339 UTC.
+    pub started: String,
+}
+
+impl HolderRecord {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a holder record always serializes")
+    }
+
+    /// A record read back from the store, or `None` if another tool wrote it.
+    pub fn from_json(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// A place in a lock's queue.
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    /// The store key that represents this holder (`ELECT_KEY`).
+    pub key: String,
+    /// The fencing token: strictly greater than every earlier holder's.
+    pub token: u64,
+}
+
+/// The current holder of a lock, as seen by someone else.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub key: String,
+    pub token: u64,
+    pub record: Option<HolderRecord>,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.record {
+            Some(r) => write!(
+                f,
+                "{} (pid {} on {}, since {}, token {})",
+                r.identity, r.pid, r.hostname, r.started, self.token
+            ),
+            None => write!(f, "{} (not written by elect, token {})", self.key, self.token),
+        }
+    }
+}
+
+/// What a renewal found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease lives on; the store's time-to-live for it.
+    Alive(Duration),
+    /// The store no longer knows the lease.
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The store cannot be reached or refused the request.
+    Unavailable,
+    /// The store location or its settings are wrong.
+    Config,
+    /// Our lease or our key vanished.
+    Gone,
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        StoreError { kind: ErrorKind::Unavailable, message: message.into() }
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        StoreError { kind: ErrorKind::Config, message: message.into() }
+    }
+    pub fn gone(message: impl Into<String>) -> Self {
+        StoreError { kind: ErrorKind::Gone, message: message.into() }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A connected store.
+pub trait Store {
+    type Lease: Lease;
+
+    /// Grant a lease of at least `ttl`, retrying until `within` has passed.
+    async fn grant(&self, ttl: Duration, within: Duration) -> Result<Self::Lease, StoreError>;
+}
+
+/// A granted lease and what can be done under it.
+pub trait Lease {
+    type Renewer: Renewer;
+
+    /// The lease as shown in `ELECT_LEASE_ID`.
+    fn id(&self) -> String;
+    /// The time-to-live the store granted.
+    fn ttl(&self) -> Duration;
+    /// When the grant request was sent: the lease is safe from then for `ttl`.
+    fn granted_at(&self) -> Instant;
+    /// A renewer with its own connection state.
+    fn renewer(&self) -> Self::Renewer;
+
+    /// Join the queue of `lock` with this lease.
+    async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError>;
+    /// Return once `ticket` is first in line and still there; retries
+    /// transient errors itself; fails with [`ErrorKind::Gone`] if the ticket vanished.
+    async fn wait_turn(&self, lock: &str, ticket: &Ticket) -> Result<(), StoreError>;
+    /// The current holder of `lock`, if any.
+    async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError>;
+    /// Return when the store says `ticket` is gone (deleted, revoked, expired).
+    async fn lost(&self, ticket: &Ticket) -> String;
+    /// End the lease now, so that the next waiter goes ahead at once.
+    async fn release(&self) -> Result<(), StoreError>;
+}
+
+/// Renews a lease, one request at a time.
+pub trait Renewer {
+    async fn renew(&mut self) -> Result<Renewal, StoreError>;
+    /// Forget any connection state: the next renewal starts afresh.
+    fn reset(&mut self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn etcd(eps: &[&str]) -> Location {
+        Location::Etcd { endpoints: eps.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[test]
+    fn store_urls() {
+        assert_eq!(Location::parse("etcd://127.0.0.1:2379").unwrap(), etcd(&["127.0.0.1:2379"]));
+        assert_eq!(Location::parse("etcd://a:1,b").unwrap(), etcd(&["a:1", "b:2379"]));
+        assert_eq!(Location::parse("etcd://[::1]:23").unwrap(), etcd(&["[::1]:23"]));
+        assert_eq!(Location::parse("etcd://a:1,b").unwrap().to_string(), "etcd://a:1,b:2379");
+        for bad in ["", "etcd://", "etcd://:1", "etcd://a:0", "etcd://a:x", "etcd://a,,b", "zk://a", "a:1"] {
+            let err = Location::parse(bad).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Config, "{bad}");
+        }
+        let err = Location::parse("etcd://u:secret@a:1").unwrap_err();
+        assert!(!err.message.contains("secret"), "{}", err.message);
+    }
+
+    #[test]
+    fn store_choice_order() {
+        assert_eq!(Location::choose(Some("etcd://a:1"), Some("b:2")).unwrap(), etcd(&["a:1"]));
+        assert_eq!(Location::choose(None, Some("http://b:2,c:3")).unwrap(), etcd(&["b:2", "c:3"]));
+        assert_eq!(Location::choose(None, None).unwrap(), etcd(&["127.0.0.1:2379"]));
+    }
+
+    #[test]
+    fn lock_names() {
+        for good in ["nightly", "db-maint", "a.b_c", "/locks/nightly", "jobs/x"] {
+            assert!(check_lock_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a b", "a//b", "a/", "/", "../x", "a/./b", "a\0b", "ä", "a\nb"] {
+            assert!(check_lock_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_lock_name(&"x".repeat(201)).is_err());
+    }
+
+    #[test]
+    fn holder_record_round_trip() {
+        let r = HolderRecord {
+            identity: "web-1 \"primary\"".into(),
+            hostname: "web-1".into(),
+            pid: 42,
+            command: vec!["sh".into(), "-c".into(), "echo\n".into()],
+            started: "2026-01-01T00:00:00Z".into(),
+        };
+        assert_eq!(HolderRecord::from_json(r.to_json().as_bytes()), Some(r));
+        assert_eq!(HolderRecord::from_json(b""), None);
+    }
+}

@@ -1,0 +1,366 @@
+//! The guard: a small synchronous process between elect and the command.
+//!
+//! elect execs itself as the guard, and the guard forks the command. The
+//! guard exists for three reasons:
+//!
+//! - If elect dies, even by SIGKILL, the guard sees its end of the socket
+//!   close and kills the command's whole process group, grandchildren
+//!   included. A parent-death signal alone reaches only the direct child.
+//! - It enforces the lease deadline on its own, with a `CLOCK_BOOTTIME`
+//!   timer: if elect is stopped, starved or stuck, the command still gets
+//!   its signal at the deadline minus the grace and SIGKILL at the deadline.
+//! - It is single-threaded and owns the only wait on the command, so no
+//!   runtime can steal the command's status, and the command's pid cannot be
+//!   reused while the guard may still signal its group.
+//!
+//! The limit: a command that leaves its process group (setsid, double fork
+//! into a new group) escapes.
+
+use std::ffi::OsString;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigHandler, Signal, killpg, signal};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::Pid;
+
+use super::protocol::{Message, SIZE};
+use crate::clock::Instant;
+
+/// The hidden first argument that turns elect into its guard.
+pub const ARG: &str = "__elect-guard";
+
+/// Signals that the guard ignores: it shares elect's process group, so a
+/// terminal's Ctrl-C reaches it too; elect decides what the command gets.
+const IGNORED: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGPIPE,
+];
+
+/// What the guard is told on its command line.
+struct Orders {
+    socket: RawFd,
+    signal: Signal,
+    grace: Duration,
+    deadline: Instant,
+    command: Vec<OsString>,
+}
+
+/// `__elect-guard FD SIGNAL GRACE_NS DEADLINE_NS -- COMMAND...`
+pub fn args(socket: RawFd, signal: Signal, grace: Duration, deadline: Instant) -> Vec<OsString> {
+    [
+        ARG.to_string(),
+        socket.to_string(),
+        (signal as i32).to_string(),
+        grace.as_nanos().to_string(),
+        deadline.as_nanos().to_string(),
+        "--".to_string(),
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect()
+}
+
+fn parse(args: &[OsString]) -> Option<Orders> {
+    let text = |i: usize| args.get(i)?.to_str();
+    if text(0)? != ARG || text(5)? != "--" || args.len() < 7 {
+        return None;
+    }
+    Some(Orders {
+        socket: text(1)?.parse().ok()?,
+        signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
+        grace: Duration::from_nanos(text(3)?.parse().ok()?),
+        deadline: Instant::from_nanos(text(4)?.parse().ok()?),
+        command: args[6..].to_vec(),
+    })
+}
+
+/// Run as the guard; `args` start with [`ARG`]. Never returns.
+pub fn main(args: &[OsString]) -> ! {
+    let Some(orders) = parse(args) else {
+        eprintln!("elect: {ARG} is for elect's own use");
+        std::process::exit(crate::exit::Code::Software.value().into());
+    };
+    // SAFETY: elect passed us this descriptor and nothing else owns it.
+    let socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
+    let code = match Guard::start(socket, orders) {
+        Ok(mut guard) => guard.run(),
+        Err(e) => {
+            eprintln!("elect: guard: {e}");
+            crate::exit::Code::Software.value().into()
+        }
+    };
+    std::process::exit(code)
+}
+
+struct Guard {
+    socket: UnixStream,
+    inbox: Vec<u8>,
+    child: Pid,
+    pidfd: Option<std::os::fd::OwnedFd>,
+    timer: TimerFd,
+    signal: Signal,
+    grace: Duration,
+    deadline: Instant,
+    /// When the stop began, if it has.
+    kill_at: Option<Instant>,
+    killed: bool,
+}
+
+impl Guard {
+    fn start(mut socket: UnixStream, orders: Orders) -> std::io::Result<Guard> {
+        // The command must not inherit our end of the socket.
+        set_cloexec(socket.as_raw_fd())?;
+        for sig in IGNORED {
+            // SAFETY: setting SIG_IGN installs no handler code.
+            unsafe { signal(sig, SigHandler::SigIgn) }?;
+        }
+        let guard_pid = nix::unistd::getpid();
+        let rt_max = libc::SIGRTMAX();
+        let mut command = Command::new(&orders.command[0]);
+        command.args(&orders.command[1..]);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                // Lead a new process group, so every signal reaches the whole job.
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // If the guard dies, the command dies; and if the guard died
+                // before this line, the signal will never come: give up.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if libc::getppid() != guard_pid.as_raw() {
+                    libc::_exit(crate::exit::Code::Software as i32);
+                }
+                // Default dispositions and an empty mask, whatever elect's
+                // parent or elect itself ignored or blocked.
+                for sig in 1..=rt_max {
+                    if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                        libc::signal(sig, libc::SIG_DFL);
+                    }
+                }
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let child = match command.spawn() {
+            Ok(child) => Pid::from_raw(child.id() as i32),
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
+                socket.write_all(&Message::SpawnFailed(errno).encode())?;
+                std::process::exit(0);
+            }
+        };
+        // Also from this side, so no signal can reach a group that does not exist yet.
+        let _ = nix::unistd::setpgid(child, child);
+        socket.write_all(&Message::Started(child.as_raw()).encode())?;
+        let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
+        Ok(Guard {
+            socket,
+            inbox: Vec::with_capacity(SIZE),
+            child,
+            pidfd: pidfd_open(child),
+            timer,
+            signal: orders.signal,
+            grace: orders.grace,
+            deadline: orders.deadline,
+            kill_at: None,
+            killed: false,
+        })
+    }
+
+    /// The next instant the timer must wake us, if any.
+    fn next_alarm(&self) -> Option<Instant> {
+        match self.kill_at {
+            None => Some(self.deadline - self.grace),
+            Some(at) if !self.killed => Some(at),
+            Some(_) => None,
+        }
+    }
+
+    fn run(&mut self) -> i32 {
+        loop {
+            self.act_on_clock();
+            if let Some(at) = self.next_alarm() {
+                let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
+                // Re-arming also clears an expiry we have acted on.
+                let _ = self
+                    .timer
+                    .set(Expiration::OneShot(when), TimerSetTimeFlags::TFD_TIMER_ABSTIME);
+            } else {
+                let _ = self.timer.unset();
+            }
+            let (socket_ready, child_ready) = match self.wait_for_something() {
+                Ok(ready) => ready,
+                Err(e) => {
+                    eprintln!("elect: guard: poll: {e}");
+                    self.kill_group();
+                    return self.finish();
+                }
+            };
+            if child_ready && self.child_has_exited() {
+                return self.finish();
+            }
+            if socket_ready && !self.read_orders() {
+                // elect is gone: nothing may outlive it.
+                self.kill_group();
+                return self.finish();
+            }
+        }
+    }
+
+    /// Poll the socket, the child and the timer. Returns (socket, child) readiness.
+    fn wait_for_something(&self) -> nix::Result<(bool, bool)> {
+        // SAFETY: the descriptors live as long as self.
+        let socket = unsafe { BorrowedFd::borrow_raw(self.socket.as_raw_fd()) };
+        let mut fds = vec![
+            PollFd::new(socket, PollFlags::POLLIN),
+            PollFd::new(self.timer.as_fd(), PollFlags::POLLIN),
+        ];
+        if let Some(pidfd) = &self.pidfd {
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+        }
+        // Without a pidfd (kernels before 5.3) look at the child now and then.
+        let timeout = if self.pidfd.is_some() { PollTimeout::NONE } else { PollTimeout::from(50u16) };
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        let socket_ready = ready(&fds[0]);
+        let child_ready = fds.get(2).is_none_or(ready);
+        Ok((socket_ready, child_ready))
+    }
+
+    fn act_on_clock(&mut self) {
+        let now = Instant::now();
+        if self.kill_at.is_none() && now >= self.deadline - self.grace {
+            let _ = self.socket.write_all(&Message::Stopping.encode());
+            self.begin_stop(now);
+        }
+        if let Some(at) = self.kill_at
+            && !self.killed
+            && now >= at
+        {
+            self.kill_group();
+        }
+    }
+
+    /// The first signal, SIGCONT (a stopped process cannot act on it), and
+    /// SIGKILL after the grace, but never after the deadline.
+    fn begin_stop(&mut self, now: Instant) {
+        if self.kill_at.is_some() {
+            return;
+        }
+        self.kill_at = Some((now + self.grace).min(self.deadline));
+        let _ = killpg(self.child, self.signal);
+        let _ = killpg(self.child, Signal::SIGCONT);
+    }
+
+    fn kill_group(&mut self) {
+        let _ = killpg(self.child, Signal::SIGKILL);
+        self.killed = true;
+    }
+
+    /// Read what elect sent. False when elect is gone.
+    fn read_orders(&mut self) -> bool {
+        let mut buf = [0u8; 256];
+        match self.socket.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => return true,
+            Err(_) => return false,
+        }
+        while self.inbox.len() >= SIZE {
+            let record: [u8; SIZE] = self.inbox[..SIZE].try_into().expect("SIZE bytes");
+            self.inbox.drain(..SIZE);
+            match Message::decode(&record) {
+                Some(Message::Deadline(ns)) => {
+                    // Once the stop has begun it is final: never un-stop.
+                    if self.kill_at.is_none() {
+                        self.deadline = self.deadline.max(Instant::from_nanos(ns));
+                    }
+                }
+                Some(Message::Stop) => self.begin_stop(Instant::now()),
+                Some(Message::Signal(n)) => {
+                    if let Ok(sig) = Signal::try_from(n) {
+                        let _ = killpg(self.child, sig);
+                    }
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    fn child_has_exited(&self) -> bool {
+        // WNOWAIT: the child stays a zombie, so its pid, and with it the
+        // process group id, cannot be reused while we clean up the group.
+        matches!(
+            waitid(Id::Pid(self.child), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+        )
+    }
+
+    /// Kill what the command left behind in its group, reap it, report, exit.
+    fn finish(&mut self) -> i32 {
+        let _ = killpg(self.child, Signal::SIGKILL);
+        let report = loop {
+            match waitpid(self.child, None) {
+                Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break Message::Killed(sig as i32),
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => break Message::Killed(libc::SIGKILL),
+            }
+        };
+        let _ = self.socket.write_all(&report.encode());
+        0
+    }
+}
+
+fn set_cloexec(fd: RawFd) -> std::io::Result<()> {
+    use nix::fcntl::{F_SETFD, FdFlag, fcntl};
+    // SAFETY: fd is open for the life of the guard.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    fcntl(fd, F_SETFD(FdFlag::FD_CLOEXEC))?;
+    Ok(())
+}
+
+/// A descriptor that becomes readable when `pid` exits (Linux 5.3+).
+fn pidfd_open(pid: Pid) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: a plain syscall; on success we own the returned descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_round_trip() {
+        let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500), Instant::from_nanos(42));
+        a.push("sh".into());
+        a.push("-c".into());
+        let o = parse(&a).unwrap();
+        assert_eq!((o.socket, o.signal, o.grace), (7, Signal::SIGINT, Duration::from_millis(1500)));
+        assert_eq!(o.deadline, Instant::from_nanos(42));
+        assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
+        assert!(parse(&a[..6]).is_none(), "a command is required");
+    }
+}

@@ -1,0 +1,85 @@
+//! Messages between elect and its guard process, over a Unix socket pair.
+//!
+//! Each message is 16 bytes: a tag and a value, in native byte order (both
+//! ends are the same binary on the same machine).
+
+pub const SIZE: usize = 16;
+
+/// elect → guard and guard → elect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// elect: a renewal made the lease safe until this boot-clock instant (ns).
+    Deadline(u64),
+    /// elect: the lease is lost; stop the child now.
+    Stop,
+    /// elect: forward this signal to the child's process group.
+    Signal(i32),
+    /// guard: the child runs with this pid (and process group).
+    Started(i32),
+    /// guard: the child could not be started; the errno.
+    SpawnFailed(i32),
+    /// guard: the deadline passed without a renewal; the stop has begun.
+    Stopping,
+    /// guard: the child exited with this code.
+    Exited(i32),
+    /// guard: the child was killed by this signal.
+    Killed(i32),
+}
+
+impl Message {
+    pub fn encode(self) -> [u8; SIZE] {
+        let (tag, value): (u64, u64) = match self {
+            Message::Deadline(ns) => (1, ns),
+            Message::Stop => (2, 0),
+            Message::Signal(n) => (3, n as u64),
+            Message::Started(pid) => (4, pid as u64),
+            Message::SpawnFailed(errno) => (5, errno as u64),
+            Message::Stopping => (6, 0),
+            Message::Exited(code) => (7, code as u64),
+            Message::Killed(sig) => (8, sig as u64),
+        };
+        let mut out = [0u8; SIZE];
+        out[..8].copy_from_slice(&tag.to_ne_bytes());
+        out[8..].copy_from_slice(&value.to_ne_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8; SIZE]) -> Option<Self> {
+        let tag = u64::from_ne_bytes(bytes[..8].try_into().ok()?);
+        let value = u64::from_ne_bytes(bytes[8..].try_into().ok()?);
+        let small = value as i32;
+        Some(match tag {
+            1 => Message::Deadline(value),
+            2 => Message::Stop,
+            3 => Message::Signal(small),
+            4 => Message::Started(small),
+            5 => Message::SpawnFailed(small),
+            6 => Message::Stopping,
+            7 => Message::Exited(small),
+            8 => Message::Killed(small),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        for m in [
+            Message::Deadline(u64::MAX - 1),
+            Message::Stop,
+            Message::Signal(15),
+            Message::Started(4_194_304),
+            Message::SpawnFailed(2),
+            Message::Stopping,
+            Message::Exited(255),
+            Message::Killed(9),
+        ] {
+            assert_eq!(Message::decode(&m.encode()), Some(m));
+        }
+        assert_eq!(Message::decode(&[0xff; SIZE]), None);
+    }
+}
