@@ -26,7 +26,7 @@ use crate::exit::{Code, Outcome};
 use crate::lease::{self, Loss, Timing, show};
 use crate::log;
 use crate::store::etcd::Etcd;
-use crate::store::{self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket};
+use crate::store::{self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn};
 use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
@@ -186,20 +186,14 @@ impl Job {
             Ok(t) => t,
             Err(e) => return Queued::Done(self.store_failed(&e)),
         };
-        let busy = async {
-            match give_up {
-                Some(at) => lease::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            turn = lease.wait_turn(&self.lock, &ticket) => match turn {
-                Ok(()) => Queued::First(ticket),
+            turn = lease.wait_turn(&self.lock, &ticket, give_up) => match turn {
+                Ok(Turn::First) => Queued::First(ticket),
+                Ok(Turn::Busy) => Queued::Done(self.busy(lease).await),
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
                 Err(e) => Queued::Done(self.store_failed(&e)),
             },
             loss = keep.as_mut() => Queued::Again(format!("{loss:?}")),
-            () = busy => Queued::Done(self.busy(lease).await),
             sig = signals.terminating() => Queued::Done(Outcome::Raise(sig)),
         }
     }

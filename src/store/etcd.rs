@@ -19,7 +19,7 @@ use etcd_client::{
 };
 use tokio::time::{sleep, timeout};
 
-use super::{Holder, HolderRecord, Lease, Renewal, Renewer, Store, StoreError, Ticket};
+use super::{Holder, HolderRecord, Lease, Renewal, Renewer, Store, StoreError, Ticket, Turn};
 use crate::clock::Instant;
 use crate::log;
 
@@ -220,7 +220,7 @@ impl Lease for EtcdLease {
         Ok(Ticket { key, token: token.unsigned_abs() })
     }
 
-    async fn wait_turn(&self, lock: &str, ticket: &Ticket) -> Result<(), StoreError> {
+    async fn wait_turn(&self, lock: &str, ticket: &Ticket, until: Option<Instant>) -> Result<Turn, StoreError> {
         let mine = i64::try_from(ticket.token).unwrap_or(i64::MAX);
         loop {
             // Our immediate predecessor: the newest key older than ours.
@@ -241,12 +241,23 @@ impl Lease for EtcdLease {
             let Some(ahead) = reply.kvs().iter().find(|kv| own_key(lock, kv)) else {
                 break;
             };
+            if until.is_some_and(|at| at.remaining().is_zero()) {
+                return Ok(Turn::Busy);
+            }
             log::verbose(format_args!(
                 "waiting for {} (token {}) to go",
                 String::from_utf8_lossy(ahead.key()),
                 ahead.create_revision()
             ));
-            if let Err(e) = self.deleted(ahead.key(), revision).await {
+            let deleted = self.deleted(ahead.key(), revision);
+            let result = match until {
+                None => deleted.await,
+                Some(at) => tokio::select! {
+                    r = deleted => r,
+                    () = crate::lease::sleep_until(at) => Ok(()),
+                },
+            };
+            if let Err(e) = result {
                 log::verbose(format_args!("watching the queue of {lock} failed: {e}"));
                 sleep(RETRY).await;
             }
@@ -255,7 +266,7 @@ impl Lease for EtcdLease {
         // key behind, and etcd 3.4's own recipe reports success anyway.
         loop {
             match self.key_exists(&ticket.key).await {
-                Ok(Some(_)) => return Ok(()),
+                Ok(Some(_)) => return Ok(Turn::First),
                 Ok(None) => {
                     return Err(StoreError::gone(format!("{} vanished while waiting", ticket.key)));
                 }

@@ -211,6 +211,15 @@ impl fmt::Display for Holder {
     }
 }
 
+/// How waiting in the queue ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// First in line: the lock is ours.
+    First,
+    /// Still behind someone when the wait ran out.
+    Busy,
+}
+
 /// What a renewal found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
@@ -277,9 +286,11 @@ pub trait Lease {
 
     /// Join the queue of `lock` with this lease.
     async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError>;
-    /// Return once `ticket` is first in line and still there; retries
-    /// transient errors itself; fails with [`ErrorKind::Gone`] if the ticket vanished.
-    async fn wait_turn(&self, lock: &str, ticket: &Ticket) -> Result<(), StoreError>;
+    /// Wait until `ticket` is first in line and still there, or until
+    /// `until` has passed, after at least one full look at the queue.
+    /// Retries transient errors itself; fails with [`ErrorKind::Gone`] if
+    /// the ticket vanished.
+    async fn wait_turn(&self, lock: &str, ticket: &Ticket, until: Option<Instant>) -> Result<Turn, StoreError>;
     /// The current holder of `lock`, if any.
     async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError>;
     /// Return when the store says `ticket` is gone (deleted, revoked, expired).

@@ -1,0 +1,359 @@
+//! Test support: a real etcd started per test, elect as a process, a TCP
+//! fault proxy, and process watching. No mocks.
+
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Nanoseconds since the epoch on the wall clock, as `date +%s%N` prints.
+/// Every process in a test runs on this one machine, so these compare.
+pub fn now_ns() -> i128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
+}
+
+pub fn ms(ns: i128) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| PathBuf::from(d).join(name))
+        .find(|p| p.is_file())
+}
+
+fn tool(env: &str, name: &str, package: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    which(name).unwrap_or_else(|| {
+        panic!(
+            "`{name}` not found: install Debian's {package} package \
+             (apt-get install {package}), or set {env} to its path"
+        )
+    })
+}
+
+/// A single-member etcd on free loopback ports, in its own temp dir, with
+/// short heartbeat and election timeouts so that 1 s leases are allowed.
+pub struct Etcd {
+    process: Child,
+    pub endpoint: String,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let etcd = tool("ELECT_TEST_ETCD", "etcd", "etcd-server");
+        for _attempt in 0..5 {
+            let (client, peer) = (free_port(), free_port());
+            let dir = std::env::temp_dir().join(format!("elect-test-etcd-{}-{client}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let endpoint = format!("127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+            let process = Command::new(&etcd)
+                .args(["--name", "n1", "--data-dir"])
+                .arg(dir.join("data"))
+                .args(["--listen-client-urls", &format!("http://{endpoint}")])
+                .args(["--advertise-client-urls", &format!("http://{endpoint}")])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("n1={peer_url}")])
+                .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+                .args(["--logger", "zap", "--log-level", "error"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", etcd.display()));
+            let mut etcd = Etcd { process, endpoint, dir };
+            if etcd.wait_healthy() {
+                return etcd;
+            }
+        }
+        panic!("etcd did not become healthy; see its log in {}", std::env::temp_dir().display());
+    }
+
+    fn wait_healthy(&mut self) -> bool {
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < give_up {
+            if let Ok(Some(_)) = self.process.try_wait() {
+                return false; // e.g. a port taken meanwhile: try others
+            }
+            let ok = self.etcdctl(&["endpoint", "health"]).status.success();
+            if ok {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoint)
+    }
+
+    pub fn etcdctl_command(&self) -> Command {
+        let mut c = Command::new(tool("ELECT_TEST_ETCDCTL", "etcdctl", "etcd-client"));
+        c.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint, "--dial-timeout", "2s"]);
+        c
+    }
+
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        self.etcdctl_command().args(args).output().unwrap()
+    }
+
+    /// Keys under `prefix`, in create order.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self.etcdctl(&["get", "--prefix", "--keys-only", "--sort-by=CREATE", prefix]);
+        assert!(out.status.success(), "etcdctl get: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Poll until `prefix` has `n` keys: etcd has no "tell me when", short of a watch.
+    pub fn wait_keys(&self, prefix: &str, n: usize) {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let keys = self.keys(prefix);
+            if keys.len() == n {
+                return;
+            }
+            assert!(Instant::now() < give_up, "expected {n} keys under {prefix}, found {keys:?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `elect` with a clean environment for the store settings.
+pub fn elect() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));
+    c.env_remove("ELECT_STORE").env_remove("ETCDCTL_ENDPOINTS");
+    c
+}
+
+/// `elect run --store URL --lock LOCK [extra...] -- sh -c SCRIPT`
+pub fn elect_run(store: &str, lock: &str, extra: &[&str], script: &str) -> Command {
+    let mut c = elect();
+    c.args(["run", "--store", store, "--lock", lock])
+        .args(extra)
+        .args(["--", "sh", "-c", script]);
+    c
+}
+
+/// A running process whose stdout and stderr lines arrive on channels.
+pub struct Running {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    pub stderr_seen: Vec<String>,
+    pub started: Instant,
+}
+
+fn lines(reader: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = channel();
+    thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl Running {
+    pub fn spawn(mut command: Command) -> Running {
+        let started = Instant::now();
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let stdout = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
+        let stdin = child.stdin.take();
+        Running { child, stdin, stdout, stderr, stderr_seen: Vec::new(), started }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The next stdout line starting with `prefix`, with the prefix removed.
+    pub fn expect_line(&mut self, prefix: &str, within: Duration) -> String {
+        let give_up = Instant::now() + within;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.drain_stderr();
+                    panic!("no line '{prefix}…' within {within:?}; stderr: {:?}", self.stderr_seen)
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.drain_stderr();
+                    panic!("stdout closed before '{prefix}…'; stderr: {:?}", self.stderr_seen)
+                }
+            }
+        }
+    }
+
+    /// A stdout line if one is there now.
+    pub fn try_line(&mut self) -> Option<String> {
+        self.stdout.try_recv().ok()
+    }
+
+    /// Wait for a stderr line containing `text`.
+    pub fn expect_stderr(&mut self, text: &str, within: Duration) -> String {
+        let give_up = Instant::now() + within;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr_seen.push(line.clone());
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no stderr line with '{text}' within {within:?}; saw {:?}", self.stderr_seen),
+            }
+        }
+    }
+
+    pub fn drain_stderr(&mut self) -> String {
+        while let Ok(line) = self.stderr.try_recv() {
+            self.stderr_seen.push(line);
+        }
+        self.stderr_seen.join("\n")
+    }
+
+    pub fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2).
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    /// Wait for exit; panic (after killing it) if it takes longer than `within`.
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        let give_up = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader threads catch up with the last lines.
+                thread::sleep(Duration::from_millis(20));
+                self.drain_stderr();
+                return status;
+            }
+            if Instant::now() >= give_up {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("still running after {within:?}; stderr: {}", self.drain_stderr());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn wait_code(&mut self, within: Duration) -> i32 {
+        let status = self.wait(within);
+        status
+            .code()
+            .unwrap_or_else(|| panic!("killed by signal {:?}; stderr: {:?}", status.signal(), self.stderr_seen))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Watches a process that is not our child and records when it dies.
+pub struct Death {
+    rx: Receiver<i128>,
+    pub pid: i32,
+}
+
+impl Death {
+    pub fn watch(pid: i32) -> Death {
+        // SAFETY: plain syscall; we own the returned descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0, "pidfd_open({pid}) failed: is it still alive?");
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let (tx, rx) = channel();
+        thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            loop {
+                // SAFETY: one valid pollfd.
+                let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+                if r > 0 {
+                    break;
+                }
+            }
+            let _ = tx.send(now_ns());
+        });
+        Death { rx, pid }
+    }
+
+    /// When it died (wall clock ns), waiting up to `within`.
+    pub fn at(&self, within: Duration) -> i128 {
+        self.rx
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("process {} still alive after {within:?}", self.pid))
+    }
+}
+
+/// Running or stopped, not a zombie and not gone.
+pub fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the parenthesized command name.
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some(Some('Z' | 'X')))
+}
+
+pub const SECOND: Duration = Duration::from_secs(1);

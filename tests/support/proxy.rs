@@ -1,0 +1,122 @@
+//! A TCP proxy that can cut the network between a client and etcd the two
+//! ways a real partition does: silently (packets vanish, sockets stay open)
+//! or loudly (connections reset).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Forward,
+    /// Stop forwarding; keep every socket open.
+    Blackhole,
+    /// Reset every connection, and every new one.
+    Reset,
+}
+
+struct Shared {
+    mode: Mutex<Mode>,
+    changed: Condvar,
+    connections: Mutex<Vec<TcpStream>>,
+}
+
+pub struct Proxy {
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    pub fn start(target: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared {
+            mode: Mutex::new(Mode::Forward),
+            changed: Condvar::new(),
+            connections: Mutex::new(Vec::new()),
+        });
+        let target = target.to_string();
+        let s = shared.clone();
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if *s.mode.lock().unwrap() == Mode::Reset {
+                    reset(&client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target) else {
+                    reset(&client);
+                    continue;
+                };
+                {
+                    let mut conns = s.connections.lock().unwrap();
+                    conns.push(client.try_clone().unwrap());
+                    conns.push(server.try_clone().unwrap());
+                }
+                pump(s.clone(), client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(s.clone(), server, client);
+            }
+        });
+        Proxy { port, shared }
+    }
+
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    pub fn set(&self, mode: Mode) {
+        *self.shared.mode.lock().unwrap() = mode;
+        self.shared.changed.notify_all();
+        if mode == Mode::Reset {
+            for c in self.shared.connections.lock().unwrap().drain(..) {
+                reset(&c);
+            }
+        }
+    }
+}
+
+/// Make the socket close with RST rather than FIN, and wake its reader so
+/// that the pump drops its descriptors: the last close sends the RST.
+fn reset(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt with a valid linger struct on an open socket.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    let _ = stream.shutdown(Shutdown::Read);
+}
+
+fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // Hold the bytes while blackholed, as a partition holds packets.
+            let mut mode = shared.mode.lock().unwrap();
+            while *mode == Mode::Blackhole {
+                mode = shared.changed.wait(mode).unwrap();
+            }
+            if *mode == Mode::Reset {
+                break;
+            }
+            drop(mode);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        if *shared.mode.lock().unwrap() != Mode::Reset {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+    });
+}
