@@ -7,6 +7,39 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
+/// Environment variables elect reads, and those it sets for COMMAND.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "ELECT_STORE",
+        "Read: the store URL when --store is not given. Set for COMMAND: the store, without credentials.",
+    ),
+    (
+        "ETCDCTL_ENDPOINTS",
+        "Read: etcd endpoints (HOST:PORT,...) when neither --store nor ELECT_STORE is set.",
+    ),
+    (
+        "ELECT_TOKEN",
+        "Set for COMMAND: the fencing token, a decimal number greater than every earlier holder's.",
+    ),
+    ("ELECT_LOCK", "Set for COMMAND: the lock name."),
+    (
+        "ELECT_KEY",
+        "Set for COMMAND: the key that represents this holder in the store.",
+    ),
+    (
+        "ELECT_LEASE_ID",
+        "Set for COMMAND: the lease id, in hexadecimal.",
+    ),
+    (
+        "ELECT_IDENTITY",
+        "Set for COMMAND: the holder's identity (--identity, else the hostname).",
+    ),
+    (
+        "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD",
+        "Removed from COMMAND's environment: they may carry secrets.",
+    ),
+];
+
 #[derive(Debug, Parser)]
 #[command(
     name = "elect",
@@ -36,7 +69,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Take the lock, run COMMAND while holding it, release it when COMMAND ends.
-    #[command(after_help = crate::exit::help_text())]
+    #[command(after_help = run_after_help())]
     Run(RunArgs),
 }
 
@@ -91,6 +124,16 @@ pub struct RunArgs {
     /// The command to run and its arguments, executed directly (no shell).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// Exit codes and environment, after `elect run --help`.
+fn run_after_help() -> String {
+    let mut text = crate::exit::help_text();
+    text.push_str("\nEnvironment:\n");
+    for (name, meaning) in ENVIRONMENT {
+        text.push_str(&format!("  {name}\n      {meaning}\n"));
+    }
+    text
 }
 
 /// How long to wait for the lock.

@@ -17,7 +17,8 @@ pub struct Instant(Duration);
 
 impl Instant {
     pub fn now() -> Self {
-        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");
+        let ts =
+            clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");
         Instant(Duration::from(ts))
     }
 

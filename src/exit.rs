@@ -39,8 +39,14 @@ pub const TABLE: &[(&str, &str)] = &[
         "child killed by a signal (not by elect)",
         "the same signal, re-raised on elect (as PID 1: 128+N)",
     ),
-    ("lock not acquired within `--wait`", "75, or `--busy-exit-code`"),
-    ("lease lost, child stopped by elect", "76, or `--lost-exit-code`"),
+    (
+        "lock not acquired within `--wait`",
+        "75, or `--busy-exit-code`",
+    ),
+    (
+        "lease lost, child stopped by elect",
+        "76, or `--lost-exit-code`",
+    ),
     (
         "store unreachable or refused before the lock was held (after `--connect-timeout`)",
         "69",
@@ -50,15 +56,6 @@ pub const TABLE: &[(&str, &str)] = &[
     ("command not found / not executable", "127 / 126"),
     ("elect's own failure", "70"),
 ];
-
-/// The table as Markdown, as it appears in the README.
-pub fn markdown_table() -> String {
-    let mut out = String::from("| situation | code |\n|---|---|\n");
-    for (situation, code) in TABLE {
-        out.push_str(&format!("| {situation} | {code} |\n"));
-    }
-    out
-}
 
 /// The table as plain text, for `--help`.
 pub fn help_text() -> String {
@@ -84,7 +81,7 @@ mod tests {
 
     #[test]
     fn table_mentions_every_code() {
-        let text = markdown_table();
+        let text: String = TABLE.iter().map(|(_, code)| format!("{code}\n")).collect();
         for code in [
             Code::Usage,
             Code::Unavailable,
@@ -125,7 +122,11 @@ impl Outcome {
                 // As PID 1 default dispositions do nothing: use 128+N.
                 if std::process::id() != 1 {
                     // The child dumped core, if anything; elect need not.
-                    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+                    let _ = nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_CORE,
+                        0,
+                        0,
+                    );
                     let _ = signal_hook::low_level::emulate_default_handler(n);
                 }
                 std::process::exit(128 + n)

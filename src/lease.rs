@@ -41,14 +41,22 @@ impl Timing {
     /// Check `--ttl` and `--grace` (default TTL/3) together.
     pub fn new(ttl: Duration, grace: Option<Duration>) -> Result<Self, String> {
         if ttl < MIN_TTL {
-            return Err(format!("--ttl {} is too short; the minimum is 1s", show(ttl)));
+            return Err(format!(
+                "--ttl {} is too short; the minimum is 1s",
+                show(ttl)
+            ));
         }
         if ttl > MAX_TTL {
-            return Err(format!("--ttl {} is too long; the maximum is 24h", show(ttl)));
+            return Err(format!(
+                "--ttl {} is too long; the maximum is 24h",
+                show(ttl)
+            ));
         }
         let grace = grace.unwrap_or(ttl / 3);
         if grace.is_zero() {
-            return Err("--grace must be longer than zero; use --signal KILL to kill at once".into());
+            return Err(
+                "--grace must be longer than zero; use --signal KILL to kill at once".into(),
+            );
         }
         let timing = Timing { ttl, grace };
         // The first signal must come after at least one renewal retry, or a
@@ -69,7 +77,10 @@ impl Timing {
 
     /// Use the smaller of what was asked and what the store granted.
     pub fn granted(self, granted: Duration) -> Self {
-        Timing { ttl: self.ttl.min(granted), ..self }
+        Timing {
+            ttl: self.ttl.min(granted),
+            ..self
+        }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -137,7 +148,11 @@ pub async fn sleep_until(at: Instant) {
 /// and a fresh stream, so one lost packet or one restarting store member
 /// does not cost the lease. Returns when the store says the lease is gone,
 /// or when the stop time passes without a confirmed renewal.
-pub async fn keep<R: Renewer>(renewer: &mut R, timing: Timing, deadline: &watch::Sender<Instant>) -> Loss {
+pub async fn keep<R: Renewer>(
+    renewer: &mut R,
+    timing: Timing,
+    deadline: &watch::Sender<Instant>,
+) -> Loss {
     const FIRST_BACKOFF: Duration = Duration::from_millis(50);
     let mut last_confirmed = *deadline.borrow() + timing.margin() - timing.ttl();
     let mut next = last_confirmed + timing.renew_every();
@@ -159,17 +174,26 @@ pub async fn keep<R: Renewer>(renewer: &mut R, timing: Timing, deadline: &watch:
                 last_confirmed = sent;
                 next = sent + timing.renew_every();
                 backoff = FIRST_BACKOFF;
-                log::verbose(format_args!("lease renewed; safe for {}", show(new.remaining())));
+                log::verbose(format_args!(
+                    "lease renewed; safe for {}",
+                    show(new.remaining())
+                ));
             }
             Ok(Ok(Renewal::Gone)) => return Loss::Gone,
             Ok(Err(e)) => {
-                log::verbose(format_args!("renewal failed, retrying in {}: {e}", show(backoff)));
+                log::verbose(format_args!(
+                    "renewal failed, retrying in {}: {e}",
+                    show(backoff)
+                ));
                 renewer.reset();
                 next = Instant::now() + backoff;
                 backoff = (backoff * 2).min(timing.renew_every() / 2);
             }
             Err(_) => {
-                log::verbose(format_args!("renewal unanswered after {}, retrying", show(limit)));
+                log::verbose(format_args!(
+                    "renewal unanswered after {}, retrying",
+                    show(limit)
+                ));
                 renewer.reset();
                 next = Instant::now();
             }

@@ -5,6 +5,8 @@
 
 mod cli;
 mod clock;
+#[cfg(test)]
+mod docs;
 mod exit;
 mod lease;
 mod log;
@@ -42,7 +44,10 @@ fn main() {
     });
     // One thread: the runtime never forks from a thread that may exit, and
     // nothing here is CPU-bound. Deadlines are enforced by the guard process.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             log::error(format_args!("cannot start: {e}"));

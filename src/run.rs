@@ -26,7 +26,9 @@ use crate::exit::{Code, Outcome};
 use crate::lease::{self, Loss, Timing, show};
 use crate::log;
 use crate::store::etcd::Etcd;
-use crate::store::{self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn};
+use crate::store::{
+    self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn,
+};
 use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
@@ -87,8 +89,14 @@ impl Job {
             return Err(usage("--connect-timeout must be longer than zero".into()));
         }
         let wait = args.wait();
-        if args.identity.as_deref().is_some_and(|i| i.is_empty() || i.chars().any(char::is_control)) {
-            return Err(usage("--identity must be non-empty text without control characters".into()));
+        if args
+            .identity
+            .as_deref()
+            .is_some_and(|i| i.is_empty() || i.chars().any(char::is_control))
+        {
+            return Err(usage(
+                "--identity must be non-empty text without control characters".into(),
+            ));
         }
         check_command(&args.command[0])?;
         let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
@@ -123,7 +131,11 @@ impl Job {
             identity: self.identity.clone(),
             hostname: hostname(),
             pid: std::process::id(),
-            command: self.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            command: self
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         }
     }
@@ -144,14 +156,17 @@ impl Job {
                 Err(e) => return self.store_failed(&e),
             };
             let timing = self.timing.granted(lease.ttl());
-            let (deadline_tx, deadline) = watch::channel(timing.deadline(lease.granted_at(), lease.ttl()));
+            let (deadline_tx, deadline) =
+                watch::channel(timing.deadline(lease.granted_at(), lease.ttl()));
             let mut renewer = lease.renewer();
             let mut keep: Pin<Box<dyn Future<Output = Loss>>> =
                 Box::pin(async move { lease::keep(&mut renewer, timing, &deadline_tx).await });
             match self.queue(&lease, &mut keep, give_up, signals).await {
                 Queued::First(ticket) => break (lease, ticket, timing, keep, deadline),
                 Queued::Again(reason) => {
-                    log::verbose(format_args!("lost our place in the queue ({reason}); queueing again"));
+                    log::verbose(format_args!(
+                        "lost our place in the queue ({reason}); queueing again"
+                    ));
                     release(&lease).await;
                 }
                 Queued::Done(outcome) => {
@@ -160,8 +175,13 @@ impl Job {
                 }
             }
         };
-        log::verbose(format_args!("acquired lock {} with token {}", self.lock, ticket.token));
-        let outcome = self.hold(&lease, &ticket, timing, &mut keep, deadline, signals).await;
+        log::verbose(format_args!(
+            "acquired lock {} with token {}",
+            self.lock, ticket.token
+        ));
+        let outcome = self
+            .hold(&lease, &ticket, timing, &mut keep, deadline, signals)
+            .await;
         drop(keep);
         release(&lease).await;
         log::verbose(format_args!("released lock {}", self.lock));
@@ -205,9 +225,15 @@ impl Job {
         };
         match tokio::time::timeout(RELEASE_TIMEOUT, lease.holder(&self.lock)).await {
             Ok(Ok(Some(holder))) => {
-                log::notice(format_args!("lock {} is held by {holder}{waited}", self.lock));
+                log::notice(format_args!(
+                    "lock {} is held by {holder}{waited}",
+                    self.lock
+                ));
             }
-            _ => log::notice(format_args!("lock {} is held by someone else{waited}", self.lock)),
+            _ => log::notice(format_args!(
+                "lock {} is held by someone else{waited}",
+                self.lock
+            )),
         }
         Outcome::Exit(self.busy_code)
     }
@@ -240,7 +266,9 @@ impl Job {
         let mut child = match Supervisor::start(plan).await {
             Ok(child) => child,
             Err(SpawnError::Exec(errno)) => return self.exec_failed(errno),
-            Err(SpawnError::Guard(e)) => return failure(format_args!("cannot start the command: {e}")),
+            Err(SpawnError::Guard(e)) => {
+                return failure(format_args!("cannot start the command: {e}"));
+            }
         };
         log::verbose(format_args!("started the command as pid {}", child.pid()));
         let lost_watch = lease.lost(ticket);
@@ -306,7 +334,11 @@ impl Job {
     fn exec_failed(&self, errno: i32) -> Outcome {
         let name = self.command[0].to_string_lossy();
         let error = std::io::Error::from_raw_os_error(errno);
-        let code = if errno == libc::ENOENT { Code::NotFound } else { Code::CannotExecute };
+        let code = if errno == libc::ENOENT {
+            Code::NotFound
+        } else {
+            Code::CannotExecute
+        };
         log::error(format_args!("cannot run {name}: {error}"));
         Outcome::Exit(code.value())
     }
@@ -322,8 +354,12 @@ enum Queued {
 async fn release<L: Lease>(lease: &L) {
     match tokio::time::timeout(RELEASE_TIMEOUT, lease.release()).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => log::verbose(format_args!("could not revoke the lease ({e}); it will expire")),
-        Err(_) => log::verbose(format_args!("could not revoke the lease in time; it will expire")),
+        Ok(Err(e)) => log::verbose(format_args!(
+            "could not revoke the lease ({e}); it will expire"
+        )),
+        Err(_) => log::verbose(format_args!(
+            "could not revoke the lease in time; it will expire"
+        )),
     }
 }
 
@@ -338,15 +374,25 @@ fn check_command(command: &OsStr) -> Result<(), (Code, String)> {
         let path = Path::new(command);
         return match path.metadata() {
             Err(_) => Err((Code::NotFound, format!("cannot run {name}: no such file"))),
-            Ok(m) if m.is_dir() => Err((Code::CannotExecute, format!("cannot run {name}: it is a directory"))),
-            Ok(_) if !executable(path) => Err((Code::CannotExecute, format!("cannot run {name}: not executable"))),
+            Ok(m) if m.is_dir() => Err((
+                Code::CannotExecute,
+                format!("cannot run {name}: it is a directory"),
+            )),
+            Ok(_) if !executable(path) => Err((
+                Code::CannotExecute,
+                format!("cannot run {name}: not executable"),
+            )),
             Ok(_) => Ok(()),
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     let mut found_unusable = false;
     for dir in std::env::split_paths(&path) {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".").to_path_buf() } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            dir
+        };
         let candidate = dir.join(command);
         match candidate.metadata() {
             Ok(m) if m.is_file() && executable(&candidate) => return Ok(()),
@@ -355,9 +401,15 @@ fn check_command(command: &OsStr) -> Result<(), (Code, String)> {
         }
     }
     if found_unusable {
-        Err((Code::CannotExecute, format!("cannot run {name}: not executable")))
+        Err((
+            Code::CannotExecute,
+            format!("cannot run {name}: not executable"),
+        ))
     } else {
-        Err((Code::NotFound, format!("cannot run {name}: command not found")))
+        Err((
+            Code::NotFound,
+            format!("cannot run {name}: command not found"),
+        ))
     }
 }
 
@@ -410,7 +462,10 @@ impl Signals {
     async fn terminating(&mut self) -> Signal {
         loop {
             let sig = self.any().await;
-            if matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT) {
+            if matches!(
+                sig,
+                Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT
+            ) {
                 log::verbose(format_args!("{sig} received; leaving the queue"));
                 return sig;
             }

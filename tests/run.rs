@@ -31,8 +31,16 @@ fn the_child_sees_its_token_and_lock_in_the_environment() {
     .env("ELECT_PASSWORD", "hunter2")
     .output()
     .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stderr.is_empty(), "a good run prints nothing of elect's own: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "a good run prints nothing of elect's own: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = String::from_utf8(out.stdout).unwrap();
     let field = |name: &str| {
         line.split_whitespace()
@@ -40,9 +48,14 @@ fn the_child_sees_its_token_and_lock_in_the_environment() {
             .unwrap_or_else(|| panic!("{name} missing in {line}"))
             .to_string()
     };
-    let token: u64 = field("token").parse().expect("ELECT_TOKEN is a decimal number");
+    let token: u64 = field("token")
+        .parse()
+        .expect("ELECT_TOKEN is a decimal number");
     let lease = field("lease");
-    assert!(u64::from_str_radix(&lease, 16).is_ok(), "lease id in hex: {lease}");
+    assert!(
+        u64::from_str_radix(&lease, 16).is_ok(),
+        "lease id in hex: {lease}"
+    );
     assert_eq!(field("lock"), "env-check");
     assert_eq!(field("key"), format!("env-check/{lease}"));
     assert_eq!(field("id"), "batch-7");
@@ -56,22 +69,43 @@ fn consecutive_holders_get_strictly_increasing_tokens() {
     let etcd = Etcd::start();
     let mut tokens = Vec::new();
     for _ in 0..4 {
-        let out = elect_run(&etcd.url(), "rising", &[], "echo $ELECT_TOKEN").output().unwrap();
+        let out = elect_run(&etcd.url(), "rising", &[], "echo $ELECT_TOKEN")
+            .output()
+            .unwrap();
         assert!(out.status.success());
-        tokens.push(String::from_utf8(out.stdout).unwrap().trim().parse::<u64>().unwrap());
+        tokens.push(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap(),
+        );
         // Other writes to etcd in between must not matter.
         assert!(etcd.etcdctl(&["put", "unrelated", "x"]).status.success());
     }
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens must rise: {tokens:?}");
-    assert!(etcd.keys("rising/").is_empty(), "every holder released its key");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must rise: {tokens:?}"
+    );
+    assert!(
+        etcd.keys("rising/").is_empty(),
+        "every holder released its key"
+    );
 }
 
 #[test]
 fn no_wait_on_a_free_lock_runs_the_command() {
     let etcd = Etcd::start();
     for _ in 0..5 {
-        let out = elect_run(&etcd.url(), "free", &["--no-wait"], "echo ran").output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = elect_run(&etcd.url(), "free", &["--no-wait"], "echo ran")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
     }
 }
@@ -81,25 +115,43 @@ fn a_held_lock_makes_others_exit_75() {
     let etcd = Etcd::start();
     let (mut holder, token) = hold(&etcd, "busy", &["--identity", "first"]);
 
-    let out = elect_run(&etcd.url(), "busy", &["--no-wait"], "echo ran").output().unwrap();
+    let out = elect_run(&etcd.url(), "busy", &["--no-wait"], "echo ran")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(75));
     assert!(out.stdout.is_empty(), "the command must not run");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("held by first") && err.contains(&format!("token {token}")), "{err}");
+    assert!(
+        err.contains("held by first") && err.contains(&format!("token {token}")),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
 
     let started = Instant::now();
-    let out = elect_run(&etcd.url(), "busy", &["--wait", "1s"], "echo ran").output().unwrap();
+    let out = elect_run(&etcd.url(), "busy", &["--wait", "1s"], "echo ran")
+        .output()
+        .unwrap();
     let waited = started.elapsed();
     assert_eq!(out.status.code(), Some(75));
     assert!(waited >= SECOND && waited < 5 * SECOND, "waited {waited:?}");
     eprintln!("--wait 1s gave up after {waited:?}");
 
-    let out = elect_run(&etcd.url(), "busy", &["-n", "-q", "--busy-exit-code", "3"], "true").output().unwrap();
+    let out = elect_run(
+        &etcd.url(),
+        "busy",
+        &["-n", "-q", "--busy-exit-code", "3"],
+        "true",
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(out.stderr.is_empty(), "-q silences the busy message");
 
-    assert_eq!(etcd.keys("busy/").len(), 1, "those who gave up left the queue");
+    assert_eq!(
+        etcd.keys("busy/").len(),
+        1,
+        "those who gave up left the queue"
+    );
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
 }
@@ -110,13 +162,23 @@ fn etcdctl_lock_and_elect_exclude_each_other() {
     // etcdctl holds: elect must not get in. (etcdctl gives its command no stdin.)
     let release = std::env::temp_dir().join(format!("elect-test-release-{}", std::process::id()));
     let _ = std::fs::remove_file(&release);
-    let script = format!("echo held; while [ ! -e {} ]; do sleep 0.01; done", release.display());
+    let script = format!(
+        "echo held; while [ ! -e {} ]; do sleep 0.01; done",
+        release.display()
+    );
     let mut etcdctl = etcd.etcdctl_command();
     etcdctl.args(["lock", "shared", "--", "sh", "-c", &script]);
     let mut theirs = Running::spawn(etcdctl);
     theirs.expect_line("held", 10 * SECOND);
-    let out = elect_run(&etcd.url(), "shared", &["-n"], "echo ran").output().unwrap();
-    assert_eq!(out.status.code(), Some(75), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = elect_run(&etcd.url(), "shared", &["-n"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not written by elect"), "{err}");
     std::fs::write(&release, "").unwrap();
@@ -126,14 +188,28 @@ fn etcdctl_lock_and_elect_exclude_each_other() {
     // elect holds: etcdctl must queue behind it and run only after it.
     let (mut ours, _) = hold(&etcd, "shared", &[]);
     let mut etcdctl = etcd.etcdctl_command();
-    etcdctl.args(["lock", "shared", "--", "sh", "-c", "echo start $(date +%s%N)"]);
+    etcdctl.args([
+        "lock",
+        "shared",
+        "--",
+        "sh",
+        "-c",
+        "echo start $(date +%s%N)",
+    ]);
     let mut theirs = Running::spawn(etcdctl);
     etcd.wait_keys("shared/", 2);
-    assert_eq!(theirs.try_line(), None, "etcdctl ran while elect held the lock");
+    assert_eq!(
+        theirs.try_line(),
+        None,
+        "etcdctl ran while elect held the lock"
+    );
     ours.send_line("done");
     let our_end: i128 = ours.expect_line("end", 10 * SECOND).parse().unwrap();
     let their_start: i128 = theirs.expect_line("start", 10 * SECOND).parse().unwrap();
-    assert!(their_start > our_end, "etcdctl started before elect's child ended");
+    assert!(
+        their_start > our_end,
+        "etcdctl started before elect's child ended"
+    );
     assert_eq!(ours.wait_code(10 * SECOND), 0);
 }
 
@@ -148,16 +224,30 @@ fn an_external_revoke_stops_the_child_at_once_and_exits_76() {
     let termed_at: i128 = holder.expect_line("term", 5 * SECOND).parse().unwrap();
     assert_eq!(holder.wait_code(10 * SECOND), 76);
     let line = holder.stderr_seen.join("\n");
-    assert!(line.contains("lost the lease on lock revoked") && line.contains(&etcd.url()), "{line}");
-    eprintln!("external revoke → child's SIGTERM: {:.1} ms", ms(termed_at - revoked_at));
-    assert!(termed_at - revoked_at < 5 * 1_000_000_000 / 2, "signal came after the lease could have expired");
+    assert!(
+        line.contains("lost the lease on lock revoked") && line.contains(&etcd.url()),
+        "{line}"
+    );
+    eprintln!(
+        "external revoke → child's SIGTERM: {:.1} ms",
+        ms(termed_at - revoked_at)
+    );
+    assert!(
+        termed_at - revoked_at < 5 * 1_000_000_000 / 2,
+        "signal came after the lease could have expired"
+    );
 }
 
 #[test]
 fn a_command_that_ignores_the_signal_is_killed_after_the_grace() {
     let etcd = Etcd::start();
     let script = r#"trap '' TERM; echo "lease $ELECT_LEASE_ID"; exec sleep 1000"#;
-    let mut holder = Running::spawn(elect_run(&etcd.url(), "stubborn", &["--ttl", "6s", "--grace", "1s"], script));
+    let mut holder = Running::spawn(elect_run(
+        &etcd.url(),
+        "stubborn",
+        &["--ttl", "6s", "--grace", "1s"],
+        script,
+    ));
     let lease = holder.expect_line("lease", 10 * SECOND);
     let pid = find_child(holder.pid(), "sleep");
     let death = Death::watch(pid);
@@ -166,8 +256,15 @@ fn a_command_that_ignores_the_signal_is_killed_after_the_grace() {
     let died_at = death.at(10 * SECOND);
     assert_eq!(holder.wait_code(10 * SECOND), 76);
     let took = died_at - revoked_at;
-    eprintln!("revoke → SIGKILL of a child ignoring SIGTERM: {:.1} ms (grace 1s)", ms(took));
-    assert!(took >= 900_000_000, "SIGKILL came before the grace ran out: {:.1} ms", ms(took));
+    eprintln!(
+        "revoke → SIGKILL of a child ignoring SIGTERM: {:.1} ms (grace 1s)",
+        ms(took)
+    );
+    assert!(
+        took >= 900_000_000,
+        "SIGKILL came before the grace ran out: {:.1} ms",
+        ms(took)
+    );
 }
 
 /// The pid of the process named `name` below `ancestor` (elect → guard → command).
@@ -176,9 +273,14 @@ fn find_child(ancestor: i32, name: &str) -> i32 {
     loop {
         let mut frontier = vec![ancestor];
         while let Some(pid) = frontier.pop() {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-            for child in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-                let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
                 if comm.trim() == name {
                     return child;
                 }
@@ -194,7 +296,12 @@ fn partition(mode: Mode) {
     let etcd = Etcd::start();
     let proxy = Proxy::start(&etcd.endpoint);
     let ttl = 3 * SECOND;
-    let mut first = Running::spawn(elect_run(&proxy.url(), "part", &["--ttl", "3s"], r#"echo "token $ELECT_TOKEN"; exec sleep 1000"#));
+    let mut first = Running::spawn(elect_run(
+        &proxy.url(),
+        "part",
+        &["--ttl", "3s"],
+        r#"echo "token $ELECT_TOKEN"; exec sleep 1000"#,
+    ));
     let first_token: u64 = first.expect_line("token", 10 * SECOND).parse().unwrap();
     let first_child = Death::watch(find_child(first.pid(), "sleep"));
 
@@ -212,8 +319,13 @@ fn partition(mode: Mode) {
     let died_at = first_child.at(10 * SECOND);
     let start = second.expect_line("start", 20 * SECOND);
     let (started_at, second_token) = start.split_once(' ').unwrap();
-    let (started_at, second_token): (i128, u64) = (started_at.parse().unwrap(), second_token.parse().unwrap());
-    assert_eq!(first.wait_code(10 * SECOND), 76, "the cut-off holder exits with the lost code");
+    let (started_at, second_token): (i128, u64) =
+        (started_at.parse().unwrap(), second_token.parse().unwrap());
+    assert_eq!(
+        first.wait_code(10 * SECOND),
+        76,
+        "the cut-off holder exits with the lost code"
+    );
     assert_eq!(second.wait_code(10 * SECOND), 0);
 
     eprintln!(
@@ -221,7 +333,10 @@ fn partition(mode: Mode) {
         ms(died_at - cut_at),
         ms(started_at - died_at)
     );
-    assert!(died_at < cut_at + ttl.as_nanos() as i128, "the child outlived the lease");
+    assert!(
+        died_at < cut_at + ttl.as_nanos() as i128,
+        "the child outlived the lease"
+    );
     assert!(started_at > died_at, "two children of one lock ran at once");
     assert!(second_token > first_token);
 }
@@ -241,22 +356,43 @@ fn if_elect_is_killed_nothing_it_started_survives() {
     let etcd = Etcd::start();
     let script = r#"sleep 1000 & echo "grandchild $!"; echo "child $$"; wait"#;
     let mut holder = Running::spawn(elect_run(&etcd.url(), "oom", &["--ttl", "2s"], script));
-    let grandchild = holder.expect_line("grandchild", 10 * SECOND).parse().unwrap();
+    let grandchild = holder
+        .expect_line("grandchild", 10 * SECOND)
+        .parse()
+        .unwrap();
     let child = holder.expect_line("child", 10 * SECOND).parse().unwrap();
     let (child_death, grandchild_death) = (Death::watch(child), Death::watch(grandchild));
 
     let killed_at = now_ns();
     holder.signal(libc::SIGKILL);
-    let gone = child_death.at(5 * SECOND).max(grandchild_death.at(5 * SECOND));
-    eprintln!("SIGKILL of elect → child and grandchild gone after {:.1} ms", ms(gone - killed_at));
+    let gone = child_death
+        .at(5 * SECOND)
+        .max(grandchild_death.at(5 * SECOND));
+    eprintln!(
+        "SIGKILL of elect → child and grandchild gone after {:.1} ms",
+        ms(gone - killed_at)
+    );
     assert!(!alive(child) && !alive(grandchild));
-    assert!(gone - killed_at < 1_000_000_000, "took {:.1} ms", ms(gone - killed_at));
+    assert!(
+        gone - killed_at < 1_000_000_000,
+        "took {:.1} ms",
+        ms(gone - killed_at)
+    );
 
     // The lease was not revoked: the next holder waits for it to expire.
     let started = Instant::now();
-    let out = elect_run(&etcd.url(), "oom", &["--wait", "10s"], "echo ran").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(started.elapsed() > Duration::from_millis(500), "acquired before the old lease expired");
+    let out = elect_run(&etcd.url(), "oom", &["--wait", "10s"], "echo ran")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "acquired before the old lease expired"
+    );
 }
 
 #[test]
@@ -274,20 +410,29 @@ fn signals_are_forwarded_and_the_exit_status_passes_through() {
     assert_eq!(holder.wait_code(10 * SECOND), 3);
     assert!(etcd.keys("sig/").is_empty());
 
-    let out = elect_run(&etcd.url(), "sig", &[], "exit 7").output().unwrap();
+    let out = elect_run(&etcd.url(), "sig", &[], "exit 7")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(7));
 }
 
 #[test]
 fn a_child_killed_by_a_signal_kills_elect_by_the_same_signal() {
     let etcd = Etcd::start();
-    let mut holder = Running::spawn(elect_run(&etcd.url(), "int", &[], "echo ready; exec sleep 1000"));
+    let mut holder = Running::spawn(elect_run(
+        &etcd.url(),
+        "int",
+        &[],
+        "echo ready; exec sleep 1000",
+    ));
     holder.expect_line("ready", 10 * SECOND);
     holder.signal(libc::SIGINT);
     let status = holder.wait(10 * SECOND);
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
 
-    let out = elect_run(&etcd.url(), "int", &[], "kill -KILL $$").output().unwrap();
+    let out = elect_run(&etcd.url(), "int", &[], "kill -KILL $$")
+        .output()
+        .unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));
     assert!(etcd.keys("int/").is_empty());
 }
@@ -306,14 +451,29 @@ fn commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind() {
         (plain.to_str().unwrap(), 126),
     ];
     for (command, code) in cases {
-        let out = elect().args(["run", "--store", &etcd.url(), "--lock", "noexec", "--", command]).output().unwrap();
+        let out = elect()
+            .args([
+                "run",
+                "--store",
+                &etcd.url(),
+                "--lock",
+                "noexec",
+                "--",
+                command,
+            ])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(code), "{command}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(command) && err.lines().count() == 1, "{err}");
     }
     assert!(etcd.keys("noexec/").is_empty());
     let leases = etcd.etcdctl(&["lease", "list"]);
-    assert_eq!(String::from_utf8_lossy(&leases.stdout).trim(), "found 0 leases", "no lease was granted");
+    assert_eq!(
+        String::from_utf8_lossy(&leases.stdout).trim(),
+        "found 0 leases",
+        "no lease was granted"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -321,7 +481,12 @@ fn commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind() {
 fn a_clean_exit_hands_over_in_milliseconds() {
     let etcd = Etcd::start();
     let (mut first, _) = hold(&etcd, "handover", &["--ttl", "10s"]);
-    let mut second = Running::spawn(elect_run(&etcd.url(), "handover", &["--ttl", "10s"], r#"echo "start $(date +%s%N)""#));
+    let mut second = Running::spawn(elect_run(
+        &etcd.url(),
+        "handover",
+        &["--ttl", "10s"],
+        r#"echo "start $(date +%s%N)""#,
+    ));
     etcd.wait_keys("handover/", 2);
     first.send_line("done");
     let ended: i128 = first.expect_line("end", 10 * SECOND).parse().unwrap();
@@ -331,21 +496,43 @@ fn a_clean_exit_hands_over_in_milliseconds() {
     let handover = started - ended;
     eprintln!("handover after a clean exit: {:.1} ms", ms(handover));
     assert!(handover > 0);
-    assert!(handover < 2_000_000_000, "handover took {:.1} ms: waited for the TTL?", ms(handover));
+    assert!(
+        handover < 2_000_000_000,
+        "handover took {:.1} ms: waited for the TTL?",
+        ms(handover)
+    );
 }
 
 #[test]
 fn an_unreachable_store_exits_69_naming_the_endpoint() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let url = format!("etcd://127.0.0.1:{port}");
     let out = elect()
-        .args(["run", "--store", &url, "--lock", "x", "--connect-timeout", "1s", "--", "echo", "ran"])
+        .args([
+            "run",
+            "--store",
+            &url,
+            "--lock",
+            "x",
+            "--connect-timeout",
+            "1s",
+            "--",
+            "echo",
+            "ran",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("127.0.0.1:{port}")) && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -356,20 +543,37 @@ fn bad_input_is_a_usage_or_configuration_error() {
         (&["--lock", "x", "--ttl", "0s"], 64, "too short"),
         (&["--lock", "x", "--ttl=-1s"], 64, "negative"),
         (&["--lock", "x", "--ttl", "15"], 64, "unit"),
-        (&["--lock", "x", "--ttl", "3s", "--grace", "2s"], 64, "does not fit"),
+        (
+            &["--lock", "x", "--ttl", "3s", "--grace", "2s"],
+            64,
+            "does not fit",
+        ),
         (&["--lock", "x", "--signal", "NOPE"], 64, "signal"),
-        (&["--lock", "x", "--wait", "1s", "--no-wait"], 64, "cannot be used"),
+        (
+            &["--lock", "x", "--wait", "1s", "--no-wait"],
+            64,
+            "cannot be used",
+        ),
         (&["--lock", "x", "--store", "zk://a:1"], 78, "unknown store"),
         (&["--lock", "x", "--store", "etcd://a:notaport"], 78, "port"),
     ];
     for (args, code, text) in cases {
-        let out = elect().arg("run").args(*args).args(["--", "true"]).output().unwrap();
+        let out = elect()
+            .arg("run")
+            .args(*args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
         assert!(err.contains(text), "{args:?}: {err}");
     }
     let out = elect().args(["run", "--lock", "x"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(64), "a missing command is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a missing command is a usage error"
+    );
 }
 
 #[test]

@@ -14,8 +14,9 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
 };
 use tokio::time::{sleep, timeout};
 
@@ -38,7 +39,11 @@ impl Etcd {
     ///
     /// `ping` is the HTTP/2 keep-alive interval: a connection that a
     /// partition left open is noticed within about twice that.
-    pub async fn connect(endpoints: &[String], ping: Duration, connect_timeout: Duration) -> Result<Self, StoreError> {
+    pub async fn connect(
+        endpoints: &[String],
+        ping: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let shown = format!("etcd://{}", endpoints.join(","));
         let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
         let options = ConnectOptions::new()
@@ -92,7 +97,10 @@ impl Store for Etcd {
                 Ok(Err(e)) => {
                     last_error = describe(&e);
                     if is_refusal(&e) {
-                        return Err(StoreError::unavailable(format!("{} refused the lease: {last_error}", self.shown)));
+                        return Err(StoreError::unavailable(format!(
+                            "{} refused the lease: {last_error}",
+                            self.shown
+                        )));
                     }
                     sleep(RETRY.min(give_up.remaining())).await;
                 }
@@ -107,7 +115,11 @@ fn describe(e: &etcd_client::Error) -> String {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             let msg = s.message();
-            if msg.is_empty() { format!("{:?}", s.code()) } else { msg.replace('\n', " ") }
+            if msg.is_empty() {
+                format!("{:?}", s.code())
+            } else {
+                msg.replace('\n', " ")
+            }
         }
         other => other.to_string().replace('\n', " "),
     }
@@ -151,7 +163,11 @@ impl EtcdLease {
                         // Compacted or cancelled by the server: look again.
                         return Ok(());
                     }
-                    if reply.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    if reply
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
                         return Ok(());
                     }
                 }
@@ -189,38 +205,55 @@ impl Lease for EtcdLease {
     }
 
     fn renewer(&self) -> EtcdRenewer {
-        EtcdRenewer { client: self.client.clone(), id: self.id, stream: None }
+        EtcdRenewer {
+            client: self.client.clone(),
+            id: self.id,
+            stream: None,
+        }
     }
 
     async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError> {
         let key = format!("{lock}/{:x}", self.id);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), record.to_json(), Some(PutOptions::new().with_lease(self.id)))])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                record.to_json(),
+                Some(PutOptions::new().with_lease(self.id)),
+            )])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let reply = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| StoreError::unavailable(format!("cannot queue for lock {lock}: {}", describe(&e))))?;
+        let reply = self.client.kv_client().txn(txn).await.map_err(|e| {
+            StoreError::unavailable(format!("cannot queue for lock {lock}: {}", describe(&e)))
+        })?;
         let token = if reply.succeeded() {
             reply.header().map_or(0, |h| h.revision())
         } else {
             // Our key exists already (a retried request): its creation is our place.
             match reply.op_responses().first() {
-                Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
+                Some(TxnOpResponse::Get(get)) => {
+                    get.kvs().first().map_or(0, |kv| kv.create_revision())
+                }
                 _ => 0,
             }
         };
         if token <= 0 {
             return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
         }
-        log::verbose(format_args!("queued for lock {lock} as {key} (token {token})"));
-        Ok(Ticket { key, token: token.unsigned_abs() })
+        log::verbose(format_args!(
+            "queued for lock {lock} as {key} (token {token})"
+        ));
+        Ok(Ticket {
+            key,
+            token: token.unsigned_abs(),
+        })
     }
 
-    async fn wait_turn(&self, lock: &str, ticket: &Ticket, until: Option<Instant>) -> Result<Turn, StoreError> {
+    async fn wait_turn(
+        &self,
+        lock: &str,
+        ticket: &Ticket,
+        until: Option<Instant>,
+    ) -> Result<Turn, StoreError> {
         let mine = i64::try_from(ticket.token).unwrap_or(i64::MAX);
         loop {
             // Our immediate predecessor: the newest key older than ours.
@@ -229,10 +262,18 @@ impl Lease for EtcdLease {
                 .with_keys_only()
                 .with_max_create_revision(mine - 1)
                 .with_sort(SortTarget::Create, SortOrder::Descend);
-            let reply = match self.client.kv_client().get(format!("{lock}/"), Some(options)).await {
+            let reply = match self
+                .client
+                .kv_client()
+                .get(format!("{lock}/"), Some(options))
+                .await
+            {
                 Ok(reply) => reply,
                 Err(e) => {
-                    log::verbose(format_args!("reading the queue of {lock} failed: {}", describe(&e)));
+                    log::verbose(format_args!(
+                        "reading the queue of {lock} failed: {}",
+                        describe(&e)
+                    ));
                     sleep(RETRY).await;
                     continue;
                 }
@@ -268,7 +309,10 @@ impl Lease for EtcdLease {
             match self.key_exists(&ticket.key).await {
                 Ok(Some(_)) => return Ok(Turn::First),
                 Ok(None) => {
-                    return Err(StoreError::gone(format!("{} vanished while waiting", ticket.key)));
+                    return Err(StoreError::gone(format!(
+                        "{} vanished while waiting",
+                        ticket.key
+                    )));
                 }
                 Err(e) => {
                     log::verbose(format_args!("checking {} failed: {e}", ticket.key));
@@ -288,11 +332,15 @@ impl Lease for EtcdLease {
             .get(format!("{lock}/"), Some(options))
             .await
             .map_err(|e| StoreError::unavailable(describe(&e)))?;
-        Ok(reply.kvs().iter().find(|kv| own_key(lock, kv)).map(|kv| Holder {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            token: kv.create_revision().unsigned_abs(),
-            record: HolderRecord::from_json(kv.value()),
-        }))
+        Ok(reply
+            .kvs()
+            .iter()
+            .find(|kv| own_key(lock, kv))
+            .map(|kv| Holder {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                token: kv.create_revision().unsigned_abs(),
+                record: HolderRecord::from_json(kv.value()),
+            }))
     }
 
     async fn lost(&self, ticket: &Ticket) -> String {
@@ -304,7 +352,12 @@ impl Lease for EtcdLease {
             }
             // The watch ended: a deletion, a compaction or a broken stream. Look.
             match self.key_exists(&ticket.key).await {
-                Ok(None) => return format!("{} was deleted from etcd (lease revoked or expired)", ticket.key),
+                Ok(None) => {
+                    return format!(
+                        "{} was deleted from etcd (lease revoked or expired)",
+                        ticket.key
+                    );
+                }
                 Ok(Some(revision)) => after = revision,
                 Err(e) => {
                     log::verbose(format_args!("checking {} failed: {e}", ticket.key));
@@ -347,7 +400,9 @@ impl Renewer for EtcdRenewer {
             Err(e) => Err(e),
         };
         match result {
-            Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(reply.ttl().unsigned_abs()))),
+            Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(
+                reply.ttl().unsigned_abs(),
+            ))),
             Ok(Some(_)) => Ok(Renewal::Gone),
             Ok(None) => {
                 self.stream = None;

@@ -27,7 +27,10 @@ pub const DEFAULT_STORE: &str = "etcd://127.0.0.1:2379";
 impl Location {
     /// Choose the store from `--store`/`ELECT_STORE`, else from
     /// `ETCDCTL_ENDPOINTS`, else the local default.
-    pub fn choose(store: Option<&str>, etcdctl_endpoints: Option<&str>) -> Result<Self, StoreError> {
+    pub fn choose(
+        store: Option<&str>,
+        etcdctl_endpoints: Option<&str>,
+    ) -> Result<Self, StoreError> {
         match (store, etcdctl_endpoints) {
             (Some(url), _) => Location::parse(url),
             (None, Some(list)) if !list.trim().is_empty() => Location::etcd_endpoints(list)
@@ -137,7 +140,10 @@ pub fn check_lock_name(name: &str) -> Result<(), String> {
         return Err("the lock name is empty".into());
     }
     if name.len() > MAX {
-        return Err(format!("the lock name is {} bytes long; the limit is {MAX}", name.len()));
+        return Err(format!(
+            "the lock name is {} bytes long; the limit is {MAX}",
+            name.len()
+        ));
     }
     if let Some(c) = name
         .chars()
@@ -206,7 +212,11 @@ impl fmt::Display for Holder {
                 "{} (pid {} on {}, since {}, token {})",
                 r.identity, r.pid, r.hostname, r.started, self.token
             ),
-            None => write!(f, "{} (not written by elect, token {})", self.key, self.token),
+            None => write!(
+                f,
+                "{} (not written by elect, token {})",
+                self.key, self.token
+            ),
         }
     }
 }
@@ -247,13 +257,22 @@ pub struct StoreError {
 
 impl StoreError {
     pub fn unavailable(message: impl Into<String>) -> Self {
-        StoreError { kind: ErrorKind::Unavailable, message: message.into() }
+        StoreError {
+            kind: ErrorKind::Unavailable,
+            message: message.into(),
+        }
     }
     pub fn config(message: impl Into<String>) -> Self {
-        StoreError { kind: ErrorKind::Config, message: message.into() }
+        StoreError {
+            kind: ErrorKind::Config,
+            message: message.into(),
+        }
     }
     pub fn gone(message: impl Into<String>) -> Self {
-        StoreError { kind: ErrorKind::Gone, message: message.into() }
+        StoreError {
+            kind: ErrorKind::Gone,
+            message: message.into(),
+        }
     }
 }
 
@@ -290,7 +309,12 @@ pub trait Lease {
     /// `until` has passed, after at least one full look at the queue.
     /// Retries transient errors itself; fails with [`ErrorKind::Gone`] if
     /// the ticket vanished.
-    async fn wait_turn(&self, lock: &str, ticket: &Ticket, until: Option<Instant>) -> Result<Turn, StoreError>;
+    async fn wait_turn(
+        &self,
+        lock: &str,
+        ticket: &Ticket,
+        until: Option<Instant>,
+    ) -> Result<Turn, StoreError>;
     /// The current holder of `lock`, if any.
     async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError>;
     /// Return when the store says `ticket` is gone (deleted, revoked, expired).
@@ -311,16 +335,39 @@ mod tests {
     use super::*;
 
     fn etcd(eps: &[&str]) -> Location {
-        Location::Etcd { endpoints: eps.iter().map(|s| s.to_string()).collect() }
+        Location::Etcd {
+            endpoints: eps.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     #[test]
     fn store_urls() {
-        assert_eq!(Location::parse("etcd://127.0.0.1:2379").unwrap(), etcd(&["127.0.0.1:2379"]));
-        assert_eq!(Location::parse("etcd://a:1,b").unwrap(), etcd(&["a:1", "b:2379"]));
-        assert_eq!(Location::parse("etcd://[::1]:23").unwrap(), etcd(&["[::1]:23"]));
-        assert_eq!(Location::parse("etcd://a:1,b").unwrap().to_string(), "etcd://a:1,b:2379");
-        for bad in ["", "etcd://", "etcd://:1", "etcd://a:0", "etcd://a:x", "etcd://a,,b", "zk://a", "a:1"] {
+        assert_eq!(
+            Location::parse("etcd://127.0.0.1:2379").unwrap(),
+            etcd(&["127.0.0.1:2379"])
+        );
+        assert_eq!(
+            Location::parse("etcd://a:1,b").unwrap(),
+            etcd(&["a:1", "b:2379"])
+        );
+        assert_eq!(
+            Location::parse("etcd://[::1]:23").unwrap(),
+            etcd(&["[::1]:23"])
+        );
+        assert_eq!(
+            Location::parse("etcd://a:1,b").unwrap().to_string(),
+            "etcd://a:1,b:2379"
+        );
+        for bad in [
+            "",
+            "etcd://",
+            "etcd://:1",
+            "etcd://a:0",
+            "etcd://a:x",
+            "etcd://a,,b",
+            "zk://a",
+            "a:1",
+        ] {
             let err = Location::parse(bad).unwrap_err();
             assert_eq!(err.kind, ErrorKind::Config, "{bad}");
         }
@@ -330,9 +377,18 @@ mod tests {
 
     #[test]
     fn store_choice_order() {
-        assert_eq!(Location::choose(Some("etcd://a:1"), Some("b:2")).unwrap(), etcd(&["a:1"]));
-        assert_eq!(Location::choose(None, Some("http://b:2,c:3")).unwrap(), etcd(&["b:2", "c:3"]));
-        assert_eq!(Location::choose(None, None).unwrap(), etcd(&["127.0.0.1:2379"]));
+        assert_eq!(
+            Location::choose(Some("etcd://a:1"), Some("b:2")).unwrap(),
+            etcd(&["a:1"])
+        );
+        assert_eq!(
+            Location::choose(None, Some("http://b:2,c:3")).unwrap(),
+            etcd(&["b:2", "c:3"])
+        );
+        assert_eq!(
+            Location::choose(None, None).unwrap(),
+            etcd(&["127.0.0.1:2379"])
+        );
     }
 
     #[test]
@@ -340,7 +396,9 @@ mod tests {
         for good in ["nightly", "db-maint", "a.b_c", "/locks/nightly", "jobs/x"] {
             assert!(check_lock_name(good).is_ok(), "{good}");
         }
-        for bad in ["", "a b", "a//b", "a/", "/", "../x", "a/./b", "a\0b", "ä", "a\nb"] {
+        for bad in [
+            "", "a b", "a//b", "a/", "/", "../x", "a/./b", "a\0b", "ä", "a\nb",
+        ] {
             assert!(check_lock_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_lock_name(&"x".repeat(201)).is_err());

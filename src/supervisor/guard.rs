@@ -199,9 +199,10 @@ impl Guard {
             if let Some(at) = self.next_alarm() {
                 let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
                 // Re-arming also clears an expiry we have acted on.
-                let _ = self
-                    .timer
-                    .set(Expiration::OneShot(when), TimerSetTimeFlags::TFD_TIMER_ABSTIME);
+                let _ = self.timer.set(
+                    Expiration::OneShot(when),
+                    TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                );
             } else {
                 let _ = self.timer.unset();
             }
@@ -236,7 +237,11 @@ impl Guard {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
         }
         // Without a pidfd (kernels before 5.3) look at the child now and then.
-        let timeout = if self.pidfd.is_some() { PollTimeout::NONE } else { PollTimeout::from(50u16) };
+        let timeout = if self.pidfd.is_some() {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::from(50u16)
+        };
         match poll(&mut fds, timeout) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
@@ -290,11 +295,9 @@ impl Guard {
             let record: [u8; SIZE] = self.inbox[..SIZE].try_into().expect("SIZE bytes");
             self.inbox.drain(..SIZE);
             match Message::decode(&record) {
-                Some(Message::Deadline(ns)) => {
-                    // Once the stop has begun it is final: never un-stop.
-                    if self.kill_at.is_none() {
-                        self.deadline = self.deadline.max(Instant::from_nanos(ns));
-                    }
+                // Once the stop has begun it is final: never un-stop.
+                Some(Message::Deadline(ns)) if self.kill_at.is_none() => {
+                    self.deadline = self.deadline.max(Instant::from_nanos(ns));
                 }
                 Some(Message::Stop) => self.begin_stop(Instant::now()),
                 Some(Message::Signal(n)) => {
@@ -312,7 +315,10 @@ impl Guard {
         // WNOWAIT: the child stays a zombie, so its pid, and with it the
         // process group id, cannot be reused while we clean up the group.
         matches!(
-            waitid(Id::Pid(self.child), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT),
+            waitid(
+                Id::Pid(self.child),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
+            ),
             Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
         )
     }
@@ -354,11 +360,19 @@ mod tests {
 
     #[test]
     fn orders_round_trip() {
-        let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500), Instant::from_nanos(42));
+        let mut a = args(
+            7,
+            Signal::SIGINT,
+            Duration::from_millis(1500),
+            Instant::from_nanos(42),
+        );
         a.push("sh".into());
         a.push("-c".into());
         let o = parse(&a).unwrap();
-        assert_eq!((o.socket, o.signal, o.grace), (7, Signal::SIGINT, Duration::from_millis(1500)));
+        assert_eq!(
+            (o.socket, o.signal, o.grace),
+            (7, Signal::SIGINT, Duration::from_millis(1500))
+        );
         assert_eq!(o.deadline, Instant::from_nanos(42));
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
         assert!(parse(&a[..6]).is_none(), "a command is required");

@@ -98,7 +98,12 @@ impl Supervisor {
         drop(theirs);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
-        let mut supervisor = Supervisor { socket, inbox: Vec::new(), guard, pid: 0 };
+        let mut supervisor = Supervisor {
+            socket,
+            inbox: Vec::new(),
+            guard,
+            pid: 0,
+        };
         match supervisor.receive().await {
             Some(Message::Started(pid)) => {
                 supervisor.pid = pid;
@@ -110,7 +115,9 @@ impl Supervisor {
             }
             _ => {
                 let _ = supervisor.guard.wait().await;
-                Err(SpawnError::Guard(io::Error::other("the guard process failed to start")))
+                Err(SpawnError::Guard(io::Error::other(
+                    "the guard process failed to start",
+                )))
             }
         }
     }
@@ -140,7 +147,9 @@ impl Supervisor {
         match self.receive().await {
             Some(Message::Stopping) => Event::Stopping,
             Some(Message::Exited(code)) => Event::Ended(Ending::Exited(code)),
-            Some(Message::Killed(n)) => Event::Ended(Ending::Killed(Signal::try_from(n).unwrap_or(Signal::SIGKILL))),
+            Some(Message::Killed(n)) => Event::Ended(Ending::Killed(
+                Signal::try_from(n).unwrap_or(Signal::SIGKILL),
+            )),
             _ => {
                 // The guard died without a report; it only does so if killed,
                 // and then its parent-death signal has killed the command.

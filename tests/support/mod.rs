@@ -18,7 +18,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Nanoseconds since the epoch on the wall clock, as `date +%s%N` prints.
 /// Every process in a test runs on this one machine, so these compare.
 pub fn now_ns() -> i128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
 }
 
 pub fn ms(ns: i128) -> f64 {
@@ -26,7 +29,11 @@ pub fn ms(ns: i128) -> f64 {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -62,7 +69,8 @@ impl Etcd {
         let etcd = tool("ELECT_TEST_ETCD", "etcd", "etcd-server");
         for _attempt in 0..5 {
             let (client, peer) = (free_port(), free_port());
-            let dir = std::env::temp_dir().join(format!("elect-test-etcd-{}-{client}", std::process::id()));
+            let dir = std::env::temp_dir()
+                .join(format!("elect-test-etcd-{}-{client}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             let endpoint = format!("127.0.0.1:{client}");
@@ -83,12 +91,19 @@ impl Etcd {
                 .stderr(log)
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", etcd.display()));
-            let mut etcd = Etcd { process, endpoint, dir };
+            let mut etcd = Etcd {
+                process,
+                endpoint,
+                dir,
+            };
             if etcd.wait_healthy() {
                 return etcd;
             }
         }
-        panic!("etcd did not become healthy; see its log in {}", std::env::temp_dir().display());
+        panic!(
+            "etcd did not become healthy; see its log in {}",
+            std::env::temp_dir().display()
+        );
     }
 
     fn wait_healthy(&mut self) -> bool {
@@ -124,7 +139,11 @@ impl Etcd {
     /// Keys under `prefix`, in create order.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
         let out = self.etcdctl(&["get", "--prefix", "--keys-only", "--sort-by=CREATE", prefix]);
-        assert!(out.status.success(), "etcdctl get: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "etcdctl get: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -141,7 +160,10 @@ impl Etcd {
             if keys.len() == n {
                 return;
             }
-            assert!(Instant::now() < give_up, "expected {n} keys under {prefix}, found {keys:?}");
+            assert!(
+                Instant::now() < give_up,
+                "expected {n} keys under {prefix}, found {keys:?}"
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }
@@ -206,7 +228,14 @@ impl Running {
         let stdout = lines(child.stdout.take().unwrap());
         let stderr = lines(child.stderr.take().unwrap());
         let stdin = child.stdin.take();
-        Running { child, stdin, stdout, stderr, stderr_seen: Vec::new(), started }
+        Running {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            stderr_seen: Vec::new(),
+            started,
+        }
     }
 
     pub fn pid(&self) -> i32 {
@@ -226,11 +255,17 @@ impl Running {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.drain_stderr();
-                    panic!("no line '{prefix}…' within {within:?}; stderr: {:?}", self.stderr_seen)
+                    panic!(
+                        "no line '{prefix}…' within {within:?}; stderr: {:?}",
+                        self.stderr_seen
+                    )
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.drain_stderr();
-                    panic!("stdout closed before '{prefix}…'; stderr: {:?}", self.stderr_seen)
+                    panic!(
+                        "stdout closed before '{prefix}…'; stderr: {:?}",
+                        self.stderr_seen
+                    )
                 }
             }
         }
@@ -253,7 +288,10 @@ impl Running {
                         return line;
                     }
                 }
-                Err(_) => panic!("no stderr line with '{text}' within {within:?}; saw {:?}", self.stderr_seen),
+                Err(_) => panic!(
+                    "no stderr line with '{text}' within {within:?}; saw {:?}",
+                    self.stderr_seen
+                ),
             }
         }
     }
@@ -289,7 +327,10 @@ impl Running {
             if Instant::now() >= give_up {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!("still running after {within:?}; stderr: {}", self.drain_stderr());
+                panic!(
+                    "still running after {within:?}; stderr: {}",
+                    self.drain_stderr()
+                );
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -297,9 +338,13 @@ impl Running {
 
     pub fn wait_code(&mut self, within: Duration) -> i32 {
         let status = self.wait(within);
-        status
-            .code()
-            .unwrap_or_else(|| panic!("killed by signal {:?}; stderr: {:?}", status.signal(), self.stderr_seen))
+        status.code().unwrap_or_else(|| {
+            panic!(
+                "killed by signal {:?}; stderr: {:?}",
+                status.signal(),
+                self.stderr_seen
+            )
+        })
     }
 }
 
@@ -325,7 +370,11 @@ impl Death {
         let (tx, rx) = channel();
         thread::spawn(move || {
             use std::os::fd::AsRawFd;
-            let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             loop {
                 // SAFETY: one valid pollfd.
                 let r = unsafe { libc::poll(&mut pfd, 1, -1) };
@@ -352,7 +401,9 @@ pub fn alive(pid: i32) -> bool {
         return false;
     };
     // The state follows the parenthesized command name.
-    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+    let state = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start().chars().next());
     !matches!(state, Some(Some('Z' | 'X')))
 }
 

@@ -54,7 +54,11 @@ impl Proxy {
                     conns.push(client.try_clone().unwrap());
                     conns.push(server.try_clone().unwrap());
                 }
-                pump(s.clone(), client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(
+                    s.clone(),
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                );
                 pump(s.clone(), server, client);
             }
         });
@@ -80,7 +84,10 @@ impl Proxy {
 /// that the pump drops its descriptors: the last close sends the RST.
 fn reset(stream: &TcpStream) {
     use std::os::fd::AsRawFd;
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: setsockopt with a valid linger struct on an open socket.
     unsafe {
         libc::setsockopt(

@@ -1,0 +1,49 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_elect_global_optspecs
+    string join \n q/quiet v/verbose h/help V/version
+end
+
+function __fish_elect_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_elect_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_elect_using_subcommand
+    set -l cmd (__fish_elect_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c elect -n "__fish_elect_needs_command" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_needs_command" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_needs_command" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_needs_command" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...]' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live. A lost holder\'s command is dead before this runs out' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, or "forever"' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l signal -d 'First signal sent to COMMAND\'s process group when the lease is lost' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l busy-exit-code -d 'Exit code when the lock was not acquired within --wait' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'Exit code when the lease was lost and COMMAND was stopped' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0)'
+complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
