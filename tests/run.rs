@@ -589,3 +589,124 @@ fn ctrl_c_while_waiting_leaves_the_queue_at_once() {
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
 }
+
+#[test]
+fn an_unreachable_endpoint_among_reachable_ones_is_skipped() {
+    let etcd = Etcd::start();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = format!("etcd://127.0.0.1:{dead},{}", etcd.endpoint);
+    for _ in 0..5 {
+        let out = elect_run(&store, "multi", &["--ttl", "2s"], "echo ran")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_child_starts_with_default_signal_handling_whatever_elect_inherited() {
+    use std::os::unix::process::CommandExt;
+    let etcd = Etcd::start();
+    let mut command = elect();
+    command.args([
+        "run",
+        "--store",
+        &etcd.url(),
+        "--lock",
+        "sigmask",
+        "--",
+        "grep",
+        "-E",
+        "^Sig(Blk|Ign)",
+        "/proc/self/status",
+    ]);
+    // SAFETY: signal and sigprocmask are async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGALRM, libc::SIG_IGN);
+            libc::signal(libc::SIGTSTP, libc::SIG_IGN);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        status,
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+    );
+}
+
+#[test]
+fn a_stopped_child_is_continued_so_it_can_act_on_the_signal() {
+    let etcd = Etcd::start();
+    let script = r#"echo "lease $ELECT_LEASE_ID"; exec sleep 1000"#;
+    let mut holder = Running::spawn(elect_run(
+        &etcd.url(),
+        "stopped",
+        &["--ttl", "9s", "--grace", "4s"],
+        script,
+    ));
+    let lease = holder.expect_line("lease", 10 * SECOND);
+    let sleeper = find_child(holder.pid(), "sleep");
+    let death = Death::watch(sleeper);
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(sleeper, libc::SIGSTOP) }, 0);
+    let revoked_at = now_ns();
+    assert!(etcd.etcdctl(&["lease", "revoke", &lease]).status.success());
+    let took = death.at(10 * SECOND) - revoked_at;
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+    eprintln!(
+        "a stopped child died {:.1} ms after the revoke (grace 4s)",
+        ms(took)
+    );
+    assert!(
+        took < 2_000_000_000,
+        "the stopped child only died of SIGKILL after the grace"
+    );
+}
+
+#[test]
+fn the_guard_stops_the_child_on_time_even_if_elect_is_frozen() {
+    let etcd = Etcd::start();
+    let ttl_ns = 2_000_000_000;
+    let mut holder = Running::spawn(elect_run(
+        &etcd.url(),
+        "frozen",
+        &["--ttl", "2s"],
+        "echo ready; exec sleep 1000",
+    ));
+    holder.expect_line("ready", 10 * SECOND);
+    let death = Death::watch(find_child(holder.pid(), "sleep"));
+    let frozen_at = now_ns();
+    holder.signal(libc::SIGSTOP);
+    let died_at = death.at(10 * SECOND);
+    eprintln!(
+        "elect frozen: its child was stopped {:.0} ms later (TTL 2s)",
+        ms(died_at - frozen_at)
+    );
+    assert!(
+        died_at < frozen_at + ttl_ns,
+        "the child outlived the lease while elect was frozen"
+    );
+    holder.signal(libc::SIGCONT);
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+}

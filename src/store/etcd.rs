@@ -25,7 +25,7 @@ use crate::clock::Instant;
 use crate::log;
 
 /// Pause between retries of a failed read or watch while waiting.
-const RETRY: Duration = Duration::from_millis(200);
+const RETRY: Duration = Duration::from_millis(100);
 
 #[derive(Clone)]
 pub struct Etcd {
@@ -65,47 +65,69 @@ impl Store for Etcd {
         // etcd grants whole seconds; ask for at least what the user asked.
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
-        let give_up = Instant::now() + within;
-        let mut last_error = String::from("no answer");
-        let mut lease = self.client.lease_client();
-        loop {
-            let left = give_up.remaining();
-            if left.is_zero() {
-                return Err(StoreError::unavailable(format!(
-                    "cannot reach {} within {}: {last_error}",
-                    self.shown,
-                    humantime::format_duration(within)
-                )));
+        let (granted_at, reply) = retry(within, || {
+            let mut lease = self.client.lease_client();
+            async move {
+                let sent = Instant::now();
+                lease.grant(secs, None).await.map(|reply| (sent, reply))
             }
-            let sent = Instant::now();
-            match timeout(left, lease.grant(secs, None)).await {
-                Ok(Ok(reply)) if reply.ttl() > 0 => {
-                    log::verbose(format_args!(
-                        "connected to {}; lease {:x} granted for {}s",
-                        self.shown,
-                        reply.id(),
-                        reply.ttl()
-                    ));
-                    return Ok(EtcdLease {
-                        client: self.client.clone(),
-                        id: reply.id(),
-                        ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
-                        granted_at: sent,
-                    });
-                }
-                Ok(Ok(reply)) => last_error = format!("lease refused: {}", reply.error()),
-                Ok(Err(e)) => {
-                    last_error = describe(&e);
-                    if is_refusal(&e) {
-                        return Err(StoreError::unavailable(format!(
-                            "{} refused the lease: {last_error}",
-                            self.shown
-                        )));
-                    }
-                    sleep(RETRY.min(give_up.remaining())).await;
-                }
-                Err(_) => {}
+        })
+        .await
+        .map_err(|e| {
+            StoreError::unavailable(format!(
+                "cannot reach {} within {}: {e}; is etcd running there? (--store, ELECT_STORE)",
+                self.shown,
+                humantime::format_duration(within)
+            ))
+        })?;
+        if reply.ttl() <= 0 {
+            return Err(StoreError::unavailable(format!(
+                "{} refused the lease: {}",
+                self.shown,
+                reply.error()
+            )));
+        }
+        log::verbose(format_args!(
+            "connected to {}; lease {:x} granted for {}s",
+            self.shown,
+            reply.id(),
+            reply.ttl()
+        ));
+        Ok(EtcdLease {
+            client: self.client.clone(),
+            id: reply.id(),
+            ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
+            granted_at,
+            patience: within,
+        })
+    }
+}
+
+/// Run `op` until it succeeds, fails in a way retrying cannot fix, or
+/// `patience` has passed. With several endpoints, a retry may reach another.
+async fn retry<T, F, Fut>(patience: Duration, mut op: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let give_up = Instant::now() + patience;
+    let mut backoff = Duration::from_millis(25);
+    let mut last = String::from("no answer");
+    loop {
+        let left = give_up.remaining();
+        if left.is_zero() {
+            return Err(last);
+        }
+        match timeout(left, op()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if is_refusal(&e) => return Err(describe(&e)),
+            Ok(Err(e)) => {
+                last = describe(&e);
+                log::verbose(format_args!("etcd request failed, retrying: {last}"));
+                sleep(backoff.min(give_up.remaining())).await;
+                backoff = (backoff * 2).min(RETRY);
             }
+            Err(_) => {}
         }
     }
 }
@@ -137,6 +159,8 @@ pub struct EtcdLease {
     id: i64,
     ttl: Duration,
     granted_at: Instant,
+    /// How long to keep retrying a request before giving up.
+    patience: Duration,
 }
 
 /// Keys of `lock` itself, not of locks nested under it (`a/b` under `a`).
@@ -178,12 +202,12 @@ impl EtcdLease {
     }
 
     async fn key_exists(&self, key: &str) -> Result<Option<i64>, StoreError> {
-        let reply = self
-            .client
-            .kv_client()
-            .get(key, Some(GetOptions::new().with_keys_only()))
-            .await
-            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        let reply = retry(self.patience, || {
+            let mut kv = self.client.kv_client();
+            async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
+        })
+        .await
+        .map_err(StoreError::unavailable)?;
         let revision = reply.header().map_or(0, |h| h.revision());
         Ok(reply.kvs().first().map(|_| revision))
     }
@@ -222,9 +246,14 @@ impl Lease for EtcdLease {
                 Some(PutOptions::new().with_lease(self.id)),
             )])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let reply = self.client.kv_client().txn(txn).await.map_err(|e| {
-            StoreError::unavailable(format!("cannot queue for lock {lock}: {}", describe(&e)))
-        })?;
+        // Retrying is safe: a second attempt finds our key and its place.
+        let reply = retry(self.patience, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(|e| StoreError::unavailable(format!("cannot queue for lock {lock}: {e}")))?;
         let token = if reply.succeeded() {
             reply.header().map_or(0, |h| h.revision())
         } else {
@@ -262,18 +291,16 @@ impl Lease for EtcdLease {
                 .with_keys_only()
                 .with_max_create_revision(mine - 1)
                 .with_sort(SortTarget::Create, SortOrder::Descend);
-            let reply = match self
-                .client
-                .kv_client()
-                .get(format!("{lock}/"), Some(options))
-                .await
+            let reply = match retry(self.patience, || {
+                let mut kv = self.client.kv_client();
+                let options = options.clone();
+                async move { kv.get(format!("{lock}/"), Some(options)).await }
+            })
+            .await
             {
                 Ok(reply) => reply,
                 Err(e) => {
-                    log::verbose(format_args!(
-                        "reading the queue of {lock} failed: {}",
-                        describe(&e)
-                    ));
+                    log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
                     sleep(RETRY).await;
                     continue;
                 }
@@ -326,12 +353,13 @@ impl Lease for EtcdLease {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let reply = self
-            .client
-            .kv_client()
-            .get(format!("{lock}/"), Some(options))
-            .await
-            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        let reply = retry(self.patience, || {
+            let mut kv = self.client.kv_client();
+            let options = options.clone();
+            async move { kv.get(format!("{lock}/"), Some(options)).await }
+        })
+        .await
+        .map_err(StoreError::unavailable)?;
         Ok(reply
             .kvs()
             .iter()
@@ -368,12 +396,17 @@ impl Lease for EtcdLease {
     }
 
     async fn release(&self) -> Result<(), StoreError> {
-        self.client
-            .lease_client()
-            .revoke(self.id)
-            .await
-            .map(|_| ())
-            .map_err(|e| StoreError::unavailable(describe(&e)))
+        let revoked = retry(self.patience, || {
+            let mut lease = self.client.lease_client();
+            async move { lease.revoke(self.id).await }
+        })
+        .await;
+        match revoked {
+            Ok(_) => Ok(()),
+            // Revoking a lease that already expired is not a failure.
+            Err(e) if e.contains("not found") => Ok(()),
+            Err(e) => Err(StoreError::unavailable(e)),
+        }
     }
 }
 

@@ -149,7 +149,7 @@ impl Guard {
                 // parent or elect itself ignored or blocked.
                 for sig in 1..=rt_max {
                     if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                        libc::signal(sig, libc::SIG_DFL);
+                        reset_disposition(sig);
                     }
                 }
                 let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -336,6 +336,36 @@ impl Guard {
         };
         let _ = self.socket.write_all(&report.encode());
         0
+    }
+}
+
+/// Set `sig` to its default action with the raw system call: glibc's
+/// wrappers refuse the two real-time signals it reserves (32 and 33), which
+/// an ignoring parent may still have passed on. Async-signal-safe.
+fn reset_disposition(sig: i32) {
+    /// The kernel's `struct sigaction` (x86_64, aarch64 and the generic ABI).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: libc::c_ulong,
+        flags: libc::c_ulong,
+        restorer: libc::c_ulong,
+        mask: u64,
+    }
+    let action = KernelSigaction {
+        handler: libc::SIG_DFL as libc::c_ulong,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: a valid struct for the kernel ABI and a null old-action pointer.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &action as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            std::mem::size_of::<u64>(),
+        );
     }
 }
 
