@@ -324,8 +324,13 @@ impl Job {
             return false;
         }
         log::error(format_args!(
-            "lost the lease on lock {} at {}: {reason}; stopping the command with {}",
-            self.lock, self.location, self.signal
+            "lost the lease on lock {} at {}: {reason}; stopping the command with {}, \
+             SIGKILL within {}; exiting {} (check the connection to the store)",
+            self.lock,
+            self.location,
+            self.signal,
+            show(self.timing.grace()),
+            self.lost_code
         ));
         *lost = Some(reason);
         true
