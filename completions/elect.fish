@@ -31,7 +31,7 @@ complete -c elect -n "__fish_elect_needs_command" -s V -l version -d 'Print vers
 complete -c elect -n "__fish_elect_needs_command" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...]' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live. A lost holder\'s command is dead before this runs out' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, or "forever"' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r

@@ -79,7 +79,8 @@ pub struct RunArgs {
     #[arg(short, long, value_name = "NAME")]
     pub lock: String,
 
-    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...].
+    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this
+    /// host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect).
     ///
     /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
     #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]

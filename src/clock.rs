@@ -16,6 +16,9 @@ use nix::time::{ClockId, clock_gettime};
 pub struct Instant(Duration);
 
 impl Instant {
+    /// Later than anything elect will live to see, and still a valid timer value.
+    pub const FAR_FUTURE: Instant = Instant(Duration::from_secs(1 << 40));
+
     pub fn now() -> Self {
         let ts =
             clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");

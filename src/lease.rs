@@ -115,6 +115,9 @@ impl Timing {
     }
 }
 
+/// The deadline of a lease that does not expire by time.
+pub const NEVER: Instant = Instant::FAR_FUTURE;
+
 /// Durations as users write them.
 pub fn show(d: Duration) -> String {
     let rounded = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -124,8 +127,8 @@ pub fn show(d: Duration) -> String {
 /// Why the lease is gone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Loss {
-    /// The store said so.
-    Gone,
+    /// The store said so, for this reason.
+    Gone(String),
     /// No renewal was confirmed in time.
     Expired { last_confirmed: Instant },
 }
@@ -151,10 +154,11 @@ pub async fn sleep_until(at: Instant) {
 pub async fn keep<R: Renewer>(
     renewer: &mut R,
     timing: Timing,
+    granted_at: Instant,
     deadline: &watch::Sender<Instant>,
 ) -> Loss {
     const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-    let mut last_confirmed = *deadline.borrow() + timing.margin() - timing.ttl();
+    let mut last_confirmed = granted_at;
     let mut next = last_confirmed + timing.renew_every();
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -179,7 +183,12 @@ pub async fn keep<R: Renewer>(
                     show(new.remaining())
                 ));
             }
-            Ok(Ok(Renewal::Gone)) => return Loss::Gone,
+            Ok(Ok(Renewal::Held)) => {
+                last_confirmed = sent;
+                next = sent + timing.renew_every();
+                backoff = FIRST_BACKOFF;
+            }
+            Ok(Ok(Renewal::Gone(why))) => return Loss::Gone(why),
             Ok(Err(e)) => {
                 log::verbose(format_args!(
                     "renewal failed, retrying in {}: {e}",

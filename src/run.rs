@@ -26,9 +26,8 @@ use crate::exit::{Code, Outcome};
 use crate::lease::{self, Loss, Timing, show};
 use crate::log;
 use crate::store::etcd::Etcd;
-use crate::store::{
-    self, ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn,
-};
+use crate::store::file::FileStore;
+use crate::store::{ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn};
 use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
@@ -72,6 +71,10 @@ pub async fn run(args: RunArgs) -> Outcome {
                 Err(e) => job.store_failed(&e),
             }
         }
+        Location::File { dir, network_fs_ok } => match FileStore::open(dir, *network_fs_ok) {
+            Ok(store) => job.run_on(&store, &mut signals).await,
+            Err(e) => job.store_failed(&e),
+        },
     }
 }
 
@@ -83,7 +86,6 @@ fn failure(args: std::fmt::Arguments<'_>) -> Outcome {
 impl Job {
     fn check(args: RunArgs) -> Result<Job, (Code, String)> {
         let usage = |m: String| (Code::Usage, m);
-        store::check_lock_name(&args.lock).map_err(usage)?;
         let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
         if args.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be longer than zero".into()));
@@ -102,6 +104,7 @@ impl Job {
         let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
         let location = Location::choose(args.store.as_deref(), etcdctl.as_deref())
             .map_err(|e| (Code::Config, e.message))?;
+        location.check_lock_name(&args.lock).map_err(usage)?;
         let identity = args.identity.clone().unwrap_or_else(hostname);
         Ok(Job {
             lock: args.lock,
@@ -146,7 +149,7 @@ impl Job {
             Wait::For(d) => Some(Instant::now() + d),
         };
         // Queue; if the lease is lost while queued (a long partition), queue again.
-        let (lease, ticket, timing, mut keep, deadline) = loop {
+        let (acquired, mut keep, deadline) = loop {
             let granted = tokio::select! {
                 granted = store.grant(self.timing.ttl(), self.connect_timeout) => granted,
                 sig = signals.terminating() => return Outcome::Raise(sig),
@@ -155,14 +158,32 @@ impl Job {
                 Ok(lease) => lease,
                 Err(e) => return self.store_failed(&e),
             };
-            let timing = self.timing.granted(lease.ttl());
-            let (deadline_tx, deadline) =
-                watch::channel(timing.deadline(lease.granted_at(), lease.ttl()));
+            let (timing, first_deadline) = match lease.ttl() {
+                Some(ttl) => {
+                    let timing = self.timing.granted(ttl);
+                    (timing, timing.deadline(lease.granted_at(), ttl))
+                }
+                None => (self.timing, lease::NEVER),
+            };
+            let (deadline_tx, deadline) = watch::channel(first_deadline);
             let mut renewer = lease.renewer();
-            let mut keep: Pin<Box<dyn Future<Output = Loss>>> =
-                Box::pin(async move { lease::keep(&mut renewer, timing, &deadline_tx).await });
+            let granted_at = lease.granted_at();
+            let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(async move {
+                lease::keep(&mut renewer, timing, granted_at, &deadline_tx).await
+            });
             match self.queue(&lease, &mut keep, give_up, signals).await {
-                Queued::First(ticket) => break (lease, ticket, timing, keep, deadline),
+                Queued::First(ticket, token) => {
+                    break (
+                        Acquired {
+                            lease,
+                            ticket,
+                            token,
+                            timing,
+                        },
+                        keep,
+                        deadline,
+                    );
+                }
                 Queued::Again(reason) => {
                     log::verbose(format_args!(
                         "lost our place in the queue ({reason}); queueing again"
@@ -177,13 +198,11 @@ impl Job {
         };
         log::verbose(format_args!(
             "acquired lock {} with token {}",
-            self.lock, ticket.token
+            self.lock, acquired.token
         ));
-        let outcome = self
-            .hold(&lease, &ticket, timing, &mut keep, deadline, signals)
-            .await;
+        let outcome = self.hold(&acquired, &mut keep, deadline, signals).await;
         drop(keep);
-        release(&lease).await;
+        release(&acquired.lease).await;
         log::verbose(format_args!("released lock {}", self.lock));
         outcome
     }
@@ -208,7 +227,7 @@ impl Job {
         };
         tokio::select! {
             turn = lease.wait_turn(&self.lock, &ticket, give_up) => match turn {
-                Ok(Turn::First) => Queued::First(ticket),
+                Ok(Turn::First(token)) => Queued::First(ticket, token),
                 Ok(Turn::Busy) => Queued::Done(self.busy(lease).await),
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
                 Err(e) => Queued::Done(self.store_failed(&e)),
@@ -241,17 +260,21 @@ impl Job {
     /// Run the command while the lease holds.
     async fn hold<L: Lease>(
         &self,
-        lease: &L,
-        ticket: &Ticket,
-        timing: Timing,
+        acquired: &Acquired<L>,
         keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
         mut deadline: watch::Receiver<Instant>,
         signals: &mut Signals,
     ) -> Outcome {
+        let Acquired {
+            lease,
+            ticket,
+            token,
+            timing,
+        } = acquired;
         let plan = Plan {
             command: self.command.clone(),
             set_env: vec![
-                ("ELECT_TOKEN".into(), ticket.token.to_string()),
+                ("ELECT_TOKEN".into(), token.to_string()),
                 ("ELECT_LOCK".into(), self.lock.clone()),
                 ("ELECT_KEY".into(), ticket.key.clone()),
                 ("ELECT_LEASE_ID".into(), lease.id()),
@@ -259,6 +282,7 @@ impl Job {
                 ("ELECT_STORE".into(), self.location.to_string()),
             ],
             remove_env: SECRET_VARIABLES.iter().map(|s| s.to_string()).collect(),
+            hold_fds: lease.hold_fds(),
             signal: self.signal,
             grace: timing.grace(),
             deadline: *deadline.borrow_and_update(),
@@ -286,7 +310,7 @@ impl Job {
                 loss = keep.as_mut(), if renewing => {
                     renewing = false;
                     let reason = match loss {
-                        Loss::Gone => "etcd says the lease is gone".to_string(),
+                        Loss::Gone(why) => why,
                         Loss::Expired { last_confirmed } => format!(
                             "no renewal confirmed for {}",
                             show(Instant::now().since(last_confirmed))
@@ -325,7 +349,7 @@ impl Job {
         }
         log::error(format_args!(
             "lost the lease on lock {} at {}: {reason}; stopping the command with {}, \
-             SIGKILL within {}; exiting {} (check the connection to the store)",
+             SIGKILL within {}; exiting {}",
             self.lock,
             self.location,
             self.signal,
@@ -349,8 +373,16 @@ impl Job {
     }
 }
 
+/// A lock that is ours.
+struct Acquired<L> {
+    lease: L,
+    ticket: Ticket,
+    token: u64,
+    timing: Timing,
+}
+
 enum Queued {
-    First(Ticket),
+    First(Ticket, u64),
     /// Our place was lost before our turn came; queue again.
     Again(String),
     Done(Outcome),

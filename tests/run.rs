@@ -7,15 +7,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
-use support::{Death, Etcd, Running, SECOND, alive, elect, elect_run, ms, now_ns};
-
-/// A child that says it holds the lock, then waits for a line on stdin.
-const HOLD: &str = r#"echo "token $ELECT_TOKEN"; read _line; echo "end $(date +%s%N)""#;
+use support::{Death, Etcd, Running, SECOND, alive, elect, elect_run, find_child, ms, now_ns};
 
 fn hold(etcd: &Etcd, lock: &str, extra: &[&str]) -> (Running, u64) {
-    let mut holder = Running::spawn(elect_run(&etcd.url(), lock, extra, HOLD));
-    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
-    (holder, token)
+    support::hold(&etcd.url(), lock, extra)
 }
 
 #[test]
@@ -265,31 +260,6 @@ fn a_command_that_ignores_the_signal_is_killed_after_the_grace() {
         "SIGKILL came before the grace ran out: {:.1} ms",
         ms(took)
     );
-}
-
-/// The pid of the process named `name` below `ancestor` (elect → guard → command).
-fn find_child(ancestor: i32, name: &str) -> i32 {
-    let give_up = Instant::now() + 5 * SECOND;
-    loop {
-        let mut frontier = vec![ancestor];
-        while let Some(pid) = frontier.pop() {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            for child in children
-                .split_whitespace()
-                .filter_map(|c| c.parse::<i32>().ok())
-            {
-                let comm =
-                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-                if comm.trim() == name {
-                    return child;
-                }
-                frontier.push(child);
-            }
-        }
-        assert!(Instant::now() < give_up, "no {name} below {ancestor}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn partition(mode: Mode) {

@@ -220,8 +220,8 @@ impl Lease for EtcdLease {
         format!("{:x}", self.id)
     }
 
-    fn ttl(&self) -> Duration {
-        self.ttl
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
     }
 
     fn granted_at(&self) -> Instant {
@@ -273,7 +273,7 @@ impl Lease for EtcdLease {
         ));
         Ok(Ticket {
             key,
-            token: token.unsigned_abs(),
+            rank: token.unsigned_abs(),
         })
     }
 
@@ -283,7 +283,7 @@ impl Lease for EtcdLease {
         ticket: &Ticket,
         until: Option<Instant>,
     ) -> Result<Turn, StoreError> {
-        let mine = i64::try_from(ticket.token).unwrap_or(i64::MAX);
+        let mine = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
         loop {
             // Our immediate predecessor: the newest key older than ours.
             let options = GetOptions::new()
@@ -334,7 +334,7 @@ impl Lease for EtcdLease {
         // key behind, and etcd 3.4's own recipe reports success anyway.
         loop {
             match self.key_exists(&ticket.key).await {
-                Ok(Some(_)) => return Ok(Turn::First),
+                Ok(Some(_)) => return Ok(Turn::First(ticket.rank)),
                 Ok(None) => {
                     return Err(StoreError::gone(format!(
                         "{} vanished while waiting",
@@ -372,7 +372,7 @@ impl Lease for EtcdLease {
     }
 
     async fn lost(&self, ticket: &Ticket) -> String {
-        let mut after = i64::try_from(ticket.token).unwrap_or(i64::MAX);
+        let mut after = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
         loop {
             if let Err(e) = self.deleted(ticket.key.as_bytes(), after).await {
                 log::verbose(format_args!("watching {} failed: {e}", ticket.key));
@@ -436,7 +436,7 @@ impl Renewer for EtcdRenewer {
             Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(
                 reply.ttl().unsigned_abs(),
             ))),
-            Ok(Some(_)) => Ok(Renewal::Gone),
+            Ok(Some(_)) => Ok(Renewal::Gone("etcd says the lease is gone (TTL 0)".into())),
             Ok(None) => {
                 self.stream = None;
                 Err(StoreError::unavailable("the keep-alive stream ended"))

@@ -7,8 +7,10 @@
 //! one module here and one arm in [`Location::parse`].
 
 pub mod etcd;
+pub mod file;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +22,8 @@ use crate::clock::Instant;
 pub enum Location {
     /// etcd endpoints as `host:port`.
     Etcd { endpoints: Vec<String> },
+    /// A directory on this host.
+    File { dir: PathBuf, network_fs_ok: bool },
 }
 
 pub const DEFAULT_STORE: &str = "etcd://127.0.0.1:2379";
@@ -41,6 +45,14 @@ impl Location {
 
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let url = url.trim();
+        if url == "file" || url.starts_with("file:") {
+            return Location::file(
+                url.strip_prefix("file")
+                    .unwrap_or_default()
+                    .trim_start_matches(':'),
+            )
+            .map_err(|e| StoreError::config(format!("store URL '{url}': {e}")));
+        }
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             StoreError::config(format!(
                 "store URL '{}' has no scheme; expected etcd://HOST:PORT",
@@ -55,9 +67,50 @@ impl Location {
                 redact(url)
             ))),
             other => Err(StoreError::config(format!(
-                "unknown store '{other}://' in '{}'; elect supports etcd://HOST:PORT",
+                "unknown store '{other}://' in '{}'; elect supports etcd://HOST:PORT and file:DIR",
                 redact(url)
             ))),
+        }
+    }
+
+    /// What follows `file:`: `/dir`, `///dir`, or nothing for the per-user
+    /// default; `?network-fs=ok` accepts a network filesystem.
+    fn file(rest: &str) -> Result<Self, String> {
+        let (path, query) = match rest.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (rest, None),
+        };
+        let network_fs_ok = match query {
+            None => false,
+            Some("network-fs=ok") => true,
+            Some(other) => {
+                return Err(format!(
+                    "unknown option '{other}'; the only one is network-fs=ok"
+                ));
+            }
+        };
+        let path = match path.strip_prefix("//") {
+            Some(abs) if abs.starts_with('/') => abs,
+            Some(_) => return Err("expected file:/DIR or file:///DIR".into()),
+            None => path,
+        };
+        if path.chars().any(char::is_control) {
+            return Err("the directory name contains control characters".into());
+        }
+        let dir = if path.is_empty() {
+            file::default_dir()?
+        } else {
+            PathBuf::from(path)
+        };
+        Ok(Location::File { dir, network_fs_ok })
+    }
+
+    /// Check a lock name for this store.
+    pub fn check_lock_name(&self, name: &str) -> Result<(), String> {
+        check_lock_name(name)?;
+        match self {
+            Location::Etcd { .. } => Ok(()),
+            Location::File { .. } => file::check_name(name),
         }
     }
 
@@ -118,6 +171,13 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
+            Location::File { dir, network_fs_ok } => {
+                write!(f, "file:{}", dir.display())?;
+                if *network_fs_ok {
+                    f.write_str("?network-fs=ok")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -192,8 +252,8 @@ impl HolderRecord {
 pub struct Ticket {
     /// The store key that represents this holder (`ELECT_KEY`).
     pub key: String,
-    /// The fencing token: strictly greater than every earlier holder's.
-    pub token: u64,
+    /// The store's own record of the place (etcd: the key's create revision).
+    pub rank: u64,
 }
 
 /// The current holder of a lock, as seen by someone else.
@@ -224,19 +284,22 @@ impl fmt::Display for Holder {
 /// How waiting in the queue ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// First in line: the lock is ours.
-    First,
+    /// First in line: the lock is ours, with this fencing token, strictly
+    /// greater than every earlier holder's.
+    First(u64),
     /// Still behind someone when the wait ran out.
     Busy,
 }
 
 /// What a renewal found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewal {
     /// The lease lives on; the store's time-to-live for it.
     Alive(Duration),
-    /// The store no longer knows the lease.
-    Gone,
+    /// The lock is still ours, and does not expire by time.
+    Held,
+    /// The lease is gone, and why.
+    Gone(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,12 +359,19 @@ pub trait Lease {
 
     /// The lease as shown in `ELECT_LEASE_ID`.
     fn id(&self) -> String;
-    /// The time-to-live the store granted.
-    fn ttl(&self) -> Duration;
+    /// The time-to-live the store granted; `None` if the lease does not
+    /// expire by time (it ends when the holder releases it or dies).
+    fn ttl(&self) -> Option<Duration>;
     /// When the grant request was sent: the lease is safe from then for `ttl`.
     fn granted_at(&self) -> Instant;
     /// A renewer with its own connection state.
     fn renewer(&self) -> Self::Renewer;
+    /// Descriptors that hold the lock and that the guard must keep open until
+    /// the command's process group is dead, so that a crash of elect cannot
+    /// release the lock while its command still runs.
+    fn hold_fds(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
 
     /// Join the queue of `lock` with this lease.
     async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError>;
@@ -371,6 +441,29 @@ mod tests {
             let err = Location::parse(bad).unwrap_err();
             assert_eq!(err.kind, ErrorKind::Config, "{bad}");
         }
+        let file = |dir: &str| Location::File {
+            dir: dir.into(),
+            network_fs_ok: false,
+        };
+        assert_eq!(Location::parse("file:/var/x").unwrap(), file("/var/x"));
+        assert_eq!(Location::parse("file:///var/x").unwrap(), file("/var/x"));
+        assert_eq!(
+            Location::parse("file:/var/x").unwrap().to_string(),
+            "file:/var/x"
+        );
+        assert_eq!(
+            Location::parse("file:/mnt/n?network-fs=ok").unwrap(),
+            Location::File {
+                dir: "/mnt/n".into(),
+                network_fs_ok: true
+            }
+        );
+        assert!(Location::parse("file:/x?nfs=yes").is_err());
+        assert!(Location::parse("file://host/x").is_err());
+        assert!(matches!(
+            Location::parse("file").unwrap(),
+            Location::File { .. }
+        ));
         let err = Location::parse("etcd://u:secret@a:1").unwrap_err();
         assert!(!err.message.contains("secret"), "{}", err.message);
     }

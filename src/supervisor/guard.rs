@@ -53,20 +53,39 @@ const IGNORED: [Signal; 7] = [
 /// What the guard is told on its command line.
 struct Orders {
     socket: RawFd,
+    /// Descriptors to keep open (and away from the command) until the
+    /// command's group is dead: a file store's lock lives in them.
+    hold: Vec<RawFd>,
     signal: Signal,
     grace: Duration,
     deadline: Instant,
     command: Vec<OsString>,
 }
 
-/// `__elect-guard FD SIGNAL GRACE_NS DEADLINE_NS -- COMMAND...`
-pub fn args(socket: RawFd, signal: Signal, grace: Duration, deadline: Instant) -> Vec<OsString> {
+/// `__elect-guard FD SIGNAL GRACE_NS DEADLINE_NS HOLD_FDS -- COMMAND...`,
+/// HOLD_FDS comma-separated or `-`.
+pub fn args(
+    socket: RawFd,
+    signal: Signal,
+    grace: Duration,
+    deadline: Instant,
+    hold: &[RawFd],
+) -> Vec<OsString> {
+    let hold = if hold.is_empty() {
+        "-".to_string()
+    } else {
+        hold.iter()
+            .map(|fd| fd.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     [
         ARG.to_string(),
         socket.to_string(),
         (signal as i32).to_string(),
         grace.as_nanos().to_string(),
         deadline.as_nanos().to_string(),
+        hold,
         "--".to_string(),
     ]
     .into_iter()
@@ -76,15 +95,23 @@ pub fn args(socket: RawFd, signal: Signal, grace: Duration, deadline: Instant) -
 
 fn parse(args: &[OsString]) -> Option<Orders> {
     let text = |i: usize| args.get(i)?.to_str();
-    if text(0)? != ARG || text(5)? != "--" || args.len() < 7 {
+    if text(0)? != ARG || text(6)? != "--" || args.len() < 8 {
         return None;
     }
+    let hold = match text(5)? {
+        "-" => Vec::new(),
+        list => list
+            .split(',')
+            .map(|fd| fd.parse().ok())
+            .collect::<Option<Vec<RawFd>>>()?,
+    };
     Some(Orders {
         socket: text(1)?.parse().ok()?,
+        hold,
         signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
         grace: Duration::from_nanos(text(3)?.parse().ok()?),
         deadline: Instant::from_nanos(text(4)?.parse().ok()?),
-        command: args[6..].to_vec(),
+        command: args[7..].to_vec(),
     })
 }
 
@@ -122,8 +149,11 @@ struct Guard {
 
 impl Guard {
     fn start(mut socket: UnixStream, orders: Orders) -> std::io::Result<Guard> {
-        // The command must not inherit our end of the socket.
+        // The command must not inherit our end of the socket, nor the lock.
         set_cloexec(socket.as_raw_fd())?;
+        for &fd in &orders.hold {
+            set_cloexec(fd)?;
+        }
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
@@ -395,6 +425,7 @@ mod tests {
             Signal::SIGINT,
             Duration::from_millis(1500),
             Instant::from_nanos(42),
+            &[9, 11],
         );
         a.push("sh".into());
         a.push("-c".into());
@@ -404,7 +435,8 @@ mod tests {
             (7, Signal::SIGINT, Duration::from_millis(1500))
         );
         assert_eq!(o.deadline, Instant::from_nanos(42));
+        assert_eq!(o.hold, vec![9, 11]);
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
-        assert!(parse(&a[..6]).is_none(), "a command is required");
+        assert!(parse(&a[..7]).is_none(), "a command is required");
     }
 }

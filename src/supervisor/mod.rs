@@ -33,6 +33,8 @@ pub struct Plan {
     pub signal: Signal,
     pub grace: Duration,
     pub deadline: Instant,
+    /// Descriptors the guard keeps open until the command's group is dead.
+    pub hold_fds: Vec<std::os::fd::RawFd>,
 }
 
 /// How the command ended.
@@ -76,7 +78,13 @@ impl Supervisor {
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("elect")
-            .args(guard::args(fd, plan.signal, plan.grace, plan.deadline))
+            .args(guard::args(
+                fd,
+                plan.signal,
+                plan.grace,
+                plan.deadline,
+                &plan.hold_fds,
+            ))
             .args(&plan.command)
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
@@ -85,11 +93,17 @@ impl Supervisor {
             command.env_remove(name);
         }
         command.envs(plan.set_env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: fcntl is async-signal-safe. The guard's end must survive exec.
+        // SAFETY: fcntl is async-signal-safe. The guard's end of the socket
+        // and the descriptors it holds must survive exec.
+        let inherited: Vec<std::os::fd::RawFd> = std::iter::once(fd)
+            .chain(plan.hold_fds.iter().copied())
+            .collect();
         unsafe {
             command.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(io::Error::last_os_error());
+                for &fd in &inherited {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });

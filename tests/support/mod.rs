@@ -408,3 +408,69 @@ pub fn alive(pid: i32) -> bool {
 }
 
 pub const SECOND: Duration = Duration::from_secs(1);
+
+/// A child that says it holds the lock, then waits for a line on stdin.
+pub const HOLD: &str = r#"echo "token $ELECT_TOKEN"; read _line; echo "end $(date +%s%N)""#;
+
+/// Start a holder of `lock` on `store` and wait until its child runs.
+pub fn hold(store: &str, lock: &str, extra: &[&str]) -> (Running, u64) {
+    let mut holder = Running::spawn(elect_run(store, lock, extra, HOLD));
+    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
+    (holder, token)
+}
+
+/// The pid of the process named `name` below `ancestor` (elect → guard → command).
+pub fn find_child(ancestor: i32, name: &str) -> i32 {
+    let give_up = Instant::now() + 5 * SECOND;
+    loop {
+        let mut frontier = vec![ancestor];
+        while let Some(pid) = frontier.pop() {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                if comm.trim() == name {
+                    return child;
+                }
+                frontier.push(child);
+            }
+        }
+        assert!(Instant::now() < give_up, "no {name} below {ancestor}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A private directory (mode 0700) removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        use std::os::unix::fs::DirBuilderExt;
+        let path = std::env::temp_dir().join(format!("elect-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .unwrap();
+        TempDir(path)
+    }
+
+    /// The store URL for this directory.
+    pub fn url(&self) -> String {
+        format!("file:{}", self.0.display())
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
