@@ -362,3 +362,15 @@ fn a_command_that_cannot_run_leaves_no_lock_behind() {
         "nothing was created"
     );
 }
+
+#[test]
+fn ctrl_c_while_waiting_gives_up_at_once() {
+    let dir = TempDir::new("file-ctrl-c");
+    let (mut holder, _) = hold(&dir.url(), "q", &[]);
+    let mut waiter = Running::spawn(elect_run(&dir.url(), "q", &[], "echo ran"));
+    find_thread(waiter.pid(), "elect-flock");
+    waiter.signal(libc::SIGINT);
+    assert_eq!(waiter.wait(5 * SECOND).signal(), Some(libc::SIGINT));
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
