@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_elect_global_optspecs
-    string join \n q/quiet v/verbose h/help V/version
+    string join \n q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_elect_needs_command
@@ -24,14 +24,21 @@ function __fish_elect_using_subcommand
     contains -- $cmd[1] $argv
 end
 
+complete -c elect -n "__fish_elect_needs_command" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_needs_command" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
 complete -c elect -n "__fish_elect_needs_command" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_needs_command" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_needs_command" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_needs_command" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
+complete -c elect -n "__fish_elect_needs_command" -f -a "list" -d 'List the locks in a store with their holders'
+complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
+complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'End the current holder\'s lease, so its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live. A lost holder\'s command is dead before this runs out' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, or "forever"' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r
@@ -39,11 +46,58 @@ complete -c elect -n "__fish_elect_using_subcommand run" -l signal -d 'First sig
 complete -c elect -n "__fish_elect_using_subcommand run" -l busy-exit-code -d 'Exit code when the lock was not acquired within --wait' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'Exit code when the lease was lost and COMMAND was stopped' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
+complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand status" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
+complete -c elect -n "__fish_elect_using_subcommand list" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand list" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The holder\'s key in the store' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand check" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
+complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "list" -d 'List the locks in a store with their holders'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "break" -d 'End the current holder\'s lease, so its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

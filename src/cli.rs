@@ -62,6 +62,10 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub verbose: bool,
 
+    /// Format of elect's own lines on stderr.
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -71,6 +75,109 @@ pub enum Command {
     /// Take the lock, run COMMAND while holding it, release it when COMMAND ends.
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+    /// Show who holds a lock, since when, with which token, and how many wait.
+    ///
+    /// Exits 0 when the lock is held, 1 when it is free.
+    Status(StatusArgs),
+    /// List the locks in a store with their holders.
+    List(ListArgs),
+    /// Exit 0 only if the caller still holds its lock with its token (run it from COMMAND).
+    ///
+    /// Reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN, which elect run gives COMMAND.
+    /// A cheap way to shrink the window before a significant step; never a substitute for
+    /// checking the token where the work is done. Exits 1, saying why, otherwise.
+    Check(CheckArgs),
+    /// End the current holder's lease, so its command is stopped and the next waiter proceeds.
+    ///
+    /// Exits 0 when a lease was ended, 1 when the lock was free or the holder changed.
+    Break(BreakArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `elect: message`, with a timestamp for -v lines.
+    Text,
+    /// One JSON object per line: {"time", "level", "message"}.
+    Json,
+}
+
+/// Where the lock lives, shared by every subcommand.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this
+    /// host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect).
+    ///
+    /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
+    #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
+    pub store: Option<String>,
+
+    /// How long to keep trying to reach the store before giving up with exit code 69.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Name of the lock.
+    #[arg(short, long, value_name = "NAME")]
+    pub lock: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print one JSON object (the format is stable; see the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose names start with this.
+    #[arg(long, value_name = "P", default_value = "")]
+    pub prefix: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print a JSON array of the objects `elect status --json` prints.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Name of the lock.
+    #[arg(short, long, env = "ELECT_LOCK", value_name = "NAME")]
+    pub lock: String,
+
+    /// The holder's key in the store.
+    #[arg(long, env = "ELECT_KEY", value_name = "KEY")]
+    pub key: String,
+
+    /// The fencing token the holder was given.
+    #[arg(long, env = "ELECT_TOKEN", value_name = "T")]
+    pub token: u64,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// Name of the lock.
+    #[arg(short, long, value_name = "NAME")]
+    pub lock: String,
+
+    /// Only if the holder's token is T: refuse when the holder changed meanwhile.
+    #[arg(long, value_name = "T")]
+    pub token: Option<u64>,
+
+    /// Do not ask for confirmation on a terminal.
+    #[arg(short, long)]
+    pub yes: bool,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Debug, Args)]
@@ -79,12 +186,8 @@ pub struct RunArgs {
     #[arg(short, long, value_name = "NAME")]
     pub lock: String,
 
-    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this
-    /// host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect).
-    ///
-    /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
-    #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 
     /// Lease time-to-live. A lost holder's command is dead before this runs out.
     #[arg(long, value_name = "DUR", default_value = "15s", value_parser = parse_duration)]
@@ -117,10 +220,6 @@ pub struct RunArgs {
     /// Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname].
     #[arg(long, value_name = "TEXT")]
     pub identity: Option<String>,
-
-    /// How long to keep trying to reach the store before giving up with exit code 69.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
-    pub connect_timeout: Duration,
 
     /// The command to run and its arguments, executed directly (no shell).
     #[arg(last = true, required = true, value_name = "COMMAND")]

@@ -2,10 +2,11 @@
 //!
 //! Cron mails whatever a job prints, so a run where nothing went wrong
 //! prints nothing of elect's own. Errors and a lease loss are one line each;
-//! `-q` drops even the busy notice; `-v` adds the lifecycle with timestamps.
+//! `-q` drops even the busy notice; `-v` adds the lifecycle with timestamps;
+//! `--log-format json` makes every line a JSON object.
 
 use std::fmt::Arguments;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -16,9 +17,33 @@ pub enum Level {
 }
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Normal as u8);
+static JSON: AtomicBool = AtomicBool::new(false);
 
-pub fn set(level: Level) {
+pub fn set(level: Level, json: bool) {
     LEVEL.store(level as u8, Ordering::Relaxed);
+    JSON.store(json, Ordering::Relaxed);
+}
+
+/// Print one line, as text or as a JSON object for log shippers.
+fn emit(level: &str, args: Arguments<'_>, stamp: bool) {
+    let now = SystemTime::now();
+    if JSON.load(Ordering::Relaxed) {
+        let line = serde_json::json!({
+            "time": humantime::format_rfc3339_millis(now).to_string(),
+            "level": level,
+            "message": args.to_string(),
+        });
+        eprintln!("{line}");
+    } else if stamp {
+        eprintln!("elect: {} {args}", humantime::format_rfc3339_millis(now));
+    } else {
+        eprintln!("elect: {args}");
+    }
+}
+
+/// Whether stderr shows `notice`s: the live waiting line follows the same rule.
+pub fn notices_shown() -> bool {
+    enabled(Level::Normal) && !JSON.load(Ordering::Relaxed)
 }
 
 fn enabled(level: Level) -> bool {
@@ -27,20 +52,19 @@ fn enabled(level: Level) -> bool {
 
 /// Something went wrong: always printed.
 pub fn error(args: Arguments<'_>) {
-    eprintln!("elect: {args}");
+    emit("error", args, false);
 }
 
 /// Worth a line in a cron mail, unless `-q`.
 pub fn notice(args: Arguments<'_>) {
     if enabled(Level::Normal) {
-        eprintln!("elect: {args}");
+        emit("notice", args, false);
     }
 }
 
 /// The lifecycle, with `-v`.
 pub fn verbose(args: Arguments<'_>) {
     if enabled(Level::Verbose) {
-        let now = humantime::format_rfc3339_millis(SystemTime::now());
-        eprintln!("elect: {now} {args}");
+        emit("info", args, true);
     }
 }

@@ -8,6 +8,7 @@ mod clock;
 #[cfg(test)]
 mod docs;
 mod exit;
+mod inspect;
 mod lease;
 mod log;
 mod run;
@@ -37,11 +38,12 @@ fn main() {
             Outcome::Exit(code).finish();
         }
     };
-    log::set(match (cli.quiet, cli.verbose) {
+    let level = match (cli.quiet, cli.verbose) {
         (true, _) => log::Level::Quiet,
         (_, true) => log::Level::Verbose,
         _ => log::Level::Normal,
-    });
+    };
+    log::set(level, cli.log_format == cli::LogFormat::Json);
     // One thread: the runtime never forks from a thread that may exit, and
     // nothing here is CPU-bound. Deadlines are enforced by the guard process.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -57,6 +59,10 @@ fn main() {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Status(args) => inspect::status(args).await,
+            Command::List(args) => inspect::list(args).await,
+            Command::Check(args) => inspect::check(args).await,
+            Command::Break(args) => inspect::break_lock(args).await,
         }
     });
     // Drop the runtime first: its blocking threads must not outlive a re-raise.

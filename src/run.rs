@@ -11,6 +11,7 @@
 //! 5. when the command ends, revoke the lease so the next waiter starts at once.
 
 use std::ffi::OsStr;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
@@ -25,9 +26,10 @@ use crate::clock::Instant;
 use crate::exit::{Code, Outcome};
 use crate::lease::{self, Loss, Timing, show};
 use crate::log;
-use crate::store::etcd::Etcd;
-use crate::store::file::FileStore;
-use crate::store::{ErrorKind, HolderRecord, Lease, Location, Store, StoreError, Ticket, Turn};
+use crate::store::{
+    ErrorKind, HolderRecord, Lease, Location, LockStatus, Store, StoreError, Ticket, Turn,
+    with_store,
+};
 use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
@@ -63,18 +65,10 @@ pub async fn run(args: RunArgs) -> Outcome {
         Ok(s) => s,
         Err(e) => return failure(format_args!("cannot handle signals: {e}")),
     };
-    match &job.location {
-        Location::Etcd { endpoints } => {
-            let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
-            match Etcd::connect(endpoints, ping, job.connect_timeout).await {
-                Ok(store) => job.run_on(&store, &mut signals).await,
-                Err(e) => job.store_failed(&e),
-            }
-        }
-        Location::File { dir, network_fs_ok } => match FileStore::open(dir, *network_fs_ok) {
-            Ok(store) => job.run_on(&store, &mut signals).await,
-            Err(e) => job.store_failed(&e),
-        },
+    let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
+    match job.location.open(ping, job.connect_timeout).await {
+        Ok(opened) => with_store!(opened, store => job.run_on(&store, &mut signals).await),
+        Err(e) => job.store_failed(&e),
     }
 }
 
@@ -87,7 +81,7 @@ impl Job {
     fn check(args: RunArgs) -> Result<Job, (Code, String)> {
         let usage = |m: String| (Code::Usage, m);
         let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
-        if args.connect_timeout.is_zero() {
+        if args.store.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be longer than zero".into()));
         }
         let wait = args.wait();
@@ -101,9 +95,7 @@ impl Job {
             ));
         }
         check_command(&args.command[0])?;
-        let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
-        let location = Location::choose(args.store.as_deref(), etcdctl.as_deref())
-            .map_err(|e| (Code::Config, e.message))?;
+        let location = Location::from_args(&args.store).map_err(|e| (Code::Config, e.message))?;
         location.check_lock_name(&args.lock).map_err(usage)?;
         let identity = args.identity.clone().unwrap_or_else(hostname);
         Ok(Job {
@@ -115,7 +107,7 @@ impl Job {
             busy_code: args.busy_exit_code,
             lost_code: args.lost_exit_code,
             identity,
-            connect_timeout: args.connect_timeout,
+            connect_timeout: args.store.connect_timeout,
             command: args.command,
         })
     }
@@ -171,7 +163,7 @@ impl Job {
             let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(async move {
                 lease::keep(&mut renewer, timing, granted_at, &deadline_tx).await
             });
-            match self.queue(&lease, &mut keep, give_up, signals).await {
+            match self.queue(store, &lease, &mut keep, give_up, signals).await {
                 Queued::First(ticket, token) => {
                     break (
                         Acquired {
@@ -208,9 +200,10 @@ impl Job {
     }
 
     /// Join the queue and wait for our turn.
-    async fn queue<L: Lease>(
+    async fn queue<S: Store>(
         &self,
-        lease: &L,
+        store: &S,
+        lease: &S::Lease,
         keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
         give_up: Option<Instant>,
         signals: &mut Signals,
@@ -225,10 +218,12 @@ impl Job {
             Ok(t) => t,
             Err(e) => return Queued::Done(self.store_failed(&e)),
         };
+        let live = self.live_line(store, ticket.rank);
         tokio::select! {
+            never = live => match never {},
             turn = lease.wait_turn(&self.lock, &ticket, give_up) => match turn {
                 Ok(Turn::First(token)) => Queued::First(ticket, token),
-                Ok(Turn::Busy) => Queued::Done(self.busy(lease).await),
+                Ok(Turn::Busy) => Queued::Done(self.busy(store).await),
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
                 Err(e) => Queued::Done(self.store_failed(&e)),
             },
@@ -237,13 +232,56 @@ impl Job {
         }
     }
 
-    async fn busy<L: Lease>(&self, lease: &L) -> Outcome {
+    /// While waiting, and only when stderr is a terminal: one line that says
+    /// who holds the lock and how many are ahead, redrawn every second and
+    /// erased when the wait ends (when this future is dropped).
+    async fn live_line<S: Store>(&self, store: &S, rank: u64) -> std::convert::Infallible {
+        if !(log::notices_shown() && std::io::stderr().is_terminal()) {
+            return std::future::pending().await;
+        }
+        let line = LiveLine::default();
+        loop {
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await
+            {
+                // Most important first: the line is cut at the terminal's width.
+                let holder = match &status.holder {
+                    Some(h) => match &h.record {
+                        Some(r) => format!(
+                            "held with token {} by {} since {} (pid {} on {})",
+                            h.token, r.identity, r.started, r.pid, r.hostname
+                        ),
+                        None => format!("held with token {} by {}", h.token, h.key),
+                    },
+                    None => "changing hands".into(),
+                };
+                let ahead = if status.ranks.is_empty() {
+                    format!("{} waiting", status.waiting)
+                } else {
+                    format!(
+                        "{} ahead",
+                        status.ranks.iter().filter(|r| **r < rank).count()
+                    )
+                };
+                line.show(&format!(
+                    "elect: waiting for lock {}, {ahead}: {holder}",
+                    self.lock
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn busy<S: Store>(&self, store: &S) -> Outcome {
         let waited = match self.wait {
             Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
             _ => String::new(),
         };
-        match tokio::time::timeout(RELEASE_TIMEOUT, lease.holder(&self.lock)).await {
-            Ok(Ok(Some(holder))) => {
+        match tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await {
+            Ok(Ok(LockStatus {
+                holder: Some(holder),
+                ..
+            })) => {
                 log::notice(format_args!(
                     "lock {} is held by {holder}{waited}",
                     self.lock
@@ -379,6 +417,41 @@ struct Acquired<L> {
     ticket: Ticket,
     token: u64,
     timing: Timing,
+}
+
+/// The live waiting line on a terminal; erased on drop.
+#[derive(Default)]
+struct LiveLine {
+    shown: std::cell::Cell<bool>,
+}
+
+impl LiveLine {
+    fn show(&self, text: &str) {
+        // Never wider than the terminal: a wrapped line cannot be erased.
+        let width = terminal_width().unwrap_or(80).saturating_sub(1);
+        let text: String = text.chars().take(width).collect();
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[K{text}");
+        let _ = err.flush();
+        self.shown.set(true);
+    }
+}
+
+impl Drop for LiveLine {
+    fn drop(&mut self) {
+        if self.shown.get() {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
+    }
+}
+
+fn terminal_width() -> Option<usize> {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize struct.
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
 enum Queued {

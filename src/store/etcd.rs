@@ -20,7 +20,10 @@ use etcd_client::{
 };
 use tokio::time::{sleep, timeout};
 
-use super::{Holder, HolderRecord, Lease, Renewal, Renewer, Store, StoreError, Ticket, Turn};
+use super::{
+    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store, StoreError,
+    Ticket, Turn,
+};
 use crate::clock::Instant;
 use crate::log;
 
@@ -31,6 +34,8 @@ const RETRY: Duration = Duration::from_millis(100);
 pub struct Etcd {
     client: Client,
     shown: String,
+    /// How long to keep retrying a request before giving up.
+    patience: Duration,
 }
 
 impl Etcd {
@@ -54,7 +59,11 @@ impl Etcd {
         let client = Client::connect(urls, Some(options))
             .await
             .map_err(|e| StoreError::config(format!("{shown}: {e}")))?;
-        Ok(Etcd { client, shown })
+        Ok(Etcd {
+            client,
+            shown,
+            patience: connect_timeout,
+        })
     }
 }
 
@@ -100,6 +109,171 @@ impl Store for Etcd {
             granted_at,
             patience: within,
         })
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        self.status_impl(lock).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+        let kvs = if prefix.is_empty() {
+            let options = GetOptions::new()
+                .with_all_keys()
+                .with_sort(SortTarget::Create, SortOrder::Ascend);
+            retry(self.patience, || {
+                let mut kv = self.client.kv_client();
+                let options = options.clone();
+                async move { kv.get("", Some(options)).await }
+            })
+            .await
+            .map_err(|e| {
+                StoreError::unavailable(format!("cannot list locks in {}: {e}", self.shown))
+            })?
+            .take_kvs()
+        } else {
+            self.read(prefix).await?
+        };
+        let mut locks: Vec<(&str, Vec<&KeyValue>)> = Vec::new();
+        for kv in &kvs {
+            if let Some(lock) = contender(kv) {
+                match locks.iter_mut().find(|(name, _)| *name == lock) {
+                    Some((_, keys)) => keys.push(kv),
+                    None => locks.push((lock, vec![kv])),
+                }
+            }
+        }
+        locks.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        for (lock, keys) in locks {
+            out.push(self.status_of(lock, &keys).await);
+        }
+        Ok(out)
+    }
+
+    async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
+        let status = self.status_impl(lock).await?;
+        Ok(match status.holder {
+            Some(h) if h.key == key && h.token == token => Check::Holder,
+            Some(h) if h.key == key => Check::NotHolder(format!(
+                "{key} holds the lock with token {}, not {token}",
+                h.token
+            )),
+            Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
+            None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
+        })
+    }
+
+    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
+        let kvs = self.read(&format!("{lock}/")).await?;
+        let Some(kv) = kvs.iter().find(|kv| own_key(lock, kv)) else {
+            return Ok(Broken::Free);
+        };
+        let holder = self.holder(kv).await;
+        if token.is_some_and(|t| t != holder.token) {
+            return Ok(Broken::Changed(holder));
+        }
+        if kv.lease() != 0 {
+            let id = kv.lease();
+            retry(self.patience, || {
+                let mut lease = self.client.lease_client();
+                async move { lease.revoke(id).await }
+            })
+            .await
+            .map_err(|e| StoreError::unavailable(format!("cannot revoke lease {id:x}: {e}")))?;
+        } else {
+            // A key without a lease: delete it, but only if it is still that holder's.
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    kv.key(),
+                    CompareOp::Equal,
+                    kv.create_revision(),
+                )])
+                .and_then([TxnOp::delete(kv.key(), None)]);
+            retry(self.patience, || {
+                let mut c = self.client.kv_client();
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await
+            .map_err(StoreError::unavailable)?;
+        }
+        Ok(Broken::Ended(holder))
+    }
+}
+
+impl Etcd {
+    /// A linearizable read of `prefix`, sorted by create revision.
+    async fn read(&self, prefix: &str) -> Result<Vec<KeyValue>, StoreError> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let mut reply = retry(self.patience, || {
+            let mut kv = self.client.kv_client();
+            let options = options.clone();
+            async move { kv.get(prefix, Some(options)).await }
+        })
+        .await
+        .map_err(|e| {
+            StoreError::unavailable(format!("cannot read {} from {}: {e}", prefix, self.shown))
+        })?;
+        Ok(reply.take_kvs())
+    }
+
+    /// A holder's key as seen by others, with the time left on its lease.
+    async fn holder(&self, kv: &KeyValue) -> Holder {
+        let ttl_left = if kv.lease() == 0 {
+            None
+        } else {
+            let mut lease = self.client.lease_client();
+            match timeout(self.patience, lease.time_to_live(kv.lease(), None)).await {
+                Ok(Ok(reply)) if reply.ttl() >= 0 => {
+                    Some(Duration::from_secs(reply.ttl().unsigned_abs()))
+                }
+                _ => None,
+            }
+        };
+        Holder {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            token: kv.create_revision().unsigned_abs(),
+            record: HolderRecord::from_json(kv.value()),
+            lease: (kv.lease() != 0).then(|| format!("{:x}", kv.lease())),
+            ttl_left,
+        }
+    }
+
+    /// The status of `lock` from the keys directly under it, in create order.
+    async fn status_of(&self, lock: &str, keys: &[&KeyValue]) -> LockStatus {
+        let holder = match keys.first() {
+            Some(kv) => Some(self.holder(kv).await),
+            None => None,
+        };
+        LockStatus {
+            lock: lock.to_string(),
+            holder,
+            waiting: keys.len().saturating_sub(1),
+            ranks: keys
+                .iter()
+                .skip(1)
+                .map(|kv| kv.create_revision().unsigned_abs())
+                .collect(),
+        }
+    }
+}
+
+/// Is `kv` a contender of the lock recipe: `<lock>/<its own lease in hex>`?
+/// Returns the lock name.
+fn contender(kv: &KeyValue) -> Option<&str> {
+    let key = std::str::from_utf8(kv.key()).ok()?;
+    let (lock, lease) = key.rsplit_once('/')?;
+    (kv.lease() != 0 && i64::from_str_radix(lease, 16).ok()? == kv.lease() && !lock.is_empty())
+        .then_some(lock)
+}
+
+impl Etcd {
+    async fn status_impl(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        let kvs = self.read(&format!("{lock}/")).await?;
+        let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
+        Ok(self.status_of(lock, &keys).await)
     }
 }
 
@@ -347,28 +521,6 @@ impl Lease for EtcdLease {
                 }
             }
         }
-    }
-
-    async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let reply = retry(self.patience, || {
-            let mut kv = self.client.kv_client();
-            let options = options.clone();
-            async move { kv.get(format!("{lock}/"), Some(options)).await }
-        })
-        .await
-        .map_err(StoreError::unavailable)?;
-        Ok(reply
-            .kvs()
-            .iter()
-            .find(|kv| own_key(lock, kv))
-            .map(|kv| Holder {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                token: kv.create_revision().unsigned_abs(),
-                record: HolderRecord::from_json(kv.value()),
-            }))
     }
 
     async fn lost(&self, ticket: &Ticket) -> String {

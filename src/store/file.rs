@@ -30,7 +30,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Holder, HolderRecord, Lease, Renewal, Renewer, Store, StoreError, Ticket, Turn};
+use super::{
+    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store, StoreError,
+    Ticket, Turn,
+};
 use crate::clock::Instant;
 use crate::log;
 
@@ -95,8 +98,12 @@ pub fn network_filesystem(magic: i64) -> Option<&'static str> {
 }
 
 pub struct FileStore {
-    dir: PathBuf,
+    dir: Dir,
 }
+
+/// The store directory and the file operations in it.
+#[derive(Clone)]
+struct Dir(PathBuf);
 
 impl FileStore {
     /// Open (creating it 0700 if missing) the store directory and check
@@ -136,7 +143,7 @@ impl FileStore {
             )));
         }
         Ok(FileStore {
-            dir: dir.to_path_buf(),
+            dir: Dir(dir.to_path_buf()),
         })
     }
 }
@@ -150,6 +157,87 @@ impl Store for FileStore {
             granted_at: Instant::now(),
             state: Rc::new(RefCell::new(None)),
         })
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        self.dir.status(lock)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+        let entries = std::fs::read_dir(&self.dir.0).map_err(|e| {
+            StoreError::config(format!("cannot list {}: {e}", self.dir.0.display()))
+        })?;
+        let mut locks: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".lock")
+                    .map(|s| s.replace("%2F", "/"))
+            })
+            .filter(|lock| lock.starts_with(prefix) && super::check_lock_name(lock).is_ok())
+            .collect();
+        locks.sort();
+        locks.iter().map(|lock| self.dir.status(lock)).collect()
+    }
+
+    async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
+        let stem = stem(lock);
+        let counter = self.dir.counter(&stem)?;
+        if counter > token {
+            return Ok(Check::NotHolder(format!(
+                "a later holder of lock {lock} got token {counter}"
+            )));
+        }
+        Ok(match self.dir.status(lock)?.holder {
+            None => Check::NotHolder(format!("lock {lock} is free")),
+            Some(h) if h.token == token && h.key == key => Check::Holder,
+            Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
+        })
+    }
+
+    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
+        let Some(holder) = self.dir.status(lock)?.holder else {
+            return Ok(Broken::Free);
+        };
+        if token.is_some_and(|t| t != holder.token) {
+            return Ok(Broken::Changed(holder));
+        }
+        // A file lock cannot be taken from its holder. Instead: put a new
+        // lock file, locked by us, in place of the old one. The holder's
+        // next renewal sees the replacement and stops its command; newcomers
+        // queue on the new file behind us; we let go only once we hold the
+        // old file's lock too, i.e. once the old holder is gone.
+        let stem = stem(lock);
+        let path = self.dir.path(&stem, ".lock");
+        let fail =
+            |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", path.display()));
+        let old = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(fail)?;
+        let fresh = self.dir.path(&stem, ".lock.new");
+        let _ = std::fs::remove_file(&fresh);
+        let new = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(self.dir.file_mode())
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&fresh)
+            .map_err(fail)?;
+        if !try_flock(new.as_raw_fd(), libc::LOCK_EX).map_err(fail)? {
+            return Err(fail(std::io::Error::other("someone else is breaking it")));
+        }
+        std::fs::rename(&fresh, &path).map_err(fail)?;
+        // Waiters on the old file may get its lock before us, find it
+        // replaced and move on to the new one; once we have it, nobody runs
+        // under the old file any more.
+        flock_blocking(old.as_raw_fd()).await.map_err(fail)?;
+        let _ = std::fs::remove_file(self.dir.path(&stem, ".holder"));
+        drop(new);
+        Ok(Broken::Ended(holder))
     }
 }
 
@@ -183,7 +271,7 @@ impl LockFile {
 }
 
 pub struct FileLease {
-    dir: PathBuf,
+    dir: Dir,
     granted_at: Instant,
     state: Rc<RefCell<Option<LockFile>>>,
 }
@@ -196,15 +284,15 @@ struct FileHolder {
     token: u64,
 }
 
-impl FileLease {
+impl Dir {
     fn path(&self, stem: &str, suffix: &str) -> PathBuf {
-        self.dir.join(format!("{stem}{suffix}"))
+        self.0.join(format!("{stem}{suffix}"))
     }
 
     /// Mode for new files: what the directory grants its owner and group,
     /// never more, never to others.
     fn file_mode(&self) -> u32 {
-        let dir_mode = std::fs::metadata(&self.dir).map_or(0o700, |m| m.permissions().mode());
+        let dir_mode = std::fs::metadata(&self.0).map_or(0o700, |m| m.permissions().mode());
         (dir_mode & 0o660) | 0o600
     }
 
@@ -255,7 +343,7 @@ impl FileLease {
         }
         std::fs::rename(&tmp, &target)?;
         if durable {
-            File::open(&self.dir)?.sync_all()?;
+            File::open(&self.0)?.sync_all()?;
         }
         Ok(())
     }
@@ -282,6 +370,88 @@ impl FileLease {
             .map_err(fail)?;
         Ok(next)
     }
+}
+
+impl Dir {
+    /// The last token handed out for `stem`, 0 if none.
+    fn counter(&self, stem: &str) -> Result<u64, StoreError> {
+        let path = self.path(stem, ".token");
+        match read_nofollow(&path) {
+            Ok(text) => text.trim().parse().map_err(|_| {
+                StoreError::config(format!("token counter {} is corrupt", path.display()))
+            }),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(0),
+            Err(e) => Err(StoreError::config(format!(
+                "token counter {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Held or free, by trying the lock; the record says by whom.
+    fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        let stem = stem(lock);
+        let path = self.path(&stem, ".lock");
+        let free = LockStatus {
+            lock: lock.to_string(),
+            holder: None,
+            waiting: 0,
+            ranks: Vec::new(),
+        };
+        let probe = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(free),
+            Err(e) => {
+                return Err(StoreError::config(format!(
+                    "lock file {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        let waiting = probe
+            .metadata()
+            .map_or(0, |m| blocked_waiters(m.dev(), m.ino()));
+        // The record alone proves nothing: a crashed holder leaves it behind.
+        if try_flock(probe.as_raw_fd(), libc::LOCK_SH).unwrap_or(false) {
+            return Ok(LockStatus { waiting, ..free });
+        }
+        let record = read_nofollow(&self.path(&stem, ".holder"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<FileHolder>(&text).ok());
+        let token = match &record {
+            Some(r) => r.token,
+            None => self.counter(&stem)?,
+        };
+        Ok(LockStatus {
+            lock: lock.to_string(),
+            holder: Some(Holder {
+                key: path.display().to_string(),
+                token,
+                lease: record.as_ref().map(|r| r.record.pid.to_string()),
+                record: record.map(|r| r.record),
+                ttl_left: None,
+            }),
+            waiting,
+            ranks: Vec::new(),
+        })
+    }
+}
+
+/// Processes blocked in flock(2) on the file `dev`/`ino`, from /proc/locks.
+fn blocked_waiters(dev: u64, ino: u64) -> usize {
+    let id = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+    std::fs::read_to_string("/proc/locks").map_or(0, |locks| {
+        locks
+            .lines()
+            .filter(|line| {
+                line.contains(" -> ") && line.split_whitespace().any(|field| field == id)
+            })
+            .count()
+    })
 }
 
 fn read_nofollow(path: &Path) -> std::io::Result<String> {
@@ -369,8 +539,8 @@ impl Lease for FileLease {
 
     async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError> {
         let stem = stem(lock);
-        let path = self.path(&stem, ".lock");
-        let file = self.open_lock(&path).map_err(|e| {
+        let path = self.dir.path(&stem, ".lock");
+        let file = self.dir.open_lock(&path).map_err(|e| {
             StoreError::config(format!("cannot open the lock file {}: {e}", path.display()))
         })?;
         let key = path.display().to_string();
@@ -429,7 +599,7 @@ impl Lease for FileLease {
             if let Err(why) = moved {
                 log::verbose(format_args!("{why}; opening it again"));
                 let path = self.state.borrow().as_ref().expect("enqueued").path.clone();
-                let file = self.open_lock(&path).map_err(locked)?;
+                let file = self.dir.open_lock(&path).map_err(locked)?;
                 self.state.borrow_mut().as_mut().expect("enqueued").file = file;
                 continue;
             }
@@ -438,38 +608,14 @@ impl Lease for FileLease {
                 let lock = state.as_ref().expect("enqueued");
                 (lock.stem.clone(), lock.record.clone())
             };
-            let token = self.next_token(&stem)?;
+            let token = self.dir.next_token(&stem)?;
             let holder = serde_json::to_vec(&FileHolder { record, token }).expect("serializable");
-            if let Err(e) = self.replace(&stem, ".holder", &holder, false) {
+            if let Err(e) = self.dir.replace(&stem, ".holder", &holder, false) {
                 log::verbose(format_args!("could not write the holder record: {e}"));
             }
             self.state.borrow_mut().as_mut().expect("enqueued").held = true;
             return Ok(Turn::First(token));
         }
-    }
-
-    async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError> {
-        let stem = stem(lock);
-        let path = self.path(&stem, ".lock");
-        let Ok(probe) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-        else {
-            return Ok(None);
-        };
-        // The record alone proves nothing: a crashed holder leaves it behind.
-        if try_flock(probe.as_raw_fd(), libc::LOCK_SH).unwrap_or(false) {
-            return Ok(None);
-        }
-        let record = read_nofollow(&self.path(&stem, ".holder"))
-            .ok()
-            .and_then(|text| serde_json::from_str::<FileHolder>(&text).ok());
-        Ok(Some(Holder {
-            key: path.display().to_string(),
-            token: record.as_ref().map_or(0, |r| r.token),
-            record: record.map(|r| r.record),
-        }))
     }
 
     async fn lost(&self, _ticket: &Ticket) -> String {
@@ -484,7 +630,7 @@ impl Lease for FileLease {
             return Ok(());
         };
         if lock.held && lock.still_in_place().is_ok() {
-            let _ = std::fs::remove_file(self.path(&lock.stem, ".holder"));
+            let _ = std::fs::remove_file(self.dir.path(&lock.stem, ".holder"));
         }
         // Closing our descriptor releases the lock once the guard has closed its copy.
         drop(lock);

@@ -43,6 +43,29 @@ impl Location {
         }
     }
 
+    /// The store that `--store` and the environment choose.
+    pub fn from_args(args: &crate::cli::StoreArgs) -> Result<Self, StoreError> {
+        let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
+        Location::choose(args.store.as_deref(), etcdctl.as_deref())
+    }
+
+    /// Connect to the store. `ping` is how often to probe an idle
+    /// connection, so that a partition is noticed within about twice that.
+    pub async fn open(
+        &self,
+        ping: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Opened, StoreError> {
+        Ok(match self {
+            Location::Etcd { endpoints } => Opened::Etcd(Box::new(
+                etcd::Etcd::connect(endpoints, ping, connect_timeout).await?,
+            )),
+            Location::File { dir, network_fs_ok } => {
+                Opened::File(file::FileStore::open(dir, *network_fs_ok)?)
+            }
+        })
+    }
+
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let url = url.trim();
         if url == "file" || url.starts_with("file:") {
@@ -190,6 +213,27 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// A connected store of any kind; [`with_store!`] runs generic code on it.
+pub enum Opened {
+    Etcd(Box<etcd::Etcd>),
+    File(file::FileStore),
+}
+
+/// `with_store!(opened, store => expression)`: evaluate the expression with
+/// `store` bound to the concrete store inside `opened`.
+macro_rules! with_store {
+    ($opened:expr, $store:ident => $body:expr) => {
+        match $opened {
+            $crate::store::Opened::Etcd(boxed) => {
+                let $store = *boxed;
+                $body
+            }
+            $crate::store::Opened::File($store) => $body,
+        }
+    };
+}
+pub(crate) use with_store;
+
 /// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
 /// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.
 /// The name is used as a key prefix in every store, so it must mean the same
@@ -256,12 +300,49 @@ pub struct Ticket {
     pub rank: u64,
 }
 
-/// The current holder of a lock, as seen by someone else.
+/// The current holder of a lock, as seen by anyone.
 #[derive(Clone, Debug)]
 pub struct Holder {
     pub key: String,
     pub token: u64,
+    /// What elect recorded; `None` for holders of other tools (`etcdctl lock`).
     pub record: Option<HolderRecord>,
+    /// The holder's lease, as in its `ELECT_LEASE_ID`.
+    pub lease: Option<String>,
+    /// Time left on the lease by the store's clock; `None` where leases do
+    /// not expire by time.
+    pub ttl_left: Option<Duration>,
+}
+
+/// A lock as seen from outside.
+#[derive(Clone, Debug)]
+pub struct LockStatus {
+    pub lock: String,
+    pub holder: Option<Holder>,
+    /// How many wait behind the holder.
+    pub waiting: usize,
+    /// The waiters' places (etcd: create revisions), where the store orders them.
+    pub ranks: Vec<u64>,
+}
+
+/// What `elect check` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The asker holds the lock with the token it was given.
+    Holder,
+    /// It does not, and why.
+    NotHolder(String),
+}
+
+/// What `elect break` did.
+#[derive(Clone, Debug)]
+pub enum Broken {
+    /// This holder's lease was ended.
+    Ended(Holder),
+    /// Nobody held the lock.
+    Free,
+    /// The holder is not the one with the expected token.
+    Changed(Holder),
 }
 
 impl fmt::Display for Holder {
@@ -351,6 +432,16 @@ pub trait Store {
 
     /// Grant a lease of at least `ttl`, retrying until `within` has passed.
     async fn grant(&self, ttl: Duration, within: Duration) -> Result<Self::Lease, StoreError>;
+
+    /// Who holds `lock`, and how many wait, by an up-to-date read.
+    async fn status(&self, lock: &str) -> Result<LockStatus, StoreError>;
+    /// Every lock under `prefix` ("" for all) that has a holder or waiters.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError>;
+    /// Does the holder of `lock` still have `key` and `token`?
+    async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError>;
+    /// End the current holder's lease, if its token is `token` (when given),
+    /// so that its elect stops its command and the next waiter proceeds.
+    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError>;
 }
 
 /// A granted lease and what can be done under it.
@@ -385,8 +476,6 @@ pub trait Lease {
         ticket: &Ticket,
         until: Option<Instant>,
     ) -> Result<Turn, StoreError>;
-    /// The current holder of `lock`, if any.
-    async fn holder(&self, lock: &str) -> Result<Option<Holder>, StoreError>;
     /// Return when the store says `ticket` is gone (deleted, revoked, expired).
     async fn lost(&self, ticket: &Ticket) -> String;
     /// End the lease now, so that the next waiter goes ahead at once.

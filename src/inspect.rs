@@ -1,0 +1,259 @@
+//! `elect status`, `list`, `check` and `break`: what operators and scripts
+//! ask of a lock from outside.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
+use crate::exit::{Code, Outcome};
+use crate::log;
+use crate::store::{
+    Broken, Check, ErrorKind, Holder, Location, LockStatus, Opened, Store, StoreError, with_store,
+};
+
+/// How often an idle connection is probed: these commands are short.
+const PING: Duration = Duration::from_secs(2);
+
+/// Exit codes of the inspection commands, besides the store's.
+const YES: u8 = 0;
+const NO: u8 = 1;
+
+fn store_error(e: &StoreError) -> Outcome {
+    log::error(format_args!("{e}"));
+    Outcome::Exit(
+        match e.kind {
+            ErrorKind::Config => Code::Config,
+            ErrorKind::Unavailable | ErrorKind::Gone => Code::Unavailable,
+        }
+        .value(),
+    )
+}
+
+fn usage(message: String) -> Outcome {
+    log::error(format_args!("{message}"));
+    Outcome::Exit(Code::Usage.value())
+}
+
+/// Choose, check and connect the store; `lock`, if given, is checked for it.
+async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened), Outcome> {
+    let location = Location::from_args(args).map_err(|e| store_error(&e))?;
+    if let Some(lock) = lock {
+        location.check_lock_name(lock).map_err(usage)?;
+    }
+    let opened = location
+        .open(PING, args.connect_timeout)
+        .await
+        .map_err(|e| store_error(&e))?;
+    Ok((location, opened))
+}
+
+pub async fn status(args: StatusArgs) -> Outcome {
+    let (location, opened) = match open(&args.store, Some(&args.lock)).await {
+        Ok(o) => o,
+        Err(outcome) => return outcome,
+    };
+    match with_store!(opened, store => store.status(&args.lock).await) {
+        Ok(status) => {
+            if args.json {
+                println!("{}", to_json(&status, &location));
+            } else {
+                print!("{}", human(&status, &location));
+            }
+            Outcome::Exit(if status.holder.is_some() { YES } else { NO })
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+pub async fn list(args: ListArgs) -> Outcome {
+    let (location, opened) = match open(&args.store, None).await {
+        Ok(o) => o,
+        Err(outcome) => return outcome,
+    };
+    match with_store!(opened, store => store.list(&args.prefix).await) {
+        Ok(locks) => {
+            if args.json {
+                let all: Vec<Value> = locks.iter().map(|s| to_json(s, &location)).collect();
+                println!("{}", Value::Array(all));
+            } else {
+                for status in &locks {
+                    println!("{}", one_line(status));
+                }
+            }
+            Outcome::Exit(YES)
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+pub async fn check(args: CheckArgs) -> Outcome {
+    let (_, opened) = match open(&args.store, Some(&args.lock)).await {
+        Ok(o) => o,
+        Err(outcome) => return outcome,
+    };
+    match with_store!(opened, store => store.check(&args.lock, &args.key, args.token).await) {
+        Ok(Check::Holder) => {
+            log::verbose(format_args!(
+                "still the holder of lock {} with token {}",
+                args.lock, args.token
+            ));
+            Outcome::Exit(YES)
+        }
+        Ok(Check::NotHolder(why)) => {
+            log::error(format_args!(
+                "not the holder of lock {} with token {}: {why}",
+                args.lock, args.token
+            ));
+            Outcome::Exit(NO)
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+pub async fn break_lock(args: BreakArgs) -> Outcome {
+    let (location, opened) = match open(&args.store, Some(&args.lock)).await {
+        Ok(o) => o,
+        Err(outcome) => return outcome,
+    };
+    with_store!(opened, store => break_on(&store, &args, &location).await)
+}
+
+async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) -> Outcome {
+    let lock = &args.lock;
+    let holder = match store.status(lock).await {
+        Ok(LockStatus {
+            holder: Some(h), ..
+        }) => h,
+        Ok(_) => {
+            log::error(format_args!(
+                "lock {lock} at {location} is free; nothing to break"
+            ));
+            return Outcome::Exit(NO);
+        }
+        Err(e) => return store_error(&e),
+    };
+    if !args.yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        eprint!("End the lease of {holder} on lock {lock}? Its command will be stopped. [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            log::error(format_args!("not broken"));
+            return Outcome::Exit(NO);
+        }
+    }
+    // With --token, the holder must be that one; without, the one just shown.
+    let token = args.token.unwrap_or(holder.token);
+    match store.break_lock(lock, Some(token)).await {
+        Ok(Broken::Ended(h)) => {
+            log::notice(format_args!("ended the lease of {h} on lock {lock}"));
+            Outcome::Exit(YES)
+        }
+        Ok(Broken::Free) => {
+            log::error(format_args!("lock {lock} became free; nothing to break"));
+            Outcome::Exit(NO)
+        }
+        Ok(Broken::Changed(h)) => {
+            log::error(format_args!(
+                "lock {lock} is held by {h}, not token {token}; nothing broken"
+            ));
+            Outcome::Exit(NO)
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+/// The stable JSON form of a lock's status (documented in the README).
+pub fn to_json(status: &LockStatus, location: &Location) -> Value {
+    let h: Option<&Holder> = status.holder.as_ref();
+    let record = h.and_then(|h| h.record.as_ref());
+    json!({
+        "lock": status.lock,
+        "store": location.to_string(),
+        "held": h.is_some(),
+        "token": h.map(|h| h.token),
+        "key": h.map(|h| h.key.clone()),
+        "lease": h.and_then(|h| h.lease.clone()),
+        "ttl_left_ms": h.and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
+        "holder": record.map(|r| json!({
+            "identity": r.identity,
+            "hostname": r.hostname,
+            "pid": r.pid,
+            "command": r.command,
+            "since": r.started,
+        })),
+        "waiting": status.waiting,
+    })
+}
+
+fn human(status: &LockStatus, location: &Location) -> String {
+    let mut out = String::new();
+    let lock = &status.lock;
+    let Some(h) = &status.holder else {
+        out.push_str(&format!("lock {lock} at {location}: free\n"));
+        if status.waiting > 0 {
+            out.push_str(&format!("  waiting:  {}\n", status.waiting));
+        }
+        return out;
+    };
+    out.push_str(&format!("lock {lock} at {location}: held\n"));
+    match &h.record {
+        Some(r) => {
+            out.push_str(&format!(
+                "  holder:   {} (pid {} on {})\n",
+                r.identity, r.pid, r.hostname
+            ));
+            out.push_str(&format!("  command:  {}\n", shell_words(&r.command)));
+            out.push_str(&format!("  since:    {}\n", r.started));
+        }
+        None => out.push_str("  holder:   unknown (not started by elect)\n"),
+    }
+    out.push_str(&format!("  token:    {}\n", h.token));
+    out.push_str(&format!("  key:      {}\n", h.key));
+    if let Some(lease) = &h.lease {
+        match h.ttl_left {
+            Some(left) => out.push_str(&format!(
+                "  lease:    {lease} ({} left)\n",
+                crate::lease::show(left)
+            )),
+            None => out.push_str(&format!("  lease:    {lease}\n")),
+        }
+    }
+    out.push_str(&format!("  waiting:  {}\n", status.waiting));
+    out
+}
+
+fn one_line(status: &LockStatus) -> String {
+    match &status.holder {
+        Some(h) => format!("{}\theld by {h}\t{} waiting", status.lock, status.waiting),
+        None => format!("{}\tfree\t{} waiting", status.lock, status.waiting),
+    }
+}
+
+/// A command line as a shell would show it.
+fn shell_words(words: &[String]) -> String {
+    let quote = |w: &String| {
+        if !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+        {
+            w.clone()
+        } else {
+            format!("'{}'", w.replace('\'', r"'\''"))
+        }
+    };
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_shown_quoted() {
+        let words = ["sh", "-c", "echo 'hi' $X"].map(String::from);
+        assert_eq!(shell_words(&words), r#"sh -c 'echo '\''hi'\'' $X'"#);
+    }
+}

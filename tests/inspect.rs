@@ -1,0 +1,309 @@
+//! `elect status`, `list`, `check`, `break`, the live waiting line and
+//! JSON logs, against a real etcd and the file store.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::{Etcd, Running, SECOND, TempDir, elect, elect_run, hold};
+
+fn status(store: &str, lock: &str, json: bool) -> (i32, String) {
+    let mut c = elect();
+    c.args(["status", "--store", store, "--lock", lock]);
+    if json {
+        c.arg("--json");
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+/// `elect check` as the command itself would run it, with the variables it was given.
+fn check(store: &str, lock: &str, key: &str, token: u64) -> (i32, String) {
+    let out = elect()
+        .arg("check")
+        .env("ELECT_STORE", store)
+        .env("ELECT_LOCK", lock)
+        .env("ELECT_KEY", key)
+        .env("ELECT_TOKEN", token.to_string())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A holder that reports its key and token, and a waiter behind it.
+fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
+    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
+    let mut holder = Running::spawn(elect_run(
+        store,
+        lock,
+        &["--identity", "nightly-1", "--ttl", "3s"],
+        script,
+    ));
+    let key = holder.expect_line("key", 10 * SECOND);
+    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
+    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
+    (holder, waiter, key, token)
+}
+
+fn wait_for_waiters(store: &str, lock: &str, n: u64) {
+    let give_up = std::time::Instant::now() + 10 * SECOND;
+    loop {
+        let (_, out) = status(store, lock, true);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        if v["waiting"] == n {
+            return;
+        }
+        assert!(std::time::Instant::now() < give_up, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn status_check_and_break(store: &str) {
+    let lock = "report";
+    let (code, out) = status(store, lock, false);
+    assert_eq!(code, 1, "a free lock: {out}");
+    assert!(out.contains(": free"), "{out}");
+
+    let (mut holder, mut waiter, key, token) = holder_and_waiter(store, lock);
+    wait_for_waiters(store, lock, 1);
+
+    let (code, out) = status(store, lock, false);
+    assert_eq!(code, 0);
+    for text in [
+        "held",
+        "nightly-1",
+        &format!("token:    {token}"),
+        &key,
+        "waiting:  1",
+        "read _line",
+    ] {
+        assert!(out.contains(text), "{text} missing in\n{out}");
+    }
+    let (code, out) = status(store, lock, true);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["lock"], lock);
+    assert_eq!(v["held"], true);
+    assert_eq!(v["token"], token);
+    assert_eq!(v["key"], key.as_str());
+    assert_eq!(v["holder"]["identity"], "nightly-1");
+    assert_eq!(v["holder"]["command"][0], "sh");
+    assert_eq!(v["waiting"], 1);
+    assert!(v["holder"]["pid"].is_u64() && v["holder"]["since"].is_string());
+
+    let out = elect()
+        .args(["list", "--store", store, "--json"])
+        .output()
+        .unwrap();
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all[0]["lock"], lock);
+
+    let (code, err) = check(store, lock, &key, token);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty());
+    let (code, _) = check(store, lock, &key, token - 1);
+    assert_eq!(code, 1, "a wrong token is not the holder");
+
+    // A break that names another token refuses and changes nothing.
+    let out = elect()
+        .args([
+            "break",
+            "--store",
+            store,
+            "--lock",
+            lock,
+            "--token",
+            &(token + 100).to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing broken"));
+    assert_eq!(status(store, lock, true).0, 0);
+
+    let out = elect()
+        .args([
+            "break",
+            "--store",
+            store,
+            "--lock",
+            lock,
+            "--token",
+            &token.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        holder.wait_code(10 * SECOND),
+        76,
+        "the holder's elect saw the loss"
+    );
+    waiter.expect_line("ran", 10 * SECOND);
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    let (code, err) = check(store, lock, &key, token);
+    assert_eq!(code, 1);
+    assert!(err.contains("not the holder"), "{err}");
+}
+
+#[test]
+fn status_check_and_break_on_etcd() {
+    let etcd = Etcd::start();
+    status_check_and_break(&etcd.url());
+}
+
+#[test]
+fn status_check_and_break_on_the_file_store() {
+    let dir = TempDir::new("inspect-file");
+    status_check_and_break(&dir.url());
+}
+
+#[test]
+fn check_fails_after_a_lease_loss() {
+    let etcd = Etcd::start();
+    let script = r#"echo "lease $ELECT_LEASE_ID $ELECT_KEY $ELECT_TOKEN"; exec sleep 1000"#;
+    let mut holder = Running::spawn(elect_run(&etcd.url(), "lossy", &[], script));
+    let line = holder.expect_line("lease", 10 * SECOND);
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(
+        check(&etcd.url(), "lossy", parts[1], parts[2].parse().unwrap()).0,
+        0
+    );
+    assert!(
+        etcd.etcdctl(&["lease", "revoke", parts[0]])
+            .status
+            .success()
+    );
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+    let (code, err) = check(&etcd.url(), "lossy", parts[1], parts[2].parse().unwrap());
+    assert_eq!(code, 1);
+    assert!(err.contains("free"), "{err}");
+}
+
+#[test]
+fn status_shows_holders_that_etcdctl_started() {
+    let etcd = Etcd::start();
+    let dir = TempDir::new("inspect-etcdctl");
+    let release = dir.join("release");
+    let script = format!(
+        "echo held; while [ ! -e {} ]; do sleep 0.01; done",
+        release.display()
+    );
+    let mut etcdctl = etcd.etcdctl_command();
+    etcdctl.args(["lock", "theirs", "--", "sh", "-c", &script]);
+    let mut theirs = Running::spawn(etcdctl);
+    theirs.expect_line("held", 10 * SECOND);
+    let (code, out) = status(&etcd.url(), "theirs", true);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["held"], true);
+    assert!(v["token"].as_u64().unwrap() > 0);
+    assert!(v["holder"].is_null(), "etcdctl records no holder: {v}");
+    assert!(v["ttl_left_ms"].as_u64().unwrap() > 0);
+    std::fs::write(&release, "").unwrap();
+    assert!(theirs.wait(10 * SECOND).success());
+}
+
+#[test]
+fn the_live_waiting_line_shows_on_a_terminal_only() {
+    let dir = TempDir::new("inspect-live");
+    let (mut holder, token) = hold(&dir.url(), "live", &["--identity", "first-holder"]);
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    // `script` runs the waiter on a pseudo-terminal and records what it shows.
+    let typescript = dir.join("typescript");
+    let waiter_cmd = format!(
+        "{elect_bin} run --store {} --lock live -- echo acquired",
+        dir.url()
+    );
+    let mut waiter = Running::spawn({
+        let mut c = Command::new("script");
+        c.args(["-qfec", &waiter_cmd]).arg(&typescript);
+        c
+    });
+    let give_up = std::time::Instant::now() + 10 * SECOND;
+    while !std::fs::read_to_string(&typescript)
+        .unwrap_or_default()
+        .contains("waiting for lock live")
+    {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no live line on the terminal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    holder.send_line("done");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    let shown = std::fs::read_to_string(&typescript).unwrap();
+    assert!(
+        shown.contains(&format!("held with token {token} by first-holder")),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\r\x1b[Kacquired"),
+        "the line is erased when the lock is acquired: {shown:?}"
+    );
+
+    // Without a terminal: not a byte of it.
+    let (mut holder, _) = hold(&dir.url(), "live", &[]);
+    let mut waiter = Running::spawn(elect_run(&dir.url(), "live", &["-v"], "echo acquired"));
+    waiter.expect_stderr("waiting for the lock", 10 * SECOND);
+    // Nothing to wait for when checking that something does not appear:
+    // give the line time for a redraw or two.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    holder.send_line("done");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    let seen = waiter.stderr_seen.join("\n");
+    assert!(
+        !seen.contains("\x1b[K") && !seen.contains("waiting for lock"),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = TempDir::new("inspect-json");
+    let out = elect()
+        .args([
+            "--log-format",
+            "json",
+            "-v",
+            "run",
+            "--store",
+            &dir.url(),
+            "--lock",
+            "j",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stderr).unwrap();
+    assert!(text.lines().count() >= 3, "{text}");
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["time"].is_string() && v["level"].is_string() && v["message"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(text.contains("acquired lock j with token 1"));
+}
