@@ -45,6 +45,8 @@ complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time betwe
 complete -c elect -n "__fish_elect_using_subcommand run" -l signal -d 'First signal sent to COMMAND\'s process group when the lease is lost' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l busy-exit-code -d 'Exit code when the lock was not acquired within --wait' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'Exit code when the lease was lost and COMMAND was stopped' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns' -r -f -a "lost\t'After the lease was lost'
+always\t'Also after COMMAND exited non-zero or was killed by a signal'"
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"

@@ -217,6 +217,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = crate::exit::Code::Lost.value())]
     pub lost_exit_code: u8,
 
+    /// After losing the lease, wait for the lock again and run COMMAND anew with a new token;
+    /// "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns.
+    #[arg(long, value_name = "WHEN", num_args = 0..=1, default_missing_value = "lost", require_equals = true)]
+    pub rejoin: Option<Rejoin>,
+
     /// Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname].
     #[arg(long, value_name = "TEXT")]
     pub identity: Option<String>,
@@ -234,6 +239,15 @@ fn run_after_help() -> String {
         text.push_str(&format!("  {name}\n      {meaning}\n"));
     }
     text
+}
+
+/// When `--rejoin` goes back to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rejoin {
+    /// After the lease was lost.
+    Lost,
+    /// Also after COMMAND exited non-zero or was killed by a signal.
+    Always,
 }
 
 /// How long to wait for the lock.

@@ -21,7 +21,7 @@ use nix::unistd::AccessFlags;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::cli::{RunArgs, Wait};
+use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::clock::Instant;
 use crate::exit::{Code, Outcome};
 use crate::lease::{self, Loss, Timing, show};
@@ -50,6 +50,7 @@ struct Job {
     lost_code: u8,
     identity: String,
     connect_timeout: Duration,
+    rejoin: Option<Rejoin>,
     command: Vec<std::ffi::OsString>,
 }
 
@@ -108,6 +109,7 @@ impl Job {
             lost_code: args.lost_exit_code,
             identity,
             connect_timeout: args.store.connect_timeout,
+            rejoin: args.rejoin,
             command: args.command,
         })
     }
@@ -135,7 +137,44 @@ impl Job {
         }
     }
 
+    /// Run, and with `--rejoin`, go back to the queue after a loss (or a
+    /// failure, with `--rejoin=always`) and run a new command with a new token.
     async fn run_on<S: Store>(&self, store: &S, signals: &mut Signals) -> Outcome {
+        const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+        const MAX_BACKOFF: Duration = Duration::from_secs(60);
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = Instant::now();
+            let end = self.take_turn(store, signals).await;
+            let why = match (&end, self.rejoin) {
+                (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
+                (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
+                    format!("the command exited with {code}")
+                }
+                (TurnEnd::Ended(Ending::Killed(sig)), Some(Rejoin::Always)) => {
+                    format!("the command was killed by {sig}")
+                }
+                _ => return end.outcome(self.lost_code),
+            };
+            // A long, healthy turn earns a fresh start.
+            if Instant::now().since(started) > MAX_BACKOFF {
+                backoff = FIRST_BACKOFF;
+            }
+            log::notice(format_args!(
+                "{why}; rejoining the queue for lock {} in {}",
+                self.lock,
+                show(backoff)
+            ));
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                sig = signals.terminating() => return Outcome::Raise(sig),
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One turn: queue, hold, run the command, release.
+    async fn take_turn<S: Store>(&self, store: &S, signals: &mut Signals) -> TurnEnd {
         let give_up = match self.wait {
             Wait::Forever => None,
             Wait::For(d) => Some(Instant::now() + d),
@@ -144,11 +183,11 @@ impl Job {
         let (acquired, mut keep, deadline) = loop {
             let granted = tokio::select! {
                 granted = store.grant(self.timing.ttl(), self.connect_timeout) => granted,
-                sig = signals.terminating() => return Outcome::Raise(sig),
+                sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
             };
             let lease = match granted {
                 Ok(lease) => lease,
-                Err(e) => return self.store_failed(&e),
+                Err(e) => return TurnEnd::Done(self.store_failed(&e)),
             };
             let (timing, first_deadline) = match lease.ttl() {
                 Some(ttl) => {
@@ -184,7 +223,7 @@ impl Job {
                 }
                 Queued::Done(outcome) => {
                     release(&lease).await;
-                    return outcome;
+                    return TurnEnd::Done(outcome);
                 }
             }
         };
@@ -192,11 +231,11 @@ impl Job {
             "acquired lock {} with token {}",
             self.lock, acquired.token
         ));
-        let outcome = self.hold(&acquired, &mut keep, deadline, signals).await;
+        let end = self.hold(&acquired, &mut keep, deadline, signals).await;
         drop(keep);
         release(&acquired.lease).await;
         log::verbose(format_args!("released lock {}", self.lock));
-        outcome
+        end
     }
 
     /// Join the queue and wait for our turn.
@@ -302,7 +341,7 @@ impl Job {
         keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
         mut deadline: watch::Receiver<Instant>,
         signals: &mut Signals,
-    ) -> Outcome {
+    ) -> TurnEnd {
         let Acquired {
             lease,
             ticket,
@@ -327,9 +366,9 @@ impl Job {
         };
         let mut child = match Supervisor::start(plan).await {
             Ok(child) => child,
-            Err(SpawnError::Exec(errno)) => return self.exec_failed(errno),
+            Err(SpawnError::Exec(errno)) => return TurnEnd::Done(self.exec_failed(errno)),
             Err(SpawnError::Guard(e)) => {
-                return failure(format_args!("cannot start the command: {e}"));
+                return TurnEnd::Done(failure(format_args!("cannot start the command: {e}")));
             }
         };
         log::verbose(format_args!("started the command as pid {}", child.pid()));
@@ -337,6 +376,7 @@ impl Job {
         tokio::pin!(lost_watch);
         let mut lost: Option<String> = None;
         let mut renewing = true;
+        let mut told_to_stop = false;
         let ending = loop {
             tokio::select! {
                 event = child.event() => match event {
@@ -367,16 +407,18 @@ impl Job {
                     let at = *deadline.borrow_and_update();
                     child.extend(at).await;
                 },
-                sig = signals.any() => child.forward(sig).await,
+                sig = signals.any() => {
+                    told_to_stop |= Signals::is_terminating(sig);
+                    child.forward(sig).await;
+                }
             }
         };
         child.reap().await;
-        if lost.is_some() {
-            return Outcome::Exit(self.lost_code);
-        }
-        match ending {
-            Ending::Exited(code) => Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1)),
-            Ending::Killed(sig) => Outcome::Raise(sig),
+        match (lost, told_to_stop) {
+            (Some(_), _) => TurnEnd::Lost,
+            // Whoever told elect to stop meant it: never rejoin after that.
+            (None, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
+            (None, false) => TurnEnd::Ended(ending),
         }
     }
 
@@ -385,14 +427,17 @@ impl Job {
         if lost.is_some() {
             return false;
         }
+        let then = match self.rejoin {
+            Some(_) => "then rejoining the queue".to_string(),
+            None => format!("exiting {}", self.lost_code),
+        };
         log::error(format_args!(
             "lost the lease on lock {} at {}: {reason}; stopping the command with {}, \
-             SIGKILL within {}; exiting {}",
+             SIGKILL within {}; {then}",
             self.lock,
             self.location,
             self.signal,
             show(self.timing.grace()),
-            self.lost_code
         ));
         *lost = Some(reason);
         true
@@ -452,6 +497,29 @@ fn terminal_width() -> Option<usize> {
     // SAFETY: TIOCGWINSZ fills a winsize struct.
     let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
     (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
+}
+
+/// How a turn ended.
+enum TurnEnd {
+    /// The lease was lost and elect stopped the command.
+    Lost,
+    /// The command ended on its own.
+    Ended(Ending),
+    /// Anything else: this is how elect ends.
+    Done(Outcome),
+}
+
+impl TurnEnd {
+    fn outcome(self, lost_code: u8) -> Outcome {
+        match self {
+            TurnEnd::Lost => Outcome::Exit(lost_code),
+            TurnEnd::Ended(Ending::Exited(code)) => {
+                Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1))
+            }
+            TurnEnd::Ended(Ending::Killed(sig)) => Outcome::Raise(sig),
+            TurnEnd::Done(outcome) => outcome,
+        }
+    }
 }
 
 enum Queued {
@@ -566,6 +634,13 @@ impl Signals {
             _ = self.usr2.recv() => Signal::SIGUSR2,
             _ = self.winch.recv() => Signal::SIGWINCH,
         }
+    }
+
+    fn is_terminating(sig: Signal) -> bool {
+        matches!(
+            sig,
+            Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT
+        )
     }
 
     /// The next signal that means "stop" while there is no command to pass it to.
