@@ -285,7 +285,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-l -w -n -q -v -h -V --lock --store --connect-timeout --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --identity --quiet --verbose --log-format --help --version"
+            opts="-l -w -n -q -v -h -V --lock --store --connect-timeout --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

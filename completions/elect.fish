@@ -51,6 +51,7 @@ complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who hol
 complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0)'
+complete -c elect -n "__fish_elect_using_subcommand run" -l subreaper -d 'Reap orphaned processes, as elect does when it is PID 1 (a container\'s entrypoint)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'

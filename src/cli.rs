@@ -222,6 +222,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "WHEN", num_args = 0..=1, default_missing_value = "lost", require_equals = true)]
     pub rejoin: Option<Rejoin>,
 
+    /// Reap orphaned processes, as elect does when it is PID 1 (a container's entrypoint).
+    #[arg(long)]
+    pub subreaper: bool,
+
     /// Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname].
     #[arg(long, value_name = "TEXT")]
     pub identity: Option<String>,

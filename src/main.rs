@@ -22,9 +22,14 @@ use crate::cli::{Cli, Command};
 use crate::exit::{Code, Outcome};
 
 fn main() {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
         supervisor::guard::main(&args[1..]);
+    }
+    // The copy that a reaper started (see supervisor::reaper).
+    let reaped = args.get(1).is_some_and(|a| a == supervisor::reaper::ARG);
+    if reaped {
+        args.remove(1);
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
@@ -44,6 +49,12 @@ fn main() {
         _ => log::Level::Normal,
     };
     log::set(level, cli.log_format == cli::LogFormat::Json);
+    if let Command::Run(run) = &cli.command
+        && !reaped
+        && supervisor::reaper::needed(run.subreaper)
+    {
+        supervisor::reaper::main(&args[1..]);
+    }
     // One thread: the runtime never forks from a thread that may exit, and
     // nothing here is CPU-bound. Deadlines are enforced by the guard process.
     let runtime = match tokio::runtime::Builder::new_current_thread()

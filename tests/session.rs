@@ -69,3 +69,73 @@ fn rejoin_always_runs_a_failed_command_again_but_not_after_a_signal_to_elect() {
         "told to stop, elect stops: {status:?}"
     );
 }
+
+/// `unshare --pid --fork --mount-proc elect run ...`: elect as PID 1 of a
+/// new PID namespace (needs root, as in CI).
+fn as_pid_1(store: &str, lock: &str, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(env!("CARGO_BIN_EXE_elect"))
+        .args([
+            "run", "--store", store, "--lock", lock, "--", "sh", "-c", script,
+        ]);
+    c
+}
+
+#[test]
+fn as_pid_1_elect_reaps_orphans_and_passes_the_status_through() {
+    let dir = support::TempDir::new("session-pid1");
+    // Two orphans for PID 1 to reap, then wait until no sleep and no zombie
+    // is left in the namespace.
+    let script = r#"
+        (sleep 0.1 &); (sleep 0.1 &)
+        i=0
+        while [ $i -lt 500 ]; do
+            o=$(pgrep -c -x sleep); z=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
+            [ "$o" = 0 ] && [ "$z" = 0 ] && break
+            i=$((i + 1)); sleep 0.01
+        done
+        echo "pid1 $(cat /proc/1/comm) orphans $o zombies $z"
+        exit 7"#;
+    let out = as_pid_1(&dir.url(), "pid1", script)
+        .output()
+        .expect("unshare (util-linux) is needed, and root");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("pid1 elect orphans 0 zombies 0"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the command's status comes through"
+    );
+}
+
+#[test]
+fn sigterm_to_pid_1_stops_the_command_and_releases_the_lock() {
+    let dir = support::TempDir::new("session-pid1-term");
+    let mut unshare = Running::spawn(as_pid_1(&dir.url(), "term", "echo ready; exec sleep 1000"));
+    unshare.expect_line("ready", 10 * SECOND);
+    let pid1 = support::find_child(unshare.pid(), "elect");
+    let sleeper = support::Death::watch(support::find_child(unshare.pid(), "sleep"));
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid1, libc::SIGTERM) }, 0);
+    sleeper.at(5 * SECOND);
+    assert_eq!(
+        unshare.wait_code(10 * SECOND),
+        128 + libc::SIGTERM,
+        "PID 1 exits 128+N"
+    );
+    let out = elect()
+        .args(["status", "--store", &dir.url(), "--lock", "term"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the lock is free: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

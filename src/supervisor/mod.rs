@@ -7,6 +7,7 @@
 
 pub mod guard;
 mod protocol;
+pub mod reaper;
 
 use std::ffi::OsString;
 use std::io;

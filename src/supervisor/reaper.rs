@@ -1,0 +1,113 @@
+//! PID 1 duty: reap every orphan without stealing anyone's exit status.
+//!
+//! As a container's entrypoint elect is PID 1: orphans are re-parented to it
+//! and must be reaped, or they pile up as zombies. Reaping means
+//! `waitpid(-1)`, and a `waitpid(-1)` loop in the same process as tokio's
+//! process support steals the status of the children tokio waits for (its
+//! own wait then fails with ECHILD). Routing every status by pid through one
+//! loop would work only if that loop owned all waiting, tokio's included.
+//!
+//! So elect splits in two. The process that is PID 1 (or that `--subreaper`
+//! made a child subreaper) becomes this reaper: a small synchronous loop that
+//! starts a copy of elect to do the real work, passes it every signal, reaps
+//! whatever dies, and exits as the copy did. The copy is an ordinary process:
+//! no orphan is ever re-parented to it, so nothing can race its waits.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// The hidden first argument of the copy that the reaper starts.
+pub const ARG: &str = "__elect-reaped";
+
+/// Signals the reaper passes on to the copy (SIGCHLD it handles itself).
+const PASSED_ON: [Signal; 7] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+/// Whether this elect must be a reaper: it is PID 1, or was asked to be.
+pub fn needed(asked: bool) -> bool {
+    asked || std::process::id() == 1
+}
+
+/// Become the reaper in front of a copy of elect run with `args` (argv[1..]). Never returns.
+pub fn main(args: &[OsString]) -> ! {
+    let pid1 = std::process::id() == 1;
+    let mut handled = SigSet::empty();
+    handled.add(Signal::SIGCHLD);
+    for sig in PASSED_ON {
+        handled.add(sig);
+    }
+    // Blocked before the copy exists, so that no signal is lost; the copy
+    // unblocks them before it execs.
+    if let Err(e) = handled.thread_block() {
+        fail(format_args!("cannot block signals: {e}"));
+    }
+    if !pid1 {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            fail(format_args!(
+                "cannot become a subreaper: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    let mut command = Command::new("/proc/self/exe");
+    command.arg0("elect").arg(ARG).args(args);
+    // SAFETY: sigprocmask is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let copy = match command.spawn() {
+        Ok(child) => Pid::from_raw(child.id() as i32),
+        Err(e) => fail(format_args!("cannot start: {e}")),
+    };
+    loop {
+        let sig = match handled.wait() {
+            Ok(sig) => sig,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            let _ = kill(copy, sig);
+            continue;
+        }
+        // Reap everything that has died; remember how the copy ended.
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == copy => std::process::exit(code),
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == copy => die_as(sig, pid1),
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// End as the copy ended: by its signal, or as PID 1, with 128+N.
+fn die_as(sig: Signal, pid1: bool) -> ! {
+    if !pid1 {
+        let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+        let _ = signal_hook::low_level::emulate_default_handler(sig as i32);
+    }
+    std::process::exit(128 + sig as i32)
+}
+
+fn fail(args: std::fmt::Arguments<'_>) -> ! {
+    crate::log::error(args);
+    std::process::exit(crate::exit::Code::Software.value().into())
+}
