@@ -30,7 +30,7 @@ use crate::store::{
     ErrorKind, HolderRecord, Lease, Location, LockStatus, Store, StoreError, Ticket, Turn,
     with_store,
 };
-use crate::supervisor::{Ending, Event, Plan, SpawnError, Supervisor};
+use crate::supervisor::{Ending, Event, Plan, SpawnError, Stop, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
 const SECRET_VARIABLES: &[&str] = &["ELECT_PASSWORD", "ETCDCTL_PASSWORD", "ETCDCTL_USER"];
@@ -381,20 +381,21 @@ impl Job {
             tokio::select! {
                 event = child.event() => match event {
                     Event::Ended(ending) => break ending,
-                    Event::Stopping => {
+                    Event::Stopping(Stop::Deadline) => {
                         self.lose(&mut lost, "no renewal was confirmed in time".into());
+                    }
+                    Event::Stopping(Stop::ExpiredWhileStopped) => {
+                        self.lose(&mut lost, "the lease ran out while elect and the command were stopped; \
+                            the command was not resumed".into());
                     }
                 },
                 loss = keep.as_mut(), if renewing => {
                     renewing = false;
-                    let reason = match loss {
-                        Loss::Gone(why) => why,
-                        Loss::Expired { last_confirmed } => format!(
-                            "no renewal confirmed for {}",
-                            show(Instant::now().since(last_confirmed))
-                        ),
-                    };
-                    if self.lose(&mut lost, reason) {
+                    // An expiry is the guard's to act on (it keeps the same
+                    // deadline and says why it stops); a store's word is ours.
+                    if let Loss::Gone(why) = loss
+                        && self.lose(&mut lost, why)
+                    {
                         child.stop().await;
                     }
                 },

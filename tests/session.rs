@@ -139,3 +139,138 @@ fn sigterm_to_pid_1_stops_the_command_and_releases_the_lock() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `elect run --store STORE --lock LOCK [extra] -- sh -c SCRIPT` on a new terminal.
+fn on_a_terminal(store: &str, lock: &str, extra: &[&str], script: &str) -> support::Pty {
+    support::Pty::spawn(support::elect_run(store, lock, extra, script))
+}
+
+#[test]
+fn an_interactive_command_gets_the_terminal_and_leaves_it_sane() {
+    let dir = support::TempDir::new("tty-fg");
+    let script = r#"echo "pgid $(cut -d' ' -f5 /proc/$$/stat)"; read line; echo "got $line"; stty raw -echo; echo bye"#;
+    let mut tty = on_a_terminal(&dir.url(), "tty", &[], script);
+    let pgid: i32 = tty
+        .expect_line("pgid ", 10 * SECOND)
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        tty.foreground(),
+        pgid,
+        "the command's group has the terminal"
+    );
+    tty.type_in(b"hello\r");
+    tty.expect("got hello", 10 * SECOND);
+    tty.expect("bye", 10 * SECOND);
+    assert!(tty.wait(10 * SECOND).success());
+    let modes = tty.local_modes();
+    assert!(
+        modes & libc::ICANON != 0 && modes & libc::ECHO != 0,
+        "the terminal's modes were restored"
+    );
+}
+
+#[test]
+fn ctrl_c_reaches_the_command_once() {
+    let dir = support::TempDir::new("tty-int");
+    let script = r#"trap 'echo caught-int' INT; echo ready; while :; do read l; [ "$l" = quit ] && exit 0; done"#;
+    let mut tty = on_a_terminal(&dir.url(), "int", &[], script);
+    tty.expect("ready", 10 * SECOND);
+    tty.type_in(&[0x03]);
+    tty.expect("caught-int", 10 * SECOND);
+    tty.type_in(b"quit\r");
+    assert!(tty.wait(10 * SECOND).success(), "{:?}", tty.seen);
+    assert_eq!(tty.seen.matches("caught-int").count(), 1, "{:?}", tty.seen);
+}
+
+#[test]
+fn ctrl_z_gives_the_terminal_back_and_sigcont_resumes() {
+    let dir = support::TempDir::new("tty-stop");
+    let script = r#"echo ready; read l; echo "got $l""#;
+    let mut tty = on_a_terminal(&dir.url(), "stop", &[], script);
+    let elect = tty.child.id() as i32;
+    tty.expect("ready", 10 * SECOND);
+    tty.type_in(&[0x1a]);
+    wait_until(
+        || support::state(elect) == Some('T'),
+        "elect stopped with its command",
+    );
+    assert_eq!(
+        tty.foreground(),
+        elect,
+        "elect's group (the shell's job) has the terminal again"
+    );
+    // What `fg` does: continue the job.
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(-elect, libc::SIGCONT) }, 0);
+    wait_until(
+        || tty.foreground() != elect,
+        "the command has the terminal again",
+    );
+    tty.type_in(b"after\r");
+    tty.expect("got after", 10 * SECOND);
+    assert!(tty.wait(10 * SECOND).success());
+}
+
+#[test]
+fn a_lease_lost_while_stopped_is_not_resumed() {
+    let etcd = Etcd::start();
+    let script = r#"echo ready; read l; echo "got $l""#;
+    let mut tty = on_a_terminal(&etcd.url(), "stale", &["--ttl", "2s"], script);
+    let elect = tty.child.id() as i32;
+    tty.expect("ready", 10 * SECOND);
+    tty.type_in(&[0x1a]);
+    wait_until(|| support::state(elect) == Some('T'), "elect stopped");
+    // Stopped, elect cannot renew: wait until etcd has expired the lease.
+    wait_until(
+        || etcd.keys("stale/").is_empty(),
+        "the lease expired on the server",
+    );
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(-elect, libc::SIGCONT) }, 0);
+    let status = tty.wait(10 * SECOND);
+    assert_eq!(status.code(), Some(76), "{:?}", tty.seen);
+    tty.expect("while elect and the command were stopped", 5 * SECOND);
+    assert!(
+        !tty.seen.contains("got"),
+        "the command ran on: {:?}",
+        tty.seen
+    );
+}
+
+#[test]
+fn started_in_the_background_elect_leaves_the_terminal_alone() {
+    let dir = support::TempDir::new("tty-bg");
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    // An interactive shell with job control runs `elect ... &`.
+    let inner = r#"set -- $(cat /proc/$$/stat); echo "pgid $5 tpgid $8""#;
+    let script = format!(
+        "{elect_bin} run --store {} --lock bg -- sh -c '{inner}' & wait",
+        dir.url()
+    );
+    let mut command = std::process::Command::new("sh");
+    command.args(["-m", "-c", &script]);
+    let mut tty = support::Pty::spawn(command);
+    let line = tty.expect_line("pgid ", 10 * SECOND);
+    let mut words = line.split_whitespace();
+    let pgid = words.next().unwrap();
+    assert_eq!(words.next(), Some("tpgid"));
+    let tpgid = words.next().unwrap();
+    assert_ne!(
+        pgid, tpgid,
+        "a background elect gave its command the terminal"
+    );
+    assert!(tty.wait(10 * SECOND).success());
+}
+
+fn wait_until(mut condition: impl FnMut() -> bool, what: &str) {
+    let give_up = std::time::Instant::now() + 10 * SECOND;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

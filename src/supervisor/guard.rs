@@ -13,6 +13,14 @@
 //!   runtime can steal the command's status, and the command's pid cannot be
 //!   reused while the guard may still signal its group.
 //!
+//! - Around an interactive command it manages the terminal: when stdin is a
+//!   terminal and elect runs in its foreground, the command's group gets the
+//!   foreground (so it reads the terminal, and Ctrl-C reaches it once); when
+//!   the command is stopped (Ctrl-Z) the guard takes the terminal back and
+//!   stops elect's own group, so the shell gets its prompt back; on `fg` it
+//!   checks the lease before it resumes the command; when the command ends it
+//!   gives the terminal back with its modes as they were.
+//!
 //! The limit: a command that leaves its process group (setsid, double fork
 //! into a new group) escapes.
 
@@ -26,13 +34,15 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigHandler, Signal, killpg, signal};
+use nix::sys::signal::{SigHandler, SigSet, Signal, killpg, signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
-use super::protocol::{Message, SIZE};
+use super::protocol::{Message, SIZE, Stop};
 use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
@@ -40,7 +50,7 @@ pub const ARG: &str = "__elect-guard";
 
 /// Signals that the guard ignores: it shares elect's process group, so a
 /// terminal's Ctrl-C reaches it too; elect decides what the command gets.
-const IGNORED: [Signal; 7] = [
+const IGNORED: [Signal; 8] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -48,6 +58,8 @@ const IGNORED: [Signal; 7] = [
     Signal::SIGUSR1,
     Signal::SIGUSR2,
     Signal::SIGPIPE,
+    // To take the terminal back from the background.
+    Signal::SIGTTOU,
 ];
 
 /// What the guard is told on its command line.
@@ -133,11 +145,21 @@ pub fn main(args: &[OsString]) -> ! {
     std::process::exit(code)
 }
 
+/// The terminal an interactive command runs on.
+struct Terminal {
+    /// Its modes before the command started, restored when it stops or ends.
+    ours: Termios,
+    /// The command's modes when it was stopped, restored when it resumes.
+    theirs: Option<Termios>,
+}
+
 struct Guard {
     socket: UnixStream,
     inbox: Vec<u8>,
     child: Pid,
-    pidfd: Option<std::os::fd::OwnedFd>,
+    /// Readable when the command exits or stops.
+    sigchld: SignalFd,
+    terminal: Option<Terminal>,
     timer: TimerFd,
     signal: Signal,
     grace: Duration,
@@ -158,6 +180,23 @@ impl Guard {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
         }
+        // SIGCHLD by descriptor: it reports stops too, which a pidfd does not.
+        let mut chld = SigSet::empty();
+        chld.add(Signal::SIGCHLD);
+        chld.thread_block()?;
+        let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        // Interactive: stdin is a terminal whose foreground is elect's group
+        // (`elect ... &` in a shell is not, and never takes the terminal).
+        let stdin = std::io::stdin();
+        let interactive = nix::unistd::isatty(&stdin).unwrap_or(false)
+            && nix::unistd::tcgetpgrp(&stdin).ok() == Some(nix::unistd::getpgrp());
+        let terminal = match interactive {
+            true => tcgetattr(&stdin)
+                .ok()
+                .map(|ours| Terminal { ours, theirs: None }),
+            false => None,
+        };
+        let interactive = terminal.is_some();
         let guard_pid = nix::unistd::getpid();
         let rt_max = libc::SIGRTMAX();
         let mut command = Command::new(&orders.command[0]);
@@ -168,6 +207,10 @@ impl Guard {
                 // Lead a new process group, so every signal reaches the whole job.
                 if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if interactive {
+                    // Take the foreground; SIGTTOU is ignored until the reset below.
+                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
                 }
                 // If the guard dies, the command dies; and if the guard died
                 // before this line, the signal will never come: give up.
@@ -196,15 +239,20 @@ impl Guard {
                 std::process::exit(0);
             }
         };
-        // Also from this side, so no signal can reach a group that does not exist yet.
+        // Also from this side, so no signal can reach a group that does not
+        // exist yet, and no keystroke goes to a group that is not the command's.
         let _ = nix::unistd::setpgid(child, child);
+        if interactive {
+            let _ = nix::unistd::tcsetpgrp(std::io::stdin(), child);
+        }
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
             inbox: Vec::with_capacity(SIZE),
             child,
-            pidfd: pidfd_open(child),
+            sigchld,
+            terminal,
             timer,
             signal: orders.signal,
             grace: orders.grace,
@@ -244,8 +292,13 @@ impl Guard {
                     return self.finish();
                 }
             };
-            if child_ready && self.child_has_exited() {
-                return self.finish();
+            if child_ready {
+                while let Ok(Some(_)) = self.sigchld.read_signal() {}
+                match self.child_state() {
+                    ChildState::Exited => return self.finish(),
+                    ChildState::Stopped => self.child_stopped(),
+                    ChildState::Running => {}
+                }
             }
             if socket_ready && !self.read_orders() {
                 // elect is gone: nothing may outlive it.
@@ -259,33 +312,25 @@ impl Guard {
     fn wait_for_something(&self) -> nix::Result<(bool, bool)> {
         // SAFETY: the descriptors live as long as self.
         let socket = unsafe { BorrowedFd::borrow_raw(self.socket.as_raw_fd()) };
-        let mut fds = vec![
+        let mut fds = [
             PollFd::new(socket, PollFlags::POLLIN),
             PollFd::new(self.timer.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN),
         ];
-        if let Some(pidfd) = &self.pidfd {
-            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
-        }
-        // Without a pidfd (kernels before 5.3) look at the child now and then.
-        let timeout = if self.pidfd.is_some() {
-            PollTimeout::NONE
-        } else {
-            PollTimeout::from(50u16)
-        };
-        match poll(&mut fds, timeout) {
+        match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
         let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-        let socket_ready = ready(&fds[0]);
-        let child_ready = fds.get(2).is_none_or(ready);
-        Ok((socket_ready, child_ready))
+        Ok((ready(&fds[0]), ready(&fds[2])))
     }
 
     fn act_on_clock(&mut self) {
         let now = Instant::now();
         if self.kill_at.is_none() && now >= self.deadline - self.grace {
-            let _ = self.socket.write_all(&Message::Stopping.encode());
+            let _ = self
+                .socket
+                .write_all(&Message::Stopping(Stop::Deadline).encode());
             self.begin_stop(now);
         }
         if let Some(at) = self.kill_at
@@ -341,21 +386,75 @@ impl Guard {
         true
     }
 
-    fn child_has_exited(&self) -> bool {
-        // WNOWAIT: the child stays a zombie, so its pid, and with it the
-        // process group id, cannot be reused while we clean up the group.
-        matches!(
-            waitid(
-                Id::Pid(self.child),
-                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
-            ),
-            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
-        )
+    fn child_state(&self) -> ChildState {
+        // WNOWAIT: an exited child stays a zombie, so its pid, and with it
+        // the process group id, cannot be reused while we clean up the group.
+        let flags = WaitPidFlag::WEXITED
+            | WaitPidFlag::WSTOPPED
+            | WaitPidFlag::WNOHANG
+            | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(self.child), flags) {
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => ChildState::Exited,
+            Ok(WaitStatus::Stopped(..)) => {
+                // Consume the stop, or it is reported again and again.
+                let _ = waitid(
+                    Id::Pid(self.child),
+                    WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+                );
+                ChildState::Stopped
+            }
+            _ => ChildState::Running,
+        }
     }
 
-    /// Kill what the command left behind in its group, reap it, report, exit.
+    /// The command stopped. If it has the terminal (Ctrl-Z, or reading the
+    /// terminal while in the background), stop elect too so that the shell
+    /// gets its prompt back; otherwise someone stopped it on purpose: leave it.
+    fn child_stopped(&mut self) {
+        let stdin = std::io::stdin();
+        let Some(terminal) = &mut self.terminal else {
+            return;
+        };
+        let ours = nix::unistd::getpgrp();
+        if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.child) {
+            return;
+        }
+        terminal.theirs = tcgetattr(&stdin).ok();
+        let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
+        let _ = nix::unistd::tcsetpgrp(&stdin, ours);
+        // Stop elect's whole group, ourselves included, until `fg` or `bg`.
+        let _ = killpg(ours, Signal::SIGSTOP);
+        // Continued. While stopped, nobody renewed: if the lease may be gone,
+        // the command must not run again.
+        let now = Instant::now();
+        if self.kill_at.is_none() && now >= self.deadline - self.grace {
+            let _ = self
+                .socket
+                .write_all(&Message::Stopping(Stop::ExpiredWhileStopped).encode());
+            self.kill_at = Some(now);
+            self.kill_group();
+            return;
+        }
+        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(ours) {
+            if let Some(modes) = &terminal.theirs {
+                let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, modes);
+            }
+            let _ = nix::unistd::tcsetpgrp(&stdin, self.child);
+        }
+        let _ = killpg(self.child, Signal::SIGCONT);
+    }
+
+    /// Kill what the command left behind in its group, give the terminal
+    /// back as it was, reap the command, report, exit.
     fn finish(&mut self) -> i32 {
         let _ = killpg(self.child, Signal::SIGKILL);
+        if let Some(terminal) = &self.terminal {
+            let stdin = std::io::stdin();
+            if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.child) {
+                let _ = nix::unistd::tcsetpgrp(&stdin, nix::unistd::getpgrp());
+                let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
+            }
+        }
         let report = loop {
             match waitpid(self.child, None) {
                 Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
@@ -399,19 +498,18 @@ fn reset_disposition(sig: i32) {
     }
 }
 
+enum ChildState {
+    Running,
+    Stopped,
+    Exited,
+}
+
 fn set_cloexec(fd: RawFd) -> std::io::Result<()> {
     use nix::fcntl::{F_SETFD, FdFlag, fcntl};
     // SAFETY: fd is open for the life of the guard.
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     fcntl(fd, F_SETFD(FdFlag::FD_CLOEXEC))?;
     Ok(())
-}
-
-/// A descriptor that becomes readable when `pid` exits (Linux 5.3+).
-fn pidfd_open(pid: Pid) -> Option<std::os::fd::OwnedFd> {
-    // SAFETY: a plain syscall; on success we own the returned descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::clock::Instant;
+pub use protocol::Stop;
 use protocol::{Message, SIZE};
 
 /// How to run the command.
@@ -48,8 +49,8 @@ pub enum Ending {
 /// What the supervisor has to say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The deadline passed without a renewal and the guard began the stop.
-    Stopping,
+    /// The guard began the stop on its own.
+    Stopping(Stop),
     /// The command ended (its group is gone too).
     Ended(Ending),
 }
@@ -160,7 +161,7 @@ impl Supervisor {
     /// The next event. Cancel-safe: nothing read is lost if dropped.
     pub async fn event(&mut self) -> Event {
         match self.receive().await {
-            Some(Message::Stopping) => Event::Stopping,
+            Some(Message::Stopping(why)) => Event::Stopping(why),
             Some(Message::Exited(code)) => Event::Ended(Ending::Exited(code)),
             Some(Message::Killed(n)) => Event::Ended(Ending::Killed(
                 Signal::try_from(n).unwrap_or(Signal::SIGKILL),

@@ -18,8 +18,8 @@ pub enum Message {
     Started(i32),
     /// guard: the child could not be started; the errno.
     SpawnFailed(i32),
-    /// guard: the deadline passed without a renewal; the stop has begun.
-    Stopping,
+    /// guard: the stop has begun, for this reason.
+    Stopping(Stop),
     /// guard: the child exited with this code.
     Exited(i32),
     /// guard: the child was killed by this signal.
@@ -34,7 +34,7 @@ impl Message {
             Message::Signal(n) => (3, n as u64),
             Message::Started(pid) => (4, pid as u64),
             Message::SpawnFailed(errno) => (5, errno as u64),
-            Message::Stopping => (6, 0),
+            Message::Stopping(why) => (6, why as u64),
             Message::Exited(code) => (7, code as u64),
             Message::Killed(sig) => (8, sig as u64),
         };
@@ -54,12 +54,26 @@ impl Message {
             3 => Message::Signal(small),
             4 => Message::Started(small),
             5 => Message::SpawnFailed(small),
-            6 => Message::Stopping,
+            6 => Message::Stopping(if value == Stop::ExpiredWhileStopped as u64 {
+                Stop::ExpiredWhileStopped
+            } else {
+                Stop::Deadline
+            }),
             7 => Message::Exited(small),
             8 => Message::Killed(small),
             _ => return None,
         })
     }
+}
+
+/// Why the guard began to stop the command on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The deadline passed without a renewal.
+    Deadline = 0,
+    /// The command and elect were stopped (Ctrl-Z) past the deadline: the
+    /// command is killed without being resumed.
+    ExpiredWhileStopped = 1,
 }
 
 #[cfg(test)]
@@ -74,7 +88,8 @@ mod tests {
             Message::Signal(15),
             Message::Started(4_194_304),
             Message::SpawnFailed(2),
-            Message::Stopping,
+            Message::Stopping(Stop::Deadline),
+            Message::Stopping(Stop::ExpiredWhileStopped),
             Message::Exited(255),
             Message::Killed(9),
         ] {
