@@ -77,7 +77,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__break)
-            opts="-l -y -q -v -h -V --lock --token --yes --store --connect-timeout --quiet --verbose --log-format --help --version"
+            opts="-l -y -q -v -h -V --lock --token --yes --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,6 +100,26 @@ _elect() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -115,7 +135,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__check)
-            opts="-l -q -v -h -V --lock --key --token --store --connect-timeout --quiet --verbose --log-format --help --version"
+            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -129,7 +149,7 @@ _elect() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --key)
+                --holder-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -142,6 +162,26 @@ _elect() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -255,7 +295,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__list)
-            opts="-q -v -h -V --prefix --store --connect-timeout --json --quiet --verbose --log-format --help --version"
+            opts="-q -v -h -V --prefix --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -273,6 +313,26 @@ _elect() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -285,7 +345,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-l -w -n -q -v -h -V --lock --store --connect-timeout --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
+            opts="-l -w -n -q -v -h -V --lock --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -304,6 +364,26 @@ _elect() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -355,7 +435,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__status)
-            opts="-l -q -v -h -V --lock --store --connect-timeout --json --quiet --verbose --log-format --help --version"
+            opts="-l -q -v -h -V --lock --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -374,6 +454,26 @@ _elect() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

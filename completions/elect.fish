@@ -39,6 +39,11 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this me
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live. A lost holder\'s command is dead before this runs out' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, or "forever"' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r
@@ -59,6 +64,11 @@ complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Pri
 complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
@@ -69,6 +79,11 @@ complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d '
 complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
@@ -77,10 +92,15 @@ complete -c elect -n "__fish_elect_using_subcommand list" -s v -l verbose -d 'Sh
 complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The holder\'s key in the store' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
@@ -91,6 +111,11 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'

@@ -2,6 +2,7 @@
 //! and the man pages are generated from.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -114,6 +115,26 @@ pub struct StoreArgs {
     /// How long to keep trying to reach the store before giving up with exit code 69.
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+
+    /// CA certificate (PEM) that signed the etcd servers' certificates [else: the system's].
+    #[arg(long, env = "ELECT_CACERT", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+
+    /// Client certificate (PEM) for etcd servers that require one; needs --key.
+    #[arg(long, env = "ELECT_CERT", value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "ELECT_KEY_FILE", value_name = "FILE")]
+    pub key: Option<PathBuf>,
+
+    /// etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt.
+    #[arg(long, env = "ELECT_USER", value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// File whose first line is the etcd user's password.
+    #[arg(long, env = "ELECT_PASSWORD_FILE", value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -152,7 +173,7 @@ pub struct CheckArgs {
 
     /// The holder's key in the store.
     #[arg(long, env = "ELECT_KEY", value_name = "KEY")]
-    pub key: String,
+    pub holder_key: String,
 
     /// The fencing token the holder was given.
     #[arg(long, env = "ELECT_TOKEN", value_name = "T")]

@@ -93,7 +93,8 @@ pub async fn check(args: CheckArgs) -> Outcome {
         Ok(o) => o,
         Err(outcome) => return outcome,
     };
-    match with_store!(opened, store => store.check(&args.lock, &args.key, args.token).await) {
+    match with_store!(opened, store => store.check(&args.lock, &args.holder_key, args.token).await)
+    {
         Ok(Check::Holder) => {
             log::verbose(format_args!(
                 "still the holder of lock {} with token {}",

@@ -11,18 +11,19 @@
 //! RPC, which blocks inside the server where elect could neither cancel it
 //! nor see who is ahead.
 
+use std::fmt;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
+    KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions,
+    Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use tokio::time::{sleep, timeout};
 
 use super::{
-    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store, StoreError,
-    Ticket, Turn,
+    Broken, Check, EtcdTarget, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store,
+    StoreError, Ticket, Turn,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -45,20 +46,59 @@ impl Etcd {
     /// `ping` is the HTTP/2 keep-alive interval: a connection that a
     /// partition left open is noticed within about twice that.
     pub async fn connect(
-        endpoints: &[String],
+        target: &EtcdTarget,
         ping: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let shown = format!("etcd://{}", endpoints.join(","));
-        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
-        let options = ConnectOptions::new()
+        let scheme = if target.tls { "https" } else { "http" };
+        let shown = format!(
+            "{}://{}",
+            if target.tls { "etcds" } else { "etcd" },
+            target.endpoints.join(",")
+        );
+        let urls: Vec<String> = target
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let mut options = ConnectOptions::new()
             .with_keep_alive(ping, ping)
             .with_keep_alive_while_idle(true)
             .with_connect_timeout(connect_timeout.min(ping * 2))
             .with_require_leader(true);
-        let client = Client::connect(urls, Some(options))
-            .await
-            .map_err(|e| StoreError::config(format!("{shown}: {e}")))?;
+        if target.tls {
+            // Server certificates are always verified: by the given CA, else
+            // by the system's roots.
+            let mut tls = TlsOptions::new();
+            tls = match &target.ca {
+                Some(pem) => tls.ca_certificate(Certificate::from_pem(pem)),
+                None => tls.with_native_roots(),
+            };
+            if let Some((cert, key)) = &target.identity {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(tls);
+        }
+        if let (Some(user), Some(password)) = (&target.user, &target.password) {
+            // Tokens expire (simple tokens after --auth-token-ttl, JWTs at
+            // their exp): refresh instead of failing a renewal.
+            options = options
+                .with_user(user, password.expose())
+                .with_auto_token_refresh(true);
+        }
+        // With a user, connecting authenticates, so it can fail like any request.
+        let client = retry(connect_timeout, || {
+            Client::connect(urls.clone(), Some(options.clone()))
+        })
+        .await
+        .map_err(|e| match e.refused {
+            true => StoreError::unavailable(format!("{shown} refused the connection: {e}")),
+            false => StoreError::unavailable(format!(
+                "cannot reach {shown} within {}: {e}; {}",
+                humantime::format_duration(connect_timeout),
+                unreachable_hint(target.tls)
+            )),
+        })?;
         Ok(Etcd {
             client,
             shown,
@@ -82,12 +122,14 @@ impl Store for Etcd {
             }
         })
         .await
-        .map_err(|e| {
-            StoreError::unavailable(format!(
-                "cannot reach {} within {}: {e}; is etcd running there? (--store, ELECT_STORE)",
+        .map_err(|e| match e.refused {
+            true => StoreError::unavailable(format!("{} refused the lease: {e}", self.shown)),
+            false => StoreError::unavailable(format!(
+                "cannot reach {} within {}: {e}; {}",
                 self.shown,
-                humantime::format_duration(within)
-            ))
+                humantime::format_duration(within),
+                unreachable_hint(self.shown.starts_with("etcds:"))
+            )),
         })?;
         if reply.ttl() <= 0 {
             return Err(StoreError::unavailable(format!(
@@ -277,9 +319,21 @@ impl Etcd {
     }
 }
 
+/// What to check when etcd does not answer.
+fn unreachable_hint(tls: bool) -> &'static str {
+    match tls {
+        // A server that rejects the client certificate closes the connection
+        // without saying why.
+        true => {
+            "is etcd running there with TLS, and does it accept this client certificate (--cert, --key)?"
+        }
+        false => "is etcd running there? (--store, ELECT_STORE)",
+    }
+}
+
 /// Run `op` until it succeeds, fails in a way retrying cannot fix, or
 /// `patience` has passed. With several endpoints, a retry may reach another.
-async fn retry<T, F, Fut>(patience: Duration, mut op: F) -> Result<T, String>
+async fn retry<T, F, Fut>(patience: Duration, mut op: F) -> Result<T, Failed>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -290,11 +344,19 @@ where
     loop {
         let left = give_up.remaining();
         if left.is_zero() {
-            return Err(last);
+            return Err(Failed {
+                refused: false,
+                text: last,
+            });
         }
         match timeout(left, op()).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if is_refusal(&e) => return Err(describe(&e)),
+            Ok(Err(e)) if is_refusal(&e) => {
+                return Err(Failed {
+                    refused: true,
+                    text: describe(&e),
+                });
+            }
             Ok(Err(e)) => {
                 last = describe(&e);
                 log::verbose(format_args!("etcd request failed, retrying: {last}"));
@@ -306,26 +368,67 @@ where
     }
 }
 
-/// One line for an etcd-client error.
-fn describe(e: &etcd_client::Error) -> String {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => {
-            let msg = s.message();
-            if msg.is_empty() {
-                format!("{:?}", s.code())
-            } else {
-                msg.replace('\n', " ")
-            }
-        }
-        other => other.to_string().replace('\n', " "),
+/// Why a retried request failed.
+#[derive(Debug)]
+struct Failed {
+    /// Refused (auth, permission, certificate): retrying would not help.
+    refused: bool,
+    text: String,
+}
+
+impl From<Failed> for String {
+    fn from(f: Failed) -> String {
+        f.text
     }
 }
 
-/// Errors that retrying will not fix.
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// One line for an etcd-client error.
+fn describe(e: &etcd_client::Error) -> String {
+    let mut text = match e {
+        etcd_client::Error::GRpcStatus(s) if !s.message().is_empty() => s.message().to_string(),
+        etcd_client::Error::GRpcStatus(s) => format!("{:?}", s.code()),
+        other => other.to_string(),
+    };
+    // Transport errors say what went wrong only in their sources.
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// Errors that retrying will not fix: refusals, and certificates that do
+/// not match (a TLS failure is never retried in the clear).
 fn is_refusal(e: &etcd_client::Error) -> bool {
     use tonic::Code;
-    matches!(e, etcd_client::Error::GRpcStatus(s)
-        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument))
+    let refused_code = matches!(e, etcd_client::Error::GRpcStatus(s)
+        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument));
+    let bad_input = matches!(
+        e,
+        etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
+    );
+    let text = describe(e).to_ascii_lowercase();
+    let tls = [
+        "certificate",
+        "handshake",
+        "unknownissuer",
+        "invalid peer",
+        "tls",
+        "authentication failed",
+    ]
+    .iter()
+    .any(|w| text.contains(w));
+    refused_code || bad_input || tls
 }
 
 pub struct EtcdLease {
@@ -427,7 +530,15 @@ impl Lease for EtcdLease {
             async move { kv.txn(txn).await }
         })
         .await
-        .map_err(|e| StoreError::unavailable(format!("cannot queue for lock {lock}: {e}")))?;
+        .map_err(|e| {
+            let hint = match e.text.contains("permission denied") {
+                true => format!(
+                    "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
+                ),
+                false => String::new(),
+            };
+            StoreError::unavailable(format!("cannot queue for lock {lock}: {e}{hint}"))
+        })?;
         let token = if reply.succeeded() {
             reply.header().map_or(0, |h| h.revision())
         } else {
@@ -556,7 +667,7 @@ impl Lease for EtcdLease {
         match revoked {
             Ok(_) => Ok(()),
             // Revoking a lease that already expired is not a failure.
-            Err(e) if e.contains("not found") => Ok(()),
+            Err(e) if e.text.contains("not found") => Ok(()),
             Err(e) => Err(StoreError::unavailable(e)),
         }
     }

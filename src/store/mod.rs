@@ -8,6 +8,9 @@
 
 pub mod etcd;
 pub mod file;
+mod target;
+
+pub use target::EtcdTarget;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -20,8 +23,8 @@ use crate::clock::Instant;
 /// Where the lock lives, parsed from `--store`: the one switch between stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
-    /// etcd endpoints as `host:port`.
-    Etcd { endpoints: Vec<String> },
+    /// An etcd cluster.
+    Etcd(EtcdTarget),
     /// A directory on this host.
     File { dir: PathBuf, network_fs_ok: bool },
 }
@@ -37,16 +40,23 @@ impl Location {
     ) -> Result<Self, StoreError> {
         match (store, etcdctl_endpoints) {
             (Some(url), _) => Location::parse(url),
-            (None, Some(list)) if !list.trim().is_empty() => Location::etcd_endpoints(list)
+            (None, Some(list)) if !list.trim().is_empty() => EtcdTarget::parse(list, false)
+                .map(Location::Etcd)
                 .map_err(|e| StoreError::config(format!("ETCDCTL_ENDPOINTS: {e}"))),
             (None, _) => Location::parse(DEFAULT_STORE),
         }
     }
 
-    /// The store that `--store` and the environment choose.
+    /// The store that `--store` and the environment choose, with the
+    /// certificates and credentials to reach it (read now, so that a bad
+    /// file is reported before anything touches the store).
     pub fn from_args(args: &crate::cli::StoreArgs) -> Result<Self, StoreError> {
         let etcdctl = std::env::var("ETCDCTL_ENDPOINTS").ok();
-        Location::choose(args.store.as_deref(), etcdctl.as_deref())
+        let mut location = Location::choose(args.store.as_deref(), etcdctl.as_deref())?;
+        if let Location::Etcd(target) = &mut location {
+            target.secure(args)?;
+        }
+        Ok(location)
     }
 
     /// Connect to the store. `ping` is how often to probe an idle
@@ -57,8 +67,8 @@ impl Location {
         connect_timeout: Duration,
     ) -> Result<Opened, StoreError> {
         Ok(match self {
-            Location::Etcd { endpoints } => Opened::Etcd(Box::new(
-                etcd::Etcd::connect(endpoints, ping, connect_timeout).await?,
+            Location::Etcd(target) => Opened::Etcd(Box::new(
+                etcd::Etcd::connect(target, ping, connect_timeout).await?,
             )),
             Location::File { dir, network_fs_ok } => {
                 Opened::File(file::FileStore::open(dir, *network_fs_ok)?)
@@ -82,18 +92,19 @@ impl Location {
                 redact(url)
             ))
         })?;
-        match scheme.to_ascii_lowercase().as_str() {
-            "etcd" | "http" => Location::etcd_endpoints(rest)
-                .map_err(|e| StoreError::config(format!("store URL '{}': {e}", redact(url)))),
-            "etcds" | "https" => Err(StoreError::config(format!(
-                "store URL '{}': TLS to etcd is not supported yet",
-                redact(url)
-            ))),
-            other => Err(StoreError::config(format!(
-                "unknown store '{other}://' in '{}'; elect supports etcd://HOST:PORT and file:DIR",
-                redact(url)
-            ))),
-        }
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "etcd" | "http" => false,
+            "etcds" | "https" => true,
+            other => {
+                return Err(StoreError::config(format!(
+                    "unknown store '{other}://' in '{}'; elect supports etcd://HOST:PORT, etcds://HOST:PORT and file:DIR",
+                    redact(url)
+                )));
+            }
+        };
+        EtcdTarget::parse(rest, tls)
+            .map(Location::Etcd)
+            .map_err(|e| StoreError::config(format!("store URL '{}': {e}", redact(url))))
     }
 
     /// What follows `file:`: `/dir`, `///dir`, or nothing for the per-user
@@ -132,32 +143,14 @@ impl Location {
     pub fn check_lock_name(&self, name: &str) -> Result<(), String> {
         check_lock_name(name)?;
         match self {
-            Location::Etcd { .. } => Ok(()),
+            Location::Etcd(_) => Ok(()),
             Location::File { .. } => file::check_name(name),
         }
-    }
-
-    /// `host:port[,host:port...]`, each optionally with `http://`.
-    fn etcd_endpoints(list: &str) -> Result<Self, String> {
-        let mut endpoints = Vec::new();
-        for item in list.split(',') {
-            let item = item.trim();
-            let item = item.strip_prefix("http://").unwrap_or(item);
-            if item.starts_with("https://") {
-                return Err("TLS to etcd is not supported yet".into());
-            }
-            let item = item.trim_end_matches('/');
-            if item.contains('@') {
-                return Err("credentials in the store URL are not supported yet".into());
-            }
-            endpoints.push(endpoint(item)?);
-        }
-        Ok(Location::Etcd { endpoints })
     }
 }
 
 /// Validate one `host[:port]`, defaulting the port to etcd's 2379.
-fn endpoint(item: &str) -> Result<String, String> {
+pub(crate) fn endpoint(item: &str) -> Result<String, String> {
     if item.is_empty() {
         return Err("empty endpoint".into());
     }
@@ -193,7 +186,10 @@ impl fmt::Display for Location {
     /// The store as shown to users and handed to the child: never with credentials.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Location::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
+            Location::Etcd(target) => {
+                let scheme = if target.tls { "etcds" } else { "etcd" };
+                write!(f, "{scheme}://{}", target.endpoints.join(","))
+            }
             Location::File { dir, network_fs_ok } => {
                 write!(f, "file:{}", dir.display())?;
                 if *network_fs_ok {
@@ -494,9 +490,14 @@ mod tests {
     use super::*;
 
     fn etcd(eps: &[&str]) -> Location {
-        Location::Etcd {
+        Location::Etcd(EtcdTarget {
             endpoints: eps.iter().map(|s| s.to_string()).collect(),
-        }
+            tls: false,
+            ca: None,
+            identity: None,
+            user: None,
+            password: None,
+        })
     }
 
     #[test]
@@ -553,8 +554,18 @@ mod tests {
             Location::parse("file").unwrap(),
             Location::File { .. }
         ));
-        let err = Location::parse("etcd://u:secret@a:1").unwrap_err();
+        let with_user = Location::parse("etcd://u:secret@a:1").unwrap();
+        assert_eq!(
+            with_user.to_string(),
+            "etcd://a:1",
+            "ELECT_STORE never carries credentials"
+        );
+        let err = Location::parse("etcd://u:secret@a:notaport").unwrap_err();
         assert!(!err.message.contains("secret"), "{}", err.message);
+        assert_eq!(
+            Location::parse("etcds://a:1").unwrap().to_string(),
+            "etcds://a:1"
+        );
     }
 
     #[test]

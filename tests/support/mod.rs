@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Write};
@@ -62,11 +63,32 @@ pub struct Etcd {
     process: Child,
     pub endpoint: String,
     dir: PathBuf,
+    tls: Option<certs::Certs>,
+    /// `root:PASSWORD` once authentication is enabled.
+    root: Option<String>,
+}
+
+/// How to start a test etcd beyond the defaults.
+#[derive(Default)]
+pub struct EtcdOptions {
+    /// Serve clients over TLS with these certificates, and require client certificates.
+    pub tls: Option<certs::Certs>,
+    /// More flags for etcd.
+    pub args: Vec<String>,
 }
 
 impl Etcd {
     pub fn start() -> Etcd {
+        Etcd::start_with(EtcdOptions::default())
+    }
+
+    pub fn start_with(options: EtcdOptions) -> Etcd {
         let etcd = tool("ELECT_TEST_ETCD", "etcd", "etcd-server");
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         for _attempt in 0..5 {
             let (client, peer) = (free_port(), free_port());
             let dir = std::env::temp_dir()
@@ -76,11 +98,23 @@ impl Etcd {
             let endpoint = format!("127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-            let process = Command::new(&etcd)
+            let mut command = Command::new(&etcd);
+            if let Some(tls) = &options.tls {
+                command
+                    .arg("--cert-file")
+                    .arg(&tls.server_cert)
+                    .arg("--key-file")
+                    .arg(&tls.server_key)
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca)
+                    .arg("--client-cert-auth");
+            }
+            let process = command
+                .args(&options.args)
                 .args(["--name", "n1", "--data-dir"])
                 .arg(dir.join("data"))
-                .args(["--listen-client-urls", &format!("http://{endpoint}")])
-                .args(["--advertise-client-urls", &format!("http://{endpoint}")])
+                .args(["--listen-client-urls", &format!("{scheme}://{endpoint}")])
+                .args(["--advertise-client-urls", &format!("{scheme}://{endpoint}")])
                 .args(["--listen-peer-urls", &peer_url])
                 .args(["--initial-advertise-peer-urls", &peer_url])
                 .args(["--initial-cluster", &format!("n1={peer_url}")])
@@ -95,6 +129,8 @@ impl Etcd {
                 process,
                 endpoint,
                 dir,
+                tls: options.tls.clone(),
+                root: None,
             };
             if etcd.wait_healthy() {
                 return etcd;
@@ -122,14 +158,60 @@ impl Etcd {
     }
 
     pub fn url(&self) -> String {
-        format!("etcd://{}", self.endpoint)
+        match self.tls {
+            Some(_) => format!("etcds://{}", self.endpoint),
+            None => format!("etcd://{}", self.endpoint),
+        }
     }
 
     pub fn etcdctl_command(&self) -> Command {
         let mut c = Command::new(tool("ELECT_TEST_ETCDCTL", "etcdctl", "etcd-client"));
         c.env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.endpoint, "--dial-timeout", "2s"]);
+        if let Some(tls) = &self.tls {
+            c.arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        if let Some(root) = &self.root {
+            c.args(["--user", root]);
+        }
         c
+    }
+
+    /// Turn authentication on: a root user, and `user` with `password`
+    /// allowed to read and write keys under `prefix` only.
+    pub fn enable_auth(&mut self, user: &str, password: &str, prefix: &str) {
+        let ok = |args: &[&str]| {
+            let out = self.etcdctl(args);
+            assert!(
+                out.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        ok(&["user", "add", "root:root-pw", "--interactive=false"]);
+        ok(&["role", "add", "locks"]);
+        ok(&[
+            "role",
+            "grant-permission",
+            "locks",
+            "--prefix=true",
+            "readwrite",
+            prefix,
+        ]);
+        ok(&[
+            "user",
+            "add",
+            &format!("{user}:{password}"),
+            "--interactive=false",
+        ]);
+        ok(&["user", "grant-role", user, "locks"]);
+        ok(&["auth", "enable"]);
+        self.root = Some("root:root-pw".into());
     }
 
     pub fn etcdctl(&self, args: &[&str]) -> Output {

@@ -1,0 +1,253 @@
+//! How to reach an etcd cluster: endpoints, TLS, and credentials.
+//!
+//! Secrets never go on a command line, where `ps` shows them to every user:
+//! a password comes from `--password-file`, `ELECT_PASSWORD`, the URL (for
+//! `ELECT_STORE` set by a service manager), or a prompt on a terminal. The
+//! target's `Display` (what `ELECT_STORE` becomes for the command) and its
+//! `Debug` never show them.
+
+use std::fmt;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use super::{StoreError, endpoint};
+use crate::cli::StoreArgs;
+
+/// A password, kept out of every `Debug` and `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTarget {
+    /// `host:port` of each member.
+    pub endpoints: Vec<String>,
+    pub tls: bool,
+    /// PEM: the CA that signed the servers' certificates; else the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// PEM: a client certificate and its private key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    pub user: Option<String>,
+    pub password: Option<Secret>,
+}
+
+impl EtcdTarget {
+    /// `[user[:password]@]host:port[,host:port...]`; each endpoint may carry
+    /// `http://` or `https://` (as in `ETCDCTL_ENDPOINTS`).
+    pub fn parse(rest: &str, tls: bool) -> Result<Self, String> {
+        let (userinfo, list) = match rest.rsplit_once('@') {
+            Some((userinfo, list)) => (Some(userinfo), list),
+            None => (None, rest),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => match info.split_once(':') {
+                Some((user, pw)) => (Some(user.to_string()), Some(Secret(pw.to_string()))),
+                None => (Some(info.to_string()), None),
+            },
+        };
+        if user
+            .as_deref()
+            .is_some_and(|u| u.is_empty() || u.contains([',', '/']))
+        {
+            return Err("bad user name before '@'".into());
+        }
+        let mut endpoints = Vec::new();
+        let mut schemes = (false, false);
+        for item in list.split(',') {
+            let item = item.trim();
+            let item = if let Some(rest) = item.strip_prefix("https://") {
+                schemes.1 = true;
+                rest
+            } else if let Some(rest) = item.strip_prefix("http://") {
+                schemes.0 = true;
+                rest
+            } else {
+                item
+            };
+            endpoints.push(endpoint(item.trim_end_matches('/'))?);
+        }
+        match schemes {
+            (true, true) => Err("mixes http:// and https:// endpoints".into()),
+            (true, false) if tls => Err("an http:// endpoint in a TLS store URL".into()),
+            (_, https) => Ok(EtcdTarget {
+                endpoints,
+                tls: tls || https,
+                ca: None,
+                identity: None,
+                user,
+                password,
+            }),
+        }
+    }
+
+    /// Add the certificates and credentials that flags and the environment give.
+    pub fn secure(&mut self, args: &StoreArgs) -> Result<(), StoreError> {
+        let path = |flag: &Option<PathBuf>, fallback: &str| {
+            flag.clone().or_else(|| {
+                std::env::var_os(fallback)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+        };
+        if let Some(ca) = path(&args.cacert, "ETCDCTL_CACERT") {
+            self.ca = Some(read_pem(&ca, "--cacert", "CERTIFICATE")?);
+        }
+        match (
+            path(&args.cert, "ETCDCTL_CERT"),
+            path(&args.key, "ETCDCTL_KEY"),
+        ) {
+            (Some(cert), Some(key)) => {
+                let cert = read_pem(&cert, "--cert", "CERTIFICATE")?;
+                let key = read_pem(&key, "--key", "PRIVATE KEY")?;
+                self.identity = Some((cert, key));
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(StoreError::config(
+                    "--cert needs --key (the client certificate's private key)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(StoreError::config(
+                    "--key needs --cert (the client certificate)",
+                ));
+            }
+        }
+        // Certificates mean TLS: never send them, or anything else, in the clear.
+        if self.ca.is_some() || self.identity.is_some() {
+            self.tls = true;
+        }
+
+        // ETCDCTL_USER is "name:password", as etcdctl reads it.
+        let etcdctl_user = std::env::var("ETCDCTL_USER").ok().filter(|u| !u.is_empty());
+        let (etcdctl_name, etcdctl_password) =
+            match etcdctl_user.as_deref().map(|u| u.split_once(':')) {
+                Some(Some((name, pw))) => (Some(name.to_string()), Some(Secret(pw.to_string()))),
+                Some(None) => (etcdctl_user.clone(), None),
+                None => (None, None),
+            };
+        if let Some(user) = args.user.clone() {
+            self.user = Some(user);
+        } else if self.user.is_none() {
+            self.user = etcdctl_name;
+        }
+        let Some(user) = self.user.clone() else {
+            if args.password_file.is_some() {
+                return Err(StoreError::config("--password-file needs --user"));
+            }
+            return Ok(());
+        };
+        if let Some(file) = &args.password_file {
+            self.password = Some(read_password(file)?);
+        } else if self.password.is_none() {
+            let env = std::env::var("ELECT_PASSWORD")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(Secret);
+            self.password = env.or(etcdctl_password);
+        }
+        if self.password.is_none() {
+            self.password = Some(prompt(&user)?);
+        }
+        Ok(())
+    }
+}
+
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, StoreError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| StoreError::config(format!("cannot read {flag} {}: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if !(text.contains("-----BEGIN ") && text.contains(kind)) {
+        return Err(StoreError::config(format!(
+            "{flag} {} is not a PEM file with a {kind}",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+fn read_password(path: &Path) -> Result<Secret, StoreError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        StoreError::config(format!(
+            "cannot read --password-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let password = text.strip_suffix('\n').unwrap_or(&text);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() {
+        return Err(StoreError::config(format!(
+            "--password-file {} is empty",
+            path.display()
+        )));
+    }
+    Ok(Secret(password.to_string()))
+}
+
+/// Ask on the terminal, without echo; fail if there is no terminal to ask on.
+fn prompt(user: &str) -> Result<Secret, StoreError> {
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    if !(stdin.is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(StoreError::config(format!(
+            "etcd user {user} needs a password: give --password-file or ELECT_PASSWORD (no terminal to ask on)"
+        )));
+    }
+    eprint!("elect: password for etcd user {user}: ");
+    let _ = std::io::stderr().flush();
+    let saved = tcgetattr(&stdin).ok();
+    if let Some(modes) = &saved {
+        let mut quiet = modes.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &quiet);
+    }
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    if let Some(modes) = &saved {
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, modes);
+    }
+    eprintln!();
+    read.map_err(|e| StoreError::config(format!("cannot read the password: {e}")))?;
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err(StoreError::config("no password given"));
+    }
+    Ok(Secret(password.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_with_credentials_and_schemes() {
+        let t = EtcdTarget::parse("alice:s3cret@a:1,b", false).unwrap();
+        assert_eq!(t.endpoints, ["a:1", "b:2379"]);
+        assert_eq!(t.user.as_deref(), Some("alice"));
+        assert_eq!(t.password.as_ref().map(Secret::expose), Some("s3cret"));
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert!(
+            EtcdTarget::parse("https://a:1,https://b:2", false)
+                .unwrap()
+                .tls
+        );
+        assert!(EtcdTarget::parse("http://a:1,https://b:2", false).is_err());
+        assert!(
+            EtcdTarget::parse("http://a:1", true).is_err(),
+            "no downgrade inside a TLS URL"
+        );
+        assert!(EtcdTarget::parse("@a:1", false).is_err());
+    }
+}
