@@ -8,6 +8,8 @@ mod clock;
 #[cfg(test)]
 mod docs;
 mod exit;
+#[cfg(test)]
+mod fuzz;
 mod inspect;
 mod lease;
 mod log;
