@@ -157,6 +157,10 @@ impl Etcd {
         false
     }
 
+    pub fn pid(&self) -> i32 {
+        self.process.id() as i32
+    }
+
     pub fn url(&self) -> String {
         match self.tls {
             Some(_) => format!("etcds://{}", self.endpoint),
@@ -351,6 +355,11 @@ impl Running {
                 }
             }
         }
+    }
+
+    /// The next stdout line within `within`; `None` on timeout or end of output.
+    pub fn next_line(&mut self, within: Duration) -> Option<String> {
+        self.stdout.recv_timeout(within).ok()
     }
 
     /// A stdout line if one is there now.

@@ -1,0 +1,793 @@
+//! Benchmarks of `elect run` against the tools it replaces, as whole
+//! processes on one machine: `cargo bench` (all figures, full counts), or
+//! `ELECT_BENCH_QUICK=1 cargo bench` (small counts, a minute or two).
+//! Figures can be picked by name: `cargo bench -- handover scale`, or
+//! `ELECT_BENCH_ONLY=handover,scale`.
+//!
+//! Every figure runs elect and the reference tool side by side in one run,
+//! alternating them run by run, against one etcd started for the purpose on
+//! loopback (the tests' etcd: heartbeat 10 ms, election timeout 100 ms).
+//! Times are measured by the harness on the monotonic clock; a child
+//! "starts" when its first line (`echo started` in `sh`) reaches the
+//! harness, which both tools pay alike.
+//!
+//! The figures:
+//!
+//! - `cycle`: one uncontended `LOCKER -- true`, from spawn to exit:
+//!   `elect run --store etcd://… --lock L -- true` against
+//!   `etcdctl lock L true`. Median and p99. Target: at most 0.3x etcdctl.
+//!   Every store in [`harness::locker::pairs`] gets this figure (the file
+//!   store against `flock FILE true` once elect has it).
+//! - `handover`: the holder's command exits and the next waiter's command
+//!   starts. The waiter is queued first (its key is in etcd), then the
+//!   holder's command is released through a FIFO it blocks on (100 ms after
+//!   the waiter's key appeared, so the waiter has settled); the time
+//!   runs from that write to the waiter's first line. Median and p99.
+//!   Target: median under 5 ms.
+//! - `failover`: the holder (the `elect` or `etcdctl` process itself) is
+//!   killed with SIGKILL while a waiter is queued, with a 2 s TTL; the figure
+//!   is the time to the waiter's first line minus the TTL. It can be below
+//!   zero: the lease runs from the last renewal, up to TTL/3 before the kill.
+//!   etcd itself looks for expired leases only every 500 ms. Target: within
+//!   TTL + 100 ms.
+//! - `revoke`: the holder's lease is revoked from outside (the LeaseRevoke
+//!   that `etcdctl lease revoke <ELECT_LEASE_ID>` sends, here through etcd's
+//!   HTTP gateway to leave out etcdctl's start-up); the time runs until the
+//!   command, which traps TERM, prints that it got it. `etcdctl lock` does
+//!   not stop its command when its session ends: it is watched for a while
+//!   to show that.
+//! - `idle`: one holder of each tool (TTL 15 s) with an idle command, over a
+//!   window (20 s quick, 60 s full): peak resident memory (VmHWM at the end),
+//!   CPU time and wake-ups (voluntary plus involuntary context switches) per
+//!   minute, from /proc, summed over threads. elect is two processes, `elect`
+//!   and its guard `elect __elect-guard …`; both are counted, and the target
+//!   (peak memory under 8 MiB) applies to their sum.
+//! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
+//!   a fixed time; acquisitions per second, elect against etcdctl lock.
+//! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
+//!   full), in a fresh etcd each. The first few waiters' commands are `true`,
+//!   so once the holder is released the handovers chain; the next one's
+//!   command stays, which ends the measured chain with N − 8 waiters still
+//!   queued. etcd's own counters (/metrics) are read before and after: gRPC
+//!   messages received except lease keep-alives (those come per waiter per
+//!   TTL/3, not per handover, and are shown apart), and watch messages sent
+//!   (a thundering herd would show there). Target: requests per handover
+//!   flat as N grows. etcdctl lock is measured up to 100 waiters.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod harness;
+
+use std::ffi::CString;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use harness::etcd_http::{self, Metrics};
+use harness::locker::{self, Locker, Pair};
+use harness::process::{self, Quiet, Talking};
+use harness::procfs::{self, Usage};
+use harness::report::{self, Row, Table, Verdict, ratio};
+use harness::stats::Samples;
+use support::Etcd;
+
+/// Counts and durations for one run.
+struct Mode {
+    name: &'static str,
+    figures: Vec<String>,
+    cycles: usize,
+    handovers: usize,
+    failovers: usize,
+    failover_ttl: u64,
+    revokes: usize,
+    /// How long to watch an etcdctl command for a signal that never comes.
+    revoke_patience: Duration,
+    idle: Duration,
+    contenders: usize,
+    contention: Duration,
+    contention_rounds: usize,
+    scale: Vec<usize>,
+    /// Largest queue to run etcdctl lock with (each is a Go process).
+    etcdctl_scale_max: usize,
+}
+
+/// Handovers measured in the scale figure: the holder's, then 7 waiters
+/// whose command is `true`, ending at the 8th waiter.
+const SCALE_HANDOVERS: usize = 8;
+
+/// Time for a waiter whose key is in etcd to settle on its watch.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// Upper bound for anything that should take milliseconds.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+const ALL_FIGURES: [&str; 7] = [
+    "cycle",
+    "handover",
+    "failover",
+    "revoke",
+    "idle",
+    "contention",
+    "scale",
+];
+
+impl Mode {
+    fn from_env() -> Mode {
+        let quick = std::env::var("ELECT_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let mut figures: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        if figures.is_empty() {
+            figures = std::env::var("ELECT_BENCH_ONLY")
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect();
+        }
+        for f in &figures {
+            assert!(
+                ALL_FIGURES.contains(&f.as_str()),
+                "unknown figure {f:?}; the figures are {ALL_FIGURES:?}"
+            );
+        }
+        if quick {
+            Mode {
+                name: "quick (ELECT_BENCH_QUICK=1)",
+                figures,
+                cycles: 20,
+                handovers: 15,
+                failovers: 3,
+                failover_ttl: 2,
+                revokes: 5,
+                revoke_patience: Duration::from_secs(1),
+                idle: Duration::from_secs(20),
+                contenders: 4,
+                contention: Duration::from_secs(5),
+                contention_rounds: 1,
+                scale: vec![10, 50],
+                etcdctl_scale_max: 100,
+            }
+        } else {
+            Mode {
+                name: "full",
+                figures,
+                cycles: 200,
+                handovers: 100,
+                failovers: 10,
+                failover_ttl: 2,
+                revokes: 20,
+                revoke_patience: Duration::from_secs(3),
+                idle: Duration::from_secs(60),
+                contenders: 4,
+                contention: Duration::from_secs(10),
+                contention_rounds: 3,
+                scale: vec![10, 100, 500],
+                etcdctl_scale_max: 100,
+            }
+        }
+    }
+
+    fn runs(&self, figure: &str) -> bool {
+        self.figures.is_empty() || self.figures.iter().any(|f| f == figure)
+    }
+}
+
+/// A directory for FIFOs and file-store locks, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!("elect-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("cannot create the scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// A new FIFO named `name`.
+    fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.path(name);
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(
+            r,
+            0,
+            "mkfifo {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Let the command blocked reading `fifo` go on; returns when it was let go.
+/// Opening without blocking fails until the reader has opened its end.
+fn release(fifo: &Path) -> Instant {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let at = Instant::now();
+        match OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+        {
+            Ok(mut f) => {
+                f.write_all(b"go\n").expect("write to the FIFO");
+                return at;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < give_up => {
+                thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => panic!("nobody reads {}: {e}", fifo.display()),
+        }
+    }
+}
+
+/// Wait until `lock` has `n` keys in etcd (holder and waiters), within `within`.
+fn wait_queue(etcd: &Etcd, lock: &str, n: usize, within: Duration) -> Result<(), String> {
+    let give_up = Instant::now() + within;
+    loop {
+        let keys = etcd.keys(&format!("{lock}/")).len();
+        if keys == n {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "{lock}: {keys} keys after {within:?}, expected {n}"
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ms(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0} ms")
+    } else {
+        format!("{v:.1} ms")
+    }
+}
+
+fn median_p99(s: &Samples) -> String {
+    format!("{} / {}", ms(s.median()), ms(s.p99()))
+}
+
+fn verdict(ok: bool) -> Verdict {
+    if ok { Verdict::Pass } else { Verdict::Miss }
+}
+
+/// Figure `cycle`: one uncontended `LOCKER -- true`, spawn to exit.
+fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) {
+    let lockers = [&pair.elect, &pair.reference];
+    let mut times = [Samples::default(), Samples::default()];
+    // Round 0 warms the page cache and etcd and is not counted.
+    for round in 0..=mode.cycles {
+        // ABBA order, so neither tool always runs right after the other.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let locker = lockers[i];
+            let lock = format!("bench-cycle-{}", locker.tag());
+            let start = Instant::now();
+            let mut p = Quiet::spawn(locker.command(&lock, None, &["true"]))
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", locker.name));
+            let status = p.wait_within(PATIENCE).unwrap_or_else(|| {
+                panic!("{} -- true still running after {PATIENCE:?}", locker.name)
+            });
+            let took = start.elapsed();
+            assert!(status.success(), "{} -- true: {status}", locker.name);
+            if round > 0 {
+                times[i].push(took);
+            }
+        }
+    }
+    let r = times[0].median() / times[1].median();
+    table.row(Row {
+        figure: format!(
+            "cycle -- true [{}], median / p99, n={}",
+            pair.store, mode.cycles
+        ),
+        elect: median_p99(&times[0]),
+        reference: format!("{}: {}", pair.reference.name, median_p99(&times[1])),
+        ratio: ratio(times[0].median(), times[1].median()),
+        target: "<= 0.30x".into(),
+        verdict: verdict(r <= 0.3),
+    });
+}
+
+/// A contender whose command prints `started`, then blocks on its FIFO.
+struct Holder {
+    process: Talking,
+    fifo: PathBuf,
+}
+
+impl Holder {
+    fn queue(locker: &Locker, lock: &str, scratch: &Scratch, name: &str) -> Holder {
+        let fifo = scratch.fifo(name);
+        let script = format!("echo started; read _ < '{}'", fifo.display());
+        let process = Talking::spawn(locker.command(lock, None, &["sh", "-c", &script]));
+        Holder { process, fifo }
+    }
+
+    /// Wait for the command's `started` line; when it arrived.
+    fn started(&mut self, within: Duration) -> Instant {
+        match self.process.line("started", within) {
+            Some((_, at)) => at,
+            None => panic!(
+                "command of pid {} did not start within {within:?}; stderr: {}",
+                self.process.pid(),
+                self.process.stderr()
+            ),
+        }
+    }
+}
+
+/// Figure `handover`: holder's command exits → next waiter's command starts.
+fn handover(mode: &Mode, etcd: &Etcd, pair: &Pair, scratch: &Scratch, table: &mut Table) {
+    let lockers = [&pair.elect, &pair.reference];
+    let locks = lockers.map(|l| format!("bench-handover-{}", l.tag()));
+    let mut holders: Vec<Holder> = (0..2)
+        .map(|i| {
+            let mut h = Holder::queue(lockers[i], &locks[i], scratch, &format!("h-{i}-0"));
+            h.started(PATIENCE);
+            h
+        })
+        .collect();
+    let mut times = [Samples::default(), Samples::default()];
+    let mut overlaps = [0usize; 2];
+    for round in 1..=mode.handovers {
+        for i in 0..2 {
+            let name = format!("h-{i}-{round}");
+            let mut waiter = Holder::queue(lockers[i], &locks[i], scratch, &name);
+            wait_queue(etcd, &locks[i], 2, PATIENCE).unwrap_or_else(|e| panic!("{e}"));
+            // Let the waiter finish start-up and settle on its watch: the
+            // figure is a steady handover, not a waiter still starting.
+            thread::sleep(SETTLE);
+            if waiter.process.running.try_line().is_some() {
+                overlaps[i] += 1; // started while the holder still held the lock
+            }
+            let released = release(&holders[i].fifo);
+            let started = waiter.started(PATIENCE);
+            times[i].push(started - released);
+            let old = std::mem::replace(&mut holders[i], waiter);
+            drop(old); // it has exited; dropping reaps it
+        }
+    }
+    table.row(Row {
+        figure: format!(
+            "handover after clean exit, median / p99, n={}",
+            mode.handovers
+        ),
+        elect: median_p99(&times[0]),
+        reference: format!("{}: {}", pair.reference.name, median_p99(&times[1])),
+        ratio: ratio(times[0].median(), times[1].median()),
+        target: "median < 5 ms".into(),
+        verdict: verdict(times[0].median() < 5.0),
+    });
+    for (i, n) in overlaps.iter().enumerate() {
+        if *n > 0 {
+            table.note(format!(
+                "{}: {n} waiter(s) started before the holder's command was released",
+                lockers[i].name
+            ));
+        }
+    }
+}
+
+/// Figure `failover`: SIGKILL of the holder → next waiter's command starts.
+fn failover(mode: &Mode, etcd: &Etcd, pair: &Pair, table: &mut Table) {
+    let ttl = mode.failover_ttl;
+    let lockers = [&pair.elect, &pair.reference];
+    let mut late = [Samples::default(), Samples::default()];
+    let script = "echo started; exec sleep 60";
+    for round in 0..mode.failovers {
+        for i in 0..2 {
+            let lock = format!("bench-failover-{}-{round}", lockers[i].tag());
+            let cmd = || lockers[i].command(&lock, Some(ttl), &["sh", "-c", script]);
+            let mut holder = Talking::spawn(cmd());
+            holder
+                .line("started", PATIENCE)
+                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+            let mut waiter = Talking::spawn(cmd());
+            wait_queue(etcd, &lock, 2, PATIENCE).unwrap_or_else(|e| panic!("{e}"));
+            let killed = Instant::now();
+            holder.crash();
+            let (_, started) = waiter
+                .line("started", PATIENCE + Duration::from_secs(ttl))
+                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
+            let after = (started - killed).as_secs_f64() * 1e3 - (ttl * 1000) as f64;
+            late[i].push_ms(after);
+        }
+    }
+    table.row(Row {
+        figure: format!(
+            "failover after SIGKILL - TTL ({ttl} s), median / max, n={}",
+            mode.failovers
+        ),
+        elect: format!("{:+.0} / {:+.0} ms", late[0].median(), late[0].max()),
+        reference: format!(
+            "{}: {:+.0} / {:+.0} ms",
+            pair.reference.name,
+            late[1].median(),
+            late[1].max()
+        ),
+        ratio: "-".into(),
+        target: "max <= +100 ms".into(),
+        verdict: verdict(late[0].max() <= 100.0),
+    });
+}
+
+/// Figure `revoke`: an external lease revoke → the command gets its signal.
+fn revoke(mode: &Mode, etcd: &Etcd, pair: &Pair, table: &mut Table) {
+    // The lease id: elect's ELECT_LEASE_ID, or the tail of etcdctl's ETCD_LOCK_KEY.
+    let script = "trap 'echo stopped; exit 0' TERM; \
+                  echo lease ${ELECT_LEASE_ID:-${ETCD_LOCK_KEY##*/}}; sleep 60 & wait";
+    let mut reaction = Samples::default();
+    let mut ignored = 0;
+    // etcdctl lock never reacts; a few rounds show that.
+    let reference_rounds = mode.revokes.min(3);
+    for round in 0..mode.revokes {
+        let lockers: &[&Locker] = if round < reference_rounds {
+            &[&pair.elect, &pair.reference]
+        } else {
+            &[&pair.elect]
+        };
+        for (i, locker) in lockers.iter().enumerate() {
+            let lock = format!("bench-revoke-{}-{round}", locker.tag());
+            let mut holder = Talking::spawn(locker.command(&lock, None, &["sh", "-c", script]));
+            let (lease, _) = holder
+                .line("lease", PATIENCE)
+                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+            let revoked = Instant::now();
+            etcd_http::revoke(&etcd.endpoint, &lease)
+                .unwrap_or_else(|e| panic!("revoke {lease}: {e}"));
+            let patience = if i == 0 {
+                PATIENCE
+            } else {
+                mode.revoke_patience
+            };
+            match holder.line("stopped", patience) {
+                Some((_, at)) if i == 0 => reaction.push(at - revoked),
+                Some(_) => table.note(format!("{} stopped its command on revoke", locker.name)),
+                None if i == 0 => panic!("elect did not stop its command: {}", holder.stderr()),
+                None => ignored += 1,
+            }
+        }
+    }
+    table.row(Row {
+        figure: format!("reaction to lease revoke, median / p99, n={}", mode.revokes),
+        elect: median_p99(&reaction),
+        reference: format!(
+            "{}: no signal ({ignored}/{reference_rounds} in {:?})",
+            pair.reference.name, mode.revoke_patience
+        ),
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+}
+
+/// Figure `idle`: memory, CPU and wake-ups of a holder with an idle command.
+fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
+    let sleep = format!("echo started; exec sleep {}", mode.idle.as_secs() + 60);
+    let ttl = 15;
+    let mut elect = Talking::spawn(pair.elect.command(
+        "bench-idle-elect",
+        Some(ttl),
+        &["sh", "-c", &sleep],
+    ));
+    let mut reference = Talking::spawn(pair.reference.command(
+        "bench-idle-reference",
+        Some(ttl),
+        &["sh", "-c", &sleep],
+    ));
+    for p in [&mut elect, &mut reference] {
+        p.line("started", PATIENCE)
+            .unwrap_or_else(|| panic!("holder did not start: {}", p.stderr()));
+    }
+    let guard = procfs::children(elect.pid())
+        .into_iter()
+        .find(|&pid| procfs::command_line(pid).contains("__elect-guard"))
+        .expect("elect's guard process");
+    // Start-up is over once the command runs; give the first renewal a moment.
+    thread::sleep(Duration::from_secs(1));
+    let read = |pid| Usage::read(pid).unwrap_or_else(|| panic!("cannot read /proc/{pid}"));
+    let before = [read(elect.pid()), read(guard), read(reference.pid())];
+    thread::sleep(mode.idle);
+    let after = [read(elect.pid()), read(guard), read(reference.pid())];
+    let used: Vec<Usage> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| b.until(*a))
+        .collect();
+    let ours = used[0].plus(used[1]);
+    let theirs = used[2];
+    let per_minute = 60.0 / mode.idle.as_secs_f64();
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    table.row(Row {
+        figure: "peak RSS holding a lock (elect + guard)".into(),
+        elect: format!(
+            "{} ({} + {})",
+            mib(ours.peak_rss_kib),
+            mib(used[0].peak_rss_kib),
+            mib(used[1].peak_rss_kib)
+        ),
+        reference: format!("{}: {}", pair.reference.name, mib(theirs.peak_rss_kib)),
+        ratio: ratio(ours.peak_rss_kib as f64, theirs.peak_rss_kib as f64),
+        target: "< 8 MiB".into(),
+        verdict: verdict(ours.peak_rss_kib < 8 * 1024),
+    });
+    let cpu = |u: &Usage| format!("{:.1} ms/min", u.cpu.as_secs_f64() * 1e3 * per_minute);
+    table.row(Row {
+        figure: format!(
+            "idle CPU, TTL {ttl} s, over {:?} (elect + guard)",
+            mode.idle
+        ),
+        elect: format!("{} ({} + {})", cpu(&ours), cpu(&used[0]), cpu(&used[1])),
+        reference: format!("{}: {}", pair.reference.name, cpu(&theirs)),
+        ratio: ratio(ours.cpu.as_secs_f64(), theirs.cpu.as_secs_f64()),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+    let wakeups = |u: &Usage| format!("{:.0}/min", u.switches as f64 * per_minute);
+    table.row(Row {
+        figure: format!(
+            "idle wake-ups, TTL {ttl} s, over {:?} (elect + guard)",
+            mode.idle
+        ),
+        elect: format!(
+            "{} ({} + {})",
+            wakeups(&ours),
+            wakeups(&used[0]),
+            wakeups(&used[1])
+        ),
+        reference: format!("{}: {}", pair.reference.name, wakeups(&theirs)),
+        ratio: ratio(ours.switches as f64, theirs.switches as f64),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+}
+
+/// Figure `contention`: K contenders looping `LOCKER L -- true`.
+fn contention(mode: &Mode, pair: &Pair, table: &mut Table) {
+    let lockers = [&pair.elect, &pair.reference];
+    let mut rates = [Samples::default(), Samples::default()];
+    let mut failures = [0usize; 2];
+    for round in 0..mode.contention_rounds {
+        for i in 0..2 {
+            let locker = lockers[i];
+            let lock = format!("bench-contention-{}-{round}", locker.tag());
+            let start = Instant::now();
+            let stop = start + mode.contention;
+            let counts: Vec<(usize, usize)> = thread::scope(|s| {
+                let workers: Vec<_> = (0..mode.contenders)
+                    .map(|_| {
+                        let lock = &lock;
+                        s.spawn(move || {
+                            let (mut done, mut failed) = (0, 0);
+                            while Instant::now() < stop {
+                                let ok = Quiet::spawn(locker.command(lock, None, &["true"]))
+                                    .ok()
+                                    .and_then(|mut p| p.wait_within(PATIENCE))
+                                    .is_some_and(|s| s.success());
+                                if ok { done += 1 } else { failed += 1 }
+                            }
+                            (done, failed)
+                        })
+                    })
+                    .collect();
+                workers.into_iter().map(|w| w.join().unwrap()).collect()
+            });
+            let elapsed = start.elapsed().as_secs_f64();
+            let done: usize = counts.iter().map(|c| c.0).sum();
+            failures[i] += counts.iter().map(|c| c.1).sum::<usize>();
+            // Samples holds the rate in its "milliseconds" slot: only order matters.
+            rates[i].push_ms(done as f64 / elapsed);
+        }
+    }
+    table.row(Row {
+        figure: format!(
+            "contended, {} contenders, acquisitions/s, {} x {:?}",
+            mode.contenders, mode.contention_rounds, mode.contention
+        ),
+        elect: format!("{:.1}/s", rates[0].median()),
+        reference: format!("{}: {:.1}/s", pair.reference.name, rates[1].median()),
+        ratio: ratio(rates[0].median(), rates[1].median()),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+    for (i, n) in failures.iter().enumerate() {
+        if *n > 0 {
+            table.note(format!(
+                "contention: {n} runs of {} failed",
+                lockers[i].name
+            ));
+        }
+    }
+}
+
+/// What etcd counted during the measured handovers of the scale figure.
+struct ScaleResult {
+    requests: f64,
+    watch_sent: f64,
+    keepalives: f64,
+    per_handover: Duration,
+}
+
+/// One queue of `waiters` behind a holder, in a fresh etcd.
+fn scale_once(
+    locker_of: fn(&Etcd) -> Locker,
+    waiters: usize,
+    scratch: &Scratch,
+) -> Result<ScaleResult, String> {
+    let etcd = Etcd::start();
+    process::kill_on_interrupt(etcd.pid());
+    let locker = locker_of(&etcd);
+    let lock = "bench-scale";
+    let tag = format!("scale-{}-{waiters}", locker.tag());
+    let mut holder = Holder::queue(&locker, lock, scratch, &tag);
+    holder.started(PATIENCE);
+    // The chain, in order: each waits until the previous one is queued.
+    let mut chain = Vec::new();
+    for k in 1..SCALE_HANDOVERS {
+        chain.push(
+            Quiet::spawn(locker.command(lock, None, &["true"]))
+                .map_err(|e| format!("cannot start waiter {k}: {e}"))?,
+        );
+        wait_queue(&etcd, lock, k + 1, PATIENCE)?;
+    }
+    let mut last =
+        Talking::spawn(locker.command(lock, None, &["sh", "-c", "echo started; exec sleep 300"]));
+    wait_queue(&etcd, lock, SCALE_HANDOVERS + 1, PATIENCE)?;
+    let mut rest = Vec::new();
+    for k in SCALE_HANDOVERS + 1..=waiters {
+        rest.push(
+            Quiet::spawn(locker.command(lock, None, &["true"]))
+                .map_err(|e| format!("cannot start waiter {k} of {waiters}: {e}"))?,
+        );
+    }
+    let queue_time = PATIENCE + Duration::from_millis(100 * waiters as u64);
+    wait_queue(&etcd, lock, waiters + 1, queue_time)?;
+    // Let every waiter finish looking at the queue and set up its watch.
+    thread::sleep(Duration::from_secs(1));
+    let before = Metrics::scrape(&etcd.endpoint).map_err(|e| e.to_string())?;
+    let released = release(&holder.fifo);
+    let (_, started) = last
+        .line("started", PATIENCE)
+        .ok_or_else(|| format!("the chain did not reach its end: {}", last.stderr()))?;
+    // The last holder's own set-up (its watch on its key) belongs to the chain.
+    thread::sleep(Duration::from_millis(200));
+    let after = Metrics::scrape(&etcd.endpoint).map_err(|e| e.to_string())?;
+    let delta =
+        |name: &str, keep: &dyn Fn(&str) -> bool| after.sum(name, keep) - before.sum(name, keep);
+    let keepalive = |l: &str| l.contains("grpc_method=\"LeaseKeepAlive\"");
+    let handovers = SCALE_HANDOVERS as f64;
+    Ok(ScaleResult {
+        requests: delta("grpc_server_msg_received_total", &|l| !keepalive(l)) / handovers,
+        watch_sent: delta("grpc_server_msg_sent_total", &|l| {
+            l.contains("grpc_method=\"Watch\"") && l.contains("etcdserverpb.Watch")
+        }) / handovers,
+        keepalives: delta("grpc_server_msg_received_total", &keepalive) / handovers,
+        per_handover: (started - released) / SCALE_HANDOVERS as u32,
+    })
+}
+
+/// Figure `scale`: etcd requests per handover as the queue grows.
+fn scale(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    let mut per_size: Vec<f64> = Vec::new();
+    for &waiters in &mode.scale {
+        let ours = scale_once(Locker::elect_etcd, waiters, scratch);
+        let theirs = (waiters <= mode.etcdctl_scale_max)
+            .then(|| scale_once(Locker::etcdctl_lock, waiters, scratch));
+        let show = |r: &Result<ScaleResult, String>| match r {
+            Ok(r) => format!(
+                "{:.1} req, {:.1} watch msg, {:.1} ms",
+                r.requests,
+                r.watch_sent,
+                r.per_handover.as_secs_f64() * 1e3
+            ),
+            Err(e) => format!("failed: {e}"),
+        };
+        let reference = match &theirs {
+            Some(r) => format!("etcdctl lock: {}", show(r)),
+            None => format!(
+                "etcdctl lock: not run above {} waiters",
+                mode.etcdctl_scale_max
+            ),
+        };
+        let theirs_requests = theirs
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .map_or(f64::NAN, |r| r.requests);
+        table.row(Row {
+            figure: format!("scale: {waiters} waiters, per handover (of {SCALE_HANDOVERS})"),
+            elect: show(&ours),
+            reference,
+            ratio: ours
+                .as_ref()
+                .map_or("-".into(), |r| ratio(r.requests, theirs_requests)),
+            target: "-".into(),
+            verdict: Verdict::Info,
+        });
+        match &ours {
+            Ok(r) => {
+                per_size.push(r.requests);
+                if r.keepalives > 0.0 {
+                    table.note(format!(
+                        "scale {waiters}: plus {:.2} lease keep-alives per handover (per waiter per TTL/3, not per handover)",
+                        r.keepalives
+                    ));
+                }
+            }
+            Err(e) => table.note(format!("scale {waiters}: elect failed: {e}")),
+        }
+    }
+    let (low, high) = per_size
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+    let flat = per_size.len() == mode.scale.len() && high <= low * 1.2 + 0.5;
+    table.row(Row {
+        figure: format!("scale: requests per handover over {:?} waiters", mode.scale),
+        elect: format!("{low:.1} .. {high:.1}"),
+        reference: String::new(),
+        ratio: ratio(high, low),
+        target: "flat (max <= 1.2 min)".into(),
+        verdict: verdict(flat),
+    });
+}
+
+fn main() {
+    let mode = Mode::from_env();
+    process::clean_up_on_interrupt();
+    println!("{}\n", report::machine(mode.name));
+    let etcd = Etcd::start();
+    process::kill_on_interrupt(etcd.pid());
+    let scratch = Scratch::new();
+    let mut table = Table::default();
+    let (pairs, notes) = locker::pairs(&etcd, &scratch.path("file-store"));
+    for note in notes {
+        table.note(note);
+    }
+    let on_etcd = &pairs[0];
+    if mode.runs("cycle") {
+        for pair in &pairs {
+            cycle(&mode, pair, &mut table);
+        }
+    }
+    if mode.runs("handover") {
+        handover(&mode, &etcd, on_etcd, &scratch, &mut table);
+    }
+    if mode.runs("failover") {
+        failover(&mode, &etcd, on_etcd, &mut table);
+    }
+    if mode.runs("revoke") {
+        revoke(&mode, &etcd, on_etcd, &mut table);
+    }
+    if mode.runs("idle") {
+        idle(&mode, on_etcd, &mut table);
+    }
+    if mode.runs("contention") {
+        contention(&mode, on_etcd, &mut table);
+    }
+    if mode.runs("scale") {
+        scale(&mode, &scratch, &mut table);
+    }
+    println!();
+    table.print();
+}

@@ -1,0 +1,144 @@
+//! The tools compared: each runs a command while holding a named lock.
+//! A figure takes a [`Pair`], elect and the reference tool on the same
+//! store, so a new store is one more pair in [`pairs`].
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{self, Etcd};
+
+#[derive(Clone)]
+enum Kind {
+    ElectEtcd { url: String },
+    EtcdctlLock { endpoint: String },
+    ElectFile { dir: PathBuf },
+    Flock { dir: PathBuf },
+}
+
+/// A way to run a command while holding a named lock.
+#[derive(Clone)]
+pub struct Locker {
+    pub name: &'static str,
+    kind: Kind,
+}
+
+impl Locker {
+    pub fn elect_etcd(etcd: &Etcd) -> Locker {
+        Locker {
+            name: "elect",
+            kind: Kind::ElectEtcd { url: etcd.url() },
+        }
+    }
+
+    pub fn etcdctl_lock(etcd: &Etcd) -> Locker {
+        Locker {
+            name: "etcdctl lock",
+            kind: Kind::EtcdctlLock {
+                endpoint: etcd.endpoint.clone(),
+            },
+        }
+    }
+
+    pub fn elect_file(dir: &Path) -> Locker {
+        Locker {
+            name: "elect (file)",
+            kind: Kind::ElectFile {
+                dir: dir.to_path_buf(),
+            },
+        }
+    }
+
+    pub fn flock(dir: &Path) -> Locker {
+        Locker {
+            name: "flock",
+            kind: Kind::Flock {
+                dir: dir.to_path_buf(),
+            },
+        }
+    }
+
+    /// A short name for lock names and labels: "elect", "etcdctl", ...
+    pub fn tag(&self) -> &'static str {
+        match self.kind {
+            Kind::ElectEtcd { .. } => "elect",
+            Kind::EtcdctlLock { .. } => "etcdctl",
+            Kind::ElectFile { .. } => "elect-file",
+            Kind::Flock { .. } => "flock",
+        }
+    }
+
+    /// Run `argv` while holding `lock`, with a lease TTL in seconds if given
+    /// (ignored by the file stores, which have none).
+    pub fn command(&self, lock: &str, ttl_secs: Option<u64>, argv: &[&str]) -> Command {
+        match &self.kind {
+            Kind::ElectEtcd { url } => elect_run(url, lock, ttl_secs, argv),
+            Kind::ElectFile { dir } => {
+                elect_run(&format!("file:{}", dir.display()), lock, None, argv)
+            }
+            Kind::EtcdctlLock { endpoint } => {
+                let mut c = Command::new(
+                    std::env::var_os("ELECT_TEST_ETCDCTL").unwrap_or_else(|| "etcdctl".into()),
+                );
+                c.env("ETCDCTL_API", "3")
+                    .args(["--endpoints", endpoint, "lock"]);
+                if let Some(ttl) = ttl_secs {
+                    c.arg(format!("--ttl={ttl}"));
+                }
+                c.arg(lock).arg("--").args(argv);
+                c
+            }
+            Kind::Flock { dir } => {
+                let mut c = Command::new("flock");
+                c.arg(dir.join(lock.replace('/', "_"))).args(argv);
+                c
+            }
+        }
+    }
+}
+
+fn elect_run(store: &str, lock: &str, ttl_secs: Option<u64>, argv: &[&str]) -> Command {
+    let mut c = support::elect();
+    c.args(["run", "--store", store, "--lock", lock]);
+    if let Some(ttl) = ttl_secs {
+        c.arg(format!("--ttl={ttl}s"));
+    }
+    c.arg("--").args(argv);
+    c
+}
+
+/// elect and the tool it is measured against, on the same store.
+pub struct Pair {
+    pub store: &'static str,
+    pub elect: Locker,
+    pub reference: Locker,
+}
+
+/// The pairs of the cycle figure: etcd always; the file store once elect
+/// accepts `--store file:DIR` (probed by running it), else a note says why not.
+pub fn pairs(etcd: &Etcd, file_dir: &Path) -> (Vec<Pair>, Vec<String>) {
+    let mut pairs = vec![Pair {
+        store: "etcd",
+        elect: Locker::elect_etcd(etcd),
+        reference: Locker::etcdctl_lock(etcd),
+    }];
+    let mut notes = Vec::new();
+    let file = Locker::elect_file(file_dir);
+    let probe = file
+        .command("probe", None, &["true"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => pairs.push(Pair {
+            store: "file",
+            elect: file,
+            reference: Locker::flock(file_dir),
+        }),
+        Ok(out) => notes.push(format!(
+            "file store skipped: `elect run --store file:DIR` exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => notes.push(format!("file store skipped: cannot run elect: {e}")),
+    }
+    (pairs, notes)
+}

@@ -1,0 +1,103 @@
+//! What the kernel says about a process: CPU time, context switches, peak
+//! memory, children. Read from /proc, summed over all threads.
+
+use std::fs;
+use std::time::Duration;
+
+/// One reading of a process's resource use.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Time on a CPU, user and system, summed over the live threads.
+    pub cpu: Duration,
+    /// Voluntary and involuntary context switches of the live threads: each
+    /// one is the process going to sleep or being preempted, that is, a
+    /// wake-up afterwards.
+    pub switches: u64,
+    /// Peak resident set size (VmHWM), KiB.
+    pub peak_rss_kib: u64,
+}
+
+impl Usage {
+    pub fn read(pid: i32) -> Option<Usage> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let peak_rss_kib = field(&status, "VmHWM:")?;
+        let mut cpu = Duration::ZERO;
+        let mut switches = 0;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let dir = task.path();
+            // schedstat: time on CPU in ns, time waiting, timeslices.
+            if let Ok(s) = fs::read_to_string(dir.join("schedstat")) {
+                let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+                cpu += Duration::from_nanos(ns);
+            }
+            if let Ok(s) = fs::read_to_string(dir.join("status")) {
+                switches += field(&s, "voluntary_ctxt_switches:").unwrap_or(0)
+                    + field(&s, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+            }
+        }
+        Some(Usage {
+            cpu,
+            switches,
+            peak_rss_kib,
+        })
+    }
+
+    /// What was used between `self` (earlier) and `later`; the peak is the later one.
+    pub fn until(self, later: Usage) -> Usage {
+        Usage {
+            cpu: later.cpu.saturating_sub(self.cpu),
+            switches: later.switches.saturating_sub(self.switches),
+            peak_rss_kib: later.peak_rss_kib,
+        }
+    }
+
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            cpu: self.cpu + other.cpu,
+            switches: self.switches + other.switches,
+            peak_rss_kib: self.peak_rss_kib + other.peak_rss_kib,
+        }
+    }
+}
+
+/// The number after `name` in a /proc status file.
+fn field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The command line of `pid`, arguments joined by spaces.
+pub fn command_line(pid: i32) -> String {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// The children of `pid`, found by scanning /proc for their parent.
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| {
+            fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                // The parent pid is the second field after the parenthesized name.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
