@@ -448,6 +448,32 @@ fn own_key(lock: &str, kv: &KeyValue) -> bool {
 }
 
 impl EtcdLease {
+    /// The keys of `lock` created at or before revision `mine`, newest
+    /// first: usually just ours and the one ahead of it. Returns them with
+    /// the revision of the read.
+    async fn newest_up_to(&self, lock: &str, mine: i64) -> Result<(Vec<KeyValue>, i64), StoreError> {
+        let read = |limit: i64| {
+            let options = GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_max_create_revision(mine)
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(limit);
+            retry(self.patience, move || {
+                let mut kv = self.client.kv_client();
+                let options = options.clone();
+                async move { kv.get(format!("{lock}/"), Some(options)).await }
+            })
+        };
+        let mut reply = read(2).await.map_err(StoreError::unavailable)?;
+        // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
+        if reply.more() && reply.kvs().iter().any(|kv| !own_key(lock, kv)) {
+            reply = read(0).await.map_err(StoreError::unavailable)?;
+        }
+        let revision = reply.header().map_or(0, |h| h.revision());
+        Ok((reply.take_kvs(), revision))
+    }
+
     /// Block until `key` is deleted at a revision after `after`, or the
     /// watch ends for another reason (then the caller looks again).
     async fn deleted(&self, key: &[u8], after: i64) -> Result<(), StoreError> {
@@ -570,29 +596,24 @@ impl Lease for EtcdLease {
     ) -> Result<Turn, StoreError> {
         let mine = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
         loop {
-            // Our immediate predecessor: the newest key older than ours.
-            let options = GetOptions::new()
-                .with_prefix()
-                .with_keys_only()
-                .with_max_create_revision(mine - 1)
-                .with_sort(SortTarget::Create, SortOrder::Descend);
-            let reply = match retry(self.patience, || {
-                let mut kv = self.client.kv_client();
-                let options = options.clone();
-                async move { kv.get(format!("{lock}/"), Some(options)).await }
-            })
-            .await
-            {
-                Ok(reply) => reply,
+            // One read answers both questions: is our key still there (a
+            // lease that expired while we queued leaves none, and etcd 3.4's
+            // own recipe reports success anyway), and who is just ahead of us.
+            let (reply, revision) = match self.newest_up_to(lock, mine).await {
+                Ok(found) => found,
                 Err(e) => {
                     log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
                     sleep(RETRY).await;
                     continue;
                 }
             };
-            let revision = reply.header().map_or(0, |h| h.revision());
-            let Some(ahead) = reply.kvs().iter().find(|kv| own_key(lock, kv)) else {
-                break;
+            let mut own = reply.iter().filter(|kv| own_key(lock, kv));
+            match own.next() {
+                Some(kv) if kv.create_revision() == mine => {}
+                _ => return Err(StoreError::gone(format!("{} vanished while waiting", ticket.key))),
+            }
+            let Some(ahead) = own.next() else {
+                return Ok(Turn::First(ticket.rank));
             };
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
@@ -613,23 +634,6 @@ impl Lease for EtcdLease {
             if let Err(e) = result {
                 log::verbose(format_args!("watching the queue of {lock} failed: {e}"));
                 sleep(RETRY).await;
-            }
-        }
-        // First in line; but a lease that expired while we queued leaves no
-        // key behind, and etcd 3.4's own recipe reports success anyway.
-        loop {
-            match self.key_exists(&ticket.key).await {
-                Ok(Some(_)) => return Ok(Turn::First(ticket.rank)),
-                Ok(None) => {
-                    return Err(StoreError::gone(format!(
-                        "{} vanished while waiting",
-                        ticket.key
-                    )));
-                }
-                Err(e) => {
-                    log::verbose(format_args!("checking {} failed: {e}", ticket.key));
-                    sleep(RETRY).await;
-                }
             }
         }
     }
