@@ -308,8 +308,16 @@ fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) {
         ratio: ratio(times[0].median(), times[1].median()),
         // The target is against etcdctl lock; flock(1) has no store to talk
         // to, and is shown for comparison only.
-        target: if pair.store == "etcd" { "<= 0.30x".into() } else { "-".into() },
-        verdict: if pair.store == "etcd" { verdict(r <= 0.3) } else { Verdict::Info },
+        target: if pair.store == "etcd" {
+            "<= 0.30x".into()
+        } else {
+            "-".into()
+        },
+        verdict: if pair.store == "etcd" {
+            verdict(r <= 0.3)
+        } else {
+            Verdict::Info
+        },
     });
 }
 

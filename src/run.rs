@@ -30,7 +30,7 @@ use crate::store::{
     ErrorKind, HolderRecord, Lease, Location, LockStatus, Store, StoreError, Ticket, Turn,
     with_store,
 };
-use crate::supervisor::{Ending, Event, Plan, SpawnError, Stop, Supervisor};
+use crate::supervisor::{Ending, Event, Plan, Prepared, SpawnError, Stop, Supervisor};
 
 /// Variables that may carry secrets and never reach the command.
 const SECRET_VARIABLES: &[&str] = &["ELECT_PASSWORD", "ETCDCTL_PASSWORD", "ETCDCTL_USER"];
@@ -180,7 +180,7 @@ impl Job {
             Wait::For(d) => Some(Instant::now() + d),
         };
         // Queue; if the lease is lost while queued (a long partition), queue again.
-        let (acquired, mut keep, deadline) = loop {
+        let (acquired, guard, mut keep, deadline) = loop {
             let granted = tokio::select! {
                 granted = store.grant(self.timing.ttl(), self.connect_timeout) => granted,
                 sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
@@ -203,14 +203,14 @@ impl Job {
                 lease::keep(&mut renewer, timing, granted_at, &deadline_tx).await
             });
             match self.queue(store, &lease, &mut keep, give_up, signals).await {
-                Queued::First(ticket, token) => {
+                Queued::First(ticket, token, guard) => {
                     break (
                         Acquired {
                             lease,
                             ticket,
                             token,
-                            timing,
                         },
+                        guard,
                         keep,
                         deadline,
                     );
@@ -231,7 +231,9 @@ impl Job {
             "acquired lock {} with token {}",
             self.lock, acquired.token
         ));
-        let end = self.hold(&acquired, &mut keep, deadline, signals).await;
+        let end = self
+            .hold(&acquired, guard, &mut keep, deadline, signals)
+            .await;
         drop(keep);
         release(&acquired.lease).await;
         log::verbose(format_args!("released lock {}", self.lock));
@@ -239,6 +241,25 @@ impl Job {
     }
 
     /// Join the queue and wait for our turn.
+    /// How to run the command under `lease` and `ticket`; the token comes
+    /// when the lock is ours.
+    fn plan<L: Lease>(&self, lease: &L, ticket: &Ticket) -> Plan {
+        Plan {
+            command: self.command.clone(),
+            set_env: vec![
+                ("ELECT_LOCK".into(), self.lock.clone()),
+                ("ELECT_KEY".into(), ticket.key.clone()),
+                ("ELECT_LEASE_ID".into(), lease.id()),
+                ("ELECT_IDENTITY".into(), self.identity.clone()),
+                ("ELECT_STORE".into(), self.location.to_string()),
+            ],
+            remove_env: SECRET_VARIABLES.iter().map(|s| s.to_string()).collect(),
+            hold_fds: lease.hold_fds(),
+            signal: self.signal,
+            grace: self.timing.grace(),
+        }
+    }
+
     async fn queue<S: Store>(
         &self,
         store: &S,
@@ -257,11 +278,17 @@ impl Job {
             Ok(t) => t,
             Err(e) => return Queued::Done(self.store_failed(&e)),
         };
+        // The guard starts now, while we wait, so that a handover need not
+        // wait for it.
+        let guard = match Supervisor::prepare(self.plan(lease, &ticket)) {
+            Ok(guard) => guard,
+            Err(e) => return Queued::Done(failure(format_args!("cannot start the guard: {e:?}"))),
+        };
         let live = self.live_line(store, ticket.rank);
         tokio::select! {
             never = live => match never {},
             turn = lease.wait_turn(&self.lock, &ticket, give_up) => match turn {
-                Ok(Turn::First(token)) => Queued::First(ticket, token),
+                Ok(Turn::First(token)) => Queued::First(ticket, token, Box::new(guard)),
                 Ok(Turn::Busy) => Queued::Done(self.busy(store).await),
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
                 Err(e) => Queued::Done(self.store_failed(&e)),
@@ -338,6 +365,7 @@ impl Job {
     async fn hold<L: Lease>(
         &self,
         acquired: &Acquired<L>,
+        guard: Box<Prepared>,
         keep: &mut Pin<Box<dyn Future<Output = Loss> + '_>>,
         mut deadline: watch::Receiver<Instant>,
         signals: &mut Signals,
@@ -346,25 +374,18 @@ impl Job {
             lease,
             ticket,
             token,
-            timing,
         } = acquired;
-        let plan = Plan {
-            command: self.command.clone(),
-            set_env: vec![
-                ("ELECT_TOKEN".into(), token.to_string()),
-                ("ELECT_LOCK".into(), self.lock.clone()),
-                ("ELECT_KEY".into(), ticket.key.clone()),
-                ("ELECT_LEASE_ID".into(), lease.id()),
-                ("ELECT_IDENTITY".into(), self.identity.clone()),
-                ("ELECT_STORE".into(), self.location.to_string()),
-            ],
-            remove_env: SECRET_VARIABLES.iter().map(|s| s.to_string()).collect(),
-            hold_fds: lease.hold_fds(),
-            signal: self.signal,
-            grace: timing.grace(),
-            deadline: *deadline.borrow_and_update(),
+        // A file store that reopened a replaced lock file while we waited
+        // needs a guard that holds the new one.
+        let guard = match guard.holds(&lease.hold_fds()) {
+            true => Ok(*guard),
+            false => Supervisor::prepare(self.plan(lease, ticket)),
         };
-        let mut child = match Supervisor::start(plan).await {
+        let started = match guard {
+            Ok(guard) => guard.start(*token, *deadline.borrow_and_update()).await,
+            Err(e) => Err(e),
+        };
+        let mut child = match started {
             Ok(child) => child,
             Err(SpawnError::Exec(errno)) => return TurnEnd::Done(self.exec_failed(errno)),
             Err(SpawnError::Guard(e)) => {
@@ -462,7 +483,6 @@ struct Acquired<L> {
     lease: L,
     ticket: Ticket,
     token: u64,
-    timing: Timing,
 }
 
 /// The live waiting line on a terminal; erased on drop.
@@ -524,7 +544,7 @@ impl TurnEnd {
 }
 
 enum Queued {
-    First(Ticket, u64),
+    First(Ticket, u64, Box<Prepared>),
     /// Our place was lost before our turn came; queue again.
     Again(String),
     Done(Outcome),

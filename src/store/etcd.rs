@@ -412,7 +412,7 @@ fn describe(e: &etcd_client::Error) -> String {
 fn is_refusal(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     let refused_code = matches!(e, etcd_client::Error::GRpcStatus(s)
-        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument));
+        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument | Code::NotFound));
     let bad_input = matches!(
         e,
         etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
@@ -451,7 +451,11 @@ impl EtcdLease {
     /// The keys of `lock` created at or before revision `mine`, newest
     /// first: usually just ours and the one ahead of it. Returns them with
     /// the revision of the read.
-    async fn newest_up_to(&self, lock: &str, mine: i64) -> Result<(Vec<KeyValue>, i64), StoreError> {
+    async fn newest_up_to(
+        &self,
+        lock: &str,
+        mine: i64,
+    ) -> Result<(Vec<KeyValue>, i64), StoreError> {
         let read = |limit: i64| {
             let options = GetOptions::new()
                 .with_prefix()
@@ -610,7 +614,12 @@ impl Lease for EtcdLease {
             let mut own = reply.iter().filter(|kv| own_key(lock, kv));
             match own.next() {
                 Some(kv) if kv.create_revision() == mine => {}
-                _ => return Err(StoreError::gone(format!("{} vanished while waiting", ticket.key))),
+                _ => {
+                    return Err(StoreError::gone(format!(
+                        "{} vanished while waiting",
+                        ticket.key
+                    )));
+                }
             }
             let Some(ahead) = own.next() else {
                 return Ok(Turn::First(ticket.rank));

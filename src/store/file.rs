@@ -598,6 +598,11 @@ impl Lease for FileLease {
                 .still_in_place();
             if let Err(why) = moved {
                 log::verbose(format_args!("{why}; opening it again"));
+                // Let go of the old file's lock explicitly: a guard started
+                // while we waited shares this open file description, and
+                // whoever replaced the file (elect break) waits for it.
+                // SAFETY: flock on a descriptor we own.
+                unsafe { libc::flock(fd, libc::LOCK_UN) };
                 let path = self.state.borrow().as_ref().expect("enqueued").path.clone();
                 let file = self.dir.open_lock(&path).map_err(locked)?;
                 self.state.borrow_mut().as_mut().expect("enqueued").file = file;

@@ -70,19 +70,12 @@ struct Orders {
     hold: Vec<RawFd>,
     signal: Signal,
     grace: Duration,
-    deadline: Instant,
     command: Vec<OsString>,
 }
 
-/// `__elect-guard FD SIGNAL GRACE_NS DEADLINE_NS HOLD_FDS -- COMMAND...`,
-/// HOLD_FDS comma-separated or `-`.
-pub fn args(
-    socket: RawFd,
-    signal: Signal,
-    grace: Duration,
-    deadline: Instant,
-    hold: &[RawFd],
-) -> Vec<OsString> {
+/// `__elect-guard FD SIGNAL GRACE_NS HOLD_FDS -- COMMAND...`, HOLD_FDS
+/// comma-separated or `-`.
+pub fn args(socket: RawFd, signal: Signal, grace: Duration, hold: &[RawFd]) -> Vec<OsString> {
     let hold = if hold.is_empty() {
         "-".to_string()
     } else {
@@ -96,7 +89,6 @@ pub fn args(
         socket.to_string(),
         (signal as i32).to_string(),
         grace.as_nanos().to_string(),
-        deadline.as_nanos().to_string(),
         hold,
         "--".to_string(),
     ]
@@ -107,10 +99,10 @@ pub fn args(
 
 fn parse(args: &[OsString]) -> Option<Orders> {
     let text = |i: usize| args.get(i)?.to_str();
-    if text(0)? != ARG || text(6)? != "--" || args.len() < 8 {
+    if text(0)? != ARG || text(5)? != "--" || args.len() < 7 {
         return None;
     }
-    let hold = match text(5)? {
+    let hold = match text(4)? {
         "-" => Vec::new(),
         list => list
             .split(',')
@@ -122,8 +114,7 @@ fn parse(args: &[OsString]) -> Option<Orders> {
         hold,
         signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
         grace: Duration::from_nanos(text(3)?.parse().ok()?),
-        deadline: Instant::from_nanos(text(4)?.parse().ok()?),
-        command: args[7..].to_vec(),
+        command: args[6..].to_vec(),
     })
 }
 
@@ -134,8 +125,13 @@ pub fn main(args: &[OsString]) -> ! {
         std::process::exit(crate::exit::Code::Software.value().into());
     };
     // SAFETY: elect passed us this descriptor and nothing else owns it.
-    let socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
-    let code = match Guard::start(socket, orders) {
+    let mut socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
+    // Started while elect waits for the lock: wait for the word to go.
+    let Some((deadline, token)) = wait_for_the_lock(&mut socket) else {
+        // elect gave up waiting (or died): nothing to start.
+        std::process::exit(0);
+    };
+    let code = match Guard::start(socket, orders, deadline, token) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
@@ -151,6 +147,21 @@ struct Terminal {
     ours: Termios,
     /// The command's modes when it was stopped, restored when it resumes.
     theirs: Option<Termios>,
+}
+
+/// Read elect's orders until it says the lock is ours: the deadline, then
+/// the token. `None` if elect closes the socket first.
+fn wait_for_the_lock(socket: &mut UnixStream) -> Option<(Instant, u64)> {
+    let mut deadline = None;
+    loop {
+        let mut record = [0u8; SIZE];
+        socket.read_exact(&mut record).ok()?;
+        match Message::decode(&record)? {
+            Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
+            Message::Token(token) => return Some((deadline?, token)),
+            _ => {}
+        }
+    }
 }
 
 struct Guard {
@@ -170,7 +181,12 @@ struct Guard {
 }
 
 impl Guard {
-    fn start(mut socket: UnixStream, orders: Orders) -> std::io::Result<Guard> {
+    fn start(
+        mut socket: UnixStream,
+        orders: Orders,
+        deadline: Instant,
+        token: u64,
+    ) -> std::io::Result<Guard> {
         // The command must not inherit our end of the socket, nor the lock.
         set_cloexec(socket.as_raw_fd())?;
         for &fd in &orders.hold {
@@ -200,7 +216,9 @@ impl Guard {
         let guard_pid = nix::unistd::getpid();
         let rt_max = libc::SIGRTMAX();
         let mut command = Command::new(&orders.command[0]);
-        command.args(&orders.command[1..]);
+        command
+            .args(&orders.command[1..])
+            .env("ELECT_TOKEN", token.to_string());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {
@@ -256,7 +274,7 @@ impl Guard {
             timer,
             signal: orders.signal,
             grace: orders.grace,
-            deadline: orders.deadline,
+            deadline,
             kill_at: None,
             killed: false,
         })
@@ -518,13 +536,7 @@ mod tests {
 
     #[test]
     fn orders_round_trip() {
-        let mut a = args(
-            7,
-            Signal::SIGINT,
-            Duration::from_millis(1500),
-            Instant::from_nanos(42),
-            &[9, 11],
-        );
+        let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500), &[9, 11]);
         a.push("sh".into());
         a.push("-c".into());
         let o = parse(&a).unwrap();
@@ -532,9 +544,8 @@ mod tests {
             (o.socket, o.signal, o.grace),
             (7, Signal::SIGINT, Duration::from_millis(1500))
         );
-        assert_eq!(o.deadline, Instant::from_nanos(42));
         assert_eq!(o.hold, vec![9, 11]);
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
-        assert!(parse(&a[..7]).is_none(), "a command is required");
+        assert!(parse(&a[..6]).is_none(), "a command is required");
     }
 }

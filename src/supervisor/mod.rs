@@ -34,7 +34,6 @@ pub struct Plan {
     pub remove_env: Vec<String>,
     pub signal: Signal,
     pub grace: Duration,
-    pub deadline: Instant,
     /// Descriptors the guard keeps open until the command's group is dead.
     pub hold_fds: Vec<std::os::fd::RawFd>,
 }
@@ -71,26 +70,43 @@ pub struct Supervisor {
     pid: i32,
 }
 
+/// A guard started ahead of time, while elect waits for the lock, so that a
+/// handover does not wait for an exec: it starts the command the moment it
+/// is given the token. Dropped unused, it exits without starting anything.
+pub struct Prepared {
+    socket: UnixStream,
+    guard: Child,
+    /// (device, inode) of each descriptor the guard holds.
+    held: Vec<(u64, u64)>,
+}
+
+/// (device, inode) of open descriptors: what they are, not their numbers.
+pub fn identities(fds: &[std::os::fd::RawFd]) -> Vec<(u64, u64)> {
+    fds.iter()
+        .map(|&fd| {
+            // SAFETY: fstat on a descriptor the caller keeps open.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            nix::sys::stat::fstat(fd).map_or((0, 0), |st| (st.st_dev, st.st_ino))
+        })
+        .collect()
+}
+
 impl Supervisor {
-    /// Start the guard, which starts the command; return once it runs.
-    pub async fn start(plan: Plan) -> Result<Supervisor, SpawnError> {
+    /// Start a guard for `plan`; it waits for [`Prepared::start`].
+    pub fn prepare(plan: Plan) -> Result<Prepared, SpawnError> {
         let (ours, theirs) = StdUnixStream::pair().map_err(SpawnError::Guard)?;
         let theirs = OwnedFd::from(theirs);
         let fd = theirs.as_raw_fd();
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("elect")
-            .args(guard::args(
-                fd,
-                plan.signal,
-                plan.grace,
-                plan.deadline,
-                &plan.hold_fds,
-            ))
+            .args(guard::args(fd, plan.signal, plan.grace, &plan.hold_fds))
             .args(&plan.command)
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::inherit())
+            // A guard left over from an abandoned wait is reaped by tokio.
+            .kill_on_drop(false);
         for name in &plan.remove_env {
             command.env_remove(name);
         }
@@ -114,12 +130,34 @@ impl Supervisor {
         drop(theirs);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
+        Ok(Prepared {
+            socket,
+            guard,
+            held: identities(&plan.hold_fds),
+        })
+    }
+}
+
+impl Prepared {
+    /// Whether this guard holds exactly these descriptors' files (a file
+    /// store reopens a lock file that was replaced while it waited).
+    pub fn holds(&self, fds: &[std::os::fd::RawFd]) -> bool {
+        self.held == identities(fds)
+    }
+
+    /// The lock is ours: start the command with `token`, safe until `deadline`.
+    pub async fn start(self, token: u64, deadline: Instant) -> Result<Supervisor, SpawnError> {
+        let Prepared { socket, guard, .. } = self;
         let mut supervisor = Supervisor {
             socket,
             inbox: Vec::new(),
             guard,
             pid: 0,
         };
+        supervisor
+            .send(Message::Deadline(deadline.as_nanos()))
+            .await;
+        supervisor.send(Message::Token(token)).await;
         match supervisor.receive().await {
             Some(Message::Started(pid)) => {
                 supervisor.pid = pid;
@@ -137,7 +175,9 @@ impl Supervisor {
             }
         }
     }
+}
 
+impl Supervisor {
     /// The command's pid, which is also its process group id.
     pub fn pid(&self) -> i32 {
         self.pid

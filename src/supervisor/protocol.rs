@@ -14,6 +14,8 @@ pub enum Message {
     Stop,
     /// elect: forward this signal to the child's process group.
     Signal(i32),
+    /// elect: the lock is ours; start the command with this fencing token.
+    Token(u64),
     /// guard: the child runs with this pid (and process group).
     Started(i32),
     /// guard: the child could not be started; the errno.
@@ -37,6 +39,7 @@ impl Message {
             Message::Stopping(why) => (6, why as u64),
             Message::Exited(code) => (7, code as u64),
             Message::Killed(sig) => (8, sig as u64),
+            Message::Token(token) => (9, token),
         };
         let mut out = [0u8; SIZE];
         out[..8].copy_from_slice(&tag.to_ne_bytes());
@@ -61,6 +64,7 @@ impl Message {
             }),
             7 => Message::Exited(small),
             8 => Message::Killed(small),
+            9 => Message::Token(value),
             _ => return None,
         })
     }
@@ -92,6 +96,7 @@ mod tests {
             Message::Stopping(Stop::ExpiredWhileStopped),
             Message::Exited(255),
             Message::Killed(9),
+            Message::Token(u64::MAX),
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }
