@@ -3,7 +3,12 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod contender;
+pub mod history;
+pub mod nemesis;
 pub mod proxy;
+pub mod register;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
