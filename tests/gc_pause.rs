@@ -51,20 +51,23 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     let story = |line: String| {
         eprintln!("{} {line}", history.clock(now_ns()));
     };
-    let is = |who: &'static str, accepted: bool| {
-        move |w: &What| matches!(w, What::Write { label, accepted: a, .. } if label == who && *a == accepted)
-    };
+    let is = |who: &'static str, accepted: bool| move |w: &What| matches!(w, What::Write { label, accepted: a, .. } if label == who && *a == accepted);
 
     // Writers write every 20 ms, and sleep between writes: a writer that is
     // stopped and continued writes first thing.
     let ttl = ["--ttl", "1s"];
     let mut a = Contender::spawn("A", &etcd.url(), "gc", &ttl, "0.02", &register, &history);
-    let What::Write { token: t, pid: a_child, .. } =
-        register.wait_write(0, 10 * SECOND, "first write from A", is("A", true))
+    let What::Write {
+        token: t,
+        pid: a_child,
+        ..
+    } = register.wait_write(0, 10 * SECOND, "first write from A", is("A", true))
     else {
         unreachable!()
     };
-    story(format!("A holds the lock with token {t}; its command (pid {a_child}) writes every 20 ms"));
+    story(format!(
+        "A holds the lock with token {t}; its command (pid {a_child}) writes every 20 ms"
+    ));
     let mut b = Contender::spawn("B", &etcd.url(), "gc", &ttl, "0.02", &register, &history);
     etcd.wait_keys("gc/", 2);
     let a_key = etcd.keys("gc/")[0].clone();
@@ -108,9 +111,12 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     let resumed_at = now_ns();
     unsafe { libc::killpg(a_child, libc::SIGCONT) };
     story("A's command is continued; it still believes it holds the lock".into());
-    let late = register.wait_write(resumed_at, 5 * SECOND, "A's late write", |w| {
-        matches!(w, What::Write { label, .. } if label == "A")
-    });
+    let late = register.wait_write(
+        resumed_at,
+        5 * SECOND,
+        "A's late write",
+        |w| matches!(w, What::Write { label, .. } if label == "A"),
+    );
     story(format!("A's late write: {}", told(&late)));
     a.signal_group(libc::SIGCONT);
     story("A's elect and guard are continued".into());
@@ -119,7 +125,13 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     let command_died = history
         .events()
         .into_iter()
-        .find(|e| e.what == (What::Death { pid: a_child, exact: true }))
+        .find(|e| {
+            e.what
+                == (What::Death {
+                    pid: a_child,
+                    exact: true,
+                })
+        })
         .map(|e| e.at);
     for e in history.events() {
         if let What::Said { label, line } = &e.what
@@ -134,7 +146,12 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
         command_died.map_or("?".into(), |d| format!("{:.0}", ms(now_ns() - d)))
     ));
     let still_b = now_ns();
-    register.wait_write(still_b, 5 * SECOND, "B's writes after A's exit", is("B", true));
+    register.wait_write(
+        still_b,
+        5 * SECOND,
+        "B's writes after A's exit",
+        is("B", true),
+    );
     story("B still holds the lock and writes".into());
     b.signal(libc::SIGTERM);
     b.wait(10 * SECOND);
@@ -186,10 +203,7 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     );
     assert_eq!(a_end, "exit 76", "A's elect exits with the lost code");
     history::check_fencing(&events).unwrap();
-    let left = support::contender::marked(&format!(
-        "{}={}",
-        register::ENV,
-        register.path.display()
-    ));
+    let left =
+        support::contender::marked(&format!("{}={}", register::ENV, register.path.display()));
     assert!(left.is_empty(), "left running: {left:?}");
 }

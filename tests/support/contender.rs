@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::elect;
 use super::history::{History, What};
 use super::register::{self, Register};
-use super::elect;
 
 pub struct Contender {
     pub label: String,
@@ -132,9 +132,7 @@ impl Contender {
 
     /// The command elect is running (the writer's shell), if any.
     pub fn writer(&self) -> Option<i32> {
-        if self.process.is_none() {
-            return None;
-        }
+        self.process.as_ref()?;
         descendants(self.pid)
             .into_iter()
             .find(|&p| comm(p).as_deref() == Some("sh"))

@@ -198,7 +198,13 @@ impl World {
         ));
         let cluster = Cluster::start(members);
         let links: Vec<Vec<Proxy>> = (0..n)
-            .map(|_| cluster.endpoints().iter().map(|e| Proxy::start(e)).collect())
+            .map(|_| {
+                cluster
+                    .endpoints()
+                    .iter()
+                    .map(|e| Proxy::start(e))
+                    .collect()
+            })
             .collect();
         let ttl = format!("{ttl_secs}s");
         let contenders = links
@@ -216,7 +222,7 @@ impl World {
                     &format!("c{i}"),
                     &store,
                     lock,
-                    &["--ttl", &ttl, "--connect-timeout", "3s"],
+                    &["--ttl", &ttl, "--connect-timeout", "3s", "-v"],
                     "0.05",
                     &register,
                     &history,
@@ -303,8 +309,9 @@ impl World {
     pub fn inject(&mut self, kind: Fault, rng: &mut Prng) {
         let ttl = self.ttl;
         // Mostly the holder: that is where faults hurt.
+        // (Killing a command needs one: always the holder's, if any.)
         let target = match self.holder() {
-            Some(h) if rng.chance(3, 4) => h,
+            Some(h) if kind == Fault::KillCommand || rng.chance(3, 4) => h,
             _ => rng.below(self.contenders.len()),
         };
         let lasting = rng.between(Duration::from_millis(200), ttl * 5 / 2);
@@ -314,7 +321,11 @@ impl World {
             Fault::FreezeElect => {
                 let c = &self.contenders[target];
                 c.signal(libc::SIGSTOP);
-                self.fault(kind, format!("{label} elect (pid {}) for {lasting:?}", c.pid), None);
+                self.fault(
+                    kind,
+                    format!("{label} elect (pid {}) for {lasting:?}", c.pid),
+                    None,
+                );
                 self.idle(lasting);
                 self.contenders[target].signal(libc::SIGCONT);
                 self.heal(format!("SIGCONT {label} elect"));
@@ -334,7 +345,9 @@ impl World {
                     unsafe { libc::kill(w, libc::SIGKILL) };
                     self.fault(kind, format!("{label} command (pid {w})"), None);
                 }
-                None => self.history.note(format!("{}: {label} has no command", kind.name())),
+                None => self
+                    .history
+                    .note(format!("{}: {label} has no command", kind.name())),
             },
             Fault::Blackhole | Fault::Reset => {
                 let mode = match kind {
@@ -364,7 +377,11 @@ impl World {
                 for &i in &victims {
                     self.cluster.kill(i);
                 }
-                self.fault(kind, format!("members {victims:?} down for {lasting:?}"), None);
+                self.fault(
+                    kind,
+                    format!("members {victims:?} down for {lasting:?}"),
+                    None,
+                );
                 self.idle(lasting);
                 for &i in &victims {
                     self.cluster.restart(i);
@@ -398,8 +415,14 @@ impl World {
             }
         }
         let what = match writer {
-            Some(w) => format!("{label} elect+guard (pgid {}) and command (pgid {w})", self.contenders[target].pid),
-            None => format!("{label} elect+guard (pgid {}), no command", self.contenders[target].pid),
+            Some(w) => format!(
+                "{label} elect+guard (pgid {}) and command (pgid {w})",
+                self.contenders[target].pid
+            ),
+            None => format!(
+                "{label} elect+guard (pgid {}), no command",
+                self.contenders[target].pid
+            ),
         };
         self.fault(Fault::Pause, format!("{what} for {lasting:?}"), writer);
         self.idle(lasting);

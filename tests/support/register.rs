@@ -123,7 +123,13 @@ impl Register {
 
     /// Every child the register has seen.
     pub fn children(&self) -> Vec<i32> {
-        self.state.lock().unwrap().children.keys().copied().collect()
+        self.state
+            .lock()
+            .unwrap()
+            .children
+            .keys()
+            .copied()
+            .collect()
     }
 
     pub fn highest(&self) -> Option<u64> {
@@ -141,11 +147,10 @@ impl Register {
     ) -> What {
         let give_up = Instant::now() + within;
         loop {
-            if let Some(e) = self
-                .history
-                .events()
-                .into_iter()
-                .find(|e| e.at > since && matches!(e.what, What::Write { .. }) && found(&e.what))
+            if let Some(e) =
+                self.history.events().into_iter().find(|e| {
+                    e.at > since && matches!(e.what, What::Write { .. }) && found(&e.what)
+                })
             {
                 return e.what;
             }
