@@ -256,3 +256,84 @@ fn losing_one_etcd_member_of_three_loses_no_lease() {
     let orphans = world.orphans(Duration::from_secs(5));
     assert!(orphans.is_empty(), "left running: {orphans:?}");
 }
+
+/// The checkers themselves, on made-up histories: each must catch what it
+/// is there to catch, or the runs above prove nothing.
+#[test]
+fn the_checkers_catch_what_they_are_for() {
+    use support::history::{Event, check_exclusion, check_fencing, check_tokens};
+    let at = |ms: i128| ms * 1_000_000;
+    let grant = |t: i128, token: u64, pid: i32| Event {
+        at: at(t),
+        what: What::Grant {
+            label: format!("c{pid}"),
+            token,
+            pid,
+            older_alive: vec![],
+        },
+    };
+    let death = |t: i128, pid: i32| Event {
+        at: at(t),
+        what: What::Death { pid, exact: true },
+    };
+    let write = |t: i128, token: u64, pid: i32, accepted: bool, highest: u64| Event {
+        at: at(t),
+        what: What::Write {
+            label: format!("c{pid}"),
+            token,
+            pid,
+            seq: 1,
+            accepted,
+            highest,
+        },
+    };
+    let paused = |t: i128, pid: i32| Event {
+        at: at(t),
+        what: What::Fault {
+            kind: "pause",
+            detail: String::new(),
+            paused: Some(pid),
+        },
+    };
+    let clean = vec![
+        grant(0, 5, 1),
+        death(100, 1),
+        grant(110, 7, 2),
+        death(200, 2),
+    ];
+    let mut f = Figures::default();
+    assert!(check_tokens(&clean).is_ok());
+    assert!(check_exclusion(&clean, &mut f).is_ok());
+    assert_eq!(f.min_handover_ms, Some(10.0));
+
+    let overlap = vec![
+        grant(0, 5, 1),
+        grant(90, 7, 2),
+        death(100, 1),
+        death(200, 2),
+    ];
+    assert!(check_exclusion(&overlap, &mut Figures::default()).is_err());
+    let mut excused = overlap.clone();
+    excused.push(paused(50, 1));
+    let mut f = Figures::default();
+    assert!(check_exclusion(&excused, &mut f).is_ok());
+    assert_eq!((f.paused_overlaps, f.max_paused_overlap_ms), (1, 10.0));
+
+    let stale_write = vec![
+        grant(0, 5, 1),
+        death(100, 1),
+        grant(110, 7, 2),
+        write(120, 5, 1, false, 7),
+    ];
+    assert!(check_exclusion(&stale_write, &mut Figures::default()).is_err());
+
+    let backwards = vec![grant(0, 7, 1), death(100, 1), grant(110, 5, 2)];
+    assert!(check_tokens(&backwards).is_err());
+    let twice = vec![grant(0, 7, 1), death(100, 1), grant(110, 7, 2)];
+    assert!(check_tokens(&twice).is_err());
+
+    let unfenced = vec![write(0, 7, 1, true, 0), write(10, 5, 2, true, 7)];
+    assert!(check_fencing(&unfenced).is_err());
+    let fenced = vec![write(0, 7, 1, true, 0), write(10, 5, 2, false, 7)];
+    assert!(check_fencing(&fenced).is_ok());
+}
