@@ -4,7 +4,12 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod cluster;
+pub mod contender;
+pub mod history;
+pub mod nemesis;
 pub mod proxy;
+pub mod register;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
