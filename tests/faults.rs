@@ -25,12 +25,10 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const CONTENDERS: usize = 3;
 /// Lease TTL in seconds: short, so that losses and handovers happen often.
 const TTL_SECS: u64 = 1;
-/// Lease TTL for the member-loss test. When the member that elect's client
-/// is connected to dies, elect's renewals fail over to another member in
-/// about 300 ms (a few retries that redial the dead member first); with a
-/// 1 s TTL only TTL - TTL/3 - grace - margin = 264 ms are left after a
-/// missed renewal, and the lease is lost. 3 s leaves room.
-const MEMBER_LOSS_TTL_SECS: u64 = 3;
+/// Lease TTL for the member-loss test: the shortest elect allows. After a
+/// missed renewal only TTL - TTL/3 - grace - margin = 264 ms are left, so
+/// the next renewal must go to another member at once, not to the dead one.
+const MEMBER_LOSS_TTL_SECS: u64 = 1;
 /// After the faults heal, a holder must be writing within TTL plus this.
 const RECOVERY_SLACK: Duration = Duration::from_secs(3);
 

@@ -34,6 +34,7 @@ const RETRY: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct Etcd {
     client: Client,
+    members: Members,
     shown: String,
     /// How long to keep retrying a request before giving up.
     patience: Duration,
@@ -103,7 +104,39 @@ impl Etcd {
             client,
             shown,
             patience: connect_timeout,
+            members: Members {
+                urls,
+                options,
+                clients: Vec::new(),
+            },
         })
+    }
+}
+
+/// One client per member, for renewals: when a renewal fails, the next one
+/// goes to another member, instead of waiting for the balancer to notice
+/// that a member died.
+#[derive(Clone)]
+struct Members {
+    urls: Vec<String>,
+    options: ConnectOptions,
+    /// Connected lazily, by index into `urls`.
+    clients: Vec<Option<Client>>,
+}
+
+impl Members {
+    async fn client(&mut self, index: usize) -> Result<Client, StoreError> {
+        if self.clients.len() != self.urls.len() {
+            self.clients = vec![None; self.urls.len()];
+        }
+        if let Some(client) = &self.clients[index] {
+            return Ok(client.clone());
+        }
+        let client = Client::connect([self.urls[index].as_str()], Some(self.options.clone()))
+            .await
+            .map_err(|e| StoreError::unavailable(describe(&e)))?;
+        self.clients[index] = Some(client.clone());
+        Ok(client)
     }
 }
 
@@ -146,6 +179,7 @@ impl Store for Etcd {
         ));
         Ok(EtcdLease {
             client: self.client.clone(),
+            members: self.members.clone(),
             id: reply.id(),
             ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
             granted_at,
@@ -433,6 +467,7 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
 
 pub struct EtcdLease {
     client: Client,
+    members: Members,
     id: i64,
     ttl: Duration,
     granted_at: Instant,
@@ -538,6 +573,8 @@ impl Lease for EtcdLease {
     fn renewer(&self) -> EtcdRenewer {
         EtcdRenewer {
             client: self.client.clone(),
+            members: self.members.clone(),
+            member: None,
             id: self.id,
             stream: None,
         }
@@ -687,7 +724,11 @@ impl Lease for EtcdLease {
 }
 
 pub struct EtcdRenewer {
+    /// The balanced client, used until a renewal fails.
     client: Client,
+    members: Members,
+    /// The member renewals go to since the last failure, if any.
+    member: Option<usize>,
     id: i64,
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
 }
@@ -695,8 +736,11 @@ pub struct EtcdRenewer {
 impl Renewer for EtcdRenewer {
     async fn renew(&mut self) -> Result<Renewal, StoreError> {
         if self.stream.is_none() {
-            let opened = self
-                .client
+            let client = match self.member {
+                None => self.client.clone(),
+                Some(index) => self.members.client(index).await?,
+            };
+            let opened = client
                 .lease_client()
                 .keep_alive(self.id)
                 .await
@@ -726,5 +770,8 @@ impl Renewer for EtcdRenewer {
 
     fn reset(&mut self) {
         self.stream = None;
+        // Every member can renew (followers forward to the leader): try the next.
+        let count = self.members.urls.len();
+        self.member = Some(self.member.map_or(0, |m| (m + 1) % count));
     }
 }
