@@ -32,6 +32,7 @@ fn main() {
     let reaped = args.get(1).is_some_and(|a| a == supervisor::reaper::ARG);
     if reaped {
         args.remove(1);
+        supervisor::guard::set_name(c"elect");
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,

@@ -120,6 +120,8 @@ fn parse(args: &[OsString]) -> Option<Orders> {
 
 /// Run as the guard; `args` start with [`ARG`]. Never returns.
 pub fn main(args: &[OsString]) -> ! {
+    // Started as /proc/self/exe; be recognisable in ps and top.
+    set_name(c"elect-guard");
     let Some(orders) = parse(args) else {
         eprintln!("elect: {ARG} is for elect's own use");
         std::process::exit(crate::exit::Code::Software.value().into());
@@ -520,6 +522,12 @@ enum ChildState {
     Running,
     Stopped,
     Exited,
+}
+
+/// The name `ps` and `top` show for this process.
+pub fn set_name(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
 }
 
 fn set_cloexec(fd: RawFd) -> std::io::Result<()> {
