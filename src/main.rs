@@ -23,6 +23,19 @@ use clap::error::ErrorKind;
 use crate::cli::{Cli, Command};
 use crate::exit::{Code, Outcome};
 
+/// clap's usage error as one line: the problem and what it names, without
+/// the usage block and the tip that follow.
+fn one_line(rendered: &str) -> String {
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or_default();
+    let mut text = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    for more in lines.take_while(|l| !l.trim().is_empty()) {
+        text.push(' ');
+        text.push_str(more.trim());
+    }
+    format!("{text} (see --help)")
+}
+
 fn main() {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
@@ -37,13 +50,12 @@ fn main() {
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            let code = match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
-                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Code::Usage.value(),
-                _ => Code::Usage.value(),
-            };
-            let _ = e.print();
-            Outcome::Exit(code).finish();
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                Outcome::Exit(0).finish();
+            }
+            log::error(format_args!("{}", one_line(&e.to_string())));
+            Outcome::Exit(Code::Usage.value()).finish();
         }
     };
     let level = match (cli.quiet, cli.verbose) {

@@ -537,6 +537,7 @@ fn bad_input_is_a_usage_or_configuration_error() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
         assert!(err.contains(text), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
     let out = elect().args(["run", "--lock", "x"]).output().unwrap();
     assert_eq!(
