@@ -240,7 +240,6 @@ impl Job {
         end
     }
 
-    /// Join the queue and wait for our turn.
     /// How to run the command under `lease` and `ticket`; the token comes
     /// when the lock is ours.
     fn plan<L: Lease>(&self, lease: &L, ticket: &Ticket) -> Plan {
@@ -260,6 +259,7 @@ impl Job {
         }
     }
 
+    /// Join the queue and wait for our turn.
     async fn queue<S: Store>(
         &self,
         store: &S,
@@ -282,7 +282,7 @@ impl Job {
         // wait for it.
         let guard = match Supervisor::prepare(self.plan(lease, &ticket)) {
             Ok(guard) => guard,
-            Err(e) => return Queued::Done(failure(format_args!("cannot start the guard: {e:?}"))),
+            Err(e) => return Queued::Done(failure(format_args!("cannot start the guard: {e}"))),
         };
         let live = self.live_line(store, ticket.rank);
         tokio::select! {
@@ -395,7 +395,7 @@ impl Job {
         log::verbose(format_args!("started the command as pid {}", child.pid()));
         let lost_watch = lease.lost(ticket);
         tokio::pin!(lost_watch);
-        let mut lost: Option<String> = None;
+        let mut lost = false;
         let mut renewing = true;
         let mut told_to_stop = false;
         let ending = loop {
@@ -420,12 +420,12 @@ impl Job {
                         child.stop().await;
                     }
                 },
-                reason = &mut lost_watch, if lost.is_none() => {
+                reason = &mut lost_watch, if !lost => {
                     if self.lose(&mut lost, reason) {
                         child.stop().await;
                     }
                 },
-                Ok(()) = deadline.changed(), if lost.is_none() => {
+                Ok(()) = deadline.changed(), if !lost => {
                     let at = *deadline.borrow_and_update();
                     child.extend(at).await;
                 },
@@ -437,16 +437,16 @@ impl Job {
         };
         child.reap().await;
         match (lost, told_to_stop) {
-            (Some(_), _) => TurnEnd::Lost,
+            (true, _) => TurnEnd::Lost,
             // Whoever told elect to stop meant it: never rejoin after that.
-            (None, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
-            (None, false) => TurnEnd::Ended(ending),
+            (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
+            (false, false) => TurnEnd::Ended(ending),
         }
     }
 
     /// Record the first loss and say so once. True if this was the first.
-    fn lose(&self, lost: &mut Option<String>, reason: String) -> bool {
-        if lost.is_some() {
+    fn lose(&self, lost: &mut bool, reason: String) -> bool {
+        if *lost {
             return false;
         }
         let then = match self.rejoin {
@@ -461,7 +461,7 @@ impl Job {
             self.signal,
             show(self.timing.grace()),
         ));
-        *lost = Some(reason);
+        *lost = true;
         true
     }
 

@@ -188,7 +188,9 @@ impl Store for Etcd {
     }
 
     async fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        self.status_impl(lock).await
+        let kvs = self.read(&format!("{lock}/")).await?;
+        let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
+        Ok(self.status_of(lock, &keys).await)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
@@ -227,8 +229,10 @@ impl Store for Etcd {
     }
 
     async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
-        let status = self.status_impl(lock).await?;
-        Ok(match status.holder {
+        // One linearizable read, so that a check before each step stays cheap.
+        let kvs = self.read(&format!("{lock}/")).await?;
+        let holder = kvs.iter().find(|kv| own_key(lock, kv)).map(holder_of);
+        Ok(match holder {
             Some(h) if h.key == key && h.token == token => Check::Holder,
             Some(h) if h.key == key => Check::NotHolder(format!(
                 "{key} holds the lock with token {}, not {token}",
@@ -244,7 +248,7 @@ impl Store for Etcd {
         let Some(kv) = kvs.iter().find(|kv| own_key(lock, kv)) else {
             return Ok(Broken::Free);
         };
-        let holder = self.holder(kv).await;
+        let holder = holder_of(kv);
         if token.is_some_and(|t| t != holder.token) {
             return Ok(Broken::Changed(holder));
         }
@@ -295,26 +299,20 @@ impl Etcd {
         Ok(reply.take_kvs())
     }
 
-    /// A holder's key as seen by others, with the time left on its lease.
+    /// A holder's key as seen by others, with the time left on its lease
+    /// (one more request: only `status` and `list` show it).
     async fn holder(&self, kv: &KeyValue) -> Holder {
-        let ttl_left = if kv.lease() == 0 {
-            None
-        } else {
+        let mut holder = holder_of(kv);
+        if kv.lease() != 0 {
             let mut lease = self.client.lease_client();
-            match timeout(self.patience, lease.time_to_live(kv.lease(), None)).await {
-                Ok(Ok(reply)) if reply.ttl() >= 0 => {
-                    Some(Duration::from_secs(reply.ttl().unsigned_abs()))
-                }
-                _ => None,
+            if let Ok(Ok(reply)) =
+                timeout(self.patience, lease.time_to_live(kv.lease(), None)).await
+                && reply.ttl() >= 0
+            {
+                holder.ttl_left = Some(Duration::from_secs(reply.ttl().unsigned_abs()));
             }
-        };
-        Holder {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            token: kv.create_revision().unsigned_abs(),
-            record: HolderRecord::from_json(kv.value()),
-            lease: (kv.lease() != 0).then(|| format!("{:x}", kv.lease())),
-            ttl_left,
         }
+        holder
     }
 
     /// The status of `lock` from the keys directly under it, in create order.
@@ -336,6 +334,17 @@ impl Etcd {
     }
 }
 
+/// A holder's key as seen by others, from the key alone.
+fn holder_of(kv: &KeyValue) -> Holder {
+    Holder {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        token: kv.create_revision().unsigned_abs(),
+        record: HolderRecord::from_json(kv.value()),
+        lease: (kv.lease() != 0).then(|| format!("{:x}", kv.lease())),
+        ttl_left: None,
+    }
+}
+
 /// Is `kv` a contender of the lock recipe: `<lock>/<its own lease in hex>`?
 /// Returns the lock name.
 fn contender(kv: &KeyValue) -> Option<&str> {
@@ -343,14 +352,6 @@ fn contender(kv: &KeyValue) -> Option<&str> {
     let (lock, lease) = key.rsplit_once('/')?;
     (kv.lease() != 0 && i64::from_str_radix(lease, 16).ok()? == kv.lease() && !lock.is_empty())
         .then_some(lock)
-}
-
-impl Etcd {
-    async fn status_impl(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        let kvs = self.read(&format!("{lock}/")).await?;
-        let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
-        Ok(self.status_of(lock, &keys).await)
-    }
 }
 
 /// What to check when etcd does not answer.

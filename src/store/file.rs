@@ -212,21 +212,10 @@ impl Store for FileStore {
         let path = self.dir.path(&stem, ".lock");
         let fail =
             |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", path.display()));
-        let old = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(fail)?;
+        let old = open_nofollow(&path).map_err(fail)?;
         let fresh = self.dir.path(&stem, ".lock.new");
         let _ = std::fs::remove_file(&fresh);
-        let new = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(self.dir.file_mode())
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&fresh)
-            .map_err(fail)?;
+        let new = self.dir.create_new(&fresh).map_err(fail)?;
         if !try_flock(new.as_raw_fd(), libc::LOCK_EX).map_err(fail)? {
             return Err(fail(std::io::Error::other("someone else is breaking it")));
         }
@@ -296,6 +285,17 @@ impl Dir {
         (dir_mode & 0o660) | 0o600
     }
 
+    /// A file that must not exist yet (no symlink can stand in for it).
+    fn create_new(&self, path: &Path) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(self.file_mode())
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    }
+
     fn open_lock(&self, path: &Path) -> std::io::Result<File> {
         let open = |write: bool| {
             std::fs::OpenOptions::new()
@@ -331,12 +331,7 @@ impl Dir {
             Err(e) if e.kind() != IoKind::NotFound => return Err(e),
             _ => {}
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(self.file_mode())
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+        let mut file = self.create_new(&tmp)?;
         file.write_all(content)?;
         if durable {
             file.sync_all()?;
@@ -398,11 +393,7 @@ impl Dir {
             waiting: 0,
             ranks: Vec::new(),
         };
-        let probe = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-        {
+        let probe = match open_nofollow(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == IoKind::NotFound => return Ok(free),
             Err(e) => {
@@ -454,13 +445,17 @@ fn blocked_waiters(dev: u64, ino: u64) -> usize {
     })
 }
 
-fn read_nofollow(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
+/// Open for reading, never through a symlink planted in the directory.
+fn open_nofollow(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?
-        .read_to_string(&mut text)?;
+        .open(path)
+}
+
+fn read_nofollow(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    open_nofollow(path)?.read_to_string(&mut text)?;
     Ok(text)
 }
 

@@ -63,6 +63,15 @@ pub enum SpawnError {
     Guard(io::Error),
 }
 
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::Exec(errno) => write!(f, "{}", io::Error::from_raw_os_error(*errno)),
+            SpawnError::Guard(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 pub struct Supervisor {
     socket: UnixStream,
     inbox: Vec<u8>,
