@@ -77,7 +77,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__break)
-            opts="-l -y -q -v -h -V --lock --token --yes --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
+            opts="-l -y -q -v -h -V --lock --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

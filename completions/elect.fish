@@ -119,6 +119,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d '
 complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
+complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the lease at once instead of asking the holder to stop its command first: the command may run on for up to its grace while the next holder starts. (file: always waits for the holder.)'
 complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -197,6 +197,12 @@ pub struct BreakArgs {
     #[arg(short, long)]
     pub yes: bool,
 
+    /// End the lease at once instead of asking the holder to stop its
+    /// command first: the command may run on for up to its grace while the
+    /// next holder starts. (file: always waits for the holder.)
+    #[arg(long)]
+    pub force: bool,
+
     #[command(flatten)]
     pub store: StoreArgs,
 }

@@ -38,6 +38,11 @@ impl Instant {
         self.0.saturating_sub(earlier.0)
     }
 
+    /// Time from `self` until now, zero if `self` is later.
+    pub fn elapsed(self) -> Duration {
+        Instant::now().since(self)
+    }
+
     /// Time left until `self`, zero if it has passed.
     pub fn remaining(self) -> Duration {
         self.since(Instant::now())

@@ -14,6 +14,8 @@ pub enum Code {
     Unavailable = 69,
     /// elect itself failed (EX_SOFTWARE).
     Software = 70,
+    /// The guard process died; elect killed the command's group itself (EX_OSERR).
+    GuardLost = 71,
     /// The lock was not acquired within `--wait` (EX_TEMPFAIL; `--busy-exit-code`).
     Busy = 75,
     /// The lease was lost and elect stopped the child (EX_PROTOCOL; `--lost-exit-code`).
@@ -55,6 +57,10 @@ pub const TABLE: &[(&str, &str)] = &[
     ("configuration error (unreadable file, bad store URL)", "78"),
     ("command not found / not executable", "127 / 126"),
     ("elect's own failure", "70"),
+    (
+        "the guard process died (elect killed the command's group, then released the lock)",
+        "71",
+    ),
 ];
 
 /// The table as plain text, for `--help`.
@@ -86,6 +92,7 @@ mod tests {
             Code::Usage,
             Code::Unavailable,
             Code::Software,
+            Code::GuardLost,
             Code::Busy,
             Code::Lost,
             Code::Config,

@@ -10,7 +10,8 @@ use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
 use crate::exit::{Code, Outcome};
 use crate::log;
 use crate::store::{
-    Broken, Check, ErrorKind, Holder, Location, LockStatus, Opened, Store, StoreError, with_store,
+    Broken, Check, ErrorKind, Forced, Holder, Location, LockStatus, Opened, Store, StoreError,
+    with_store,
 };
 
 /// How often an idle connection is probed: these commands are short.
@@ -136,7 +137,11 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
         Err(e) => return store_error(&e),
     };
     if !args.yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-        eprint!("End the lease of {holder} on lock {lock}? Its command will be stopped. [y/N] ");
+        let what = match args.force {
+            true => "End the lease of",
+            false => "Stop the command of",
+        };
+        eprint!("{what} {holder} on lock {lock}? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -147,9 +152,42 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
     }
     // With --token, the holder must be that one; without, the one just shown.
     let token = args.token.unwrap_or(holder.token);
-    match store.break_lock(lock, Some(token)).await {
-        Ok(Broken::Ended(h)) => {
-            log::notice(format_args!("ended the lease of {h} on lock {lock}"));
+    if !args.force {
+        let how = match &holder.record {
+            Some(_) => "asking it to stop its command and let go",
+            None => {
+                "it was not started by elect and cannot be asked to stop; \
+                     its lease is ended once it could have expired anyway"
+            }
+        };
+        log::notice(format_args!("lock {lock} is held by {holder}; {how}"));
+    }
+    match store.break_lock(lock, Some(token), args.force).await {
+        Ok(Broken::Stopped { holder, after }) => {
+            log::notice(format_args!(
+                "{holder} stopped its command and let go of lock {lock} after {}",
+                crate::lease::show(after)
+            ));
+            Outcome::Exit(YES)
+        }
+        Ok(Broken::Forced { holder, why }) => {
+            let why = match why {
+                Forced::Asked => "at once".to_string(),
+                Forced::NoAnswer(waited) => format!(
+                    "after waiting {} for it to let go",
+                    crate::lease::show(waited)
+                ),
+            };
+            let running = match holder.record.as_ref().and_then(|r| r.grace_ms) {
+                Some(ms) => format!(
+                    "its command may still run for up to {} while the next holder starts",
+                    crate::lease::show(Duration::from_millis(ms))
+                ),
+                None => "its command may still run while the next holder starts".to_string(),
+            };
+            log::notice(format_args!(
+                "ended the lease of {holder} on lock {lock} {why}; {running}"
+            ));
             Outcome::Exit(YES)
         }
         Ok(Broken::Free) => {

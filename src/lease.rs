@@ -124,13 +124,34 @@ pub fn show(d: Duration) -> String {
     humantime::format_duration(rounded).to_string()
 }
 
-/// Why the lease is gone.
+/// Why the lease is lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Loss {
-    /// The store said so, for this reason.
+    /// Someone asked the holder to let go (`elect break`), for this reason.
+    /// The lease is still good, so the command gets its whole grace.
+    Asked(String),
+    /// The store ended the lease, for this reason: another holder may
+    /// already run, so the command gets at most [`GONE_GRACE`].
     Gone(String),
     /// No renewal was confirmed in time.
     Expired { last_confirmed: Instant },
+}
+
+/// The grace of a command whose lease the store already ended (revoked,
+/// expired on the server, key deleted): another holder may already run.
+pub const GONE_GRACE: Duration = Duration::from_millis(100);
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Asked(why) | Loss::Gone(why) => f.write_str(why),
+            Loss::Expired { last_confirmed } => write!(
+                f,
+                "no renewal was confirmed in time (the last one was sent {} ago)",
+                show(last_confirmed.elapsed())
+            ),
+        }
+    }
 }
 
 /// Sleep until `at` on the boot clock. Tokio's timers do not count suspend,
@@ -189,6 +210,7 @@ pub async fn keep<R: Renewer>(
                 backoff = FIRST_BACKOFF;
             }
             Ok(Ok(Renewal::Gone(why))) => return Loss::Gone(why),
+            Ok(Ok(Renewal::Asked(why))) => return Loss::Asked(why),
             Ok(Err(e)) => {
                 log::verbose(format_args!(
                     "renewal failed, retrying in {}: {e}",

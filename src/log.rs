@@ -6,6 +6,7 @@
 //! `--log-format json` makes every line a JSON object.
 
 use std::fmt::Arguments;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
@@ -27,18 +28,23 @@ pub fn set(level: Level, json: bool) {
 /// Print one line, as text or as a JSON object for log shippers.
 fn emit(level: &str, args: Arguments<'_>, stamp: bool) {
     let now = SystemTime::now();
-    if JSON.load(Ordering::Relaxed) {
-        let line = serde_json::json!({
+    let mut line = if JSON.load(Ordering::Relaxed) {
+        serde_json::json!({
             "time": humantime::format_rfc3339_millis(now).to_string(),
             "level": level,
             "message": args.to_string(),
-        });
-        eprintln!("{line}");
+        })
+        .to_string()
     } else if stamp {
-        eprintln!("elect: {} {args}", humantime::format_rfc3339_millis(now));
+        format!("elect: {} {args}", humantime::format_rfc3339_millis(now))
     } else {
-        eprintln!("elect: {args}");
-    }
+        format!("elect: {args}")
+    };
+    line.push('\n');
+    // One write(2) per line: many processes share one stderr (cron,
+    // systemd, containers), and a line written in pieces gets torn. A pipe
+    // keeps writes of up to PIPE_BUF (4096) bytes whole.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Whether stderr shows `notice`s: the live waiting line follows the same rule.

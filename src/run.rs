@@ -134,6 +134,8 @@ impl Job {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            grace_ms: u64::try_from(self.timing.grace().as_millis()).ok(),
+            break_request: None,
         }
     }
 
@@ -219,7 +221,14 @@ impl Job {
                     log::verbose(format_args!(
                         "lost our place in the queue ({reason}); queueing again"
                     ));
-                    release(&lease).await;
+                    // Patiently: after an outage the old lease may live on
+                    // (a restarted etcd renews every lease), and our new key
+                    // would queue behind the old one for a whole TTL.
+                    if let Err(e) = lease.release().await {
+                        log::verbose(format_args!(
+                            "could not revoke the old lease ({e}); it will expire"
+                        ));
+                    }
                 }
                 Queued::Done(outcome) => {
                     release(&lease).await;
@@ -271,7 +280,7 @@ impl Job {
         let record = self.record();
         let ticket = tokio::select! {
             ticket = lease.enqueue(&self.lock, &record) => ticket,
-            loss = keep.as_mut() => return Queued::Again(format!("{loss:?}")),
+            loss = keep.as_mut() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };
         let ticket = match ticket {
@@ -293,7 +302,7 @@ impl Job {
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
                 Err(e) => Queued::Done(self.store_failed(&e)),
             },
-            loss = keep.as_mut() => Queued::Again(format!("{loss:?}")),
+            loss = keep.as_mut() => Queued::Again(loss.to_string()),
             sig = signals.terminating() => Queued::Done(Outcome::Raise(sig)),
         }
     }
@@ -398,40 +407,64 @@ impl Job {
         let mut lost = false;
         let mut renewing = true;
         let mut told_to_stop = false;
+        // elect's own kill at the deadline, in case the guard cannot (stopped).
+        let mut backstop = true;
         let ending = loop {
+            let deadline_now = *deadline.borrow();
             tokio::select! {
+                // The guard's word first: after a stop, its report of what it
+                // did is waiting, and the backstop below is due too.
+                biased;
                 event = child.event() => match event {
                     Event::Ended(ending) => break ending,
                     Event::Stopping(Stop::Deadline) => {
-                        self.lose(&mut lost, "no renewal was confirmed in time".into());
+                        self.lose(&mut lost, "no renewal was confirmed in time", self.timing.grace());
                     }
                     Event::Stopping(Stop::ExpiredWhileStopped) => {
                         self.lose(&mut lost, "the lease ran out while elect and the command were stopped; \
-                            the command was not resumed".into());
+                            the command was not resumed", Duration::ZERO);
                     }
+                    Event::GuardLost => return self.guard_lost(child).await,
                 },
                 loss = keep.as_mut(), if renewing => {
                     renewing = false;
                     // An expiry is the guard's to act on (it keeps the same
                     // deadline and says why it stops); a store's word is ours.
-                    if let Loss::Gone(why) = loss
-                        && self.lose(&mut lost, why)
+                    if let Some(grace) = self.grace_after(&loss)
+                        && self.lose(&mut lost, &loss, grace)
                     {
-                        child.stop().await;
+                        child.stop(grace).await;
                     }
                 },
-                reason = &mut lost_watch, if !lost => {
-                    if self.lose(&mut lost, reason) {
-                        child.stop().await;
+                loss = &mut lost_watch, if !lost => {
+                    let grace = self.grace_after(&loss).unwrap_or(self.timing.grace());
+                    if self.lose(&mut lost, &loss, grace) {
+                        child.stop(grace).await;
                     }
                 },
                 Ok(()) = deadline.changed(), if !lost => {
                     let at = *deadline.borrow_and_update();
                     child.extend(at).await;
                 },
-                sig = signals.any() => {
-                    told_to_stop |= Signals::is_terminating(sig);
-                    child.forward(sig).await;
+                () = lease::sleep_until(deadline_now), if backstop => {
+                    // The guard kills at this instant too, unless it is
+                    // stopped: then nobody else would.
+                    backstop = false;
+                    self.lose(&mut lost, "no renewal was confirmed in time", Duration::ZERO);
+                    child.kill_now();
+                },
+                sig = signals.any() => match sig {
+                    Signal::SIGTSTP => {
+                        // Stop with the command, as a job would: the guard
+                        // stays awake and still enforces the deadline.
+                        child.suspend().await;
+                        stop_self();
+                    }
+                    Signal::SIGCONT => child.resume().await,
+                    sig => {
+                        told_to_stop |= Signals::is_terminating(sig);
+                        child.forward(sig).await;
+                    }
                 }
             }
         };
@@ -444,8 +477,39 @@ impl Job {
         }
     }
 
+    /// How long the command may take to stop after `loss`; `None` if the
+    /// guard acts on it by itself (an expiry: it keeps the same deadline).
+    fn grace_after(&self, loss: &Loss) -> Option<Duration> {
+        match loss {
+            Loss::Asked(_) => Some(self.timing.grace()),
+            // Another holder may already run.
+            Loss::Gone(_) => Some(self.timing.grace().min(lease::GONE_GRACE)),
+            Loss::Expired { .. } => None,
+        }
+    }
+
+    /// The guard died (it never exits before the command's group is gone,
+    /// so it was killed). Its parent-death signal killed the command, but
+    /// not what the command started: kill the whole group here, see it
+    /// gone, and only then let the lock go.
+    async fn guard_lost(&self, child: Supervisor) -> TurnEnd {
+        let pgid = child.pid();
+        crate::supervisor::kill_group(pgid).await;
+        let how = match child.reap().await {
+            Some(status) => describe_status(status),
+            None => "ended".to_string(),
+        };
+        log::error(format_args!(
+            "the guard process {how}; killed the command's process group {pgid} \
+             and released lock {}; exiting {}",
+            self.lock,
+            Code::GuardLost.value()
+        ));
+        TurnEnd::Done(Outcome::Exit(Code::GuardLost.value()))
+    }
+
     /// Record the first loss and say so once. True if this was the first.
-    fn lose(&self, lost: &mut bool, reason: String) -> bool {
+    fn lose(&self, lost: &mut bool, loss: impl std::fmt::Display, grace: Duration) -> bool {
         if *lost {
             return false;
         }
@@ -453,13 +517,17 @@ impl Job {
             Some(_) => "then rejoining the queue".to_string(),
             None => format!("exiting {}", self.lost_code),
         };
+        let stopping = match grace.is_zero() {
+            true => "the command was killed".to_string(),
+            false => format!(
+                "stopping the command with {}, SIGKILL within {}",
+                self.signal,
+                show(grace)
+            ),
+        };
         log::error(format_args!(
-            "lost the lease on lock {} at {}: {reason}; stopping the command with {}, \
-             SIGKILL within {}; {then}",
-            self.lock,
-            self.location,
-            self.signal,
-            show(self.timing.grace()),
+            "lost the lease on lock {} at {}: {loss}; {stopping}; {then}",
+            self.lock, self.location,
         ));
         *lost = true;
         true
@@ -619,6 +687,26 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Stop elect as SIGTSTP would have, had it not been caught; return when
+/// continued.
+fn stop_self() {
+    // Only elect: the rest of its job got the signal from whoever sent it.
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGSTOP);
+}
+
+/// How a process ended, in words: "was killed by SIGKILL", "exited with 3".
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(n)) => match Signal::try_from(n) {
+            Ok(sig) => format!("was killed by {sig}"),
+            Err(_) => format!("was killed by signal {n}"),
+        },
+        _ => "ended".to_string(),
+    }
+}
+
 /// The signals elect handles. Installed before anything else, so a Ctrl-C
 /// while connecting or waiting is never lost.
 struct Signals {
@@ -629,6 +717,8 @@ struct Signals {
     usr1: tokio::signal::unix::Signal,
     usr2: tokio::signal::unix::Signal,
     winch: tokio::signal::unix::Signal,
+    tstp: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -641,10 +731,13 @@ impl Signals {
             usr1: signal(SignalKind::user_defined1())?,
             usr2: signal(SignalKind::user_defined2())?,
             winch: signal(SignalKind::window_change())?,
+            tstp: signal(SignalKind::from_raw(libc::SIGTSTP))?,
+            cont: signal(SignalKind::from_raw(libc::SIGCONT))?,
         })
     }
 
-    /// The next signal to pass on to the command.
+    /// The next signal to act on: to pass on to the command, or SIGTSTP
+    /// and SIGCONT of job control.
     async fn any(&mut self) -> Signal {
         tokio::select! {
             _ = self.term.recv() => Signal::SIGTERM,
@@ -654,6 +747,8 @@ impl Signals {
             _ = self.usr1.recv() => Signal::SIGUSR1,
             _ = self.usr2.recv() => Signal::SIGUSR2,
             _ = self.winch.recv() => Signal::SIGWINCH,
+            _ = self.tstp.recv() => Signal::SIGTSTP,
+            _ = self.cont.recv() => Signal::SIGCONT,
         }
     }
 
@@ -668,6 +763,9 @@ impl Signals {
     async fn terminating(&mut self) -> Signal {
         loop {
             let sig = self.any().await;
+            if sig == Signal::SIGTSTP {
+                stop_self();
+            }
             if matches!(
                 sig,
                 Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT

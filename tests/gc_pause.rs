@@ -76,7 +76,7 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     thread::sleep(Duration::from_millis(100)); // a few more of A's writes, for the story
     register.wait_write(settled, 5 * SECOND, "A's writes", is("A", true));
 
-    // The pause: elect and its guard (one group), and the command's group.
+    // The pause: elect's group, its guard's and its command's.
     // The guard must be stopped too: awake, it would stop the command on
     // time, which is what it is for, and there would be no story.
     let paused_at = now_ns();

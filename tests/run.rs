@@ -234,7 +234,7 @@ fn an_external_revoke_stops_the_child_at_once_and_exits_76() {
 }
 
 #[test]
-fn a_command_that_ignores_the_signal_is_killed_after_the_grace() {
+fn after_an_external_revoke_a_command_that_ignores_the_signal_is_killed_within_100ms() {
     let etcd = Etcd::start();
     let script = r#"trap '' TERM; echo "lease $ELECT_LEASE_ID"; exec sleep 1000"#;
     let mut holder = Running::spawn(elect_run(
@@ -255,9 +255,11 @@ fn a_command_that_ignores_the_signal_is_killed_after_the_grace() {
         "revoke → SIGKILL of a child ignoring SIGTERM: {:.1} ms (grace 1s)",
         ms(took)
     );
+    // The lease is gone: another holder may already run, so the command
+    // gets 100 ms, not its grace; a break, which waits, gets the grace.
     assert!(
-        took >= 900_000_000,
-        "SIGKILL came before the grace ran out: {:.1} ms",
+        (90_000_000..900_000_000).contains(&took),
+        "SIGKILL {:.1} ms after the revoke; expected about 100 ms",
         ms(took)
     );
 }

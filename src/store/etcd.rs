@@ -22,10 +22,11 @@ use etcd_client::{
 use tokio::time::{sleep, timeout};
 
 use super::{
-    Broken, Check, EtcdTarget, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store,
-    StoreError, Ticket, Turn,
+    Broken, Check, EtcdTarget, Forced, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer,
+    Store, StoreError, Ticket, Turn,
 };
 use crate::clock::Instant;
+use crate::lease::Loss;
 use crate::log;
 
 /// Pause between retries of a failed read or watch while waiting.
@@ -243,15 +244,138 @@ impl Store for Etcd {
         })
     }
 
-    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
-        let kvs = self.read(&format!("{lock}/")).await?;
-        let Some(kv) = kvs.iter().find(|kv| own_key(lock, kv)) else {
-            return Ok(Broken::Free);
-        };
-        let holder = holder_of(kv);
-        if token.is_some_and(|t| t != holder.token) {
-            return Ok(Broken::Changed(holder));
+    async fn break_lock(
+        &self,
+        lock: &str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Result<Broken, StoreError> {
+        // A holder can change between our read and our request: look again.
+        for _ in 0..3 {
+            let kvs = self.read(&format!("{lock}/")).await?;
+            let Some(kv) = kvs.iter().find(|kv| own_key(lock, kv)) else {
+                return Ok(Broken::Free);
+            };
+            let holder = holder_of(kv);
+            if token.is_some_and(|t| t != holder.token) {
+                return Ok(Broken::Changed(holder));
+            }
+            if force {
+                self.end(kv).await?;
+                return Ok(Broken::Forced {
+                    holder,
+                    why: Forced::Asked,
+                });
+            }
+            let asked = Instant::now();
+            let Some(revision) = self.ask_to_let_go(kv, &holder).await? else {
+                continue;
+            };
+            // Its elect stops the command within its grace and revokes its
+            // lease; a holder that does not answer would have lost the lease
+            // within its TTL anyway.
+            let patience = self.granted_ttl(kv).await;
+            return match timeout(patience, self.gone(kv.key(), revision)).await {
+                Ok(()) => Ok(Broken::Stopped {
+                    holder,
+                    after: asked.elapsed(),
+                }),
+                Err(_) => {
+                    self.end(kv).await?;
+                    Ok(Broken::Forced {
+                        holder,
+                        why: Forced::NoAnswer(patience),
+                    })
+                }
+            };
         }
+        Err(StoreError::unavailable(format!(
+            "lock {lock} kept changing hands; nothing broken"
+        )))
+    }
+}
+
+impl Etcd {
+    /// Ask the holder of `kv` to let go: its elect watches its own key, so
+    /// write the request into the key's value, keeping its lease and its
+    /// create revision (its place and its token). Returns the revision of
+    /// the write, or `None` if the key changed meanwhile. A holder that is
+    /// not elect's cannot be asked; it is left as it is.
+    async fn ask_to_let_go(
+        &self,
+        kv: &KeyValue,
+        holder: &Holder,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(mut record) = holder.record.clone() else {
+            return Ok(Some(kv.mod_revision()));
+        };
+        record.break_request = Some(format!(
+            "elect break from {} (pid {}) at {}",
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id(),
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        ));
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision()),
+                Compare::mod_revision(kv.key(), CompareOp::Equal, kv.mod_revision()),
+            ])
+            .and_then([TxnOp::put(
+                kv.key(),
+                record.to_json(),
+                Some(PutOptions::new().with_ignore_lease()),
+            )]);
+        let reply = retry(self.patience, || {
+            let mut c = self.client.kv_client();
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+        .map_err(|e| StoreError::unavailable(format!("cannot ask the holder to let go: {e}")))?;
+        Ok(reply
+            .succeeded()
+            .then(|| reply.header().map_or(0, |h| h.revision())))
+    }
+
+    /// The TTL the holder's lease was granted with (zero for a key without
+    /// a lease, which never expires).
+    async fn granted_ttl(&self, kv: &KeyValue) -> Duration {
+        if kv.lease() == 0 {
+            return Duration::ZERO;
+        }
+        let mut lease = self.client.lease_client();
+        match timeout(self.patience, lease.time_to_live(kv.lease(), None)).await {
+            Ok(Ok(reply)) if reply.granted_ttl() > 0 => {
+                Duration::from_secs(reply.granted_ttl().unsigned_abs())
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Return once `key` no longer exists, looking from revision `after` on.
+    async fn gone(&self, key: &[u8], mut after: i64) {
+        let key = String::from_utf8_lossy(key).into_owned();
+        loop {
+            if let Err(e) = deleted(&self.client, key.as_bytes(), after).await {
+                log::verbose(format_args!("watching {key} failed: {e}"));
+                sleep(RETRY).await;
+            }
+            match key_exists(&self.client, self.patience, &key).await {
+                Ok(None) => return,
+                Ok(Some(revision)) => after = revision,
+                Err(e) => {
+                    log::verbose(format_args!("checking {key} failed: {e}"));
+                    sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// End the lease of the holder `kv` now: revoke it, or delete a key
+    /// without a lease if it is still that holder's.
+    async fn end(&self, kv: &KeyValue) -> Result<(), StoreError> {
         if kv.lease() != 0 {
             let id = kv.lease();
             retry(self.patience, || {
@@ -261,7 +385,6 @@ impl Store for Etcd {
             .await
             .map_err(|e| StoreError::unavailable(format!("cannot revoke lease {id:x}: {e}")))?;
         } else {
-            // A key without a lease: delete it, but only if it is still that holder's.
             let txn = Txn::new()
                 .when([Compare::create_revision(
                     kv.key(),
@@ -277,11 +400,9 @@ impl Store for Etcd {
             .await
             .map_err(StoreError::unavailable)?;
         }
-        Ok(Broken::Ended(holder))
+        Ok(())
     }
-}
 
-impl Etcd {
     /// A linearizable read of `prefix`, sorted by create revision.
     async fn read(&self, prefix: &str) -> Result<Vec<KeyValue>, StoreError> {
         let options = GetOptions::new()
@@ -513,47 +634,6 @@ impl EtcdLease {
         let revision = reply.header().map_or(0, |h| h.revision());
         Ok((reply.take_kvs(), revision))
     }
-
-    /// Block until `key` is deleted at a revision after `after`, or the
-    /// watch ends for another reason (then the caller looks again).
-    async fn deleted(&self, key: &[u8], after: i64) -> Result<(), StoreError> {
-        let options = WatchOptions::new().with_start_revision(after + 1);
-        let mut watch = self.client.watch_client();
-        let mut stream = watch
-            .watch(key.to_vec(), Some(options))
-            .await
-            .map_err(|e| StoreError::unavailable(describe(&e)))?;
-        loop {
-            match stream.message().await {
-                Ok(Some(reply)) => {
-                    if reply.canceled() {
-                        // Compacted or cancelled by the server: look again.
-                        return Ok(());
-                    }
-                    if reply
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
-                    {
-                        return Ok(());
-                    }
-                }
-                Ok(None) => return Err(StoreError::unavailable("watch ended")),
-                Err(e) => return Err(StoreError::unavailable(describe(&e))),
-            }
-        }
-    }
-
-    async fn key_exists(&self, key: &str) -> Result<Option<i64>, StoreError> {
-        let reply = retry(self.patience, || {
-            let mut kv = self.client.kv_client();
-            async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
-        })
-        .await
-        .map_err(StoreError::unavailable)?;
-        let revision = reply.header().map_or(0, |h| h.revision());
-        Ok(reply.kvs().first().map(|_| revision))
-    }
 }
 
 impl Lease for EtcdLease {
@@ -670,7 +750,7 @@ impl Lease for EtcdLease {
                 String::from_utf8_lossy(ahead.key()),
                 ahead.create_revision()
             ));
-            let deleted = self.deleted(ahead.key(), revision);
+            let deleted = deleted(&self.client, ahead.key(), revision);
             let result = match until {
                 None => deleted.await,
                 Some(at) => tokio::select! {
@@ -685,20 +765,29 @@ impl Lease for EtcdLease {
         }
     }
 
-    async fn lost(&self, ticket: &Ticket) -> String {
+    async fn lost(&self, ticket: &Ticket) -> Loss {
         let mut after = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
         loop {
-            if let Err(e) = self.deleted(ticket.key.as_bytes(), after).await {
-                log::verbose(format_args!("watching {} failed: {e}", ticket.key));
-                sleep(RETRY).await;
+            match changed(&self.client, ticket.key.as_bytes(), after).await {
+                Ok(Some(value)) => match HolderRecord::from_json(&value)
+                    .and_then(|r| r.break_request)
+                {
+                    Some(request) => return Loss::Asked(format!("{request} asked it to let go")),
+                    None => continue,
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    log::verbose(format_args!("watching {} failed: {e}", ticket.key));
+                    sleep(RETRY).await;
+                }
             }
             // The watch ended: a deletion, a compaction or a broken stream. Look.
-            match self.key_exists(&ticket.key).await {
+            match key_exists(&self.client, self.patience, &ticket.key).await {
                 Ok(None) => {
-                    return format!(
+                    return Loss::Gone(format!(
                         "{} was deleted from etcd (lease revoked or expired)",
                         ticket.key
-                    );
+                    ));
                 }
                 Ok(Some(revision)) => after = revision,
                 Err(e) => {
@@ -722,6 +811,77 @@ impl Lease for EtcdLease {
             Err(e) => Err(StoreError::unavailable(e)),
         }
     }
+}
+
+/// Block until `key` is deleted at a revision after `after`, or the
+/// watch ends for another reason (then the caller looks again).
+async fn deleted(client: &Client, key: &[u8], after: i64) -> Result<(), StoreError> {
+    let options = WatchOptions::new().with_start_revision(after + 1);
+    let mut watch = client.watch_client();
+    let mut stream = watch
+        .watch(key.to_vec(), Some(options))
+        .await
+        .map_err(|e| StoreError::unavailable(describe(&e)))?;
+    loop {
+        match stream.message().await {
+            Ok(Some(reply)) => {
+                if reply.canceled() {
+                    // Compacted or cancelled by the server: look again.
+                    return Ok(());
+                }
+                if reply
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
+                {
+                    return Ok(());
+                }
+            }
+            Ok(None) => return Err(StoreError::unavailable("watch ended")),
+            Err(e) => return Err(StoreError::unavailable(describe(&e))),
+        }
+    }
+}
+
+/// Watch `key` from revision `after` on: `Some(value)` when it is put,
+/// `None` when it is deleted or the watch ends (then the caller looks).
+async fn changed(client: &Client, key: &[u8], after: i64) -> Result<Option<Vec<u8>>, StoreError> {
+    let options = WatchOptions::new().with_start_revision(after + 1);
+    let mut watch = client.watch_client();
+    let mut stream = watch
+        .watch(key.to_vec(), Some(options))
+        .await
+        .map_err(|e| StoreError::unavailable(describe(&e)))?;
+    loop {
+        match stream.message().await {
+            Ok(Some(reply)) if reply.canceled() => return Ok(None),
+            Ok(Some(reply)) => {
+                if let Some(event) = reply.events().first() {
+                    return Ok(match (event.event_type(), event.kv()) {
+                        (EventType::Put, Some(kv)) => Some(kv.value().to_vec()),
+                        _ => None,
+                    });
+                }
+            }
+            Ok(None) => return Err(StoreError::unavailable("watch ended")),
+            Err(e) => return Err(StoreError::unavailable(describe(&e))),
+        }
+    }
+}
+
+async fn key_exists(
+    client: &Client,
+    patience: Duration,
+    key: &str,
+) -> Result<Option<i64>, StoreError> {
+    let reply = retry(patience, || {
+        let mut kv = client.kv_client();
+        async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
+    })
+    .await
+    .map_err(StoreError::unavailable)?;
+    let revision = reply.header().map_or(0, |h| h.revision());
+    Ok(reply.kvs().first().map(|_| revision))
 }
 
 pub struct EtcdRenewer {

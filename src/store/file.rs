@@ -35,7 +35,13 @@ use super::{
     Ticket, Turn,
 };
 use crate::clock::Instant;
+use crate::lease::Loss;
 use crate::log;
+
+/// How a lock file put in place by `elect break` starts: the holder of the
+/// file it replaced was asked to let go. Any other replacement or removal
+/// ends its lease at once.
+const BREAK_REQUEST: &str = "elect break";
 
 /// Longest file name most filesystems allow.
 const NAME_MAX: usize = 255;
@@ -196,18 +202,25 @@ impl Store for FileStore {
         })
     }
 
-    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
+    async fn break_lock(
+        &self,
+        lock: &str,
+        token: Option<u64>,
+        _force: bool,
+    ) -> Result<Broken, StoreError> {
         let Some(holder) = self.dir.status(lock)?.holder else {
             return Ok(Broken::Free);
         };
         if token.is_some_and(|t| t != holder.token) {
             return Ok(Broken::Changed(holder));
         }
-        // A file lock cannot be taken from its holder. Instead: put a new
-        // lock file, locked by us, in place of the old one. The holder's
-        // next renewal sees the replacement and stops its command; newcomers
-        // queue on the new file behind us; we let go only once we hold the
-        // old file's lock too, i.e. once the old holder is gone.
+        // A file lock cannot be taken from its holder, so there is nothing
+        // to force: put a new lock file, locked by us, in place of the old
+        // one. The holder's next renewal sees the replacement, and in it who
+        // asked, and stops its command; newcomers queue on the new file
+        // behind us; we let go only once we hold the old file's lock too,
+        // i.e. once the old holder is gone.
+        let asked = Instant::now();
         let stem = stem(lock);
         let path = self.dir.path(&stem, ".lock");
         let fail =
@@ -219,6 +232,12 @@ impl Store for FileStore {
         if !try_flock(new.as_raw_fd(), libc::LOCK_EX).map_err(fail)? {
             return Err(fail(std::io::Error::other("someone else is breaking it")));
         }
+        let request = format!(
+            "{BREAK_REQUEST} (pid {}) at {}\n",
+            std::process::id(),
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        );
+        (&new).write_all(request.as_bytes()).map_err(fail)?;
         std::fs::rename(&fresh, &path).map_err(fail)?;
         // Waiters on the old file may get its lock before us, find it
         // replaced and move on to the new one; once we have it, nobody runs
@@ -226,7 +245,10 @@ impl Store for FileStore {
         flock_blocking(old.as_raw_fd()).await.map_err(fail)?;
         let _ = std::fs::remove_file(self.dir.path(&stem, ".holder"));
         drop(new);
-        Ok(Broken::Ended(holder))
+        Ok(Broken::Stopped {
+            holder,
+            after: asked.elapsed(),
+        })
     }
 }
 
@@ -618,7 +640,7 @@ impl Lease for FileLease {
         }
     }
 
-    async fn lost(&self, _ticket: &Ticket) -> String {
+    async fn lost(&self, _ticket: &Ticket) -> Loss {
         // Each renewal checks that the lock file is still in place. (inotify
         // would notice sooner, but tearing an inotify instance down costs
         // milliseconds at every exit.)
@@ -648,7 +670,13 @@ impl Renewer for FileRenewer {
         match self.state.borrow().as_ref() {
             Some(lock) if lock.held => match lock.still_in_place() {
                 Ok(()) => Ok(Renewal::Held),
-                Err(why) => Ok(Renewal::Gone(why)),
+                Err(why) => match read_nofollow(&lock.path) {
+                    Ok(text) if text.starts_with(BREAK_REQUEST) => Ok(Renewal::Asked(format!(
+                        "{} asked it to let go",
+                        text.trim()
+                    ))),
+                    _ => Ok(Renewal::Gone(why)),
+                },
             },
             _ => Ok(Renewal::Held),
         }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Instant;
+use crate::lease::Loss;
 
 /// Where the lock lives, parsed from `--store`: the one switch between stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -274,6 +275,13 @@ pub struct HolderRecord {
     pub command: Vec<String>,
     /// When the holder joined the queue, RFC 3339 UTC.
     pub started: String,
+    /// The holder's `--grace`, in ms: how long its command may run on
+    /// after its lease was ended by force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    /// Set by `elect break`: who asked the holder to let go, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub break_request: Option<String>,
 }
 
 impl HolderRecord {
@@ -333,12 +341,24 @@ pub enum Check {
 /// What `elect break` did.
 #[derive(Clone, Debug)]
 pub enum Broken {
-    /// This holder's lease was ended.
-    Ended(Holder),
+    /// The holder stopped its command and let go, this long after it was asked.
+    Stopped { holder: Holder, after: Duration },
+    /// The holder's lease was ended while its command may still run.
+    Forced { holder: Holder, why: Forced },
     /// Nobody held the lock.
     Free,
     /// The holder is not the one with the expected token.
     Changed(Holder),
+}
+
+/// Why `elect break` ended a lease without waiting for its holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forced {
+    /// `--force`.
+    Asked,
+    /// The holder did not let go within this long (it is not elect, or it
+    /// does not answer); by then its lease could have expired anyway.
+    NoAnswer(Duration),
 }
 
 impl fmt::Display for Holder {
@@ -377,6 +397,8 @@ pub enum Renewal {
     Held,
     /// The lease is gone, and why.
     Gone(String),
+    /// The lease is still good, but someone asked the holder to let go.
+    Asked(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -435,9 +457,16 @@ pub trait Store {
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError>;
     /// Does the holder of `lock` still have `key` and `token`?
     async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError>;
-    /// End the current holder's lease, if its token is `token` (when given),
-    /// so that its elect stops its command and the next waiter proceeds.
-    async fn break_lock(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError>;
+    /// Make the current holder let go, if its token is `token` (when given):
+    /// ask its elect to stop its command and release, and wait until it has,
+    /// at most until its lease could have expired anyway; then, or at once
+    /// with `force`, end its lease.
+    async fn break_lock(
+        &self,
+        lock: &str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Result<Broken, StoreError>;
 }
 
 /// A granted lease and what can be done under it.
@@ -472,8 +501,9 @@ pub trait Lease {
         ticket: &Ticket,
         until: Option<Instant>,
     ) -> Result<Turn, StoreError>;
-    /// Return when the store says `ticket` is gone (deleted, revoked, expired).
-    async fn lost(&self, ticket: &Ticket) -> String;
+    /// Return when the store says `ticket` is gone (deleted, revoked,
+    /// expired: [`Loss::Gone`]) or asked to let go ([`Loss::Asked`]).
+    async fn lost(&self, ticket: &Ticket) -> Loss;
     /// End the lease now, so that the next waiter goes ahead at once.
     async fn release(&self) -> Result<(), StoreError>;
 }
@@ -605,6 +635,8 @@ mod tests {
             pid: 42,
             command: vec!["sh".into(), "-c".into(), "echo\n".into()],
             started: "2026-01-01T00:00:00Z".into(),
+            grace_ms: Some(5000),
+            break_request: None,
         };
         assert_eq!(HolderRecord::from_json(r.to_json().as_bytes()), Some(r));
         assert_eq!(HolderRecord::from_json(b""), None);

@@ -9,17 +9,24 @@
 //! - It enforces the lease deadline on its own, with a `CLOCK_BOOTTIME`
 //!   timer: if elect is stopped, starved or stuck, the command still gets
 //!   its signal at the deadline minus the grace and SIGKILL at the deadline.
+//!   So that one job-control stop cannot freeze both, the guard leads a
+//!   process group of its own: a SIGSTOP or SIGTSTP to elect's group (a
+//!   shell's `kill -STOP %1`, Ctrl-Z) leaves the guard awake, and one to the
+//!   guard's group leaves elect awake, which then kills the command's group
+//!   at the deadline itself.
 //! - It is single-threaded and owns the only wait on the command, so no
 //!   runtime can steal the command's status, and the command's pid cannot be
 //!   reused while the guard may still signal its group.
 //!
-//! - Around an interactive command it manages the terminal: when stdin is a
-//!   terminal and elect runs in its foreground, the command's group gets the
-//!   foreground (so it reads the terminal, and Ctrl-C reaches it once); when
-//!   the command is stopped (Ctrl-Z) the guard takes the terminal back and
-//!   stops elect's own group, so the shell gets its prompt back; on `fg` it
-//!   checks the lease before it resumes the command; when the command ends it
-//!   gives the terminal back with its modes as they were.
+//! Around an interactive command it manages the terminal: when stdin is a
+//! terminal and elect runs in its foreground, the command's group gets the
+//! foreground (so it reads the terminal, and Ctrl-C reaches it once); when
+//! the command is stopped (Ctrl-Z) the guard takes the terminal back and
+//! stops elect's group, so the shell gets its prompt back; when elect is
+//! continued (`fg`) it gives the terminal back to the command and continues
+//! it; if the deadline passes meanwhile it kills the stopped command without
+//! resuming it. When the command ends it gives the terminal back with its
+//! modes as they were.
 //!
 //! The limit: a command that leaves its process group (setsid, double fork
 //! into a new group) escapes.
@@ -48,9 +55,9 @@ use crate::clock::Instant;
 /// The hidden first argument that turns elect into its guard.
 pub const ARG: &str = "__elect-guard";
 
-/// Signals that the guard ignores: it shares elect's process group, so a
-/// terminal's Ctrl-C reaches it too; elect decides what the command gets.
-const IGNORED: [Signal; 8] = [
+/// Signals that the guard ignores: elect decides what the command gets,
+/// and a stray signal to the guard's group must not end its watch.
+const IGNORED: [Signal; 10] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -58,6 +65,10 @@ const IGNORED: [Signal; 8] = [
     Signal::SIGUSR1,
     Signal::SIGUSR2,
     Signal::SIGPIPE,
+    // Job control must not stop the one process that enforces the deadline
+    // while elect is stopped (SIGSTOP cannot be ignored: elect covers that).
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
     // To take the terminal back from the background.
     Signal::SIGTTOU,
 ];
@@ -166,20 +177,44 @@ fn wait_for_the_lock(socket: &mut UnixStream) -> Option<(Instant, u64)> {
     }
 }
 
+/// Where the guard is in ending the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Under the lease: the first signal is due at the deadline minus the grace.
+    Running,
+    /// The first signal went out; SIGKILL is due at this instant.
+    Stopping { kill_at: Instant },
+    /// SIGKILL went out; waiting for the command to be reaped.
+    Killed,
+}
+
 struct Guard {
     socket: UnixStream,
     inbox: Vec<u8>,
     child: Pid,
-    /// Readable when the command exits or stops.
+    /// elect's process group: the job that a shell stops and continues.
+    job: Pid,
+    /// Readable when the command exits, stops or continues.
     sigchld: SignalFd,
     terminal: Option<Terminal>,
     timer: TimerFd,
     signal: Signal,
     grace: Duration,
     deadline: Instant,
-    /// When the stop began, if it has.
-    kill_at: Option<Instant>,
-    killed: bool,
+    phase: Phase,
+    /// The command is stopped, as its last SIGCHLD said.
+    child_stopped: bool,
+    /// elect's job is stopped and the command with it (Ctrl-Z at the
+    /// terminal, or SIGTSTP to elect): continued when elect is.
+    suspended: bool,
+}
+
+/// What the last look at the command found.
+enum ChildState {
+    Exited,
+    Stopped,
+    Continued,
+    Unchanged,
 }
 
 impl Guard {
@@ -203,56 +238,11 @@ impl Guard {
         chld.add(Signal::SIGCHLD);
         chld.thread_block()?;
         let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
-        // Interactive: stdin is a terminal whose foreground is elect's group
-        // (`elect ... &` in a shell is not, and never takes the terminal).
-        let stdin = std::io::stdin();
-        let interactive = nix::unistd::isatty(&stdin).unwrap_or(false)
-            && nix::unistd::tcgetpgrp(&stdin).ok() == Some(nix::unistd::getpgrp());
-        let terminal = match interactive {
-            true => tcgetattr(&stdin)
-                .ok()
-                .map(|ours| Terminal { ours, theirs: None }),
-            false => None,
-        };
-        let interactive = terminal.is_some();
-        let guard_pid = nix::unistd::getpid();
-        let rt_max = libc::SIGRTMAX();
-        let mut command = Command::new(&orders.command[0]);
-        command
-            .args(&orders.command[1..])
-            .env("ELECT_TOKEN", token.to_string());
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                // Lead a new process group, so every signal reaches the whole job.
-                if libc::setpgid(0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if interactive {
-                    // Take the foreground; SIGTTOU is ignored until the reset below.
-                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
-                }
-                // If the guard dies, the command dies; and if the guard died
-                // before this line, the signal will never come: give up.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                if libc::getppid() != guard_pid.as_raw() {
-                    libc::_exit(crate::exit::Code::Software as i32);
-                }
-                // Default dispositions and an empty mask, whatever elect's
-                // parent or elect itself ignored or blocked.
-                for sig in 1..=rt_max {
-                    if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                        reset_disposition(sig);
-                    }
-                }
-                let mut empty: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut empty);
-                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-                Ok(())
-            });
-        }
-        let child = match command.spawn() {
-            Ok(child) => Pid::from_raw(child.id() as i32),
+        // elect, our parent, leads the job; we lead a group of our own.
+        let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
+        let terminal = interactive_terminal(job);
+        let child = match spawn(&orders, token, terminal.is_some()) {
+            Ok(child) => child,
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
                 socket.write_all(&Message::SpawnFailed(errno).encode())?;
@@ -261,8 +251,9 @@ impl Guard {
         };
         // Also from this side, so no signal can reach a group that does not
         // exist yet, and no keystroke goes to a group that is not the command's.
+        // Either may fail only if the child already did it (or already died).
         let _ = nix::unistd::setpgid(child, child);
-        if interactive {
+        if terminal.is_some() {
             let _ = nix::unistd::tcsetpgrp(std::io::stdin(), child);
         }
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
@@ -271,23 +262,25 @@ impl Guard {
             socket,
             inbox: Vec::with_capacity(SIZE),
             child,
+            job,
             sigchld,
             terminal,
             timer,
             signal: orders.signal,
             grace: orders.grace,
             deadline,
-            kill_at: None,
-            killed: false,
+            phase: Phase::Running,
+            child_stopped: false,
+            suspended: false,
         })
     }
 
     /// The next instant the timer must wake us, if any.
     fn next_alarm(&self) -> Option<Instant> {
-        match self.kill_at {
-            None => Some(self.deadline - self.grace),
-            Some(at) if !self.killed => Some(at),
-            Some(_) => None,
+        match self.phase {
+            Phase::Running => Some(self.deadline - self.grace),
+            Phase::Stopping { kill_at } => Some(kill_at),
+            Phase::Killed => None,
         }
     }
 
@@ -297,12 +290,16 @@ impl Guard {
             if let Some(at) = self.next_alarm() {
                 let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
                 // Re-arming also clears an expiry we have acted on.
-                let _ = self.timer.set(
+                if let Err(e) = self.timer.set(
                     Expiration::OneShot(when),
                     TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-                );
-            } else {
-                let _ = self.timer.unset();
+                ) {
+                    eprintln!("elect: guard: timerfd_settime: {e}");
+                    self.kill_group();
+                    return self.finish();
+                }
+            } else if let Err(e) = self.timer.unset() {
+                eprintln!("elect: guard: timerfd_settime: {e}");
             }
             let (socket_ready, child_ready) = match self.wait_for_something() {
                 Ok(ready) => ready,
@@ -314,10 +311,13 @@ impl Guard {
             };
             if child_ready {
                 while let Ok(Some(_)) = self.sigchld.read_signal() {}
-                match self.child_state() {
-                    ChildState::Exited => return self.finish(),
-                    ChildState::Stopped => self.child_stopped(),
-                    ChildState::Running => {}
+                loop {
+                    match self.child_state() {
+                        ChildState::Exited => return self.finish(),
+                        ChildState::Stopped => self.child_stopped(),
+                        ChildState::Continued => self.child_stopped = false,
+                        ChildState::Unchanged => break,
+                    }
                 }
             }
             if socket_ready && !self.read_orders() {
@@ -330,10 +330,8 @@ impl Guard {
 
     /// Poll the socket, the child and the timer. Returns (socket, child) readiness.
     fn wait_for_something(&self) -> nix::Result<(bool, bool)> {
-        // SAFETY: the descriptors live as long as self.
-        let socket = unsafe { BorrowedFd::borrow_raw(self.socket.as_raw_fd()) };
         let mut fds = [
-            PollFd::new(socket, PollFlags::POLLIN),
+            PollFd::new(self.socket.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.timer.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN),
         ];
@@ -347,34 +345,45 @@ impl Guard {
 
     fn act_on_clock(&mut self) {
         let now = Instant::now();
-        if self.kill_at.is_none() && now >= self.deadline - self.grace {
-            let _ = self
-                .socket
-                .write_all(&Message::Stopping(Stop::Deadline).encode());
-            self.begin_stop(now);
-        }
-        if let Some(at) = self.kill_at
-            && !self.killed
-            && now >= at
-        {
-            self.kill_group();
+        match self.phase {
+            Phase::Running if now >= self.deadline - self.grace => {
+                if self.suspended && self.child_stopped {
+                    // Stopped with elect's job: never resume a command whose
+                    // lease may be gone.
+                    self.report(Message::Stopping(Stop::ExpiredWhileStopped));
+                    self.kill_group();
+                } else {
+                    self.report(Message::Stopping(Stop::Deadline));
+                    self.begin_stop(now, self.grace);
+                }
+            }
+            Phase::Stopping { kill_at } if now >= kill_at => self.kill_group(),
+            _ => {}
         }
     }
 
     /// The first signal, SIGCONT (a stopped process cannot act on it), and
-    /// SIGKILL after the grace, but never after the deadline.
-    fn begin_stop(&mut self, now: Instant) {
-        if self.kill_at.is_some() {
+    /// SIGKILL after `grace`, but never after the deadline.
+    fn begin_stop(&mut self, now: Instant, grace: Duration) {
+        if self.phase != Phase::Running {
             return;
         }
-        self.kill_at = Some((now + self.grace).min(self.deadline));
+        self.phase = Phase::Stopping {
+            kill_at: (now + grace).min(self.deadline),
+        };
+        self.suspended = false;
         let _ = killpg(self.child, self.signal);
         let _ = killpg(self.child, Signal::SIGCONT);
     }
 
     fn kill_group(&mut self) {
         let _ = killpg(self.child, Signal::SIGKILL);
-        self.killed = true;
+        self.phase = Phase::Killed;
+    }
+
+    /// Tell elect; if it is gone, the socket's end says so in the next poll.
+    fn report(&mut self, message: Message) {
+        let _ = self.socket.write_all(&message.encode());
     }
 
     /// Read what elect sent. False when elect is gone.
@@ -391,77 +400,99 @@ impl Guard {
             self.inbox.drain(..SIZE);
             match Message::decode(&record) {
                 // Once the stop has begun it is final: never un-stop.
-                Some(Message::Deadline(ns)) if self.kill_at.is_none() => {
+                Some(Message::Deadline(ns)) if self.phase == Phase::Running => {
                     self.deadline = self.deadline.max(Instant::from_nanos(ns));
                 }
-                Some(Message::Stop) => self.begin_stop(Instant::now()),
+                Some(Message::Stop(grace)) => {
+                    let grace = Duration::from_nanos(grace).min(self.grace);
+                    self.begin_stop(Instant::now(), grace);
+                }
                 Some(Message::Signal(n)) => {
                     if let Ok(sig) = Signal::try_from(n) {
                         let _ = killpg(self.child, sig);
                     }
                 }
+                Some(Message::Suspend) if self.phase == Phase::Running => {
+                    self.suspended = true;
+                    let _ = killpg(self.child, Signal::SIGTSTP);
+                }
+                Some(Message::Resume) => self.resume(),
                 _ => {}
             }
         }
         true
     }
 
+    /// Look at the command: exited, stopped, continued, or nothing new.
     fn child_state(&self) -> ChildState {
         // WNOWAIT: an exited child stays a zombie, so its pid, and with it
         // the process group id, cannot be reused while we clean up the group.
-        let flags = WaitPidFlag::WEXITED
+        let peek = WaitPidFlag::WEXITED
             | WaitPidFlag::WSTOPPED
+            | WaitPidFlag::WCONTINUED
             | WaitPidFlag::WNOHANG
             | WaitPidFlag::WNOWAIT;
-        match waitid(Id::Pid(self.child), flags) {
+        // A stop or a continue is consumed, or it is reported again and again.
+        let consume = |flag| {
+            let _ = waitid(Id::Pid(self.child), flag | WaitPidFlag::WNOHANG);
+        };
+        match waitid(Id::Pid(self.child), peek) {
             Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => ChildState::Exited,
             Ok(WaitStatus::Stopped(..)) => {
-                // Consume the stop, or it is reported again and again.
-                let _ = waitid(
-                    Id::Pid(self.child),
-                    WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
-                );
+                consume(WaitPidFlag::WSTOPPED);
                 ChildState::Stopped
             }
-            _ => ChildState::Running,
+            Ok(WaitStatus::Continued(..)) => {
+                consume(WaitPidFlag::WCONTINUED);
+                ChildState::Continued
+            }
+            _ => ChildState::Unchanged,
         }
     }
 
     /// The command stopped. If it has the terminal (Ctrl-Z, or reading the
-    /// terminal while in the background), stop elect too so that the shell
-    /// gets its prompt back; otherwise someone stopped it on purpose: leave it.
+    /// terminal while in the background), stop elect's job too so that the
+    /// shell gets its prompt back; otherwise someone stopped it on purpose:
+    /// leave it.
     fn child_stopped(&mut self) {
+        self.child_stopped = true;
         let stdin = std::io::stdin();
         let Some(terminal) = &mut self.terminal else {
             return;
         };
-        let ours = nix::unistd::getpgrp();
         if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.child) {
             return;
         }
         terminal.theirs = tcgetattr(&stdin).ok();
         let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
-        let _ = nix::unistd::tcsetpgrp(&stdin, ours);
-        // Stop elect's whole group, ourselves included, until `fg` or `bg`.
-        let _ = killpg(ours, Signal::SIGSTOP);
-        // Continued. While stopped, nobody renewed: if the lease may be gone,
-        // the command must not run again.
-        let now = Instant::now();
-        if self.kill_at.is_none() && now >= self.deadline - self.grace {
-            let _ = self
-                .socket
-                .write_all(&Message::Stopping(Stop::ExpiredWhileStopped).encode());
-            self.kill_at = Some(now);
-            self.kill_group();
+        let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
+        self.suspended = true;
+        // Until `fg` or `bg`, when elect says Resume. We stay awake: if the
+        // deadline passes first, the stopped command is killed.
+        let _ = killpg(self.job, Signal::SIGSTOP);
+    }
+
+    /// elect's job was continued. The command follows it, with the terminal
+    /// if the job has it (`fg`), unless its stop has begun.
+    fn resume(&mut self) {
+        if self.phase != Phase::Running {
             return;
         }
-        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(ours) {
+        let stdin = std::io::stdin();
+        let mut handed_over = false;
+        if let Some(terminal) = &self.terminal
+            && self.child_stopped
+            && nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.job)
+        {
             if let Some(modes) = &terminal.theirs {
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, modes);
             }
-            let _ = nix::unistd::tcsetpgrp(&stdin, self.child);
+            handed_over = nix::unistd::tcsetpgrp(&stdin, self.child).is_ok();
         }
-        let _ = killpg(self.child, Signal::SIGCONT);
+        if self.suspended || handed_over {
+            let _ = killpg(self.child, Signal::SIGCONT);
+        }
+        self.suspended = false;
     }
 
     /// Kill what the command left behind in its group, give the terminal
@@ -471,7 +502,7 @@ impl Guard {
         if let Some(terminal) = &self.terminal {
             let stdin = std::io::stdin();
             if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.child) {
-                let _ = nix::unistd::tcsetpgrp(&stdin, nix::unistd::getpgrp());
+                let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
             }
         }
@@ -483,16 +514,99 @@ impl Guard {
                 Err(_) => break Message::Killed(libc::SIGKILL),
             }
         };
-        let _ = self.socket.write_all(&report.encode());
+        self.report(report);
         0
     }
+}
+
+/// The terminal, if the command is interactive: stdin is a terminal whose
+/// foreground is elect's job (`elect ... &` in a shell is not, and never
+/// takes the terminal).
+fn interactive_terminal(job: Pid) -> Option<Terminal> {
+    let stdin = std::io::stdin();
+    let interactive = nix::unistd::isatty(&stdin).unwrap_or(false)
+        && nix::unistd::tcgetpgrp(&stdin).ok() == Some(job);
+    match interactive {
+        true => tcgetattr(&stdin)
+            .ok()
+            .map(|ours| Terminal { ours, theirs: None }),
+        false => None,
+    }
+}
+
+/// Fork and exec the command as the leader of a new process group, with
+/// `token`, the default signal dispositions and an empty signal mask.
+fn spawn(orders: &Orders, token: u64, interactive: bool) -> std::io::Result<Pid> {
+    let guard_pid = nix::unistd::getpid().as_raw();
+    let rt_max = libc::SIGRTMAX();
+    let mut command = Command::new(&orders.command[0]);
+    command
+        .args(&orders.command[1..])
+        .env("ELECT_TOKEN", token.to_string());
+    // SAFETY: only async-signal-safe calls between fork and exec, each
+    // checked; a failure is named on stderr and fails the spawn.
+    unsafe {
+        command.pre_exec(move || {
+            // Lead a new process group, so every signal reaches the whole job.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(failed(b"setpgid"));
+            }
+            // Take the foreground; SIGTTOU is ignored until the reset below.
+            if interactive && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid()) != 0 {
+                return Err(failed(b"tcsetpgrp"));
+            }
+            // If the guard dies, the command dies; and if the guard died
+            // before this line, the signal will never come: give up.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(failed(b"prctl(PR_SET_PDEATHSIG)"));
+            }
+            if libc::getppid() != guard_pid {
+                libc::_exit(crate::exit::Code::Software as i32);
+            }
+            // Default dispositions and an empty mask, whatever elect's
+            // parent or elect itself ignored or blocked.
+            for sig in 1..=rt_max {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP && !reset_disposition(sig) {
+                    return Err(failed(b"rt_sigaction"));
+                }
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(failed(b"sigprocmask"));
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+/// In the forked child: say which call failed, with write(2) alone
+/// (async-signal-safe), and return its error for the spawn to report.
+fn failed(call: &[u8]) -> std::io::Error {
+    let error = std::io::Error::last_os_error();
+    for part in [
+        b"elect: guard: ".as_slice(),
+        call,
+        b" failed in the command's process\n",
+    ] {
+        // SAFETY: write(2) of a valid buffer; nothing to do if stderr is gone.
+        unsafe { libc::write(libc::STDERR_FILENO, part.as_ptr().cast(), part.len()) };
+    }
+    error
 }
 
 /// Set `sig` to its default action with the raw system call: glibc's
 /// wrappers refuse the two real-time signals it reserves (32 and 33), which
 /// an ignoring parent may still have passed on. Async-signal-safe.
-fn reset_disposition(sig: i32) {
-    /// The kernel's `struct sigaction` (x86_64, aarch64 and the generic ABI).
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
+fn reset_disposition(sig: i32) -> bool {
+    /// The kernel's `struct sigaction` on these architectures.
     #[repr(C)]
     struct KernelSigaction {
         handler: libc::c_ulong,
@@ -507,21 +621,29 @@ fn reset_disposition(sig: i32) {
         mask: 0,
     };
     // SAFETY: a valid struct for the kernel ABI and a null old-action pointer.
-    unsafe {
+    let result = unsafe {
         libc::syscall(
             libc::SYS_rt_sigaction,
             sig,
             &action as *const KernelSigaction,
             std::ptr::null_mut::<KernelSigaction>(),
             std::mem::size_of::<u64>(),
-        );
-    }
+        )
+    };
+    result == 0
 }
 
-enum ChildState {
-    Running,
-    Stopped,
-    Exited,
+/// Elsewhere the kernel's struct differs: use libc, and leave glibc's own
+/// signals (which it refuses) as they are.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+fn reset_disposition(sig: i32) -> bool {
+    // SAFETY: SIG_DFL installs no handler code.
+    let result = unsafe { libc::signal(sig, libc::SIG_DFL) };
+    result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)
 }
 
 /// The name `ps` and `top` show for this process.

@@ -4,6 +4,11 @@
 //! The command runs as a child of the guard ([`guard`]), a copy of elect
 //! that is single-threaded and tiny; elect talks to it over a socket pair
 //! ([`protocol`]). Every signal goes to the command's whole process group.
+//!
+//! Three process groups, so that no one stop freezes both watchers: elect's
+//! (the shell's job), the guard's, and the command's. Either watcher alone
+//! ends the command by the deadline: the guard on its timer, elect with
+//! [`kill_group`] if the guard is stopped or dead.
 
 pub mod guard;
 mod protocol;
@@ -16,8 +21,11 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::socket::{MsgFlags, recv};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
@@ -52,6 +60,8 @@ pub enum Event {
     Stopping(Stop),
     /// The command ended (its group is gone too).
     Ended(Ending),
+    /// The guard died without a report: the command's group may live on.
+    GuardLost,
 }
 
 /// Why the command did not start.
@@ -114,6 +124,9 @@ impl Supervisor {
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit())
+            // A group of its own: a job-control stop of elect's group
+            // (Ctrl-Z, kill -STOP -PGID) must leave the guard awake.
+            .process_group(0)
             // A guard left over from an abandoned wait is reaped by tokio.
             .kill_on_drop(false);
         for name in &plan.remove_env {
@@ -197,9 +210,28 @@ impl Supervisor {
         self.send(Message::Deadline(deadline.as_nanos())).await;
     }
 
-    /// The lease is lost: signal the group now, SIGKILL after the grace.
-    pub async fn stop(&mut self) {
-        self.send(Message::Stop).await;
+    /// The lease is lost: signal the group now, SIGKILL after `grace` (at
+    /// most the configured grace).
+    pub async fn stop(&mut self, grace: Duration) {
+        self.send(Message::stop(grace)).await;
+    }
+
+    /// SIGKILL the command's group from here, for when the guard cannot (it
+    /// is stopped). Called only before the guard reported the command's end:
+    /// until then the guard has not reaped the command, whose pid is the
+    /// group's id, so the id cannot have been reused.
+    pub fn kill_now(&self) {
+        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+    }
+
+    /// elect was told to stop (SIGTSTP): stop the command with it.
+    pub async fn suspend(&mut self) {
+        self.send(Message::Suspend).await;
+    }
+
+    /// elect was continued: so is the command, if its lease allows.
+    pub async fn resume(&mut self) {
+        self.send(Message::Resume).await;
     }
 
     /// Pass a signal sent to elect on to the command's group.
@@ -215,18 +247,16 @@ impl Supervisor {
             Some(Message::Killed(n)) => Event::Ended(Ending::Killed(
                 Signal::try_from(n).unwrap_or(Signal::SIGKILL),
             )),
-            _ => {
-                // The guard died without a report; it only does so if killed,
-                // and then its parent-death signal has killed the command.
-                crate::log::error(format_args!("the guard process ended unexpectedly"));
-                Event::Ended(Ending::Killed(Signal::SIGKILL))
-            }
+            // The guard died without a report; it only does so if killed.
+            // Its parent-death signal killed the command, not the command's
+            // children.
+            _ => Event::GuardLost,
         }
     }
 
-    /// Reap the guard after the command ended.
-    pub async fn reap(mut self) {
-        let _ = self.guard.wait().await;
+    /// Reap the guard; how it ended.
+    pub async fn reap(mut self) -> Option<std::process::ExitStatus> {
+        self.guard.wait().await.ok()
     }
 
     async fn send(&mut self, message: Message) {
@@ -242,10 +272,66 @@ impl Supervisor {
                 return Message::decode(&record);
             }
             let mut buf = [0u8; 64];
-            match self.socket.read(&mut buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
+            // Whatever is there now, whether or not the runtime has heard of
+            // it yet: when elect is continued after a stop, the guard's
+            // report of what it did meanwhile comes before any timer.
+            let read = match recv(self.socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Err(Errno::EAGAIN | Errno::EINTR) => {
+                    if self.socket.readable().await.is_err() {
+                        return None;
+                    }
+                    match self.socket.try_read(&mut buf) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        other => other.ok(),
+                    }
+                }
+                other => other.ok(),
+            };
+            match read {
+                Some(0) | None => return None,
+                Some(n) => self.inbox.extend_from_slice(&buf[..n]),
             }
         }
     }
+}
+
+/// SIGKILL process group `pgid` until none of it can run any more: the group
+/// is gone, or holds only zombies (which whoever inherited them reaps).
+pub async fn kill_group(pgid: i32) {
+    let group = Pid::from_raw(pgid);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if killpg(group, Signal::SIGKILL) == Err(Errno::ESRCH) || !group_can_run(pgid) {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Whether a process of group `pgid` is not yet a zombie, by /proc.
+fn group_can_run(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        // Fields after the command name, which may contain anything: state ppid pgrp ...
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && !matches!(state, Some("Z" | "X"))
+    })
 }

@@ -3,6 +3,8 @@
 //! Each message is 16 bytes: a tag and a value, in native byte order (both
 //! ends are the same binary on the same machine).
 
+use std::time::Duration;
+
 pub const SIZE: usize = 16;
 
 /// elect → guard and guard → elect.
@@ -10,12 +12,17 @@ pub const SIZE: usize = 16;
 pub enum Message {
     /// elect: a renewal made the lease safe until this boot-clock instant (ns).
     Deadline(u64),
-    /// elect: the lease is lost; stop the child now.
-    Stop,
+    /// elect: the lease is lost; stop the child now, with SIGKILL after at
+    /// most this grace (ns).
+    Stop(u64),
     /// elect: forward this signal to the child's process group.
     Signal(i32),
     /// elect: the lock is ours; start the command with this fencing token.
     Token(u64),
+    /// elect: elect was told to stop (SIGTSTP); stop the command with it.
+    Suspend,
+    /// elect: elect was continued (`fg`, `bg`, SIGCONT); so is the command.
+    Resume,
     /// guard: the child runs with this pid (and process group).
     Started(i32),
     /// guard: the child could not be started; the errno.
@@ -29,10 +36,14 @@ pub enum Message {
 }
 
 impl Message {
+    pub fn stop(grace: Duration) -> Message {
+        Message::Stop(u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX))
+    }
+
     pub fn encode(self) -> [u8; SIZE] {
         let (tag, value): (u64, u64) = match self {
             Message::Deadline(ns) => (1, ns),
-            Message::Stop => (2, 0),
+            Message::Stop(grace) => (2, grace),
             Message::Signal(n) => (3, n as u64),
             Message::Started(pid) => (4, pid as u64),
             Message::SpawnFailed(errno) => (5, errno as u64),
@@ -40,6 +51,8 @@ impl Message {
             Message::Exited(code) => (7, code as u64),
             Message::Killed(sig) => (8, sig as u64),
             Message::Token(token) => (9, token),
+            Message::Suspend => (10, 0),
+            Message::Resume => (11, 0),
         };
         let mut out = [0u8; SIZE];
         out[..8].copy_from_slice(&tag.to_ne_bytes());
@@ -53,7 +66,7 @@ impl Message {
         let small = value as i32;
         Some(match tag {
             1 => Message::Deadline(value),
-            2 => Message::Stop,
+            2 => Message::Stop(value),
             3 => Message::Signal(small),
             4 => Message::Started(small),
             5 => Message::SpawnFailed(small),
@@ -65,6 +78,8 @@ impl Message {
             7 => Message::Exited(small),
             8 => Message::Killed(small),
             9 => Message::Token(value),
+            10 => Message::Suspend,
+            11 => Message::Resume,
             _ => return None,
         })
     }
@@ -75,8 +90,8 @@ impl Message {
 pub enum Stop {
     /// The deadline passed without a renewal.
     Deadline = 0,
-    /// The command and elect were stopped (Ctrl-Z) past the deadline: the
-    /// command is killed without being resumed.
+    /// The deadline passed while elect's job was stopped (Ctrl-Z, SIGTSTP):
+    /// the stopped command is killed without being resumed.
     ExpiredWhileStopped = 1,
 }
 
@@ -88,7 +103,7 @@ mod tests {
     fn round_trip() {
         for m in [
             Message::Deadline(u64::MAX - 1),
-            Message::Stop,
+            Message::Stop(1_500_000_000),
             Message::Signal(15),
             Message::Started(4_194_304),
             Message::SpawnFailed(2),
@@ -97,6 +112,8 @@ mod tests {
             Message::Exited(255),
             Message::Killed(9),
             Message::Token(u64::MAX),
+            Message::Suspend,
+            Message::Resume,
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

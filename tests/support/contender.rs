@@ -2,9 +2,9 @@
 //! writer, restarted by the supervisor when it exits, as systemd's
 //! `Restart=always` would.
 //!
-//! elect is started as the leader of its own process group, which its guard
-//! joins; the command leads a group of its own. So "pause the process"
-//! (the GC-pause case, or a VM that stops) is SIGSTOP to both groups, and
+//! elect is started as the leader of its own process group; its guard and
+//! the command each lead one of their own. So "pause the process" (the
+//! GC-pause case, or a VM that stops) is SIGSTOP to all three groups, and
 //! "pause elect alone" is SIGSTOP to elect's pid, leaving the guard awake.
 //!
 //! Every contender's environment carries the register's path, which makes
@@ -146,11 +146,15 @@ impl Contender {
         }
     }
 
-    /// killpg(2) elect's group: elect and its guard.
+    /// killpg(2) elect's group and its guard's: everything but the command.
     pub fn signal_group(&self, sig: i32) {
         if self.process.is_some() {
-            // SAFETY: plain killpg(2) of the group our own child leads.
+            // SAFETY: plain killpg(2) of the group our own child leads, and
+            // of the groups its children (its guards) lead.
             unsafe { libc::killpg(self.pid, sig) };
+            for guard in children(self.pid) {
+                unsafe { libc::killpg(guard, sig) };
+            }
         }
     }
 
@@ -206,6 +210,24 @@ pub fn comm(pid: i32) -> Option<String> {
 }
 
 /// Every process below `pid`, children of any of its threads included.
+/// The direct children of `pid`: for elect, its guards, each the leader of
+/// a process group of its own.
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut found = Vec::new();
     let mut frontier = vec![pid];

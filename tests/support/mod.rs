@@ -10,6 +10,7 @@ pub mod history;
 pub mod nemesis;
 pub mod proxy;
 pub mod register;
+pub mod ticker;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -430,6 +431,12 @@ impl Running {
             }
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The exit code if it has ended, without waiting.
+    pub fn try_wait_code(&mut self) -> Option<i32> {
+        let status = self.child.try_wait().unwrap()?;
+        Some(status.code().unwrap_or(-1))
     }
 
     pub fn wait_code(&mut self, within: Duration) -> i32 {

@@ -392,7 +392,7 @@ impl World {
         }
     }
 
-    /// The GC-pause case: stop elect's group (elect and its guard) and its
+    /// The GC-pause case: stop elect's group, its guard's group and its
     /// command's group, as a stopped VM or a long pause would; continue
     /// them later, the command first or last as `command_first` says.
     fn pause(&mut self, target: usize, lasting: Duration, command_first: bool) {

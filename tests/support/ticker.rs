@@ -1,0 +1,138 @@
+//! A command that proves overlap, or its absence, on one monotonic clock.
+//!
+//! The command (`sh`) prints its process group and starts a grandchild
+//! that appends `LABEL NS` to a log every 10 ms, NS from `CLOCK_MONOTONIC`:
+//! one clock for every process on the machine, which never jumps. Two
+//! holders overlapped exactly when the old one's last tick comes after the
+//! new one's first. The ticks come from a grandchild on purpose: it is what
+//! a parent-death signal does not reach.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::SECOND;
+
+/// The ticking loop. One `print` per line on an unbuffered append-mode
+/// handle: one write(2), so lines from several tickers never tear.
+const TICK: &str = r#"use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC usleep);
+open(my $log, ">>", $ARGV[1]) or die "cannot open $ARGV[1]: $!";
+$log->autoflush(1);
+while (1) {
+    printf $log "%s %d\n", $ARGV[0], clock_gettime(CLOCK_MONOTONIC) * 1e9;
+    usleep(10000);
+}"#;
+
+pub struct Ticks {
+    pub log: PathBuf,
+}
+
+impl Ticks {
+    /// A fresh log in `dir`. Fails loudly if perl's Time::HiRes is missing.
+    pub fn new(dir: &Path) -> Ticks {
+        let ok = Command::new("perl")
+            .args(["-MTime::HiRes", "-e", "1"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "perl with Time::HiRes not found: install Debian's perl package (apt-get install perl)"
+        );
+        Ticks {
+            log: dir.join("ticks.log"),
+        }
+    }
+
+    /// The `sh -c` script of a holder labelled `label`. With `ignore_term`
+    /// the command and its ticker ignore SIGTERM, so only SIGKILL ends them.
+    pub fn script(&self, label: &str, ignore_term: bool) -> String {
+        let trap = if ignore_term { "trap '' TERM; " } else { "" };
+        format!(
+            "{trap}echo \"pgid $(cut -d' ' -f5 /proc/$$/stat)\"; \
+             perl -e '{}' {label} {} & wait",
+            TICK.replace('\'', r"'\''"),
+            self.log.display()
+        )
+    }
+
+    /// Every tick so far: (label, monotonic ns).
+    pub fn all(&self) -> Vec<(String, i128)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| {
+                let (label, ns) = line.split_once(' ')?;
+                Some((label.to_string(), ns.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn of(&self, label: &str) -> Vec<i128> {
+        self.all()
+            .into_iter()
+            .filter(|(l, _)| l == label)
+            .map(|(_, ns)| ns)
+            .collect()
+    }
+
+    /// Wait until `label` has ticked; its first tick.
+    pub fn first(&self, label: &str, within: Duration) -> i128 {
+        let give_up = Instant::now() + within;
+        loop {
+            if let Some(&first) = self.of(label).first() {
+                return first;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "{label} never ticked within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn last(&self, label: &str) -> Option<i128> {
+        self.of(label).last().copied()
+    }
+
+    /// How long `old` ticked on after `new` began, in ms (negative: the gap
+    /// between them). Waits for `new`'s first tick.
+    pub fn overlap_ms(&self, old: &str, new: &str) -> f64 {
+        let first_new = self.first(new, 30 * SECOND);
+        let last_old = self.last(old).expect("the old holder never ticked");
+        (last_old - first_new) as f64 / 1e6
+    }
+}
+
+/// Whether any process of group `pgid` can still run (exists and is not a zombie).
+pub fn group_alive(pgid: i32) -> bool {
+    !group_members(pgid).is_empty()
+}
+
+/// The processes of group `pgid` that can still run, as `stat` shows them.
+pub fn group_members(pgid: i32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let member = fields.get(2).and_then(|p| p.parse::<i32>().ok()) == Some(pgid)
+                && !matches!(fields.first(), Some(&("Z" | "X")));
+            member.then(|| stat.trim().to_string())
+        })
+        .collect()
+}
+
+/// The monotonic clock the ticks are on, now.
+pub fn monotonic_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
