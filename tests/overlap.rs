@@ -62,7 +62,7 @@ fn job_control_stop(sig: i32, name: &str) {
     let (mut a, a_group, _b) = holder_and_waiter(&etcd, "job", &["--ttl", "2s"], &ticks, false);
     // As `kill -STOP %1` or `kill -TSTP %1` in a shell: elect's group only.
     killpg(a.pid(), sig);
-    let overlap = ticks.overlap_ms("A", "B");
+    let overlap = ticks.overlap_ms("A", a_group, "B");
     eprintln!("{name} to elect's group, TTL 2s: A's last tick {overlap:.1} ms after B's first");
     assert!(
         overlap < 0.0,
@@ -141,7 +141,7 @@ fn a_killed_guard_leaves_nothing_running_before_the_lock_is_released() {
     let guard = find_child(a.pid(), "elect-guard");
     // SAFETY: plain kill(2) of elect's guard.
     assert_eq!(unsafe { libc::kill(guard, libc::SIGKILL) }, 0);
-    let overlap = ticks.overlap_ms("A", "B");
+    let overlap = ticks.overlap_ms("A", a_group, "B");
     eprintln!("SIGKILL of the guard: A's last tick {overlap:.1} ms after B's first");
     assert!(overlap < 0.0, "A's grandchild ran {overlap:.1} ms beside B");
     assert!(
@@ -184,7 +184,7 @@ fn break_waits_for_the_holder_to_stop_its_command() {
     let (code, said, took) = break_lock(&etcd, "brk", &[]);
     assert_eq!(code, 0, "{said}");
     assert!(said.contains("stopped its command and let go"), "{said}");
-    let overlap = ticks.overlap_ms("A", "B");
+    let overlap = ticks.overlap_ms("A", a_group, "B");
     eprintln!(
         "elect break, grace 1.5s, TERM ignored: took {took:.0} ms; A's last tick {overlap:.1} ms after B's first"
     );
@@ -212,7 +212,7 @@ fn break_force_ends_the_lease_at_once_and_says_so() {
     let (code, said, took) = break_lock(&etcd, "force", &["--force"]);
     assert_eq!(code, 0, "{said}");
     assert!(said.contains("may still run"), "{said}");
-    let overlap = ticks.overlap_ms("A", "B");
+    let overlap = ticks.overlap_ms("A", a_group, "B");
     eprintln!(
         "elect break --force: took {took:.0} ms; A's last tick {overlap:.1} ms after B's first"
     );

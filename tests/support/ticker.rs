@@ -94,9 +94,15 @@ impl Ticks {
     }
 
     /// How long `old` ticked on after `new` began, in ms (negative: the gap
-    /// between them). Waits for `new`'s first tick.
-    pub fn overlap_ms(&self, old: &str, new: &str) -> f64 {
+    /// between them). Waits for `new`'s first tick, then for the old
+    /// command's group to be gone, at most `OBSERVE` more.
+    pub fn overlap_ms(&self, old: &str, old_group: i32, new: &str) -> f64 {
+        const OBSERVE: Duration = Duration::from_secs(2);
         let first_new = self.first(new, 30 * SECOND);
+        let give_up = Instant::now() + OBSERVE;
+        while group_alive(old_group) && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let last_old = self.last(old).expect("the old holder never ticked");
         (last_old - first_new) as f64 / 1e6
     }
