@@ -62,3 +62,21 @@ impl Sub<Duration> for Instant {
         Instant(self.0.saturating_sub(d))
     }
 }
+
+/// Sleep until `at` on the boot clock. Tokio's timers do not count suspend,
+/// so sleep in short slices and look at the clock after each.
+pub async fn sleep_until(at: Instant) {
+    loop {
+        let left = at.remaining();
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+    }
+}
+
+/// Durations as users write them, to the millisecond.
+pub fn show(d: Duration) -> String {
+    let rounded = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    humantime::format_duration(rounded).to_string()
+}

@@ -107,23 +107,69 @@ mod tests {
     }
 }
 
+/// Why elect gives up: the exit code, and the one line that says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// elect's own failure (exit 70).
+    pub fn software(message: impl Into<String>) -> Self {
+        Failure::new(Code::Software, message)
+    }
+
+    /// A usage error (exit 64).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(Code::Usage, message)
+    }
+
+    /// The same failure, its message prefixed with what it concerns.
+    pub fn about(self, what: impl std::fmt::Display) -> Self {
+        Failure {
+            message: format!("{what}: {}", self.message),
+            ..self
+        }
+    }
+}
+
+impl From<Failure> for Outcome {
+    fn from(failure: Failure) -> Self {
+        Outcome::Fail(failure)
+    }
+}
+
 /// How elect ends: one place maps every result of a run to this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Exit with this code.
     Exit(u8),
     /// Die by this signal, as the child did, so that a calling shell loop
     /// sees the same thing it would have seen without elect.
     Raise(nix::sys::signal::Signal),
+    /// Say why in one line, and exit with its code.
+    Fail(Failure),
 }
 
 impl Outcome {
-    /// End the process accordingly.
+    /// End the process accordingly: the one place a failure is reported.
     pub fn finish(self) -> ! {
         use std::io::Write;
         let _ = std::io::stdout().flush();
         match self {
             Outcome::Exit(code) => std::process::exit(code.into()),
+            Outcome::Fail(failure) => {
+                crate::log::error(format_args!("{}", failure.message));
+                std::process::exit(failure.code.value().into())
+            }
             Outcome::Raise(signal) => {
                 let n = signal as i32;
                 // As PID 1 default dispositions do nothing: use 128+N.

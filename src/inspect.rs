@@ -7,11 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
-use crate::exit::{Code, Outcome};
+use crate::exit::{Failure, Outcome};
 use crate::log;
 use crate::store::{
-    Broken, Check, ErrorKind, Forced, Holder, Location, LockStatus, Opened, Store, StoreError,
-    with_store,
+    Broken, Check, Forced, Holder, Location, LockStatus, Opened, Store, with_store,
 };
 
 /// How often an idle connection is probed: these commands are short.
@@ -21,39 +20,20 @@ const PING: Duration = Duration::from_secs(2);
 const YES: u8 = 0;
 const NO: u8 = 1;
 
-fn store_error(e: &StoreError) -> Outcome {
-    log::error(format_args!("{e}"));
-    Outcome::Exit(
-        match e.kind {
-            ErrorKind::Config => Code::Config,
-            ErrorKind::Unavailable | ErrorKind::Gone => Code::Unavailable,
-        }
-        .value(),
-    )
-}
-
-fn usage(message: String) -> Outcome {
-    log::error(format_args!("{message}"));
-    Outcome::Exit(Code::Usage.value())
-}
-
 /// Choose, check and connect the store; `lock`, if given, is checked for it.
-async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened), Outcome> {
-    let location = Location::from_args(args).map_err(|e| store_error(&e))?;
+async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened), Failure> {
+    let location = Location::from_args(args)?;
     if let Some(lock) = lock {
-        location.check_lock_name(lock).map_err(usage)?;
+        location.check_lock_name(lock).map_err(Failure::usage)?;
     }
-    let opened = location
-        .open(PING, args.connect_timeout)
-        .await
-        .map_err(|e| store_error(&e))?;
+    let opened = location.open(PING, args.connect_timeout).await?;
     Ok((location, opened))
 }
 
 pub async fn status(args: StatusArgs) -> Outcome {
     let (location, opened) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
-        Err(outcome) => return outcome,
+        Err(failure) => return failure.into(),
     };
     match with_store!(opened, store => store.status(&args.lock).await) {
         Ok(status) => {
@@ -64,14 +44,14 @@ pub async fn status(args: StatusArgs) -> Outcome {
             }
             Outcome::Exit(if status.holder.is_some() { YES } else { NO })
         }
-        Err(e) => store_error(&e),
+        Err(e) => Failure::from(e).into(),
     }
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
     let (location, opened) = match open(&args.store, None).await {
         Ok(o) => o,
-        Err(outcome) => return outcome,
+        Err(failure) => return failure.into(),
     };
     match with_store!(opened, store => store.list(&args.prefix).await) {
         Ok(locks) => {
@@ -85,14 +65,14 @@ pub async fn list(args: ListArgs) -> Outcome {
             }
             Outcome::Exit(YES)
         }
-        Err(e) => store_error(&e),
+        Err(e) => Failure::from(e).into(),
     }
 }
 
 pub async fn check(args: CheckArgs) -> Outcome {
     let (_, opened) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
-        Err(outcome) => return outcome,
+        Err(failure) => return failure.into(),
     };
     match with_store!(opened, store => store.check(&args.lock, &args.holder_key, args.token).await)
     {
@@ -110,14 +90,14 @@ pub async fn check(args: CheckArgs) -> Outcome {
             ));
             Outcome::Exit(NO)
         }
-        Err(e) => store_error(&e),
+        Err(e) => Failure::from(e).into(),
     }
 }
 
 pub async fn break_lock(args: BreakArgs) -> Outcome {
     let (location, opened) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
-        Err(outcome) => return outcome,
+        Err(failure) => return failure.into(),
     };
     with_store!(opened, store => break_on(&store, &args, &location).await)
 }
@@ -134,7 +114,7 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
             ));
             return Outcome::Exit(NO);
         }
-        Err(e) => return store_error(&e),
+        Err(e) => return Failure::from(e).into(),
     };
     if !args.yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
         let what = match args.force {
@@ -166,7 +146,7 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
         Ok(Broken::Stopped { holder, after }) => {
             log::notice(format_args!(
                 "{holder} stopped its command and let go of lock {lock} after {}",
-                crate::lease::show(after)
+                crate::clock::show(after)
             ));
             Outcome::Exit(YES)
         }
@@ -175,13 +155,13 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
                 Forced::Asked => "at once".to_string(),
                 Forced::NoAnswer(waited) => format!(
                     "after waiting {} for it to let go",
-                    crate::lease::show(waited)
+                    crate::clock::show(waited)
                 ),
             };
             let running = match holder.record.as_ref().and_then(|r| r.grace_ms) {
                 Some(ms) => format!(
                     "its command may still run for up to {} while the next holder starts",
-                    crate::lease::show(Duration::from_millis(ms))
+                    crate::clock::show(Duration::from_millis(ms))
                 ),
                 None => "its command may still run while the next holder starts".to_string(),
             };
@@ -200,7 +180,7 @@ async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) ->
             ));
             Outcome::Exit(NO)
         }
-        Err(e) => store_error(&e),
+        Err(e) => Failure::from(e).into(),
     }
 }
 
@@ -255,7 +235,7 @@ fn human(status: &LockStatus, location: &Location) -> String {
         match h.ttl_left {
             Some(left) => out.push_str(&format!(
                 "  lease:    {lease} ({} left)\n",
-                crate::lease::show(left)
+                crate::clock::show(left)
             )),
             None => out.push_str(&format!("  lease:    {lease}\n")),
         }

@@ -21,9 +21,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::timeout;
 
-use crate::clock::Instant;
+use crate::clock::{Instant, show, sleep_until};
 use crate::log;
-use crate::store::{Renewal, Renewer};
+use crate::store::{Loss, Renewal, Renewer};
 
 /// The shortest lease elect asks for: stores grant whole seconds.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -118,53 +118,9 @@ impl Timing {
 /// The deadline of a lease that does not expire by time.
 pub const NEVER: Instant = Instant::FAR_FUTURE;
 
-/// Durations as users write them.
-pub fn show(d: Duration) -> String {
-    let rounded = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    humantime::format_duration(rounded).to_string()
-}
-
-/// Why the lease is lost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Loss {
-    /// Someone asked the holder to let go (`elect break`), for this reason.
-    /// The lease is still good, so the command gets its whole grace.
-    Asked(String),
-    /// The store ended the lease, for this reason: another holder may
-    /// already run, so the command gets at most [`GONE_GRACE`].
-    Gone(String),
-    /// No renewal was confirmed in time.
-    Expired { last_confirmed: Instant },
-}
-
 /// The grace of a command whose lease the store already ended (revoked,
 /// expired on the server, key deleted): another holder may already run.
 pub const GONE_GRACE: Duration = Duration::from_millis(100);
-
-impl std::fmt::Display for Loss {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Loss::Asked(why) | Loss::Gone(why) => f.write_str(why),
-            Loss::Expired { last_confirmed } => write!(
-                f,
-                "no renewal was confirmed in time (the last one was sent {} ago)",
-                show(last_confirmed.elapsed())
-            ),
-        }
-    }
-}
-
-/// Sleep until `at` on the boot clock. Tokio's timers do not count suspend,
-/// so sleep in short slices and look at the clock after each.
-pub async fn sleep_until(at: Instant) {
-    loop {
-        let left = at.remaining();
-        if left.is_zero() {
-            return;
-        }
-        tokio::time::sleep(left.min(Duration::from_secs(1))).await;
-    }
-}
 
 /// Renew the lease until it is lost; publish each new deadline on `deadline`.
 ///

@@ -21,7 +21,7 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use crate::cli::{Cli, Command};
-use crate::exit::{Code, Outcome};
+use crate::exit::{Failure, Outcome};
 
 /// clap's usage error as one line: the problem and what it names, without
 /// the usage block and the tip that follow.
@@ -54,8 +54,7 @@ fn main() {
                 let _ = e.print();
                 Outcome::Exit(0).finish();
             }
-            log::error(format_args!("{}", one_line(&e.to_string())));
-            Outcome::Exit(Code::Usage.value()).finish();
+            Outcome::from(Failure::usage(one_line(&e.to_string()))).finish();
         }
     };
     let level = match (cli.quiet, cli.verbose) {
@@ -78,8 +77,7 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            log::error(format_args!("cannot start: {e}"));
-            Outcome::Exit(Code::Software.value()).finish();
+            Outcome::from(Failure::software(format!("cannot start: {e}"))).finish();
         }
     };
     let outcome = runtime.block_on(async {

@@ -23,11 +23,12 @@ use tokio::sync::watch;
 
 use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::clock::Instant;
-use crate::exit::{Code, Outcome};
-use crate::lease::{self, Loss, Timing, show};
+use crate::clock::show;
+use crate::exit::{Code, Failure, Outcome};
+use crate::lease::{self, Timing};
 use crate::log;
 use crate::store::{
-    ErrorKind, HolderRecord, Lease, Location, LockStatus, Store, StoreError, Ticket, Turn,
+    ErrorKind, HolderRecord, Lease, Location, LockStatus, Loss, Store, StoreError, Ticket, Turn,
     with_store,
 };
 use crate::supervisor::{Ending, Event, Plan, Prepared, SpawnError, Stop, Supervisor};
@@ -57,30 +58,22 @@ struct Job {
 pub async fn run(args: RunArgs) -> Outcome {
     let job = match Job::check(args) {
         Ok(job) => job,
-        Err((code, message)) => {
-            log::error(format_args!("{message}"));
-            return Outcome::Exit(code.value());
-        }
+        Err(failure) => return failure.into(),
     };
     let mut signals = match Signals::new() {
         Ok(s) => s,
-        Err(e) => return failure(format_args!("cannot handle signals: {e}")),
+        Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
     };
     let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
     match job.location.open(ping, job.connect_timeout).await {
         Ok(opened) => with_store!(opened, store => job.run_on(&store, &mut signals).await),
-        Err(e) => job.store_failed(&e),
+        Err(e) => job.store_failed(e),
     }
 }
 
-fn failure(args: std::fmt::Arguments<'_>) -> Outcome {
-    log::error(args);
-    Outcome::Exit(Code::Software.value())
-}
-
 impl Job {
-    fn check(args: RunArgs) -> Result<Job, (Code, String)> {
-        let usage = |m: String| (Code::Usage, m);
+    fn check(args: RunArgs) -> Result<Job, Failure> {
+        let usage = |m: String| Failure::usage(m);
         let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
         if args.store.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be longer than zero".into()));
@@ -96,7 +89,7 @@ impl Job {
             ));
         }
         check_command(&args.command[0])?;
-        let location = Location::from_args(&args.store).map_err(|e| (Code::Config, e.message))?;
+        let location = Location::from_args(&args.store).map_err(Failure::from)?;
         location.check_lock_name(&args.lock).map_err(usage)?;
         let identity = args.identity.clone().unwrap_or_else(hostname);
         Ok(Job {
@@ -114,13 +107,10 @@ impl Job {
         })
     }
 
-    fn store_failed(&self, e: &StoreError) -> Outcome {
-        let code = match e.kind {
-            ErrorKind::Config => Code::Config,
-            ErrorKind::Unavailable | ErrorKind::Gone => Code::Unavailable,
-        };
-        log::error(format_args!("lock {}: {e}", self.lock));
-        Outcome::Exit(code.value())
+    fn store_failed(&self, e: StoreError) -> Outcome {
+        Failure::from(e)
+            .about(format_args!("lock {}", self.lock))
+            .into()
     }
 
     fn record(&self) -> HolderRecord {
@@ -189,7 +179,7 @@ impl Job {
             };
             let lease = match granted {
                 Ok(lease) => lease,
-                Err(e) => return TurnEnd::Done(self.store_failed(&e)),
+                Err(e) => return TurnEnd::Done(self.store_failed(e)),
             };
             let (timing, first_deadline) = match lease.ttl() {
                 Some(ttl) => {
@@ -285,13 +275,17 @@ impl Job {
         };
         let ticket = match ticket {
             Ok(t) => t,
-            Err(e) => return Queued::Done(self.store_failed(&e)),
+            Err(e) => return Queued::Done(self.store_failed(e)),
         };
         // The guard starts now, while we wait, so that a handover need not
         // wait for it.
         let guard = match Supervisor::prepare(self.plan(lease, &ticket)) {
             Ok(guard) => guard,
-            Err(e) => return Queued::Done(failure(format_args!("cannot start the guard: {e}"))),
+            Err(e) => {
+                return Queued::Done(
+                    Failure::software(format!("cannot start the guard: {e}")).into(),
+                );
+            }
         };
         let live = self.live_line(store, ticket.rank);
         tokio::select! {
@@ -300,7 +294,7 @@ impl Job {
                 Ok(Turn::First(token)) => Queued::First(ticket, token, Box::new(guard)),
                 Ok(Turn::Busy) => Queued::Done(self.busy(store).await),
                 Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
-                Err(e) => Queued::Done(self.store_failed(&e)),
+                Err(e) => Queued::Done(self.store_failed(e)),
             },
             loss = keep.as_mut() => Queued::Again(loss.to_string()),
             sig = signals.terminating() => Queued::Done(Outcome::Raise(sig)),
@@ -396,9 +390,10 @@ impl Job {
         };
         let mut child = match started {
             Ok(child) => child,
-            Err(SpawnError::Exec(errno)) => return TurnEnd::Done(self.exec_failed(errno)),
+            Err(SpawnError::Exec(errno)) => return TurnEnd::Done(self.exec_failure(errno).into()),
             Err(SpawnError::Guard(e)) => {
-                return TurnEnd::Done(failure(format_args!("cannot start the command: {e}")));
+                let failure = Failure::software(format!("cannot start the command: {e}"));
+                return TurnEnd::Done(failure.into());
             }
         };
         log::verbose(format_args!("started the command as pid {}", child.pid()));
@@ -446,7 +441,7 @@ impl Job {
                     let at = *deadline.borrow_and_update();
                     child.extend(at).await;
                 },
-                () = lease::sleep_until(deadline_now), if backstop => {
+                () = crate::clock::sleep_until(deadline_now), if backstop => {
                     // The guard kills at this instant too, unless it is
                     // stopped: then nobody else would.
                     backstop = false;
@@ -499,13 +494,16 @@ impl Job {
             Some(status) => describe_status(status),
             None => "ended".to_string(),
         };
-        log::error(format_args!(
-            "the guard process {how}; killed the command's process group {pgid} \
-             and released lock {}; exiting {}",
-            self.lock,
-            Code::GuardLost.value()
-        ));
-        TurnEnd::Done(Outcome::Exit(Code::GuardLost.value()))
+        let failure = Failure::new(
+            Code::GuardLost,
+            format!(
+                "the guard process {how}; killed the command's process group {pgid} \
+                 and released lock {}; exiting {}",
+                self.lock,
+                Code::GuardLost.value()
+            ),
+        );
+        TurnEnd::Done(failure.into())
     }
 
     /// Record the first loss and say so once. True if this was the first.
@@ -533,7 +531,7 @@ impl Job {
         true
     }
 
-    fn exec_failed(&self, errno: i32) -> Outcome {
+    fn exec_failure(&self, errno: i32) -> Failure {
         let name = self.command[0].to_string_lossy();
         let error = std::io::Error::from_raw_os_error(errno);
         let code = if errno == libc::ENOENT {
@@ -541,8 +539,7 @@ impl Job {
         } else {
             Code::CannotExecute
         };
-        log::error(format_args!("cannot run {name}: {error}"));
-        Outcome::Exit(code.value())
+        Failure::new(code, format!("cannot run {name}: {error}"))
     }
 }
 
@@ -631,21 +628,24 @@ async fn release<L: Lease>(lease: &L) {
 }
 
 /// Find COMMAND as exec would, to fail before touching the store.
-fn check_command(command: &OsStr) -> Result<(), (Code, String)> {
+fn check_command(command: &OsStr) -> Result<(), Failure> {
     let name = command.to_string_lossy();
     if command.is_empty() {
-        return Err((Code::Usage, "the command is empty".into()));
+        return Err(Failure::new(Code::Usage, "the command is empty"));
     }
     let executable = |p: &Path| nix::unistd::access(p, AccessFlags::X_OK).is_ok();
     if name.contains('/') {
         let path = Path::new(command);
         return match path.metadata() {
-            Err(_) => Err((Code::NotFound, format!("cannot run {name}: no such file"))),
-            Ok(m) if m.is_dir() => Err((
+            Err(_) => Err(Failure::new(
+                Code::NotFound,
+                format!("cannot run {name}: no such file"),
+            )),
+            Ok(m) if m.is_dir() => Err(Failure::new(
                 Code::CannotExecute,
                 format!("cannot run {name}: it is a directory"),
             )),
-            Ok(_) if !executable(path) => Err((
+            Ok(_) if !executable(path) => Err(Failure::new(
                 Code::CannotExecute,
                 format!("cannot run {name}: not executable"),
             )),
@@ -668,12 +668,12 @@ fn check_command(command: &OsStr) -> Result<(), (Code, String)> {
         }
     }
     if found_unusable {
-        Err((
+        Err(Failure::new(
             Code::CannotExecute,
             format!("cannot run {name}: not executable"),
         ))
     } else {
-        Err((
+        Err(Failure::new(
             Code::NotFound,
             format!("cannot run {name}: command not found"),
         ))

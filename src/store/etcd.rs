@@ -22,11 +22,10 @@ use etcd_client::{
 use tokio::time::{sleep, timeout};
 
 use super::{
-    Broken, Check, EtcdTarget, Forced, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer,
-    Store, StoreError, Ticket, Turn,
+    Broken, Check, EtcdTarget, Forced, Holder, HolderRecord, Lease, LockStatus, Loss, Renewal,
+    Renewer, Store, StoreError, Ticket, Turn,
 };
 use crate::clock::Instant;
-use crate::lease::Loss;
 use crate::log;
 
 /// Pause between retries of a failed read or watch while waiting.
@@ -755,7 +754,7 @@ impl Lease for EtcdLease {
                 None => deleted.await,
                 Some(at) => tokio::select! {
                     r = deleted => r,
-                    () = crate::lease::sleep_until(at) => Ok(()),
+                    () = crate::clock::sleep_until(at) => Ok(()),
                 },
             };
             if let Err(e) = result {

@@ -31,11 +31,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Renewal, Renewer, Store, StoreError,
-    Ticket, Turn,
+    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Loss, Renewal, Renewer, Store,
+    StoreError, Ticket, Turn,
 };
 use crate::clock::Instant;
-use crate::lease::Loss;
 use crate::log;
 
 /// How a lock file put in place by `elect break` starts: the holder of the
@@ -597,7 +596,7 @@ impl Lease for FileLease {
                     None => Some(flock_blocking(fd).await),
                     Some(at) => tokio::select! {
                         r = flock_blocking(fd) => Some(r),
-                        () = crate::lease::sleep_until(at) => None,
+                        () = crate::clock::sleep_until(at) => None,
                     },
                 };
                 match waited {

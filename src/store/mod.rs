@@ -19,7 +19,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Instant;
-use crate::lease::Loss;
 
 /// Where the lock lives, parsed from `--store`: the one switch between stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -388,6 +387,32 @@ pub enum Turn {
     Busy,
 }
 
+/// Why the lease is lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// Someone asked the holder to let go (`elect break`), for this reason.
+    /// The lease is still good, so the command gets its whole grace.
+    Asked(String),
+    /// The store ended the lease, for this reason: another holder may
+    /// already run, so the command gets little or no grace.
+    Gone(String),
+    /// No renewal was confirmed in time.
+    Expired { last_confirmed: Instant },
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Asked(why) | Loss::Gone(why) => f.write_str(why),
+            Loss::Expired { last_confirmed } => write!(
+                f,
+                "no renewal was confirmed in time (the last one was sent {} ago)",
+                crate::clock::show(last_confirmed.elapsed())
+            ),
+        }
+    }
+}
+
 /// What a renewal found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewal {
@@ -435,6 +460,16 @@ impl StoreError {
             kind: ErrorKind::Gone,
             message: message.into(),
         }
+    }
+}
+
+impl From<StoreError> for crate::exit::Failure {
+    fn from(e: StoreError) -> Self {
+        let code = match e.kind {
+            ErrorKind::Config => crate::exit::Code::Config,
+            ErrorKind::Unavailable | ErrorKind::Gone => crate::exit::Code::Unavailable,
+        };
+        crate::exit::Failure::new(code, e.message)
     }
 }
 

@@ -21,6 +21,8 @@ use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use crate::exit::{Failure, Outcome};
+
 /// The hidden first argument of the copy that the reaper starts.
 pub const ARG: &str = "__elect-reaped";
 
@@ -90,7 +92,7 @@ pub fn main(args: &[OsString]) -> ! {
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == copy => std::process::exit(code),
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == copy => die_as(sig, pid1),
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == copy => die_as(sig),
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => {}
             }
@@ -99,15 +101,10 @@ pub fn main(args: &[OsString]) -> ! {
 }
 
 /// End as the copy ended: by its signal, or as PID 1, with 128+N.
-fn die_as(sig: Signal, pid1: bool) -> ! {
-    if !pid1 {
-        let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
-        let _ = signal_hook::low_level::emulate_default_handler(sig as i32);
-    }
-    std::process::exit(128 + sig as i32)
+fn die_as(sig: Signal) -> ! {
+    Outcome::Raise(sig).finish()
 }
 
 fn fail(args: std::fmt::Arguments<'_>) -> ! {
-    crate::log::error(args);
-    std::process::exit(crate::exit::Code::Software.value().into())
+    Outcome::from(Failure::software(args.to_string())).finish()
 }
