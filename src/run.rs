@@ -12,6 +12,7 @@
 
 use std::ffi::OsStr;
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
@@ -252,7 +253,6 @@ impl Job {
                 ("ELECT_STORE".into(), self.location.to_string()),
             ],
             remove_env: SECRET_VARIABLES.iter().map(|s| s.to_string()).collect(),
-            hold_fds: lease.hold_fds(),
             signal: self.signal,
             grace: self.timing.grace(),
         }
@@ -378,16 +378,17 @@ impl Job {
             ticket,
             token,
         } = acquired;
-        // A file store that reopened a replaced lock file while we waited
-        // needs a guard that holds the new one.
-        let guard = match guard.holds(&lease.hold_fds()) {
-            true => Ok(*guard),
-            false => Supervisor::prepare(self.plan(lease, ticket)),
+        let held = match lease.hold_fds() {
+            Ok(fds) => fds,
+            Err(e) => {
+                let failure = Failure::software(format!("cannot hand the lock to the guard: {e}"));
+                return TurnEnd::Done(failure.into());
+            }
         };
-        let started = match guard {
-            Ok(guard) => guard.start(*token, *deadline.borrow_and_update()).await,
-            Err(e) => Err(e),
-        };
+        let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
+        let started = guard
+            .start(*token, *deadline.borrow_and_update(), &held)
+            .await;
         let mut child = match started {
             Ok(child) => child,
             Err(SpawnError::Exec(errno)) => return TurnEnd::Done(self.exec_failure(errno).into()),

@@ -545,11 +545,12 @@ impl Lease for FileLease {
         }
     }
 
-    fn hold_fds(&self) -> Vec<RawFd> {
+    fn hold_fds(&self) -> std::io::Result<Vec<OwnedFd>> {
+        // A duplicate shares the open file description, and with it the lock.
         self.state
             .borrow()
             .iter()
-            .map(|l| l.file.as_raw_fd())
+            .map(|l| l.file.try_clone().map(OwnedFd::from))
             .collect()
     }
 

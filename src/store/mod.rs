@@ -520,8 +520,8 @@ pub trait Lease {
     /// Descriptors that hold the lock and that the guard must keep open until
     /// the command's process group is dead, so that a crash of elect cannot
     /// release the lock while its command still runs.
-    fn hold_fds(&self) -> Vec<std::os::fd::RawFd> {
-        Vec::new()
+    fn hold_fds(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+        Ok(Vec::new())
     }
 
     /// Join the queue of `lock` with this lease.

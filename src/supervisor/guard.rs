@@ -33,7 +33,7 @@
 
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -49,7 +49,9 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
-use super::protocol::{Message, SIZE, Stop};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+
+use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
@@ -76,31 +78,18 @@ const IGNORED: [Signal; 10] = [
 /// What the guard is told on its command line.
 struct Orders {
     socket: RawFd,
-    /// Descriptors to keep open (and away from the command) until the
-    /// command's group is dead: a file store's lock lives in them.
-    hold: Vec<RawFd>,
     signal: Signal,
     grace: Duration,
     command: Vec<OsString>,
 }
 
-/// `__elect-guard FD SIGNAL GRACE_NS HOLD_FDS -- COMMAND...`, HOLD_FDS
-/// comma-separated or `-`.
-pub fn args(socket: RawFd, signal: Signal, grace: Duration, hold: &[RawFd]) -> Vec<OsString> {
-    let hold = if hold.is_empty() {
-        "-".to_string()
-    } else {
-        hold.iter()
-            .map(|fd| fd.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+/// `__elect-guard FD SIGNAL GRACE_NS -- COMMAND...`
+pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
     [
         ARG.to_string(),
         socket.to_string(),
         (signal as i32).to_string(),
         grace.as_nanos().to_string(),
-        hold,
         "--".to_string(),
     ]
     .into_iter()
@@ -110,22 +99,14 @@ pub fn args(socket: RawFd, signal: Signal, grace: Duration, hold: &[RawFd]) -> V
 
 fn parse(args: &[OsString]) -> Option<Orders> {
     let text = |i: usize| args.get(i)?.to_str();
-    if text(0)? != ARG || text(5)? != "--" || args.len() < 7 {
+    if text(0)? != ARG || text(4)? != "--" || args.len() < 6 {
         return None;
     }
-    let hold = match text(4)? {
-        "-" => Vec::new(),
-        list => list
-            .split(',')
-            .map(|fd| fd.parse().ok())
-            .collect::<Option<Vec<RawFd>>>()?,
-    };
     Some(Orders {
         socket: text(1)?.parse().ok()?,
-        hold,
         signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
         grace: Duration::from_nanos(text(3)?.parse().ok()?),
-        command: args[6..].to_vec(),
+        command: args[5..].to_vec(),
     })
 }
 
@@ -138,13 +119,13 @@ pub fn main(args: &[OsString]) -> ! {
         std::process::exit(crate::exit::Code::Software.value().into());
     };
     // SAFETY: elect passed us this descriptor and nothing else owns it.
-    let mut socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
+    let socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
     // Started while elect waits for the lock: wait for the word to go.
-    let Some((deadline, token)) = wait_for_the_lock(&mut socket) else {
+    let Some(lock) = wait_for_the_lock(&socket) else {
         // elect gave up waiting (or died): nothing to start.
         std::process::exit(0);
     };
-    let code = match Guard::start(socket, orders, deadline, token) {
+    let code = match Guard::start(socket, orders, lock) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
@@ -162,19 +143,70 @@ struct Terminal {
     theirs: Option<Termios>,
 }
 
+/// The lock, as elect hands it over.
+struct Lock {
+    deadline: Instant,
+    token: u64,
+    /// Descriptors that hold the lock (a file store's lock file), kept open
+    /// until the guard exits, after the command's group is dead; received
+    /// close-on-exec, so the command never sees them.
+    _held: Vec<OwnedFd>,
+}
+
 /// Read elect's orders until it says the lock is ours: the deadline, then
-/// the token. `None` if elect closes the socket first.
-fn wait_for_the_lock(socket: &mut UnixStream) -> Option<(Instant, u64)> {
+/// the token with the descriptors that hold the lock. `None` if elect
+/// closes the socket first.
+fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
     let mut deadline = None;
     loop {
-        let mut record = [0u8; SIZE];
-        socket.read_exact(&mut record).ok()?;
+        let (record, held) = receive_with_fds(socket)?;
         match Message::decode(&record)? {
             Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
-            Message::Token(token) => return Some((deadline?, token)),
+            Message::Token(token) => {
+                return Some(Lock {
+                    deadline: deadline?,
+                    token,
+                    _held: held,
+                });
+            }
             _ => {}
         }
     }
+}
+
+/// One message and any descriptors sent with it (SCM_RIGHTS).
+fn receive_with_fds(socket: &UnixStream) -> Option<([u8; SIZE], Vec<OwnedFd>)> {
+    let mut record = [0u8; SIZE];
+    let mut filled = 0;
+    let mut held = Vec::new();
+    while filled < SIZE {
+        let mut space = nix::cmsg_space!([RawFd; MAX_HELD]);
+        let mut iov = [std::io::IoSliceMut::new(&mut record[filled..])];
+        let message = match recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(Errno::EINTR) => continue,
+            Err(_) => return None,
+        };
+        for cmsg in message.cmsgs().ok()? {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                // SAFETY: the kernel just installed these descriptors for us.
+                held.extend(
+                    fds.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        match message.bytes {
+            0 => return None,
+            n => filled += n,
+        }
+    }
+    Some((record, held))
 }
 
 /// Where the guard is in ending the command.
@@ -190,6 +222,8 @@ enum Phase {
 
 struct Guard {
     socket: UnixStream,
+    /// The lock: its deadline is ours to keep; its descriptors live as long as we do.
+    _lock: Lock,
     inbox: Vec<u8>,
     child: Pid,
     /// elect's process group: the job that a shell stops and continues.
@@ -218,17 +252,9 @@ enum ChildState {
 }
 
 impl Guard {
-    fn start(
-        mut socket: UnixStream,
-        orders: Orders,
-        deadline: Instant,
-        token: u64,
-    ) -> std::io::Result<Guard> {
-        // The command must not inherit our end of the socket, nor the lock.
+    fn start(mut socket: UnixStream, orders: Orders, lock: Lock) -> std::io::Result<Guard> {
+        // The command must not inherit our end of the socket.
         set_cloexec(socket.as_raw_fd())?;
-        for &fd in &orders.hold {
-            set_cloexec(fd)?;
-        }
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
@@ -241,7 +267,7 @@ impl Guard {
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
         let terminal = interactive_terminal(job);
-        let child = match spawn(&orders, token, terminal.is_some()) {
+        let child = match spawn(&orders, lock.token, terminal.is_some()) {
             Ok(child) => child,
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
@@ -260,6 +286,8 @@ impl Guard {
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
+            deadline: lock.deadline,
+            _lock: lock,
             inbox: Vec::with_capacity(SIZE),
             child,
             job,
@@ -268,7 +296,6 @@ impl Guard {
             timer,
             signal: orders.signal,
             grace: orders.grace,
-            deadline,
             phase: Phase::Running,
             child_stopped: false,
             suspended: false,
@@ -666,7 +693,7 @@ mod tests {
 
     #[test]
     fn orders_round_trip() {
-        let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500), &[9, 11]);
+        let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500));
         a.push("sh".into());
         a.push("-c".into());
         let o = parse(&a).unwrap();
@@ -674,8 +701,7 @@ mod tests {
             (o.socket, o.signal, o.grace),
             (7, Signal::SIGINT, Duration::from_millis(1500))
         );
-        assert_eq!(o.hold, vec![9, 11]);
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
-        assert!(parse(&a[..6]).is_none(), "a command is required");
+        assert!(parse(&a[..5]).is_none(), "a command is required");
     }
 }

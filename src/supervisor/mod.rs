@@ -16,16 +16,16 @@ pub mod reaper;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::socket::{MsgFlags, recv};
+use nix::sys::socket::{ControlMessage, MsgFlags, recv, sendmsg};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
@@ -42,8 +42,6 @@ pub struct Plan {
     pub remove_env: Vec<String>,
     pub signal: Signal,
     pub grace: Duration,
-    /// Descriptors the guard keeps open until the command's group is dead.
-    pub hold_fds: Vec<std::os::fd::RawFd>,
 }
 
 /// How the command ended.
@@ -95,19 +93,6 @@ pub struct Supervisor {
 pub struct Prepared {
     socket: UnixStream,
     guard: Child,
-    /// (device, inode) of each descriptor the guard holds.
-    held: Vec<(u64, u64)>,
-}
-
-/// (device, inode) of open descriptors: what they are, not their numbers.
-pub fn identities(fds: &[std::os::fd::RawFd]) -> Vec<(u64, u64)> {
-    fds.iter()
-        .map(|&fd| {
-            // SAFETY: fstat on a descriptor the caller keeps open.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            nix::sys::stat::fstat(fd).map_or((0, 0), |st| (st.st_dev, st.st_ino))
-        })
-        .collect()
 }
 
 impl Supervisor {
@@ -119,7 +104,7 @@ impl Supervisor {
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("elect")
-            .args(guard::args(fd, plan.signal, plan.grace, &plan.hold_fds))
+            .args(guard::args(fd, plan.signal, plan.grace))
             .args(&plan.command)
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
@@ -134,16 +119,11 @@ impl Supervisor {
         }
         command.envs(plan.set_env.iter().map(|(k, v)| (k, v)));
         // SAFETY: fcntl is async-signal-safe. The guard's end of the socket
-        // and the descriptors it holds must survive exec.
-        let inherited: Vec<std::os::fd::RawFd> = std::iter::once(fd)
-            .chain(plan.hold_fds.iter().copied())
-            .collect();
+        // must survive exec.
         unsafe {
             command.pre_exec(move || {
-                for &fd in &inherited {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
@@ -152,24 +132,22 @@ impl Supervisor {
         drop(theirs);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
-        Ok(Prepared {
-            socket,
-            guard,
-            held: identities(&plan.hold_fds),
-        })
+        Ok(Prepared { socket, guard })
     }
 }
 
 impl Prepared {
-    /// Whether this guard holds exactly these descriptors' files (a file
-    /// store reopens a lock file that was replaced while it waited).
-    pub fn holds(&self, fds: &[std::os::fd::RawFd]) -> bool {
-        self.held == identities(fds)
-    }
-
-    /// The lock is ours: start the command with `token`, safe until `deadline`.
-    pub async fn start(self, token: u64, deadline: Instant) -> Result<Supervisor, SpawnError> {
-        let Prepared { socket, guard, .. } = self;
+    /// The lock is ours: start the command with `token`, safe until
+    /// `deadline`. The guard keeps `held` (what holds the lock, if anything
+    /// does: a file store's lock file) open until the command's group is
+    /// dead, so that not even a killed elect lets the lock go sooner.
+    pub async fn start(
+        self,
+        token: u64,
+        deadline: Instant,
+        held: &[BorrowedFd<'_>],
+    ) -> Result<Supervisor, SpawnError> {
+        let Prepared { socket, guard } = self;
         let mut supervisor = Supervisor {
             socket,
             inbox: Vec::new(),
@@ -179,7 +157,9 @@ impl Prepared {
         supervisor
             .send(Message::Deadline(deadline.as_nanos()))
             .await;
-        supervisor.send(Message::Token(token)).await;
+        if let Err(e) = supervisor.send_with_fds(Message::Token(token), held).await {
+            return Err(SpawnError::Guard(e));
+        }
         match supervisor.receive().await {
             Some(Message::Started(pid)) => {
                 supervisor.pid = pid;
@@ -257,6 +237,35 @@ impl Supervisor {
     /// Reap the guard; how it ended.
     pub async fn reap(mut self) -> Option<std::process::ExitStatus> {
         self.guard.wait().await.ok()
+    }
+
+    /// Send `message` with descriptors (SCM_RIGHTS): they travel as open
+    /// files, so the guard shares their locks.
+    async fn send_with_fds(&mut self, message: Message, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        let record = message.encode();
+        loop {
+            self.socket.writable().await?;
+            let sent = self.socket.try_io(Interest::WRITABLE, || {
+                let iov = [io::IoSlice::new(&record)];
+                let rights = [ControlMessage::ScmRights(&raw)];
+                let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
+                sendmsg::<()>(
+                    self.socket.as_raw_fd(),
+                    &iov,
+                    cmsgs,
+                    MsgFlags::empty(),
+                    None,
+                )
+                .map_err(io::Error::from)
+            });
+            match sent {
+                Ok(n) if n == record.len() => return Ok(()),
+                Ok(_) => return Err(io::Error::other("a short write to the guard")),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn send(&mut self, message: Message) {

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 pub const SIZE: usize = 16;
 
+/// The most descriptors that hold one lock (sent with [`Message::Token`]).
+pub const MAX_HELD: usize = 4;
+
 /// elect → guard and guard → elect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Message {
@@ -18,6 +21,7 @@ pub enum Message {
     /// elect: forward this signal to the child's process group.
     Signal(i32),
     /// elect: the lock is ours; start the command with this fencing token.
+    /// It carries the descriptors that hold the lock, if any (SCM_RIGHTS).
     Token(u64),
     /// elect: elect was told to stop (SIGTSTP); stop the command with it.
     Suspend,
