@@ -1,11 +1,13 @@
 //! A TCP proxy that can cut the network between a client and etcd the two
 //! ways a real partition does: silently (packets vanish, sockets stay open)
-//! or loudly (connections reset).
+//! or loudly (connections reset); or make it slow, as a long link is.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -14,6 +16,9 @@ pub enum Mode {
     Blackhole,
     /// Reset every connection, and every new one.
     Reset,
+    /// Forward every chunk this long after it was read, in each direction:
+    /// a link with this one-way latency (and ample bandwidth).
+    Delay(Duration),
 }
 
 struct Shared {
@@ -101,7 +106,23 @@ fn reset(stream: &TcpStream) {
     let _ = stream.shutdown(Shutdown::Read);
 }
 
+/// Copy `from` to `to`: one thread reads, another writes each chunk at its
+/// release time, so that a delay holds back no later chunk beyond its own.
 fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
+    let (chunks, queued) = channel::<(Instant, Vec<u8>)>();
+    let writer = shared.clone();
+    thread::spawn(move || {
+        for (at, bytes) in queued {
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+            if *writer.mode.lock().unwrap() == Mode::Reset || to.write_all(&bytes).is_err() {
+                return;
+            }
+        }
+        // The reader is done, and every chunk before its end is delivered.
+        if *writer.mode.lock().unwrap() != Mode::Reset {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+    });
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -114,16 +135,18 @@ fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
             while *mode == Mode::Blackhole {
                 mode = shared.changed.wait(mode).unwrap();
             }
-            if *mode == Mode::Reset {
-                break;
-            }
+            let delay = match *mode {
+                Mode::Reset => break,
+                Mode::Delay(d) => d,
+                Mode::Forward | Mode::Blackhole => Duration::ZERO,
+            };
             drop(mode);
-            if to.write_all(&buf[..n]).is_err() {
+            if chunks
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
                 break;
             }
-        }
-        if *shared.mode.lock().unwrap() != Mode::Reset {
-            let _ = to.shutdown(Shutdown::Write);
         }
     });
 }
