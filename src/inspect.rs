@@ -13,8 +13,8 @@ use crate::store::{
     Broken, Check, ErrorKind, Holder, Location, LockStatus, Opened, Store, StoreError, with_store,
 };
 
-/// How often an idle connection is probed: these commands are short.
-const PING: Duration = Duration::from_secs(2);
+/// How long a keep-alive ping may go unanswered: these commands are short.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit codes of the inspection commands, besides the store's.
 const YES: u8 = 0;
@@ -43,7 +43,7 @@ async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened)
         location.check_lock_name(lock).map_err(usage)?;
     }
     let opened = location
-        .open(PING, args.connect_timeout)
+        .open(PING_TIMEOUT, args.connect_timeout)
         .await
         .map_err(|e| store_error(&e))?;
     Ok((location, opened))

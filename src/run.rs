@@ -66,8 +66,13 @@ pub async fn run(args: RunArgs) -> Outcome {
         Ok(s) => s,
         Err(e) => return failure(format_args!("cannot handle signals: {e}")),
     };
-    let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
-    match job.location.open(ping, job.connect_timeout).await {
+    // Pings wait as long as a renewal can: no round trip longer than the
+    // renewal interval can keep the lease anyway.
+    match job
+        .location
+        .open(job.timing.renew_every(), job.connect_timeout)
+        .await
+    {
         Ok(opened) => with_store!(opened, store => job.run_on(&store, &mut signals).await),
         Err(e) => job.store_failed(&e),
     }

@@ -31,6 +31,14 @@ use crate::log;
 /// Pause between retries of a failed read or watch while waiting.
 const RETRY: Duration = Duration::from_millis(100);
 
+/// HTTP/2 pings go out only while a request or watch is open, after this
+/// long without a frame from etcd. etcd's gRPC server allows one every 5 s
+/// (`--grpc-keepalive-min-time`), and none without an open stream; a client
+/// that pings more often gets GOAWAY "too_many_pings" and loses the
+/// connection with every stream on it. (gRPC's own clients never ping more
+/// often than every 10 s either.)
+const PING_EVERY: Duration = Duration::from_secs(10);
+
 #[derive(Clone)]
 pub struct Etcd {
     client: Client,
@@ -44,11 +52,13 @@ impl Etcd {
     /// Set up a client for `endpoints`. Nothing is sent yet: the first
     /// request (the lease grant) finds out whether etcd is there.
     ///
-    /// `ping` is the HTTP/2 keep-alive interval: a connection that a
-    /// partition left open is noticed within about twice that.
+    /// A connection is dropped when a ping goes unanswered for `ping_timeout`:
+    /// it must exceed any round trip the caller can work with. Pings only unstick a watch on a connection that died
+    /// silently; a renewal does not wait for them, it is retried over
+    /// another connection when it goes unanswered (see [`crate::lease::keep`]).
     pub async fn connect(
         target: &EtcdTarget,
-        ping: Duration,
+        ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
         let scheme = if target.tls { "https" } else { "http" };
@@ -63,9 +73,9 @@ impl Etcd {
             .map(|e| format!("{scheme}://{e}"))
             .collect();
         let mut options = ConnectOptions::new()
-            .with_keep_alive(ping, ping)
-            .with_keep_alive_while_idle(true)
-            .with_connect_timeout(connect_timeout.min(ping * 2))
+            .with_keep_alive(PING_EVERY, ping_timeout)
+            .with_keep_alive_while_idle(false)
+            .with_connect_timeout(connect_timeout)
             .with_require_leader(true);
         if target.tls {
             // Server certificates are always verified: by the given CA, else

@@ -59,16 +59,17 @@ impl Location {
         Ok(location)
     }
 
-    /// Connect to the store. `ping` is how often to probe an idle
-    /// connection, so that a partition is noticed within about twice that.
+    /// Connect to the store. `ping_timeout` is how long a connection may
+    /// leave a keep-alive ping unanswered: longer than the slowest round
+    /// trip the caller can work with.
     pub async fn open(
         &self,
-        ping: Duration,
+        ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Opened, StoreError> {
         Ok(match self {
             Location::Etcd(target) => Opened::Etcd(Box::new(
-                etcd::Etcd::connect(target, ping, connect_timeout).await?,
+                etcd::Etcd::connect(target, ping_timeout, connect_timeout).await?,
             )),
             Location::File { dir, network_fs_ok } => {
                 Opened::File(file::FileStore::open(dir, *network_fs_ok)?)
