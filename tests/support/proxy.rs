@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -25,6 +26,9 @@ struct Shared {
     mode: Mutex<Mode>,
     changed: Condvar,
     connections: Mutex<Vec<TcpStream>>,
+    /// Connections are numbered as accepted; those below this are frozen.
+    accepted: AtomicU64,
+    frozen_below: AtomicU64,
 }
 
 pub struct Proxy {
@@ -40,6 +44,8 @@ impl Proxy {
             mode: Mutex::new(Mode::Forward),
             changed: Condvar::new(),
             connections: Mutex::new(Vec::new()),
+            accepted: AtomicU64::new(0),
+            frozen_below: AtomicU64::new(0),
         });
         let target = target.to_string();
         let s = shared.clone();
@@ -59,12 +65,14 @@ impl Proxy {
                     conns.push(client.try_clone().unwrap());
                     conns.push(server.try_clone().unwrap());
                 }
+                let id = s.accepted.fetch_add(1, Ordering::SeqCst);
                 pump(
                     s.clone(),
+                    id,
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
                 );
-                pump(s.clone(), server, client);
+                pump(s.clone(), id, server, client);
             }
         });
         Proxy { port, shared }
@@ -72,6 +80,14 @@ impl Proxy {
 
     pub fn url(&self) -> String {
         format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    /// Hold every byte of the connections open now, for ever, as if their
+    /// packets vanished (a NAT or firewall that forgot them); connections
+    /// opened later are forwarded as the mode says.
+    pub fn freeze_open_connections(&self) {
+        let open = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.frozen_below.store(open, Ordering::SeqCst);
     }
 
     pub fn set(&self, mode: Mode) {
@@ -108,7 +124,7 @@ fn reset(stream: &TcpStream) {
 
 /// Copy `from` to `to`: one thread reads, another writes each chunk at its
 /// release time, so that a delay holds back no later chunk beyond its own.
-fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
+fn pump(shared: Arc<Shared>, id: u64, mut from: TcpStream, mut to: TcpStream) {
     let (chunks, queued) = channel::<(Instant, Vec<u8>)>();
     let writer = shared.clone();
     thread::spawn(move || {
@@ -131,8 +147,9 @@ fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
                 Ok(n) => n,
             };
             // Hold the bytes while blackholed, as a partition holds packets.
+            let frozen = || id < shared.frozen_below.load(Ordering::SeqCst);
             let mut mode = shared.mode.lock().unwrap();
-            while *mode == Mode::Blackhole {
+            while *mode == Mode::Blackhole || (frozen() && *mode != Mode::Reset) {
                 mode = shared.changed.wait(mode).unwrap();
             }
             let delay = match *mode {
