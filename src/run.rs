@@ -202,11 +202,11 @@ impl Job {
                 None => (self.timing, lease::NEVER),
             };
             let (deadline_tx, deadline) = watch::channel(first_deadline);
-            let mut renewer = lease.renewer();
+            let renewers = [lease.renewer(), lease.renewer()];
             let granted_at = lease.granted_at();
-            let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(async move {
-                lease::keep(&mut renewer, timing, granted_at, &deadline_tx).await
-            });
+            let keeping =
+                async move { lease::keep(renewers, timing, granted_at, &deadline_tx).await };
+            let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(keeping);
             match self.queue(store, &lease, &mut keep, give_up, signals).await {
                 Queued::First(ticket, token, guard) => {
                     break (

@@ -12,6 +12,8 @@
 //! nor see who is ahead.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -118,6 +120,7 @@ impl Etcd {
                 urls,
                 options,
                 clients: Vec::new(),
+                turn: Arc::new(AtomicUsize::new(0)),
             },
         })
     }
@@ -125,13 +128,16 @@ impl Etcd {
 
 /// One client per member, for renewals: when a renewal fails, the next one
 /// goes to another member, instead of waiting for the balancer to notice
-/// that a member died.
+/// that a member died. Each renewer has its own copy, so its own connections.
 #[derive(Clone)]
 struct Members {
     urls: Vec<String>,
     options: ConnectOptions,
     /// Connected lazily, by index into `urls`.
     clients: Vec<Option<Client>>,
+    /// Shared by all copies: renewers that reset one after the other go
+    /// to different members.
+    turn: Arc<AtomicUsize>,
 }
 
 impl Members {
@@ -147,6 +153,18 @@ impl Members {
             .map_err(|e| StoreError::unavailable(describe(&e)))?;
         self.clients[index] = Some(client.clone());
         Ok(client)
+    }
+
+    /// The member to try next.
+    fn next(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed) % self.urls.len()
+    }
+
+    /// Drop our connection to `index`: one that failed may be half dead.
+    fn forget(&mut self, index: usize) {
+        if let Some(client) = self.clients.get_mut(index) {
+            *client = None;
+        }
     }
 }
 
@@ -587,6 +605,7 @@ impl Lease for EtcdLease {
             members: self.members.clone(),
             member: None,
             id: self.id,
+            ttl: self.ttl,
             stream: None,
         }
     }
@@ -735,12 +754,14 @@ impl Lease for EtcdLease {
 }
 
 pub struct EtcdRenewer {
-    /// The balanced client, used until a renewal fails.
+    /// The balanced client, used until the first reset.
     client: Client,
     members: Members,
-    /// The member renewals go to since the last failure, if any.
+    /// The member renewals go to since the last reset, if any.
     member: Option<usize>,
     id: i64,
+    /// As granted: etcd renews a lease to its granted TTL.
+    ttl: Duration,
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
 }
 
@@ -751,12 +772,20 @@ impl Renewer for EtcdRenewer {
                 None => self.client.clone(),
                 Some(index) => self.members.client(index).await?,
             };
-            let opened = client
-                .lease_client()
-                .keep_alive(self.id)
-                .await
-                .map_err(|e| StoreError::unavailable(describe(&e)))?;
+            // Opening the stream sends a keep-alive and waits for its answer
+            // (etcd-client checks that the TTL is positive and keeps it to
+            // itself): that is this renewal, in one round trip, not two.
+            let opened = match client.lease_client().keep_alive(self.id).await {
+                Ok(opened) => opened,
+                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => {
+                    return Ok(Renewal::Gone(
+                        "etcd says the lease is gone (not found)".into(),
+                    ));
+                }
+                Err(e) => return Err(StoreError::unavailable(describe(&e))),
+            };
             self.stream = Some(opened);
+            return Ok(Renewal::Alive(self.ttl));
         }
         let (keeper, replies) = self.stream.as_mut().expect("opened above");
         let result = match keeper.keep_alive().await {
@@ -781,8 +810,10 @@ impl Renewer for EtcdRenewer {
 
     fn reset(&mut self) {
         self.stream = None;
-        // Every member can renew (followers forward to the leader): try the next.
-        let count = self.members.urls.len();
-        self.member = Some(self.member.map_or(0, |m| (m + 1) % count));
+        if let Some(left) = self.member {
+            self.members.forget(left);
+        }
+        // Every member can renew (followers forward to the leader).
+        self.member = Some(self.members.next());
     }
 }

@@ -479,10 +479,15 @@ pub trait Lease {
     async fn release(&self) -> Result<(), StoreError>;
 }
 
-/// Renews a lease, one request at a time.
+/// Renews a lease, one request at a time. [`crate::lease::keep`] uses two,
+/// so that a second request need not wait behind the first.
 pub trait Renewer {
+    /// Send one renewal and wait for its answer: only a request sent after
+    /// this call began may answer it.
     async fn renew(&mut self) -> Result<Renewal, StoreError>;
-    /// Forget any connection state: the next renewal starts afresh.
+    /// Forget any connection state: the next renewal goes out on a new
+    /// stream, over another connection (another member's, where there are
+    /// several), and no answer to an earlier request can reach it.
     fn reset(&mut self);
 }
 
