@@ -13,8 +13,8 @@ use crate::store::{
     Broken, Check, Forced, Holder, Location, LockStatus, Opened, Store, with_store,
 };
 
-/// How often an idle connection is probed: these commands are short.
-const PING: Duration = Duration::from_secs(2);
+/// How long a keep-alive ping may go unanswered: these commands are short.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit codes of the inspection commands, besides the store's.
 const YES: u8 = 0;
@@ -26,7 +26,7 @@ async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened)
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
     }
-    let opened = location.open(PING, args.connect_timeout).await?;
+    let opened = location.open(PING_TIMEOUT, args.connect_timeout).await?;
     Ok((location, opened))
 }
 

@@ -8,22 +8,36 @@
 //! client does) would let elect believe in a lease the store already dropped.
 //!
 //! ```text
-//!  sent ──renew every TTL/3──▶ … ──────────────── stop_at ── grace ── deadline ── (sent + TTL)
-//!                                                  first signal     SIGKILL     margin
+//!  sent ──TTL/3──▶ next sent ──▶ its answer … stop_at ── grace ── deadline ── margin ── sent + TTL
+//!                                             first signal        SIGKILL
 //! ```
 //!
 //! The margin covers the difference in clock rates between this machine and
 //! the store's, and the time the kernel takes to kill a process group:
-//! 1/50 of the TTL plus 50 ms. This module knows no store and no child.
+//! 1/50 of the TTL plus 50 ms.
+//!
+//! An answer that comes late still counts, from its own send time: a
+//! renewal unanswered after TTL/6 gets another beside it, over another
+//! connection, and both are awaited. So the lease survives any round trip
+//! that brings the answer to the next renewal, sent TTL/3 after the last
+//! confirmed one, before the stop time: a round trip shorter than
+//! TTL − TTL/3 − grace − margin, with the default grace TTL/3 − margin
+//! (263 ms at a 1 s TTL, 890 ms at 3 s). A request is given up only when a
+//! third is due, at least TTL/3 after it was sent, so no longer round trip
+//! can keep the lease, whatever the grace.
+//!
+//! This module knows no store and no child.
 
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::timeout;
 
 use crate::clock::{Instant, show, sleep_until};
 use crate::log;
-use crate::store::{Loss, Renewal, Renewer};
+use crate::store::{Loss, Renewal, Renewer, StoreError};
 
 /// The shortest lease elect asks for: stores grant whole seconds.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -95,7 +109,7 @@ impl Timing {
         self.ttl / 3
     }
 
-    /// How long one renewal may take before it counts as failed.
+    /// How long a renewal may go unanswered before another is sent beside it.
     pub fn attempt_timeout(&self) -> Duration {
         (self.renew_every() / 2).max(Duration::from_millis(100))
     }
@@ -122,67 +136,147 @@ pub const NEVER: Instant = Instant::FAR_FUTURE;
 /// expired on the server, key deleted): another holder may already run.
 pub const GONE_GRACE: Duration = Duration::from_millis(100);
 
+/// One renewal request on its way: when it was sent, and its answer.
+struct Flight<'a> {
+    sent: Instant,
+    answer: Pin<Box<dyn Future<Output = Result<Renewal, StoreError>> + 'a>>,
+}
+
+impl<'a> Flight<'a> {
+    /// The renewer stays borrowed while the request is out: it can be used
+    /// or reset again only once the flight has landed or been dropped.
+    #[allow(clippy::await_holding_refcell_ref)]
+    fn send<R: Renewer>(renewer: &'a RefCell<R>) -> Self {
+        Flight {
+            sent: Instant::now(),
+            answer: Box::pin(async move { renewer.borrow_mut().renew().await }),
+        }
+    }
+}
+
+/// The first answer to arrive, with its slot (now empty) and send time.
+/// Pending for ever while nothing is out.
+async fn landing(
+    flights: &mut [Option<Flight<'_>>; 2],
+) -> (usize, Instant, Result<Renewal, StoreError>) {
+    std::future::poll_fn(|cx| {
+        for (i, slot) in flights.iter_mut().enumerate() {
+            if let Some(flight) = slot
+                && let Poll::Ready(answer) = flight.answer.as_mut().poll(cx)
+            {
+                let sent = flight.sent;
+                *slot = None;
+                return Poll::Ready((i, sent, answer));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
 /// Renew the lease until it is lost; publish each new deadline on `deadline`.
 ///
-/// A failed or unanswered renewal is retried at once with a short backoff
-/// and a fresh stream, so one lost packet or one restarting store member
-/// does not cost the lease. Returns when the store says the lease is gone,
-/// or when the stop time passes without a confirmed renewal.
+/// Renewals go out every TTL/3 through one of two renewers, each on its own
+/// connection. A request unanswered after TTL/6 gets another beside it
+/// through the other renewer (reset first, unless it had an answer since
+/// the first left), and is still awaited: whichever is answered first
+/// counts, from its own send time, and its renewer goes first next time.
+/// So a slow link costs nothing as long as answers come before the stop
+/// time. When both requests are out and a third is due, the older is given
+/// up and its renewer reset: a late answer on that stream must never count
+/// for a later send. A failed request is retried after a short backoff, its
+/// renewer reset and last in line. Returns when the store says the lease is
+/// gone, or when the stop time passes without a confirmed renewal.
 pub async fn keep<R: Renewer>(
-    renewer: &mut R,
+    renewers: [R; 2],
     timing: Timing,
     granted_at: Instant,
     deadline: &watch::Sender<Instant>,
 ) -> Loss {
     const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+    let renewers = renewers.map(RefCell::new);
+    // The second starts on a connection of its own: a retry must not wait
+    // behind the same dead one.
+    renewers[1].borrow_mut().reset();
+    let mut flights: [Option<Flight<'_>>; 2] = [None, None];
+    // When each renewer last had an answer.
+    let mut heard = [granted_at; 2];
+    let mut first = 0;
+    let mut last_sent = granted_at;
     let mut last_confirmed = granted_at;
-    let mut next = last_confirmed + timing.renew_every();
+    let mut next = granted_at + timing.renew_every();
     let mut backoff = FIRST_BACKOFF;
     loop {
         let stop_at = timing.stop_at(*deadline.borrow());
-        sleep_until(next.min(stop_at)).await;
-        if Instant::now() >= stop_at {
-            return Loss::Expired { last_confirmed };
-        }
-        let sent = Instant::now();
-        let limit = timing.attempt_timeout().min(stop_at.since(sent));
-        match timeout(limit, renewer.renew()).await {
-            Ok(Ok(Renewal::Alive(ttl))) => {
-                let new = timing.deadline(sent, ttl);
-                if new > *deadline.borrow() {
-                    deadline.send_replace(new);
+        tokio::select! {
+            biased;
+            () = sleep_until(stop_at) => return Loss::Expired { last_confirmed },
+            (i, sent, answer) = landing(&mut flights) => match answer {
+                Ok(Renewal::Gone(why)) => return Loss::Gone(why),
+                Ok(Renewal::Asked(why)) => return Loss::Asked(why),
+                Ok(renewal) => {
+                    heard[i] = Instant::now();
+                    if let Renewal::Alive(ttl) = renewal {
+                        let new = timing.deadline(sent, ttl);
+                        if new > *deadline.borrow() {
+                            deadline.send_replace(new);
+                            log::verbose(format_args!(
+                                "lease renewed, answered in {}; safe for {}",
+                                show(Instant::now().since(sent)),
+                                show(new.remaining())
+                            ));
+                        }
+                    }
+                    // An answer to an older request than one already
+                    // confirmed changes nothing.
+                    if sent > last_confirmed {
+                        last_confirmed = sent;
+                        next = sent + timing.renew_every();
+                        first = i;
+                        backoff = FIRST_BACKOFF;
+                    }
                 }
-                last_confirmed = sent;
-                next = sent + timing.renew_every();
-                backoff = FIRST_BACKOFF;
-                log::verbose(format_args!(
-                    "lease renewed; safe for {}",
-                    show(new.remaining())
-                ));
-            }
-            Ok(Ok(Renewal::Held)) => {
-                last_confirmed = sent;
-                next = sent + timing.renew_every();
-                backoff = FIRST_BACKOFF;
-            }
-            Ok(Ok(Renewal::Gone(why))) => return Loss::Gone(why),
-            Ok(Ok(Renewal::Asked(why))) => return Loss::Asked(why),
-            Ok(Err(e)) => {
-                log::verbose(format_args!(
-                    "renewal failed, retrying in {}: {e}",
-                    show(backoff)
-                ));
-                renewer.reset();
-                next = Instant::now() + backoff;
-                backoff = (backoff * 2).min(timing.renew_every() / 2);
-            }
-            Err(_) => {
-                log::verbose(format_args!(
-                    "renewal unanswered after {}, retrying",
-                    show(limit)
-                ));
-                renewer.reset();
-                next = Instant::now();
+                Err(e) => {
+                    renewers[i].borrow_mut().reset();
+                    first = 1 - i;
+                    // Retry soon only if no newer request is out.
+                    if sent == last_sent {
+                        log::verbose(format_args!(
+                            "renewal failed, retrying in {}: {e}",
+                            show(backoff)
+                        ));
+                        next = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(timing.renew_every() / 2);
+                    } else {
+                        log::verbose(format_args!("an earlier renewal failed: {e}"));
+                    }
+                }
+            },
+            () = sleep_until(next) => {
+                let older = match (&flights[0], &flights[1]) {
+                    (Some(a), Some(b)) if b.sent < a.sent => 1,
+                    _ => 0,
+                };
+                let i = [first, 1 - first]
+                    .into_iter()
+                    .find(|&i| flights[i].is_none())
+                    .unwrap_or(older);
+                if last_sent > last_confirmed {
+                    log::verbose(format_args!(
+                        "renewal unanswered after {}; sending another over another connection",
+                        show(Instant::now().since(last_sent))
+                    ));
+                }
+                // Given up on, or silent since the unanswered request left:
+                // its connection may be as dead as that one's.
+                let silent = last_sent > last_confirmed && heard[i] < last_sent;
+                if flights[i].take().is_some() || silent {
+                    renewers[i].borrow_mut().reset();
+                }
+                let flight = Flight::send(&renewers[i]);
+                last_sent = flight.sent;
+                flights[i] = Some(flight);
+                next = last_sent + timing.attempt_timeout();
             }
         }
     }
@@ -228,6 +322,31 @@ mod tests {
         assert_eq!(t.deadline(sent, 5 * S), sent + Duration::from_millis(4750));
         let t = t.granted(4 * S);
         assert_eq!(t.ttl(), 4 * S);
+    }
+
+    /// The answer to the renewal sent TTL/3 after the last confirmed one
+    /// must arrive before the stop time that confirmation set.
+    fn max_round_trip(t: &Timing) -> Duration {
+        let confirmed = Instant::from_nanos(1_000_000_000_000);
+        let stop_at = t.stop_at(t.deadline(confirmed, t.ttl()));
+        stop_at.since(confirmed + t.renew_every())
+    }
+
+    #[test]
+    fn the_largest_round_trip_that_keeps_the_lease() {
+        let ms = Duration::from_millis;
+        for (ttl, limit) in [
+            (S, Duration::from_nanos(263_333_334)),
+            (3 * S, ms(890)),
+            (15 * S, ms(4650)),
+            (60 * S, ms(18750)),
+        ] {
+            let t = Timing::new(ttl, None).unwrap();
+            assert_eq!(max_round_trip(&t), limit, "TTL {ttl:?}");
+            assert_eq!(limit, ttl - t.renew_every() - t.grace() - t.margin());
+            // Requests are awaited that long: the grace is what limits.
+            assert!(limit < t.renew_every());
+        }
     }
 
     #[test]

@@ -65,8 +65,13 @@ pub async fn run(args: RunArgs) -> Outcome {
         Ok(s) => s,
         Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
     };
-    let ping = (job.timing.renew_every() / 2).max(Duration::from_millis(250));
-    match job.location.open(ping, job.connect_timeout).await {
+    // Pings wait as long as a renewal can: no round trip longer than the
+    // renewal interval can keep the lease anyway.
+    match job
+        .location
+        .open(job.timing.renew_every(), job.connect_timeout)
+        .await
+    {
         Ok(opened) => with_store!(opened, store => job.run_on(&store, &mut signals).await),
         Err(e) => job.store_failed(e),
     }
@@ -190,11 +195,11 @@ impl Job {
                 None => (self.timing, lease::NEVER),
             };
             let (deadline_tx, deadline) = watch::channel(first_deadline);
-            let mut renewer = lease.renewer();
+            let renewers = [lease.renewer(), lease.renewer()];
             let granted_at = lease.granted_at();
-            let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(async move {
-                lease::keep(&mut renewer, timing, granted_at, &deadline_tx).await
-            });
+            let keeping =
+                async move { lease::keep(renewers, timing, granted_at, &deadline_tx).await };
+            let mut keep: Pin<Box<dyn Future<Output = Loss>>> = Box::pin(keeping);
             match self.queue(store, &lease, &mut keep, give_up, signals).await {
                 Queued::First(ticket, token, guard) => {
                     break (

@@ -12,6 +12,8 @@
 //! nor see who is ahead.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -31,6 +33,14 @@ use crate::log;
 /// Pause between retries of a failed read or watch while waiting.
 const RETRY: Duration = Duration::from_millis(100);
 
+/// HTTP/2 pings go out only while a request or watch is open, after this
+/// long without a frame from etcd. etcd's gRPC server allows one every 5 s
+/// (`--grpc-keepalive-min-time`), and none without an open stream; a client
+/// that pings more often gets GOAWAY "too_many_pings" and loses the
+/// connection with every stream on it. (gRPC's own clients never ping more
+/// often than every 10 s either.)
+const PING_EVERY: Duration = Duration::from_secs(10);
+
 #[derive(Clone)]
 pub struct Etcd {
     client: Client,
@@ -44,11 +54,13 @@ impl Etcd {
     /// Set up a client for `endpoints`. Nothing is sent yet: the first
     /// request (the lease grant) finds out whether etcd is there.
     ///
-    /// `ping` is the HTTP/2 keep-alive interval: a connection that a
-    /// partition left open is noticed within about twice that.
+    /// A connection is dropped when a ping goes unanswered for `ping_timeout`:
+    /// it must exceed any round trip the caller can work with. Pings only unstick a watch on a connection that died
+    /// silently; a renewal does not wait for them, it is retried over
+    /// another connection when it goes unanswered (see [`crate::lease::keep`]).
     pub async fn connect(
         target: &EtcdTarget,
-        ping: Duration,
+        ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
         let scheme = if target.tls { "https" } else { "http" };
@@ -63,9 +75,9 @@ impl Etcd {
             .map(|e| format!("{scheme}://{e}"))
             .collect();
         let mut options = ConnectOptions::new()
-            .with_keep_alive(ping, ping)
-            .with_keep_alive_while_idle(true)
-            .with_connect_timeout(connect_timeout.min(ping * 2))
+            .with_keep_alive(PING_EVERY, ping_timeout)
+            .with_keep_alive_while_idle(false)
+            .with_connect_timeout(connect_timeout)
             .with_require_leader(true);
         if target.tls {
             // Server certificates are always verified: by the given CA, else
@@ -108,6 +120,7 @@ impl Etcd {
                 urls,
                 options,
                 clients: Vec::new(),
+                turn: Arc::new(AtomicUsize::new(0)),
             },
         })
     }
@@ -115,13 +128,16 @@ impl Etcd {
 
 /// One client per member, for renewals: when a renewal fails, the next one
 /// goes to another member, instead of waiting for the balancer to notice
-/// that a member died.
+/// that a member died. Each renewer has its own copy, so its own connections.
 #[derive(Clone)]
 struct Members {
     urls: Vec<String>,
     options: ConnectOptions,
     /// Connected lazily, by index into `urls`.
     clients: Vec<Option<Client>>,
+    /// Shared by all copies: renewers that reset one after the other go
+    /// to different members.
+    turn: Arc<AtomicUsize>,
 }
 
 impl Members {
@@ -137,6 +153,18 @@ impl Members {
             .map_err(|e| StoreError::unavailable(describe(&e)))?;
         self.clients[index] = Some(client.clone());
         Ok(client)
+    }
+
+    /// The member to try next.
+    fn next(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed) % self.urls.len()
+    }
+
+    /// Drop our connection to `index`: one that failed may be half dead.
+    fn forget(&mut self, index: usize) {
+        if let Some(client) = self.clients.get_mut(index) {
+            *client = None;
+        }
     }
 }
 
@@ -656,6 +684,7 @@ impl Lease for EtcdLease {
             members: self.members.clone(),
             member: None,
             id: self.id,
+            ttl: self.ttl,
             stream: None,
         }
     }
@@ -884,12 +913,14 @@ async fn key_exists(
 }
 
 pub struct EtcdRenewer {
-    /// The balanced client, used until a renewal fails.
+    /// The balanced client, used until the first reset.
     client: Client,
     members: Members,
-    /// The member renewals go to since the last failure, if any.
+    /// The member renewals go to since the last reset, if any.
     member: Option<usize>,
     id: i64,
+    /// As granted: etcd renews a lease to its granted TTL.
+    ttl: Duration,
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
 }
 
@@ -900,12 +931,20 @@ impl Renewer for EtcdRenewer {
                 None => self.client.clone(),
                 Some(index) => self.members.client(index).await?,
             };
-            let opened = client
-                .lease_client()
-                .keep_alive(self.id)
-                .await
-                .map_err(|e| StoreError::unavailable(describe(&e)))?;
+            // Opening the stream sends a keep-alive and waits for its answer
+            // (etcd-client checks that the TTL is positive and keeps it to
+            // itself): that is this renewal, in one round trip, not two.
+            let opened = match client.lease_client().keep_alive(self.id).await {
+                Ok(opened) => opened,
+                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => {
+                    return Ok(Renewal::Gone(
+                        "etcd says the lease is gone (not found)".into(),
+                    ));
+                }
+                Err(e) => return Err(StoreError::unavailable(describe(&e))),
+            };
             self.stream = Some(opened);
+            return Ok(Renewal::Alive(self.ttl));
         }
         let (keeper, replies) = self.stream.as_mut().expect("opened above");
         let result = match keeper.keep_alive().await {
@@ -930,8 +969,10 @@ impl Renewer for EtcdRenewer {
 
     fn reset(&mut self) {
         self.stream = None;
-        // Every member can renew (followers forward to the leader): try the next.
-        let count = self.members.urls.len();
-        self.member = Some(self.member.map_or(0, |m| (m + 1) % count));
+        if let Some(left) = self.member {
+            self.members.forget(left);
+        }
+        // Every member can renew (followers forward to the leader).
+        self.member = Some(self.members.next());
     }
 }

@@ -59,16 +59,17 @@ impl Location {
         Ok(location)
     }
 
-    /// Connect to the store. `ping` is how often to probe an idle
-    /// connection, so that a partition is noticed within about twice that.
+    /// Connect to the store. `ping_timeout` is how long a connection may
+    /// leave a keep-alive ping unanswered: longer than the slowest round
+    /// trip the caller can work with.
     pub async fn open(
         &self,
-        ping: Duration,
+        ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Opened, StoreError> {
         Ok(match self {
             Location::Etcd(target) => Opened::Etcd(Box::new(
-                etcd::Etcd::connect(target, ping, connect_timeout).await?,
+                etcd::Etcd::connect(target, ping_timeout, connect_timeout).await?,
             )),
             Location::File { dir, network_fs_ok } => {
                 Opened::File(file::FileStore::open(dir, *network_fs_ok)?)
@@ -543,10 +544,15 @@ pub trait Lease {
     async fn release(&self) -> Result<(), StoreError>;
 }
 
-/// Renews a lease, one request at a time.
+/// Renews a lease, one request at a time. [`crate::lease::keep`] uses two,
+/// so that a second request need not wait behind the first.
 pub trait Renewer {
+    /// Send one renewal and wait for its answer: only a request sent after
+    /// this call began may answer it.
     async fn renew(&mut self) -> Result<Renewal, StoreError>;
-    /// Forget any connection state: the next renewal starts afresh.
+    /// Forget any connection state: the next renewal goes out on a new
+    /// stream, over another connection (another member's, where there are
+    /// several), and no answer to an earlier request can reach it.
     fn reset(&mut self);
 }
 

@@ -1,11 +1,14 @@
 //! A TCP proxy that can cut the network between a client and etcd the two
 //! ways a real partition does: silently (packets vanish, sockets stay open)
-//! or loudly (connections reset).
+//! or loudly (connections reset); or make it slow, as a long link is.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -14,12 +17,18 @@ pub enum Mode {
     Blackhole,
     /// Reset every connection, and every new one.
     Reset,
+    /// Forward every chunk this long after it was read, in each direction:
+    /// a link with this one-way latency (and ample bandwidth).
+    Delay(Duration),
 }
 
 struct Shared {
     mode: Mutex<Mode>,
     changed: Condvar,
     connections: Mutex<Vec<TcpStream>>,
+    /// Connections are numbered as accepted; those below this are frozen.
+    accepted: AtomicU64,
+    frozen_below: AtomicU64,
 }
 
 pub struct Proxy {
@@ -35,6 +44,8 @@ impl Proxy {
             mode: Mutex::new(Mode::Forward),
             changed: Condvar::new(),
             connections: Mutex::new(Vec::new()),
+            accepted: AtomicU64::new(0),
+            frozen_below: AtomicU64::new(0),
         });
         let target = target.to_string();
         let s = shared.clone();
@@ -54,12 +65,14 @@ impl Proxy {
                     conns.push(client.try_clone().unwrap());
                     conns.push(server.try_clone().unwrap());
                 }
+                let id = s.accepted.fetch_add(1, Ordering::SeqCst);
                 pump(
                     s.clone(),
+                    id,
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
                 );
-                pump(s.clone(), server, client);
+                pump(s.clone(), id, server, client);
             }
         });
         Proxy { port, shared }
@@ -67,6 +80,14 @@ impl Proxy {
 
     pub fn url(&self) -> String {
         format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    /// Hold every byte of the connections open now, for ever, as if their
+    /// packets vanished (a NAT or firewall that forgot them); connections
+    /// opened later are forwarded as the mode says.
+    pub fn freeze_open_connections(&self) {
+        let open = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.frozen_below.store(open, Ordering::SeqCst);
     }
 
     pub fn set(&self, mode: Mode) {
@@ -101,7 +122,23 @@ fn reset(stream: &TcpStream) {
     let _ = stream.shutdown(Shutdown::Read);
 }
 
-fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
+/// Copy `from` to `to`: one thread reads, another writes each chunk at its
+/// release time, so that a delay holds back no later chunk beyond its own.
+fn pump(shared: Arc<Shared>, id: u64, mut from: TcpStream, mut to: TcpStream) {
+    let (chunks, queued) = channel::<(Instant, Vec<u8>)>();
+    let writer = shared.clone();
+    thread::spawn(move || {
+        for (at, bytes) in queued {
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+            if *writer.mode.lock().unwrap() == Mode::Reset || to.write_all(&bytes).is_err() {
+                return;
+            }
+        }
+        // The reader is done, and every chunk before its end is delivered.
+        if *writer.mode.lock().unwrap() != Mode::Reset {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+    });
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -110,20 +147,23 @@ fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream) {
                 Ok(n) => n,
             };
             // Hold the bytes while blackholed, as a partition holds packets.
+            let frozen = || id < shared.frozen_below.load(Ordering::SeqCst);
             let mut mode = shared.mode.lock().unwrap();
-            while *mode == Mode::Blackhole {
+            while *mode == Mode::Blackhole || (frozen() && *mode != Mode::Reset) {
                 mode = shared.changed.wait(mode).unwrap();
             }
-            if *mode == Mode::Reset {
-                break;
-            }
+            let delay = match *mode {
+                Mode::Reset => break,
+                Mode::Delay(d) => d,
+                Mode::Forward | Mode::Blackhole => Duration::ZERO,
+            };
             drop(mode);
-            if to.write_all(&buf[..n]).is_err() {
+            if chunks
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
                 break;
             }
-        }
-        if *shared.mode.lock().unwrap() != Mode::Reset {
-            let _ = to.shutdown(Shutdown::Write);
         }
     });
 }
