@@ -137,6 +137,20 @@ pub struct StoreArgs {
     pub password_file: Option<PathBuf>,
 }
 
+impl StoreArgs {
+    /// What every store is offered; each takes what it can use.
+    pub fn settings(&self) -> crate::store::Settings {
+        crate::store::Settings {
+            store: self.store.clone(),
+            cacert: self.cacert.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            user: self.user.clone(),
+            password_file: self.password_file.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Name of the lock.

@@ -9,9 +9,7 @@ use serde_json::{Value, json};
 use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
 use crate::exit::{Failure, Outcome};
 use crate::log;
-use crate::store::{
-    Broken, Check, Forced, Holder, Location, LockStatus, Opened, Store, with_store,
-};
+use crate::store::{Broken, Check, Forced, Holder, Location, LockStatus, Store};
 
 /// How long a keep-alive ping may go unanswered: these commands are short.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,21 +19,21 @@ const YES: u8 = 0;
 const NO: u8 = 1;
 
 /// Choose, check and connect the store; `lock`, if given, is checked for it.
-async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Opened), Failure> {
-    let location = Location::from_args(args)?;
+async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Box<dyn Store>), Failure> {
+    let location = Location::from_settings(&args.settings())?;
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
     }
-    let opened = location.open(PING_TIMEOUT, args.connect_timeout).await?;
-    Ok((location, opened))
+    let store = location.open(PING_TIMEOUT, args.connect_timeout).await?;
+    Ok((location, store))
 }
 
 pub async fn status(args: StatusArgs) -> Outcome {
-    let (location, opened) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match with_store!(opened, store => store.status(&args.lock).await) {
+    match store.status(&args.lock).await {
         Ok(status) => {
             if args.json {
                 println!("{}", to_json(&status, &location));
@@ -49,11 +47,11 @@ pub async fn status(args: StatusArgs) -> Outcome {
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
-    let (location, opened) = match open(&args.store, None).await {
+    let (location, store) = match open(&args.store, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match with_store!(opened, store => store.list(&args.prefix).await) {
+    match store.list(&args.prefix).await {
         Ok(locks) => {
             if args.json {
                 let all: Vec<Value> = locks.iter().map(|s| to_json(s, &location)).collect();
@@ -70,12 +68,11 @@ pub async fn list(args: ListArgs) -> Outcome {
 }
 
 pub async fn check(args: CheckArgs) -> Outcome {
-    let (_, opened) = match open(&args.store, Some(&args.lock)).await {
+    let (_, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match with_store!(opened, store => store.check(&args.lock, &args.holder_key, args.token).await)
-    {
+    match store.check(&args.lock, &args.holder_key, args.token).await {
         Ok(Check::Holder) => {
             log::verbose(format_args!(
                 "still the holder of lock {} with token {}",
@@ -95,14 +92,14 @@ pub async fn check(args: CheckArgs) -> Outcome {
 }
 
 pub async fn break_lock(args: BreakArgs) -> Outcome {
-    let (location, opened) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    with_store!(opened, store => break_on(&store, &args, &location).await)
+    break_on(&*store, &args, &location).await
 }
 
-async fn break_on<S: Store>(store: &S, args: &BreakArgs, location: &Location) -> Outcome {
+async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> Outcome {
     let lock = &args.lock;
     let holder = match store.status(lock).await {
         Ok(LockStatus {

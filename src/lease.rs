@@ -37,7 +37,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Instant, show, sleep_until};
 use crate::log;
-use crate::store::{Loss, Renewal, Renewer, StoreError};
+use crate::store::{Loss, Renewal, Renewer, Session, StoreError};
 
 /// The shortest lease elect asks for: stores grant whole seconds.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -132,9 +132,74 @@ impl Timing {
 /// The deadline of a lease that does not expire by time.
 pub const NEVER: Instant = Instant::FAR_FUTURE;
 
-/// The grace of a command whose lease the store already ended (revoked,
-/// expired on the server, key deleted): another holder may already run.
-pub const GONE_GRACE: Duration = Duration::from_millis(100);
+/// What renewing brought.
+pub enum Kept {
+    /// A confirmed renewal: the lease is safe until this instant.
+    Extended(Instant),
+    Lost(Loss),
+}
+
+/// A session's lease, kept alive: the renewal loop, and the deadline it
+/// publishes after each confirmed renewal.
+pub struct Keeper {
+    /// The loop until it ends; `None` after.
+    renewing: Option<Pin<Box<dyn Future<Output = Loss>>>>,
+    deadline: watch::Receiver<Instant>,
+}
+
+impl Keeper {
+    /// Start renewing `session`'s lease with `timing`, adjusted to the TTL
+    /// the store granted.
+    pub fn start(session: &dyn Session, timing: Timing) -> Keeper {
+        let (timing, first) = match session.ttl() {
+            Some(ttl) => {
+                let timing = timing.granted(ttl);
+                (timing, timing.deadline(session.granted_at(), ttl))
+            }
+            None => (timing, NEVER),
+        };
+        let (tx, deadline) = watch::channel(first);
+        let renewers = [session.renewer(), session.renewer()];
+        let granted_at = session.granted_at();
+        let renewing = async move { keep(renewers, timing, granted_at, &tx).await };
+        Keeper {
+            renewing: Some(Box::pin(renewing)),
+            deadline,
+        }
+    }
+
+    /// Until when the lease is safe, as of the last confirmed renewal.
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.borrow()
+    }
+
+    /// The next thing the renewals bring: a later deadline, or the loss
+    /// of the lease (once; then nothing ever again).
+    pub async fn next(&mut self) -> Kept {
+        let Some(renewing) = self.renewing.as_mut() else {
+            return std::future::pending().await;
+        };
+        let loss = tokio::select! {
+            biased;
+            Ok(()) = self.deadline.changed() => {
+                return Kept::Extended(*self.deadline.borrow_and_update());
+            }
+            loss = renewing => loss,
+        };
+        self.renewing = None;
+        Kept::Lost(loss)
+    }
+
+    /// Why the lease was lost, when it is (later deadlines are taken in
+    /// passing).
+    pub async fn lost(&mut self) -> Loss {
+        loop {
+            if let Kept::Lost(loss) = self.next().await {
+                return loss;
+            }
+        }
+    }
+}
 
 /// One renewal request on its way: when it was sent, and its answer.
 struct Flight<'a> {
@@ -146,7 +211,7 @@ impl<'a> Flight<'a> {
     /// The renewer stays borrowed while the request is out: it can be used
     /// or reset again only once the flight has landed or been dropped.
     #[allow(clippy::await_holding_refcell_ref)]
-    fn send<R: Renewer>(renewer: &'a RefCell<R>) -> Self {
+    fn send(renewer: &'a RefCell<Box<dyn Renewer>>) -> Self {
         Flight {
             sent: Instant::now(),
             answer: Box::pin(async move { renewer.borrow_mut().renew().await }),
@@ -187,8 +252,8 @@ async fn landing(
 /// for a later send. A failed request is retried after a short backoff, its
 /// renewer reset and last in line. Returns when the store says the lease is
 /// gone, or when the stop time passes without a confirmed renewal.
-pub async fn keep<R: Renewer>(
-    renewers: [R; 2],
+pub async fn keep(
+    renewers: [Box<dyn Renewer>; 2],
     timing: Timing,
     granted_at: Instant,
     deadline: &watch::Sender<Instant>,
@@ -213,7 +278,6 @@ pub async fn keep<R: Renewer>(
             () = sleep_until(stop_at) => return Loss::Expired { last_confirmed },
             (i, sent, answer) = landing(&mut flights) => match answer {
                 Ok(Renewal::Gone(why)) => return Loss::Gone(why),
-                Ok(Renewal::Asked(why)) => return Loss::Asked(why),
                 Ok(renewal) => {
                     heard[i] = Instant::now();
                     if let Renewal::Alive(ttl) = renewal {

@@ -18,14 +18,18 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions,
-    Txn, TxnOp, TxnOpResponse, WatchOptions,
+    KeyValue, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions,
 };
 use tokio::time::{sleep, timeout};
 
+mod lock;
+mod session;
+mod target;
+
+pub use target::{EtcdTarget, KIND};
+
 use super::{
-    Broken, Check, EtcdTarget, Forced, Holder, HolderRecord, Lease, LockStatus, Loss, Renewal,
-    Renewer, Store, StoreError, Ticket, Turn,
+    Boxed, Broken, Check, Forced, Holder, HolderRecord, LockStatus, Session, Store, StoreError,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -169,59 +173,52 @@ impl Members {
 }
 
 impl Store for Etcd {
-    type Lease = EtcdLease;
-
-    async fn grant(&self, ttl: Duration, within: Duration) -> Result<EtcdLease, StoreError> {
-        // etcd grants whole seconds; ask for at least what the user asked.
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
-        let (granted_at, reply) = retry(within, || {
-            let mut lease = self.client.lease_client();
-            async move {
-                let sent = Instant::now();
-                lease.grant(secs, None).await.map(|reply| (sent, reply))
-            }
-        })
-        .await
-        .map_err(|e| match e.refused {
-            true => StoreError::unavailable(format!("{} refused the lease: {e}", self.shown)),
-            false => StoreError::unavailable(format!(
-                "cannot reach {} within {}: {e}; {}",
-                self.shown,
-                humantime::format_duration(within),
-                unreachable_hint(self.shown.starts_with("etcds:"))
-            )),
-        })?;
-        if reply.ttl() <= 0 {
-            return Err(StoreError::unavailable(format!(
-                "{} refused the lease: {}",
-                self.shown,
-                reply.error()
-            )));
-        }
-        log::verbose(format_args!(
-            "connected to {}; lease {:x} granted for {}s",
-            self.shown,
-            reply.id(),
-            reply.ttl()
-        ));
-        Ok(EtcdLease {
-            client: self.client.clone(),
-            members: self.members.clone(),
-            id: reply.id(),
-            ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
-            granted_at,
-            patience: within,
+    fn open_session(
+        &self,
+        ttl: Duration,
+        within: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
+        Box::pin(async move {
+            let session: Box<dyn Session + '_> = Box::new(self.grant(ttl, within).await?);
+            Ok(session)
         })
     }
 
-    async fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
+        Box::pin(self.read_status(lock))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
+        Box::pin(self.read_list(prefix))
+    }
+
+    fn check<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        token: u64,
+    ) -> Boxed<'a, Result<Check, StoreError>> {
+        Box::pin(self.read_check(lock, key, token))
+    }
+
+    fn break_lock<'a>(
+        &'a self,
+        lock: &'a str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Boxed<'a, Result<Broken, StoreError>> {
+        Box::pin(self.break_holder(lock, token, force))
+    }
+}
+
+impl Etcd {
+    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
         let kvs = self.read(&format!("{lock}/")).await?;
         let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
         Ok(self.status_of(lock, &keys).await)
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+    async fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
         let kvs = if prefix.is_empty() {
             let options = GetOptions::new()
                 .with_all_keys()
@@ -256,7 +253,7 @@ impl Store for Etcd {
         Ok(out)
     }
 
-    async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
+    async fn read_check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
         // One linearizable read, so that a check before each step stays cheap.
         let kvs = self.read(&format!("{lock}/")).await?;
         let holder = kvs.iter().find(|kv| own_key(lock, kv)).map(holder_of);
@@ -271,7 +268,7 @@ impl Store for Etcd {
         })
     }
 
-    async fn break_lock(
+    async fn break_holder(
         &self,
         lock: &str,
         token: Option<u64>,
@@ -614,231 +611,11 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
     refused_code || bad_input || tls
 }
 
-pub struct EtcdLease {
-    client: Client,
-    members: Members,
-    id: i64,
-    ttl: Duration,
-    granted_at: Instant,
-    /// How long to keep retrying a request before giving up.
-    patience: Duration,
-}
-
 /// Keys of `lock` itself, not of locks nested under it (`a/b` under `a`).
 fn own_key(lock: &str, kv: &KeyValue) -> bool {
     kv.key()
         .strip_prefix(format!("{lock}/").as_bytes())
         .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
-}
-
-impl EtcdLease {
-    /// The keys of `lock` created at or before revision `mine`, newest
-    /// first: usually just ours and the one ahead of it. Returns them with
-    /// the revision of the read.
-    async fn newest_up_to(
-        &self,
-        lock: &str,
-        mine: i64,
-    ) -> Result<(Vec<KeyValue>, i64), StoreError> {
-        let read = |limit: i64| {
-            let options = GetOptions::new()
-                .with_prefix()
-                .with_keys_only()
-                .with_max_create_revision(mine)
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(limit);
-            retry(self.patience, move || {
-                let mut kv = self.client.kv_client();
-                let options = options.clone();
-                async move { kv.get(format!("{lock}/"), Some(options)).await }
-            })
-        };
-        let mut reply = read(2).await.map_err(StoreError::unavailable)?;
-        // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
-        if reply.more() && reply.kvs().iter().any(|kv| !own_key(lock, kv)) {
-            reply = read(0).await.map_err(StoreError::unavailable)?;
-        }
-        let revision = reply.header().map_or(0, |h| h.revision());
-        Ok((reply.take_kvs(), revision))
-    }
-}
-
-impl Lease for EtcdLease {
-    type Renewer = EtcdRenewer;
-
-    fn id(&self) -> String {
-        format!("{:x}", self.id)
-    }
-
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.ttl)
-    }
-
-    fn granted_at(&self) -> Instant {
-        self.granted_at
-    }
-
-    fn renewer(&self) -> EtcdRenewer {
-        EtcdRenewer {
-            client: self.client.clone(),
-            members: self.members.clone(),
-            member: None,
-            id: self.id,
-            ttl: self.ttl,
-            stream: None,
-        }
-    }
-
-    async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError> {
-        let key = format!("{lock}/{:x}", self.id);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                record.to_json(),
-                Some(PutOptions::new().with_lease(self.id)),
-            )])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        // Retrying is safe: a second attempt finds our key and its place.
-        let reply = retry(self.patience, || {
-            let mut kv = self.client.kv_client();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await
-        .map_err(|e| {
-            let hint = match e.text.contains("permission denied") {
-                true => format!(
-                    "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
-                ),
-                false => String::new(),
-            };
-            StoreError::unavailable(format!("cannot queue for lock {lock}: {e}{hint}"))
-        })?;
-        let token = if reply.succeeded() {
-            reply.header().map_or(0, |h| h.revision())
-        } else {
-            // Our key exists already (a retried request): its creation is our place.
-            match reply.op_responses().first() {
-                Some(TxnOpResponse::Get(get)) => {
-                    get.kvs().first().map_or(0, |kv| kv.create_revision())
-                }
-                _ => 0,
-            }
-        };
-        if token <= 0 {
-            return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
-        }
-        log::verbose(format_args!(
-            "queued for lock {lock} as {key} (token {token})"
-        ));
-        Ok(Ticket {
-            key,
-            rank: token.unsigned_abs(),
-        })
-    }
-
-    async fn wait_turn(
-        &self,
-        lock: &str,
-        ticket: &Ticket,
-        until: Option<Instant>,
-    ) -> Result<Turn, StoreError> {
-        let mine = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
-        loop {
-            // One read answers both questions: is our key still there (a
-            // lease that expired while we queued leaves none, and etcd 3.4's
-            // own recipe reports success anyway), and who is just ahead of us.
-            let (reply, revision) = match self.newest_up_to(lock, mine).await {
-                Ok(found) => found,
-                Err(e) => {
-                    log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
-                    sleep(RETRY).await;
-                    continue;
-                }
-            };
-            let mut own = reply.iter().filter(|kv| own_key(lock, kv));
-            match own.next() {
-                Some(kv) if kv.create_revision() == mine => {}
-                _ => {
-                    return Err(StoreError::gone(format!(
-                        "{} vanished while waiting",
-                        ticket.key
-                    )));
-                }
-            }
-            let Some(ahead) = own.next() else {
-                return Ok(Turn::First(ticket.rank));
-            };
-            if until.is_some_and(|at| at.remaining().is_zero()) {
-                return Ok(Turn::Busy);
-            }
-            log::verbose(format_args!(
-                "waiting for {} (token {}) to go",
-                String::from_utf8_lossy(ahead.key()),
-                ahead.create_revision()
-            ));
-            let deleted = deleted(&self.client, ahead.key(), revision);
-            let result = match until {
-                None => deleted.await,
-                Some(at) => tokio::select! {
-                    r = deleted => r,
-                    () = crate::clock::sleep_until(at) => Ok(()),
-                },
-            };
-            if let Err(e) = result {
-                log::verbose(format_args!("watching the queue of {lock} failed: {e}"));
-                sleep(RETRY).await;
-            }
-        }
-    }
-
-    async fn lost(&self, ticket: &Ticket) -> Loss {
-        let mut after = i64::try_from(ticket.rank).unwrap_or(i64::MAX);
-        loop {
-            match changed(&self.client, ticket.key.as_bytes(), after).await {
-                Ok(Some(value)) => match HolderRecord::from_json(&value)
-                    .and_then(|r| r.break_request)
-                {
-                    Some(request) => return Loss::Asked(format!("{request} asked it to let go")),
-                    None => continue,
-                },
-                Ok(None) => {}
-                Err(e) => {
-                    log::verbose(format_args!("watching {} failed: {e}", ticket.key));
-                    sleep(RETRY).await;
-                }
-            }
-            // The watch ended: a deletion, a compaction or a broken stream. Look.
-            match key_exists(&self.client, self.patience, &ticket.key).await {
-                Ok(None) => {
-                    return Loss::Gone(format!(
-                        "{} was deleted from etcd (lease revoked or expired)",
-                        ticket.key
-                    ));
-                }
-                Ok(Some(revision)) => after = revision,
-                Err(e) => {
-                    log::verbose(format_args!("checking {} failed: {e}", ticket.key));
-                    sleep(RETRY).await;
-                }
-            }
-        }
-    }
-
-    async fn release(&self) -> Result<(), StoreError> {
-        let revoked = retry(self.patience, || {
-            let mut lease = self.client.lease_client();
-            async move { lease.revoke(self.id).await }
-        })
-        .await;
-        match revoked {
-            Ok(_) => Ok(()),
-            // Revoking a lease that already expired is not a failure.
-            Err(e) if e.text.contains("not found") => Ok(()),
-            Err(e) => Err(StoreError::unavailable(e)),
-        }
-    }
 }
 
 /// Block until `key` is deleted at a revision after `after`, or the
@@ -910,69 +687,4 @@ async fn key_exists(
     .map_err(StoreError::unavailable)?;
     let revision = reply.header().map_or(0, |h| h.revision());
     Ok(reply.kvs().first().map(|_| revision))
-}
-
-pub struct EtcdRenewer {
-    /// The balanced client, used until the first reset.
-    client: Client,
-    members: Members,
-    /// The member renewals go to since the last reset, if any.
-    member: Option<usize>,
-    id: i64,
-    /// As granted: etcd renews a lease to its granted TTL.
-    ttl: Duration,
-    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
-}
-
-impl Renewer for EtcdRenewer {
-    async fn renew(&mut self) -> Result<Renewal, StoreError> {
-        if self.stream.is_none() {
-            let client = match self.member {
-                None => self.client.clone(),
-                Some(index) => self.members.client(index).await?,
-            };
-            // Opening the stream sends a keep-alive and waits for its answer
-            // (etcd-client checks that the TTL is positive and keeps it to
-            // itself): that is this renewal, in one round trip, not two.
-            let opened = match client.lease_client().keep_alive(self.id).await {
-                Ok(opened) => opened,
-                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => {
-                    return Ok(Renewal::Gone(
-                        "etcd says the lease is gone (not found)".into(),
-                    ));
-                }
-                Err(e) => return Err(StoreError::unavailable(describe(&e))),
-            };
-            self.stream = Some(opened);
-            return Ok(Renewal::Alive(self.ttl));
-        }
-        let (keeper, replies) = self.stream.as_mut().expect("opened above");
-        let result = match keeper.keep_alive().await {
-            Ok(()) => replies.message().await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(
-                reply.ttl().unsigned_abs(),
-            ))),
-            Ok(Some(_)) => Ok(Renewal::Gone("etcd says the lease is gone (TTL 0)".into())),
-            Ok(None) => {
-                self.stream = None;
-                Err(StoreError::unavailable("the keep-alive stream ended"))
-            }
-            Err(e) => {
-                self.stream = None;
-                Err(StoreError::unavailable(describe(&e)))
-            }
-        }
-    }
-
-    fn reset(&mut self) {
-        self.stream = None;
-        if let Some(left) = self.member {
-            self.members.forget(left);
-        }
-        // Every member can renew (followers forward to the leader).
-        self.member = Some(self.members.next());
-    }
 }

@@ -9,9 +9,40 @@
 use std::fmt;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::{StoreError, endpoint};
-use crate::cli::StoreArgs;
+use super::Etcd;
+use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
+
+/// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
+/// as etcdctl writes them; `ETCDCTL_ENDPOINTS` when nothing else names a
+/// store.
+pub const KIND: Kind = Kind {
+    forms: &["etcd://HOST:PORT[,HOST:PORT...]", "etcds://HOST:PORT (TLS)"],
+    claims: |url| {
+        url.split_once("://").is_some_and(|(scheme, _)| {
+            matches!(
+                scheme.to_ascii_lowercase().as_str(),
+                "etcd" | "etcds" | "http" | "https"
+            )
+        })
+    },
+    parse: |url, settings| {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("etcd", url));
+        let tls = matches!(scheme.to_ascii_lowercase().as_str(), "etcds" | "https");
+        let mut target = EtcdTarget::parse(rest, tls)
+            .map_err(|e| StoreError::config(format!("store URL '{}': {e}", redact(url))))?;
+        target.secure(settings)?;
+        Ok(Box::new(target))
+    },
+    from_env: || {
+        let list = std::env::var("ETCDCTL_ENDPOINTS").ok()?;
+        (!list.trim().is_empty()).then(|| ("ETCDCTL_ENDPOINTS", format!("etcd://{list}")))
+    },
+};
+
+/// The secrets of etcd's own tools: the command never sees them.
+const SECRET_VARIABLES: &[&str] = &["ETCDCTL_PASSWORD", "ETCDCTL_USER"];
 
 /// A password, kept out of every `Debug` and `Display`.
 #[derive(Clone, PartialEq, Eq)]
@@ -93,7 +124,7 @@ impl EtcdTarget {
     }
 
     /// Add the certificates and credentials that flags and the environment give.
-    pub fn secure(&mut self, args: &StoreArgs) -> Result<(), StoreError> {
+    pub fn secure(&mut self, args: &Settings) -> Result<(), StoreError> {
         let path = |flag: &Option<PathBuf>, fallback: &str| {
             flag.clone().or_else(|| {
                 std::env::var_os(fallback)
@@ -162,6 +193,65 @@ impl EtcdTarget {
             self.password = Some(prompt(&user)?);
         }
         Ok(())
+    }
+}
+
+/// Validate one `host[:port]`, defaulting the port to etcd's 2379.
+fn endpoint(item: &str) -> Result<String, String> {
+    if item.is_empty() {
+        return Err("empty endpoint".into());
+    }
+    if item.contains(['/', '?', '#', ' ']) || item.chars().any(char::is_control) {
+        return Err(format!("'{item}' is not HOST:PORT"));
+    }
+    let (host, port) = if let Some(v6) = item.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("'{item}': unclosed '['"))?;
+        (format!("[{addr}]"), after.strip_prefix(':'))
+    } else {
+        match item.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (item.to_string(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(format!("'{item}' has no host"));
+    }
+    let port = match port {
+        None => 2379,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("'{item}' has a bad port"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+impl fmt::Display for EtcdTarget {
+    /// Without credentials: this is what the command sees in `ELECT_STORE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        write!(f, "{scheme}://{}", self.endpoints.join(","))
+    }
+}
+
+impl Target for EtcdTarget {
+    fn secret_variables(&self) -> &'static [&'static str] {
+        SECRET_VARIABLES
+    }
+
+    fn open(
+        &self,
+        ping_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
+        Box::pin(async move {
+            let store: Box<dyn Store> =
+                Box::new(Etcd::connect(self, ping_timeout, connect_timeout).await?);
+            Ok(store)
+        })
     }
 }
 
@@ -249,5 +339,40 @@ mod tests {
             "no downgrade inside a TLS URL"
         );
         assert!(EtcdTarget::parse("@a:1", false).is_err());
+    }
+
+    fn parse(url: &str) -> Result<(), StoreError> {
+        assert!((KIND.claims)(url), "{url}");
+        (KIND.parse)(url, &Settings::default()).map(|_| ())
+    }
+
+    #[test]
+    fn store_urls() {
+        let shown = |url: &str| (KIND.parse)(url, &Settings::default()).map(|t| t.to_string());
+        assert_eq!(
+            shown("etcd://127.0.0.1:2379").unwrap(),
+            "etcd://127.0.0.1:2379"
+        );
+        assert_eq!(shown("etcd://a:1,b").unwrap(), "etcd://a:1,b:2379");
+        assert_eq!(shown("etcd://[::1]:23").unwrap(), "etcd://[::1]:23");
+        assert_eq!(shown("etcds://a:1").unwrap(), "etcds://a:1");
+        assert_eq!(shown("http://b:2,c:3").unwrap(), "etcd://b:2,c:3");
+        assert_eq!(
+            shown("etcd://u:secret@a:1").unwrap(),
+            "etcd://a:1",
+            "ELECT_STORE never carries credentials"
+        );
+        for bad in [
+            "etcd://",
+            "etcd://:1",
+            "etcd://a:0",
+            "etcd://a:x",
+            "etcd://a,,b",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let err = shown("etcd://u:secret@a:notaport").unwrap_err();
+        assert!(!err.message.contains("secret"), "{}", err.message);
+        assert!(!(KIND.claims)("file:/x") && !(KIND.claims)("zk://a"));
     }
 }

@@ -19,23 +19,102 @@
 //! expires by time; it is lost only if someone removes or replaces the lock
 //! file or its directory, which each renewal (every TTL/3) looks for.
 
-use std::cell::RefCell;
-use std::fs::File;
+mod lock;
+
+use std::fmt;
+use std::fs::{File, TryLockError};
 use std::io::{ErrorKind as IoKind, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Broken, Check, Holder, HolderRecord, Lease, LockStatus, Loss, Renewal, Renewer, Store,
-    StoreError, Ticket, Turn,
+    Boxed, Broken, Check, Holder, HolderRecord, Kind, LockStatus, Session, Store, StoreError,
+    Target,
 };
 use crate::clock::Instant;
-use crate::log;
+use lock::FileSession;
+
+/// `file:DIR`, `file:///DIR`, or `file` alone for the per-user default;
+/// `?network-fs=ok` accepts a network filesystem.
+pub const KIND: Kind = Kind {
+    forms: &["file:DIR"],
+    claims: |url| url == "file" || url.starts_with("file:"),
+    parse: |url, settings| {
+        settings.refuse_security("file:")?;
+        let rest = url.strip_prefix("file").unwrap_or_default();
+        FileTarget::parse(rest.strip_prefix(':').unwrap_or(rest))
+            .map(|t| Box::new(t) as Box<dyn Target>)
+            .map_err(|e| StoreError::config(format!("store URL '{url}': {e}")))
+    },
+    from_env: || None,
+};
+
+/// A directory on this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileTarget {
+    dir: PathBuf,
+    network_fs_ok: bool,
+}
+
+impl FileTarget {
+    fn parse(rest: &str) -> Result<Self, String> {
+        let (path, query) = match rest.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (rest, None),
+        };
+        let network_fs_ok = match query {
+            None => false,
+            Some("network-fs=ok") => true,
+            Some(other) => {
+                return Err(format!(
+                    "unknown option '{other}'; the only one is network-fs=ok"
+                ));
+            }
+        };
+        let path = match path.strip_prefix("//") {
+            Some(abs) if abs.starts_with('/') => abs,
+            Some(_) => return Err("expected file:/DIR or file:///DIR".into()),
+            None => path,
+        };
+        if path.chars().any(char::is_control) {
+            return Err("the directory name contains control characters".into());
+        }
+        let dir = if path.is_empty() {
+            default_dir()?
+        } else {
+            PathBuf::from(path)
+        };
+        Ok(FileTarget { dir, network_fs_ok })
+    }
+}
+
+impl fmt::Display for FileTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "file:{}", self.dir.display())?;
+        if self.network_fs_ok {
+            f.write_str("?network-fs=ok")?;
+        }
+        Ok(())
+    }
+}
+
+impl Target for FileTarget {
+    fn check_lock_name(&self, name: &str) -> Result<(), String> {
+        check_name(name)
+    }
+
+    fn open(
+        &self,
+        _ping_timeout: Duration,
+        _connect_timeout: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
+        let opened = FileStore::open(&self.dir, self.network_fs_ok);
+        Box::pin(async move { opened.map(|store| Box::new(store) as Box<dyn Store>) })
+    }
+}
 
 /// How a lock file put in place by `elect break` starts: the holder of the
 /// file it replaced was asked to let go. Any other replacement or removal
@@ -154,21 +233,47 @@ impl FileStore {
 }
 
 impl Store for FileStore {
-    type Lease = FileLease;
-
-    async fn grant(&self, _ttl: Duration, _within: Duration) -> Result<FileLease, StoreError> {
-        Ok(FileLease {
+    fn open_session(
+        &self,
+        _ttl: Duration,
+        _within: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
+        let session: Box<dyn Session> = Box::new(FileSession {
             dir: self.dir.clone(),
             granted_at: Instant::now(),
-            state: Rc::new(RefCell::new(None)),
-        })
+        });
+        Box::pin(async move { Ok(session) })
     }
 
-    async fn status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        self.dir.status(lock)
+    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
+        Box::pin(async move { self.dir.status(lock) })
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
+        Box::pin(async move { self.read_list(prefix) })
+    }
+
+    fn check<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        token: u64,
+    ) -> Boxed<'a, Result<Check, StoreError>> {
+        Box::pin(async move { self.read_check(lock, key, token) })
+    }
+
+    fn break_lock<'a>(
+        &'a self,
+        lock: &'a str,
+        token: Option<u64>,
+        _force: bool,
+    ) -> Boxed<'a, Result<Broken, StoreError>> {
+        Box::pin(self.break_holder(lock, token))
+    }
+}
+
+impl FileStore {
+    fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
         let entries = std::fs::read_dir(&self.dir.0).map_err(|e| {
             StoreError::config(format!("cannot list {}: {e}", self.dir.0.display()))
         })?;
@@ -186,7 +291,7 @@ impl Store for FileStore {
         locks.iter().map(|lock| self.dir.status(lock)).collect()
     }
 
-    async fn check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
+    fn read_check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
         let stem = stem(lock);
         let counter = self.dir.counter(&stem)?;
         if counter > token {
@@ -201,12 +306,7 @@ impl Store for FileStore {
         })
     }
 
-    async fn break_lock(
-        &self,
-        lock: &str,
-        token: Option<u64>,
-        _force: bool,
-    ) -> Result<Broken, StoreError> {
+    async fn break_holder(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
         let Some(holder) = self.dir.status(lock)?.holder else {
             return Ok(Broken::Free);
         };
@@ -228,8 +328,12 @@ impl Store for FileStore {
         let fresh = self.dir.path(&stem, ".lock.new");
         let _ = std::fs::remove_file(&fresh);
         let new = self.dir.create_new(&fresh).map_err(fail)?;
-        if !try_flock(new.as_raw_fd(), libc::LOCK_EX).map_err(fail)? {
-            return Err(fail(std::io::Error::other("someone else is breaking it")));
+        match new.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(fail(std::io::Error::other("someone else is breaking it")));
+            }
+            Err(TryLockError::Error(e)) => return Err(fail(e)),
         }
         let request = format!(
             "{BREAK_REQUEST} (pid {}) at {}\n",
@@ -241,7 +345,7 @@ impl Store for FileStore {
         // Waiters on the old file may get its lock before us, find it
         // replaced and move on to the new one; once we have it, nobody runs
         // under the old file any more.
-        flock_blocking(old.as_raw_fd()).await.map_err(fail)?;
+        lock::lock_blocking(old).await.map_err(fail)?;
         let _ = std::fs::remove_file(self.dir.path(&stem, ".holder"));
         drop(new);
         Ok(Broken::Stopped {
@@ -249,41 +353,6 @@ impl Store for FileStore {
             after: asked.elapsed(),
         })
     }
-}
-
-/// The open lock file of this holder.
-struct LockFile {
-    file: File,
-    path: PathBuf,
-    stem: String,
-    record: HolderRecord,
-    held: bool,
-}
-
-impl LockFile {
-    /// Is the file we hold still the one at the lock's path?
-    fn still_in_place(&self) -> Result<(), String> {
-        let ours = self.file.metadata().map_err(|e| e.to_string())?;
-        match std::fs::symlink_metadata(&self.path) {
-            Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() && ours.nlink() > 0 => {
-                Ok(())
-            }
-            Ok(_) => Err(format!(
-                "the lock file {} was replaced",
-                self.path.display()
-            )),
-            Err(e) if e.kind() == IoKind::NotFound => {
-                Err(format!("the lock file {} was removed", self.path.display()))
-            }
-            Err(e) => Err(format!("the lock file {}: {e}", self.path.display())),
-        }
-    }
-}
-
-pub struct FileLease {
-    dir: Dir,
-    granted_at: Instant,
-    state: Rc<RefCell<Option<LockFile>>>,
 }
 
 /// What the holder record file says.
@@ -428,7 +497,7 @@ impl Dir {
             .metadata()
             .map_or(0, |m| blocked_waiters(m.dev(), m.ino()));
         // The record alone proves nothing: a crashed holder leaves it behind.
-        if try_flock(probe.as_raw_fd(), libc::LOCK_SH).unwrap_or(false) {
+        if probe.try_lock_shared().is_ok() {
             return Ok(LockStatus { waiting, ..free });
         }
         let record = read_nofollow(&self.path(&stem, ".holder"))
@@ -480,214 +549,28 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-fn try_flock(fd: RawFd, operation: libc::c_int) -> std::io::Result<bool> {
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(fd, operation | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
-    }
-}
-
-/// Wait for the lock in a thread of its own: flock(2) blocks, and the kernel
-/// wakes exactly one waiter's call when the lock is free, with no polling.
-/// The thread locks a duplicate of our descriptor, i.e. the same open file
-/// description, so the lock it gets is ours.
-async fn flock_blocking(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) returns a new descriptor that we own.
-    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let dup = unsafe { OwnedFd::from_raw_fd(dup) };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("elect-flock".into())
-        .spawn(move || {
-            let result = loop {
-                // SAFETY: flock on a descriptor this thread owns.
-                if unsafe { libc::flock(dup.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                    break Ok(());
-                }
-                let e = std::io::Error::last_os_error();
-                if e.kind() != IoKind::Interrupted {
-                    break Err(e);
-                }
-            };
-            let _ = tx.send(result);
-        })?;
-    rx.await
-        .unwrap_or_else(|_| Err(std::io::Error::other("the waiting thread died")))
-}
-
-impl Lease for FileLease {
-    type Renewer = FileRenewer;
-
-    fn id(&self) -> String {
-        std::process::id().to_string()
-    }
-
-    fn ttl(&self) -> Option<Duration> {
-        None
-    }
-
-    fn granted_at(&self) -> Instant {
-        self.granted_at
-    }
-
-    fn renewer(&self) -> FileRenewer {
-        FileRenewer {
-            state: self.state.clone(),
-        }
-    }
-
-    fn hold_fds(&self) -> std::io::Result<Vec<OwnedFd>> {
-        // A duplicate shares the open file description, and with it the lock.
-        self.state
-            .borrow()
-            .iter()
-            .map(|l| l.file.try_clone().map(OwnedFd::from))
-            .collect()
-    }
-
-    async fn enqueue(&self, lock: &str, record: &HolderRecord) -> Result<Ticket, StoreError> {
-        let stem = stem(lock);
-        let path = self.dir.path(&stem, ".lock");
-        let file = self.dir.open_lock(&path).map_err(|e| {
-            StoreError::config(format!("cannot open the lock file {}: {e}", path.display()))
-        })?;
-        let key = path.display().to_string();
-        *self.state.borrow_mut() = Some(LockFile {
-            file,
-            path,
-            stem,
-            record: record.clone(),
-            held: false,
-        });
-        Ok(Ticket { key, rank: 0 })
-    }
-
-    async fn wait_turn(
-        &self,
-        _lock: &str,
-        ticket: &Ticket,
-        until: Option<Instant>,
-    ) -> Result<Turn, StoreError> {
-        let locked =
-            |e: std::io::Error| StoreError::config(format!("cannot lock {}: {e}", ticket.key));
-        loop {
-            let fd = self
-                .state
-                .borrow()
-                .as_ref()
-                .expect("enqueued")
-                .file
-                .as_raw_fd();
-            if !try_flock(fd, libc::LOCK_EX).map_err(locked)? {
-                let remaining = until.map(Instant::remaining);
-                if remaining.is_some_and(|r| r.is_zero()) {
-                    return Ok(Turn::Busy);
-                }
-                log::verbose(format_args!("waiting for the lock on {}", ticket.key));
-                let waited = match until {
-                    None => Some(flock_blocking(fd).await),
-                    Some(at) => tokio::select! {
-                        r = flock_blocking(fd) => Some(r),
-                        () = crate::clock::sleep_until(at) => None,
-                    },
-                };
-                match waited {
-                    None => return Ok(Turn::Busy),
-                    Some(r) => r.map_err(locked)?,
-                }
-            }
-            // Locked. But if the file was removed or replaced meanwhile, we
-            // hold a lock on an inode nobody else will ever open: start over.
-            let moved = self
-                .state
-                .borrow()
-                .as_ref()
-                .expect("enqueued")
-                .still_in_place();
-            if let Err(why) = moved {
-                log::verbose(format_args!("{why}; opening it again"));
-                // Let go of the old file's lock explicitly: a guard started
-                // while we waited shares this open file description, and
-                // whoever replaced the file (elect break) waits for it.
-                // SAFETY: flock on a descriptor we own.
-                unsafe { libc::flock(fd, libc::LOCK_UN) };
-                let path = self.state.borrow().as_ref().expect("enqueued").path.clone();
-                let file = self.dir.open_lock(&path).map_err(locked)?;
-                self.state.borrow_mut().as_mut().expect("enqueued").file = file;
-                continue;
-            }
-            let (stem, record) = {
-                let state = self.state.borrow();
-                let lock = state.as_ref().expect("enqueued");
-                (lock.stem.clone(), lock.record.clone())
-            };
-            let token = self.dir.next_token(&stem)?;
-            let holder = serde_json::to_vec(&FileHolder { record, token }).expect("serializable");
-            if let Err(e) = self.dir.replace(&stem, ".holder", &holder, false) {
-                log::verbose(format_args!("could not write the holder record: {e}"));
-            }
-            self.state.borrow_mut().as_mut().expect("enqueued").held = true;
-            return Ok(Turn::First(token));
-        }
-    }
-
-    async fn lost(&self, _ticket: &Ticket) -> Loss {
-        // Each renewal checks that the lock file is still in place. (inotify
-        // would notice sooner, but tearing an inotify instance down costs
-        // milliseconds at every exit.)
-        std::future::pending().await
-    }
-
-    async fn release(&self) -> Result<(), StoreError> {
-        let Some(lock) = self.state.borrow_mut().take() else {
-            return Ok(());
-        };
-        if lock.held && lock.still_in_place().is_ok() {
-            let _ = std::fs::remove_file(self.dir.path(&lock.stem, ".holder"));
-        }
-        // Closing our descriptor releases the lock once the guard has closed its copy.
-        drop(lock);
-        Ok(())
-    }
-}
-
-/// Renewing a file lock means checking that it is still in place.
-pub struct FileRenewer {
-    state: Rc<RefCell<Option<LockFile>>>,
-}
-
-impl Renewer for FileRenewer {
-    async fn renew(&mut self) -> Result<Renewal, StoreError> {
-        match self.state.borrow().as_ref() {
-            Some(lock) if lock.held => match lock.still_in_place() {
-                Ok(()) => Ok(Renewal::Held),
-                Err(why) => match read_nofollow(&lock.path) {
-                    Ok(text) if text.starts_with(BREAK_REQUEST) => Ok(Renewal::Asked(format!(
-                        "{} asked it to let go",
-                        text.trim()
-                    ))),
-                    _ => Ok(Renewal::Gone(why)),
-                },
-            },
-            _ => Ok(Renewal::Held),
-        }
-    }
-
-    fn reset(&mut self) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Settings;
+
+    #[test]
+    fn store_urls() {
+        let parse = |url: &str| {
+            assert!((KIND.claims)(url), "{url}");
+            (KIND.parse)(url, &Settings::default()).map(|t| t.to_string())
+        };
+        assert_eq!(parse("file:/var/x").unwrap(), "file:/var/x");
+        assert_eq!(parse("file:///var/x").unwrap(), "file:/var/x");
+        assert_eq!(
+            parse("file:/mnt/n?network-fs=ok").unwrap(),
+            "file:/mnt/n?network-fs=ok"
+        );
+        assert!(parse("file:/x?nfs=yes").is_err());
+        assert!(parse("file://host/x").is_err());
+        assert!(parse("file").unwrap().starts_with("file:/"));
+        assert!(!(KIND.claims)("etcd://a:1") && !(KIND.claims)("files:/x"));
+    }
 
     #[test]
     fn lock_names_map_to_file_names_that_stay_in_the_directory() {

@@ -1,0 +1,205 @@
+//! Holding the lock: the command runs under its guard; each renewal moves
+//! the deadline on; a loss, whoever notices it first, stops the command.
+//!
+//! Who stops the command when the lease is lost:
+//! - the store says so (a revoked lease, a deleted key, `elect break`):
+//!   elect tells the guard, with little grace when another holder may
+//!   already run, the full grace when the holder was asked to let go;
+//! - no renewal is confirmed in time: the guard, on its own timer, and elect
+//!   at the deadline too, in case the guard is stopped;
+//! - the guard dies: elect kills the command's group itself, and only then
+//!   releases.
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::command::{describe_status, exec_failure};
+use super::signals::{Signals, stop_self};
+use super::{Job, TurnEnd};
+use crate::clock::{Instant, show, sleep_until};
+use crate::exit::{Code, Failure, Outcome};
+use crate::lease::{Keeper, Kept};
+use crate::log;
+use crate::store::{Lock, Loss, Session};
+use crate::supervisor::{Event, Prepared, SpawnError, Stop, Supervisor};
+
+/// The grace of a command whose lease the store already ended (revoked,
+/// expired on the server, key deleted): another holder may already run.
+pub const GONE_GRACE: Duration = Duration::from_millis(100);
+
+/// Where a held turn stands.
+#[derive(Default)]
+struct Watch {
+    /// The lease is lost and the command is being stopped.
+    lost: bool,
+    /// A TERM, INT, HUP or QUIT was passed on: never rejoin after that.
+    told_to_stop: bool,
+    /// elect's own kill at the deadline is done.
+    backstopped: bool,
+}
+
+impl Job {
+    /// Run the command while the lease holds.
+    pub(super) async fn hold(
+        &self,
+        lock: &dyn Lock,
+        session: &dyn Session,
+        token: u64,
+        guard: Prepared,
+        keeper: &mut Keeper,
+        signals: &mut Signals,
+    ) -> TurnEnd {
+        let mut child = match self.start(lock, token, guard, keeper.deadline()).await {
+            Ok(child) => child,
+            Err(failure) => return TurnEnd::Done(failure.into()),
+        };
+        log::verbose(format_args!(
+            "started the command as pid {} under lease {}",
+            child.pid(),
+            session.id()
+        ));
+        let lost_watch = lock.lost();
+        tokio::pin!(lost_watch);
+        let mut watch = Watch::default();
+        let ending = loop {
+            let deadline = keeper.deadline();
+            tokio::select! {
+                // The guard's word first: after a stop, its report of what
+                // it did is waiting, and the backstop below is due too.
+                biased;
+                event = child.event() => match event {
+                    Event::Ended(ending) => break ending,
+                    Event::Stopping(Stop::Deadline) => {
+                        self.lose(&mut watch, "no renewal was confirmed in time", self.timing.grace());
+                    }
+                    Event::Stopping(Stop::ExpiredWhileStopped) => {
+                        let why = "the lease ran out while elect and the command were stopped; \
+                                   the command was not resumed";
+                        self.lose(&mut watch, why, Duration::ZERO);
+                    }
+                    Event::GuardLost => return self.guard_lost(child).await,
+                },
+                kept = keeper.next(), if !watch.lost => match kept {
+                    Kept::Extended(at) => child.extend(at).await,
+                    // An expiry is the guard's to act on: it keeps the same
+                    // deadline, and says why it stops.
+                    Kept::Lost(Loss::Expired { .. }) => {}
+                    Kept::Lost(loss) => self.stop(&mut child, &mut watch, &loss).await,
+                },
+                loss = &mut lost_watch, if !watch.lost => {
+                    self.stop(&mut child, &mut watch, &loss).await;
+                },
+                () = sleep_until(deadline), if !watch.backstopped => {
+                    // The guard kills at this instant too, unless it is
+                    // stopped: then nobody else would.
+                    watch.backstopped = true;
+                    self.lose(&mut watch, "no renewal was confirmed in time", Duration::ZERO);
+                    child.kill_now();
+                },
+                sig = signals.any() => match sig {
+                    Signal::SIGTSTP => {
+                        // Stop with the command, as a job would: the guard
+                        // stays awake and still enforces the deadline.
+                        child.suspend().await;
+                        stop_self();
+                    }
+                    Signal::SIGCONT => child.resume().await,
+                    sig => {
+                        watch.told_to_stop |= Signals::is_terminating(sig);
+                        child.forward(sig).await;
+                    }
+                }
+            }
+        };
+        child.reap().await;
+        match (watch.lost, watch.told_to_stop) {
+            (true, _) => TurnEnd::Lost,
+            (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
+            (false, false) => TurnEnd::Ended(ending),
+        }
+    }
+
+    /// Hand the lock to the waiting guard: it starts the command with
+    /// `token`, safe until `deadline`, and holds what holds the lock.
+    async fn start(
+        &self,
+        lock: &dyn Lock,
+        token: u64,
+        guard: Prepared,
+        deadline: Instant,
+    ) -> Result<Supervisor, Failure> {
+        let held = lock
+            .hold_fds()
+            .map_err(|e| Failure::software(format!("cannot hand the lock to the guard: {e}")))?;
+        let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
+        guard
+            .start(token, deadline, &held)
+            .await
+            .map_err(|e| match e {
+                SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
+                SpawnError::Guard(e) => Failure::software(format!("cannot start the command: {e}")),
+            })
+    }
+
+    /// The store ended the lease, or asked us to let go: stop the command.
+    async fn stop(&self, child: &mut Supervisor, watch: &mut Watch, loss: &Loss) {
+        let grace = match loss {
+            Loss::Asked(_) => self.timing.grace(),
+            // Another holder may already run.
+            Loss::Gone(_) | Loss::Expired { .. } => self.timing.grace().min(GONE_GRACE),
+        };
+        if self.lose(watch, loss, grace) {
+            child.stop(grace).await;
+        }
+    }
+
+    /// The guard died (it never exits before the command's group is gone,
+    /// so it was killed). Its parent-death signal killed the command, but
+    /// not what the command started: kill the whole group here, see it
+    /// gone, and only then let the lock go.
+    async fn guard_lost(&self, child: Supervisor) -> TurnEnd {
+        let pgid = child.pid();
+        crate::supervisor::kill_group(pgid).await;
+        let how = match child.reap().await {
+            Some(status) => describe_status(status),
+            None => "ended".to_string(),
+        };
+        let failure = Failure::new(
+            Code::GuardLost,
+            format!(
+                "the guard process {how}; killed the command's process group {pgid} \
+                 and released lock {}; exiting {}",
+                self.lock,
+                Code::GuardLost.value()
+            ),
+        );
+        TurnEnd::Done(Outcome::from(failure))
+    }
+
+    /// Record the first loss and say so once. True if this was the first.
+    fn lose(&self, watch: &mut Watch, loss: impl std::fmt::Display, grace: Duration) -> bool {
+        if watch.lost {
+            return false;
+        }
+        watch.lost = true;
+        let then = match self.rejoin {
+            Some(_) => "then rejoining the queue".to_string(),
+            None => format!("exiting {}", self.lost_code),
+        };
+        let stopping = match grace.is_zero() {
+            true => "the command was killed".to_string(),
+            false => format!(
+                "stopping the command with {}, SIGKILL within {}",
+                self.signal,
+                show(grace)
+            ),
+        };
+        log::error(format_args!(
+            "lost the lease on lock {} at {}: {loss}; {stopping}; {then}",
+            self.lock, self.location,
+        ));
+        true
+    }
+}

@@ -1,0 +1,412 @@
+//! `elect run`: take the lock, run the command while the lease holds, and
+//! stop it before the lease could pass to anyone else.
+//!
+//! The order of events:
+//! 1. check everything that can be checked without the store (the lock
+//!    name, the timing, the command), so bad input leaves no trace there;
+//! 2. open a session (grant a lease) and renew it from then on, also while
+//!    queued ([`crate::lease::Keeper`]);
+//! 3. join the lock's queue, start the guard, and wait for our turn, or for
+//!    `--wait` to pass, or for a signal that says stop waiting;
+//! 4. start the command under the guard and feed it each new deadline
+//!    ([`hold`]);
+//! 5. when the command ends, release the session so the next waiter starts
+//!    at once.
+
+mod command;
+mod hold;
+mod live;
+mod signals;
+
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::Signal;
+
+use crate::cli::{Rejoin, RunArgs, Wait};
+use crate::clock::{Instant, show};
+use crate::exit::{Failure, Outcome};
+use crate::lease::{Keeper, Timing};
+use crate::log;
+use crate::store::{
+    ErrorKind, HolderRecord, Location, Lock, LockStatus, Session, Store, StoreError, Turn,
+    first_turn,
+};
+use crate::supervisor::{Ending, Plan, Prepared, Supervisor};
+use live::LiveLine;
+use signals::Signals;
+
+/// elect's own variable that may carry a secret; each store names its own.
+const OWN_SECRETS: &[&str] = &["ELECT_PASSWORD"];
+
+/// How long to try to revoke the lease on the way out; if the store cannot
+/// be reached, the lease expires on its own.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Everything `elect run` needs, checked.
+struct Job {
+    lock: String,
+    location: Location,
+    timing: Timing,
+    wait: Wait,
+    signal: Signal,
+    busy_code: u8,
+    lost_code: u8,
+    identity: String,
+    connect_timeout: Duration,
+    rejoin: Option<Rejoin>,
+    command: Vec<std::ffi::OsString>,
+}
+
+pub async fn run(args: RunArgs) -> Outcome {
+    let job = match Job::check(args) {
+        Ok(job) => job,
+        Err(failure) => return failure.into(),
+    };
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
+    };
+    match job
+        .location
+        .open(job.timing.renew_every(), job.connect_timeout)
+        .await
+    {
+        Ok(store) => job.run_on(&*store, &mut signals).await,
+        Err(e) => job.store_failed(e),
+    }
+}
+
+impl Job {
+    fn check(args: RunArgs) -> Result<Job, Failure> {
+        let usage = |m: String| Failure::usage(m);
+        let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
+        if args.store.connect_timeout.is_zero() {
+            return Err(usage("--connect-timeout must be longer than zero".into()));
+        }
+        let wait = args.wait();
+        if args
+            .identity
+            .as_deref()
+            .is_some_and(|i| i.is_empty() || i.chars().any(char::is_control))
+        {
+            return Err(usage(
+                "--identity must be non-empty text without control characters".into(),
+            ));
+        }
+        command::check_command(&args.command[0])?;
+        let location = Location::from_settings(&args.store.settings())?;
+        location.check_lock_name(&args.lock).map_err(usage)?;
+        let identity = args.identity.clone().unwrap_or_else(hostname);
+        Ok(Job {
+            lock: args.lock,
+            location,
+            timing,
+            wait,
+            signal: args.signal,
+            busy_code: args.busy_exit_code,
+            lost_code: args.lost_exit_code,
+            identity,
+            connect_timeout: args.store.connect_timeout,
+            rejoin: args.rejoin,
+            command: args.command,
+        })
+    }
+
+    fn store_failed(&self, e: StoreError) -> Outcome {
+        Failure::from(e)
+            .about(format_args!("lock {}", self.lock))
+            .into()
+    }
+
+    fn record(&self) -> HolderRecord {
+        HolderRecord {
+            identity: self.identity.clone(),
+            hostname: hostname(),
+            pid: std::process::id(),
+            command: self
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            grace_ms: u64::try_from(self.timing.grace().as_millis()).ok(),
+            break_request: None,
+        }
+    }
+
+    /// Run, and with `--rejoin`, go back to the queue after a loss (or a
+    /// failure, with `--rejoin=always`) and run a new command with a new token.
+    async fn run_on(&self, store: &dyn Store, signals: &mut Signals) -> Outcome {
+        const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+        const MAX_BACKOFF: Duration = Duration::from_secs(60);
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = Instant::now();
+            let end = self.take_turn(store, signals).await;
+            let why = match (&end, self.rejoin) {
+                (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
+                (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
+                    format!("the command exited with {code}")
+                }
+                (TurnEnd::Ended(Ending::Killed(sig)), Some(Rejoin::Always)) => {
+                    format!("the command was killed by {sig}")
+                }
+                _ => return end.outcome(self.lost_code),
+            };
+            // A long, healthy turn earns a fresh start.
+            if Instant::now().since(started) > MAX_BACKOFF {
+                backoff = FIRST_BACKOFF;
+            }
+            log::notice(format_args!(
+                "{why}; rejoining the queue for lock {} in {}",
+                self.lock,
+                show(backoff)
+            ));
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                sig = signals.terminating() => return Outcome::Raise(sig),
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One turn: a session, a place in the queue, the command, the release.
+    /// If the lease is lost while queued (a long partition), queue again
+    /// under a new one.
+    async fn take_turn(&self, store: &dyn Store, signals: &mut Signals) -> TurnEnd {
+        let give_up = match self.wait {
+            Wait::Forever => None,
+            Wait::For(d) => Some(Instant::now() + d),
+        };
+        loop {
+            let opened = tokio::select! {
+                opened = store.open_session(self.timing.ttl(), self.connect_timeout) => opened,
+                sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
+            };
+            let session = match opened {
+                Ok(session) => session,
+                Err(e) => return TurnEnd::Done(self.store_failed(e)),
+            };
+            let mut keeper = Keeper::start(&*session, self.timing);
+            let end = match self
+                .queue(store, &*session, &mut keeper, give_up, signals)
+                .await
+            {
+                Queued::First { lock, token, guard } => {
+                    log::verbose(format_args!(
+                        "acquired lock {} with token {token}",
+                        self.lock
+                    ));
+                    self.hold(&*lock, &*session, token, guard, &mut keeper, signals)
+                        .await
+                }
+                Queued::Again(reason) => {
+                    log::verbose(format_args!(
+                        "lost our place in the queue ({reason}); queueing again"
+                    ));
+                    drop(keeper);
+                    // Patiently: after an outage the old lease may live on
+                    // (a restarted etcd renews every lease), and our new key
+                    // would queue behind the old one for a whole TTL.
+                    if let Err(e) = session.release().await {
+                        log::verbose(format_args!(
+                            "could not revoke the old lease ({e}); it will expire"
+                        ));
+                    }
+                    continue;
+                }
+                Queued::Done(outcome) => TurnEnd::Done(outcome),
+            };
+            drop(keeper);
+            release(&*session).await;
+            log::verbose(format_args!("released lock {}", self.lock));
+            return end;
+        }
+    }
+
+    /// How to run the command under `session` and `lock`; the token comes
+    /// when the lock is ours.
+    fn plan(&self, session: &dyn Session, lock: &dyn Lock) -> Plan {
+        let secrets = OWN_SECRETS.iter().chain(self.location.secret_variables());
+        Plan {
+            command: self.command.clone(),
+            set_env: vec![
+                ("ELECT_LOCK".into(), self.lock.clone()),
+                ("ELECT_KEY".into(), lock.key().to_string()),
+                ("ELECT_LEASE_ID".into(), session.id()),
+                ("ELECT_IDENTITY".into(), self.identity.clone()),
+                ("ELECT_STORE".into(), self.location.to_string()),
+            ],
+            remove_env: secrets.map(|s| s.to_string()).collect(),
+            signal: self.signal,
+            grace: self.timing.grace(),
+        }
+    }
+
+    /// Join the queue and wait for our turn.
+    async fn queue<'s>(
+        &self,
+        store: &dyn Store,
+        session: &'s dyn Session,
+        keeper: &mut Keeper,
+        give_up: Option<Instant>,
+        signals: &mut Signals,
+    ) -> Queued<'s> {
+        let record = self.record();
+        let joined = tokio::select! {
+            joined = session.join(self.lock.clone(), record) => joined,
+            loss = keeper.lost() => return Queued::Again(loss.to_string()),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+        };
+        let lock = match joined {
+            Ok(lock) => lock,
+            Err(e) => return Queued::Done(self.store_failed(e)),
+        };
+        // The guard starts now, while we wait, so that a handover need not
+        // wait for it.
+        let guard = match Supervisor::prepare(self.plan(session, &*lock)) {
+            Ok(guard) => guard,
+            Err(e) => {
+                let failure = Failure::software(format!("cannot start the guard: {e}"));
+                return Queued::Done(failure.into());
+            }
+        };
+        let rank = lock.rank();
+        let mut locks = vec![lock];
+        let turn = tokio::select! {
+            never = self.live_line(store, rank) => match never {},
+            turn = first_turn(&locks, give_up) => turn,
+            loss = keeper.lost() => return Queued::Again(loss.to_string()),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+        };
+        match turn {
+            Ok((i, Turn::First(token))) => Queued::First {
+                lock: locks.swap_remove(i),
+                token,
+                guard,
+            },
+            Ok((_, Turn::Busy)) => Queued::Done(self.busy(store).await),
+            Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
+            Err(e) => Queued::Done(self.store_failed(e)),
+        }
+    }
+
+    /// While waiting, and only when stderr is a terminal: one line that says
+    /// who holds the lock and how many are ahead, redrawn every second and
+    /// erased when the wait ends (when this future is dropped).
+    async fn live_line(&self, store: &dyn Store, rank: u64) -> std::convert::Infallible {
+        if !(log::notices_shown() && std::io::stderr().is_terminal()) {
+            return std::future::pending().await;
+        }
+        let line = LiveLine::default();
+        loop {
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await
+            {
+                // Most important first: the line is cut at the terminal's width.
+                let holder = match &status.holder {
+                    Some(h) => match &h.record {
+                        Some(r) => format!(
+                            "held with token {} by {} since {} (pid {} on {})",
+                            h.token, r.identity, r.started, r.pid, r.hostname
+                        ),
+                        None => format!("held with token {} by {}", h.token, h.key),
+                    },
+                    None => "changing hands".into(),
+                };
+                let ahead = if status.ranks.is_empty() {
+                    format!("{} waiting", status.waiting)
+                } else {
+                    format!(
+                        "{} ahead",
+                        status.ranks.iter().filter(|r| **r < rank).count()
+                    )
+                };
+                line.show(&format!(
+                    "elect: waiting for lock {}, {ahead}: {holder}",
+                    self.lock
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn busy(&self, store: &dyn Store) -> Outcome {
+        let waited = match self.wait {
+            Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
+            _ => String::new(),
+        };
+        match tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await {
+            Ok(Ok(LockStatus {
+                holder: Some(holder),
+                ..
+            })) => {
+                log::notice(format_args!(
+                    "lock {} is held by {holder}{waited}",
+                    self.lock
+                ));
+            }
+            _ => log::notice(format_args!(
+                "lock {} is held by someone else{waited}",
+                self.lock
+            )),
+        }
+        Outcome::Exit(self.busy_code)
+    }
+}
+
+/// How a turn ended.
+enum TurnEnd {
+    /// The lease was lost and elect stopped the command.
+    Lost,
+    /// The command ended on its own.
+    Ended(Ending),
+    /// Anything else: this is how elect ends.
+    Done(Outcome),
+}
+
+impl TurnEnd {
+    fn outcome(self, lost_code: u8) -> Outcome {
+        match self {
+            TurnEnd::Lost => Outcome::Exit(lost_code),
+            TurnEnd::Ended(Ending::Exited(code)) => {
+                Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1))
+            }
+            TurnEnd::Ended(Ending::Killed(sig)) => Outcome::Raise(sig),
+            TurnEnd::Done(outcome) => outcome,
+        }
+    }
+}
+
+/// How waiting in the queue ended.
+enum Queued<'s> {
+    /// The lock is ours, with this token; the guard waits to start the command.
+    First {
+        lock: Box<dyn Lock + 's>,
+        token: u64,
+        guard: Prepared,
+    },
+    /// Our place was lost before our turn came; queue again.
+    Again(String),
+    Done(Outcome),
+}
+
+async fn release(session: &dyn Session) {
+    match tokio::time::timeout(RELEASE_TIMEOUT, session.release()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::verbose(format_args!(
+            "could not revoke the lease ({e}); it will expire"
+        )),
+        Err(_) => log::verbose(format_args!(
+            "could not revoke the lease in time; it will expire"
+        )),
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}

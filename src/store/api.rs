@@ -1,0 +1,237 @@
+//! The boundary between elect and a store, as etcd's Go `concurrency`
+//! package draws it: a [`Session`] owns a lease and its renewal; a [`Lock`]
+//! borrows a session to hold a place in one lock's queue. One session can
+//! queue for several locks at once and keep the first that is its turn.
+//!
+//! Every call waits on I/O, so the traits use boxed futures and dynamic
+//! dispatch: elect works with `dyn Store` and never knows which one.
+
+use std::fmt;
+use std::future::Future;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::holder::{Broken, Check, HolderRecord, LockStatus};
+use crate::clock::Instant;
+
+/// A future a store returns.
+pub type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A connected store.
+pub trait Store {
+    /// Grant a lease of at least `ttl`, retrying until `within` has passed.
+    fn open_session(
+        &self,
+        ttl: Duration,
+        within: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>>;
+
+    /// Who holds `lock`, and how many wait, by an up-to-date read.
+    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>>;
+    /// Every lock under `prefix` ("" for all) that has a holder or waiters.
+    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>>;
+    /// Does the holder of `lock` still have `key` and `token`?
+    fn check<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        token: u64,
+    ) -> Boxed<'a, Result<Check, StoreError>>;
+    /// Make the current holder let go, if its token is `token` (when given):
+    /// ask its elect to stop its command and release, and wait until it has,
+    /// at most until its lease could have expired anyway; then, or at once
+    /// with `force`, end its lease. A store where a lease cannot be ended
+    /// from outside always waits.
+    fn break_lock<'a>(
+        &'a self,
+        lock: &'a str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Boxed<'a, Result<Broken, StoreError>>;
+}
+
+/// A lease, renewed by its [`Renewer`]s, under which locks are queued for.
+pub trait Session {
+    /// The lease as shown in `ELECT_LEASE_ID`.
+    fn id(&self) -> String;
+    /// The time-to-live the store granted; `None` if the lease does not
+    /// expire by time (it ends when the holder releases it or dies).
+    fn ttl(&self) -> Option<Duration>;
+    /// When the grant request was sent: the lease is safe from then for `ttl`.
+    fn granted_at(&self) -> Instant;
+    /// A renewer with its own connection state.
+    fn renewer(&self) -> Box<dyn Renewer>;
+    /// Join the queue of `lock` under this session, recorded as `record`.
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>>;
+    /// End the lease now, and with it every place it holds, so that the
+    /// next waiters go ahead at once.
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>>;
+}
+
+/// A place in one lock's queue, held under a session.
+pub trait Lock {
+    /// The store's name for this holder (`ELECT_KEY`).
+    fn key(&self) -> &str;
+    /// The place in the queue, where the store orders waiters (etcd: the
+    /// key's create revision); 0 where it does not.
+    fn rank(&self) -> u64;
+    /// Wait until this place is first in line and still there, or until
+    /// `until` has passed, after at least one full look at the queue.
+    /// Retries transient errors itself; fails with [`ErrorKind::Gone`] if
+    /// the place vanished.
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>>;
+    /// Return when the store says this holder is gone ([`Loss::Gone`]) or
+    /// asked to let go ([`Loss::Asked`]).
+    fn lost(&self) -> Boxed<'_, Loss>;
+    /// Leave the queue (or the lock), keeping the session: what a holder
+    /// queued for several locks does with the others once one is its own.
+    #[allow(dead_code)]
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// Descriptors that hold the lock and that the guard must keep open until
+    /// the command's process group is dead, so that a crash of elect cannot
+    /// release the lock while its command still runs.
+    fn hold_fds(&self) -> std::io::Result<Vec<OwnedFd>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Renews a lease, one request at a time.
+pub trait Renewer {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>>;
+    /// Forget any connection state: the next renewal starts afresh.
+    fn reset(&mut self);
+}
+
+/// Wait for the first of `locks` whose turn comes; its index and the turn
+/// (`Busy` once every one is still busy at `until`). The others are left
+/// as they are: the caller leaves them.
+pub async fn first_turn(
+    locks: &[Box<dyn Lock + '_>],
+    until: Option<Instant>,
+) -> Result<(usize, Turn), StoreError> {
+    use std::task::Poll;
+    let mut waits: Vec<Option<Boxed<'_, _>>> = locks
+        .iter()
+        .map(|lock| Some(lock.wait_turn(until)))
+        .collect();
+    std::future::poll_fn(|cx| {
+        for (i, slot) in waits.iter_mut().enumerate() {
+            let Some(wait) = slot else { continue };
+            match wait.as_mut().poll(cx) {
+                Poll::Ready(Ok(Turn::Busy)) => *slot = None,
+                Poll::Ready(result) => return Poll::Ready(result.map(|turn| (i, turn))),
+                Poll::Pending => {}
+            }
+        }
+        match waits.iter().all(Option::is_none) {
+            true => Poll::Ready(Ok((0, Turn::Busy))),
+            false => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// How waiting in the queue ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// First in line: the lock is ours, with this fencing token, strictly
+    /// greater than every earlier holder's.
+    First(u64),
+    /// Still behind someone when the wait ran out.
+    Busy,
+}
+
+/// Why the lease is lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// Someone asked the holder to let go (`elect break`), for this reason.
+    /// The lease is still good, so the command gets its whole grace.
+    Asked(String),
+    /// The store ended the lease, for this reason: another holder may
+    /// already run, so the command gets little or no grace.
+    Gone(String),
+    /// No renewal was confirmed in time.
+    Expired { last_confirmed: Instant },
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Asked(why) | Loss::Gone(why) => f.write_str(why),
+            Loss::Expired { last_confirmed } => write!(
+                f,
+                "no renewal was confirmed in time (the last one was sent {} ago)",
+                crate::clock::show(last_confirmed.elapsed())
+            ),
+        }
+    }
+}
+
+/// What a renewal found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease lives on; the store's time-to-live for it.
+    Alive(Duration),
+    /// The lock is still ours, and does not expire by time.
+    Held,
+    /// The lease is gone, and why.
+    Gone(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The store cannot be reached or refused the request.
+    Unavailable,
+    /// The store location or its settings are wrong.
+    Config,
+    /// Our lease or our key vanished.
+    Gone,
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        StoreError {
+            kind: ErrorKind::Unavailable,
+            message: message.into(),
+        }
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        StoreError {
+            kind: ErrorKind::Config,
+            message: message.into(),
+        }
+    }
+    pub fn gone(message: impl Into<String>) -> Self {
+        StoreError {
+            kind: ErrorKind::Gone,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for crate::exit::Failure {
+    fn from(e: StoreError) -> Self {
+        let code = match e.kind {
+            ErrorKind::Config => crate::exit::Code::Config,
+            ErrorKind::Unavailable | ErrorKind::Gone => crate::exit::Code::Unavailable,
+        };
+        crate::exit::Failure::new(code, e.message)
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

@@ -1,0 +1,179 @@
+//! A place in one etcd lock's queue, as etcd's `concurrency.Mutex` keeps
+//! it: the key `<lock>/<lease id hex>`, put with the session's lease; the
+//! holder is the key with the lowest create revision, and each waiter
+//! watches only the key just ahead of it.
+
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
+use tokio::time::sleep;
+
+use super::session::EtcdSession;
+use super::{RETRY, changed, deleted, key_exists, own_key, retry};
+use crate::clock::Instant;
+use crate::log;
+use crate::store::{Boxed, HolderRecord, Lock, Loss, StoreError, Turn};
+
+pub struct EtcdLock<'a> {
+    pub(super) session: &'a EtcdSession,
+    pub(super) lock: String,
+    pub(super) key: String,
+    /// The key's create revision: our place, and our token.
+    pub(super) rank: u64,
+}
+
+impl Lock for EtcdLock<'_> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn rank(&self) -> u64 {
+        self.rank
+    }
+
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
+        Box::pin(self.wait(until))
+    }
+
+    fn lost(&self) -> Boxed<'_, Loss> {
+        Box::pin(self.watch_own_key())
+    }
+
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(self.delete_own_key())
+    }
+}
+
+impl EtcdLock<'_> {
+    /// The keys of `lock` created at or before revision `mine`, newest
+    /// first: usually just ours and the one ahead of it. Returns them with
+    /// the revision of the read.
+    async fn newest_up_to(&self, mine: i64) -> Result<(Vec<KeyValue>, i64), StoreError> {
+        let lock = self.lock.as_str();
+        let session = self.session;
+        let read = |limit: i64| {
+            let options = GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_max_create_revision(mine)
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(limit);
+            retry(session.patience, move || {
+                let mut kv = session.client.kv_client();
+                let options = options.clone();
+                async move { kv.get(format!("{lock}/"), Some(options)).await }
+            })
+        };
+        let mut reply = read(2).await.map_err(StoreError::unavailable)?;
+        // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
+        if reply.more() && reply.kvs().iter().any(|kv| !own_key(lock, kv)) {
+            reply = read(0).await.map_err(StoreError::unavailable)?;
+        }
+        let revision = reply.header().map_or(0, |h| h.revision());
+        Ok((reply.take_kvs(), revision))
+    }
+
+    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
+        let lock = self.lock.as_str();
+        let client = &self.session.client;
+        let mine = i64::try_from(self.rank).unwrap_or(i64::MAX);
+        loop {
+            // One read answers both questions: is our key still there (a
+            // lease that expired while we queued leaves none, and etcd 3.4's
+            // own recipe reports success anyway), and who is just ahead of us.
+            let (reply, revision) = match self.newest_up_to(mine).await {
+                Ok(found) => found,
+                Err(e) => {
+                    log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
+                    sleep(RETRY).await;
+                    continue;
+                }
+            };
+            let mut own = reply.iter().filter(|kv| own_key(lock, kv));
+            match own.next() {
+                Some(kv) if kv.create_revision() == mine => {}
+                _ => {
+                    return Err(StoreError::gone(format!(
+                        "{} vanished while waiting",
+                        self.key
+                    )));
+                }
+            }
+            let Some(ahead) = own.next() else {
+                return Ok(Turn::First(self.rank));
+            };
+            if until.is_some_and(|at| at.remaining().is_zero()) {
+                return Ok(Turn::Busy);
+            }
+            log::verbose(format_args!(
+                "waiting for {} (token {}) to go",
+                String::from_utf8_lossy(ahead.key()),
+                ahead.create_revision()
+            ));
+            let deleted = deleted(client, ahead.key(), revision);
+            let result = match until {
+                None => deleted.await,
+                Some(at) => tokio::select! {
+                    r = deleted => r,
+                    () = crate::clock::sleep_until(at) => Ok(()),
+                },
+            };
+            if let Err(e) = result {
+                log::verbose(format_args!("watching the queue of {lock} failed: {e}"));
+                sleep(RETRY).await;
+            }
+        }
+    }
+
+    async fn watch_own_key(&self) -> Loss {
+        let client = &self.session.client;
+        let mut after = i64::try_from(self.rank).unwrap_or(i64::MAX);
+        loop {
+            match changed(client, self.key.as_bytes(), after).await {
+                Ok(Some(value)) => match HolderRecord::from_json(&value)
+                    .and_then(|r| r.break_request)
+                {
+                    Some(request) => return Loss::Asked(format!("{request} asked it to let go")),
+                    None => continue,
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    log::verbose(format_args!("watching {} failed: {e}", self.key));
+                    sleep(RETRY).await;
+                }
+            }
+            // The watch ended: a deletion, a compaction or a broken stream. Look.
+            match key_exists(client, self.session.patience, &self.key).await {
+                Ok(None) => {
+                    return Loss::Gone(format!(
+                        "{} was deleted from etcd (lease revoked or expired)",
+                        self.key
+                    ));
+                }
+                Ok(Some(revision)) => after = revision,
+                Err(e) => {
+                    log::verbose(format_args!("checking {} failed: {e}", self.key));
+                    sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// Leave the queue but keep the session: delete our key, if it is still ours.
+    async fn delete_own_key(&self) -> Result<(), StoreError> {
+        let session = self.session;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                i64::try_from(self.rank).unwrap_or(i64::MAX),
+            )])
+            .and_then([TxnOp::delete(self.key.as_str(), None)]);
+        retry(session.patience, || {
+            let mut kv = session.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map(|_| ())
+        .map_err(StoreError::unavailable)
+    }
+}

@@ -1,0 +1,260 @@
+//! An etcd lease: granted, renewed over keep-alive streams, revoked. Locks
+//! ([`super::lock`]) borrow it; when it ends, every key put with it goes.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
+
+use super::lock::EtcdLock;
+use super::{Etcd, Members, describe, retry, unreachable_hint};
+use crate::clock::Instant;
+use crate::log;
+use crate::store::{Boxed, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
+
+pub struct EtcdSession {
+    pub(super) client: Client,
+    members: Members,
+    pub(super) id: i64,
+    ttl: Duration,
+    granted_at: Instant,
+    /// How long to keep retrying a request before giving up.
+    pub(super) patience: Duration,
+}
+
+impl Etcd {
+    /// Grant a lease of at least `ttl`, retrying until `within` has passed.
+    pub(super) async fn grant(
+        &self,
+        ttl: Duration,
+        within: Duration,
+    ) -> Result<EtcdSession, StoreError> {
+        // etcd grants whole seconds; ask for at least what the user asked.
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+        let (granted_at, reply) = retry(within, || {
+            let mut lease = self.client.lease_client();
+            async move {
+                let sent = Instant::now();
+                lease.grant(secs, None).await.map(|reply| (sent, reply))
+            }
+        })
+        .await
+        .map_err(|e| match e.refused {
+            true => StoreError::unavailable(format!("{} refused the lease: {e}", self.shown)),
+            false => StoreError::unavailable(format!(
+                "cannot reach {} within {}: {e}; {}",
+                self.shown,
+                humantime::format_duration(within),
+                unreachable_hint(self.shown.starts_with("etcds:"))
+            )),
+        })?;
+        if reply.ttl() <= 0 {
+            return Err(StoreError::unavailable(format!(
+                "{} refused the lease: {}",
+                self.shown,
+                reply.error()
+            )));
+        }
+        log::verbose(format_args!(
+            "connected to {}; lease {:x} granted for {}s",
+            self.shown,
+            reply.id(),
+            reply.ttl()
+        ));
+        Ok(EtcdSession {
+            client: self.client.clone(),
+            members: self.members.clone(),
+            id: reply.id(),
+            ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
+            granted_at,
+            patience: within,
+        })
+    }
+}
+
+impl Session for EtcdSession {
+    fn id(&self) -> String {
+        format!("{:x}", self.id)
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        Box::new(EtcdRenewer {
+            client: self.client.clone(),
+            members: self.members.clone(),
+            member: None,
+            id: self.id,
+            ttl: self.ttl,
+            stream: None,
+        })
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        Box::pin(async move {
+            let lock: Box<dyn Lock + '_> = Box::new(self.join_queue(lock, &record).await?);
+            Ok(lock)
+        })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(self.revoke())
+    }
+}
+
+impl EtcdSession {
+    /// Put our key under `lock`, guarded by `create_revision == 0`: its
+    /// create revision is our place in the queue, and our token.
+    async fn join_queue(
+        &self,
+        lock: String,
+        record: &HolderRecord,
+    ) -> Result<EtcdLock<'_>, StoreError> {
+        let key = format!("{lock}/{:x}", self.id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                record.to_json(),
+                Some(PutOptions::new().with_lease(self.id)),
+            )])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        // Retrying is safe: a second attempt finds our key and its place.
+        let reply = retry(self.patience, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(|e| {
+            let hint = match e.text.contains("permission denied") {
+                true => format!(
+                    "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
+                ),
+                false => String::new(),
+            };
+            StoreError::unavailable(format!("cannot queue for lock {lock}: {e}{hint}"))
+        })?;
+        let token = if reply.succeeded() {
+            reply.header().map_or(0, |h| h.revision())
+        } else {
+            // Our key exists already (a retried request): its creation is our place.
+            match reply.op_responses().first() {
+                Some(TxnOpResponse::Get(get)) => {
+                    get.kvs().first().map_or(0, |kv| kv.create_revision())
+                }
+                _ => 0,
+            }
+        };
+        if token <= 0 {
+            return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
+        }
+        log::verbose(format_args!(
+            "queued for lock {lock} as {key} (token {token})"
+        ));
+        Ok(EtcdLock {
+            session: self,
+            lock,
+            key,
+            rank: token.unsigned_abs(),
+        })
+    }
+
+    async fn revoke(&self) -> Result<(), StoreError> {
+        let revoked = retry(self.patience, || {
+            let mut lease = self.client.lease_client();
+            async move { lease.revoke(self.id).await }
+        })
+        .await;
+        match revoked {
+            Ok(_) => Ok(()),
+            // Revoking a lease that already expired is not a failure.
+            Err(e) if e.text.contains("not found") => Ok(()),
+            Err(e) => Err(StoreError::unavailable(e)),
+        }
+    }
+}
+
+pub struct EtcdRenewer {
+    /// The balanced client, used until the first reset.
+    client: Client,
+    members: Members,
+    /// The member renewals go to since the last reset, if any.
+    member: Option<usize>,
+    id: i64,
+    /// As granted: etcd renews a lease to its granted TTL.
+    ttl: Duration,
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+impl Renewer for EtcdRenewer {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
+        Box::pin(self.renew_once())
+    }
+
+    fn reset(&mut self) {
+        self.stream = None;
+        if let Some(left) = self.member {
+            self.members.forget(left);
+        }
+        // Every member can renew (followers forward to the leader).
+        self.member = Some(self.members.next());
+    }
+}
+
+impl EtcdRenewer {
+    async fn renew_once(&mut self) -> Result<Renewal, StoreError> {
+        if self.stream.is_none() {
+            let client = match self.member {
+                None => self.client.clone(),
+                Some(index) => self.members.client(index).await?,
+            };
+            // Opening the stream sends a keep-alive and waits for its answer
+            // (etcd-client checks that the TTL is positive and keeps it to
+            // itself): that is this renewal, in one round trip, not two.
+            let opened = match client.lease_client().keep_alive(self.id).await {
+                Ok(opened) => opened,
+                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => {
+                    return Ok(Renewal::Gone(
+                        "etcd says the lease is gone (not found)".into(),
+                    ));
+                }
+                Err(e) => return Err(StoreError::unavailable(describe(&e))),
+            };
+            self.stream = Some(opened);
+            return Ok(Renewal::Alive(self.ttl));
+        }
+        let (keeper, replies) = self.stream.as_mut().expect("opened above");
+        let result = match keeper.keep_alive().await {
+            Ok(()) => replies.message().await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(Some(reply)) if reply.ttl() > 0 => Ok(Renewal::Alive(Duration::from_secs(
+                reply.ttl().unsigned_abs(),
+            ))),
+            Ok(Some(_)) => Ok(Renewal::Gone("etcd says the lease is gone (TTL 0)".into())),
+            Ok(None) => {
+                self.stream = None;
+                Err(StoreError::unavailable("the keep-alive stream ended"))
+            }
+            Err(e) => {
+                self.stream = None;
+                Err(StoreError::unavailable(describe(&e)))
+            }
+        }
+    }
+}

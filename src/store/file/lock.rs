@@ -1,0 +1,256 @@
+//! A lock file held under a session that has no lease: the lock lives in
+//! an open file description (flock(2), through `std::fs::File::lock`), and
+//! ends only when every descriptor of it is closed, elect's and its guard's.
+
+use std::cell::{Cell, RefCell};
+use std::fs::{File, TryLockError};
+use std::io::ErrorKind as IoKind;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{BREAK_REQUEST, Dir, FileHolder, read_nofollow, stem};
+use crate::clock::Instant;
+use crate::log;
+use crate::store::{Boxed, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn};
+
+/// How often a held lock file is looked at: someone may remove or replace
+/// it (`elect break` does). A stat each second costs nothing; an inotify
+/// instance would cost milliseconds at every exit.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// A session of the file store: no lease, nothing to renew; the locks end
+/// when their files are closed.
+pub struct FileSession {
+    pub(super) dir: Dir,
+    pub(super) granted_at: Instant,
+}
+
+impl Session for FileSession {
+    fn id(&self) -> String {
+        std::process::id().to_string()
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        None
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        Box::new(Unexpiring)
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        let joined = FileLock::open(&self.dir, &lock, record);
+        Box::pin(async move {
+            let lock: Box<dyn Lock + '_> = Box::new(joined?);
+            Ok(lock)
+        })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        // The locks end as their files close (see FileLock's Drop).
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Nothing expires: a renewal always finds the lease alive.
+struct Unexpiring;
+
+impl Renewer for Unexpiring {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
+        Box::pin(async { Ok(Renewal::Held) })
+    }
+
+    fn reset(&mut self) {}
+}
+
+/// The open lock file of one lock.
+pub struct FileLock {
+    dir: Dir,
+    /// Replaced by a fresh open if the file at `path` was replaced while we waited.
+    file: RefCell<File>,
+    path: PathBuf,
+    key: String,
+    stem: String,
+    record: HolderRecord,
+    held: Cell<bool>,
+}
+
+impl FileLock {
+    fn open(dir: &Dir, lock: &str, record: HolderRecord) -> Result<FileLock, StoreError> {
+        let stem = stem(lock);
+        let path = dir.path(&stem, ".lock");
+        let file = dir.open_lock(&path).map_err(|e| {
+            StoreError::config(format!("cannot open the lock file {}: {e}", path.display()))
+        })?;
+        Ok(FileLock {
+            dir: dir.clone(),
+            file: RefCell::new(file),
+            key: path.display().to_string(),
+            path,
+            stem,
+            record,
+            held: Cell::new(false),
+        })
+    }
+
+    /// Is the file we hold still the one at the lock's path?
+    fn still_in_place(&self) -> Result<(), String> {
+        let ours = self.file.borrow().metadata().map_err(|e| e.to_string())?;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() && ours.nlink() > 0 => {
+                Ok(())
+            }
+            Ok(_) => Err(format!(
+                "the lock file {} was replaced",
+                self.path.display()
+            )),
+            Err(e) if e.kind() == IoKind::NotFound => {
+                Err(format!("the lock file {} was removed", self.path.display()))
+            }
+            Err(e) => Err(format!("the lock file {}: {e}", self.path.display())),
+        }
+    }
+
+    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
+        let locked =
+            |e: std::io::Error| StoreError::config(format!("cannot lock {}: {e}", self.key));
+        loop {
+            let ours = match self.file.borrow().try_lock() {
+                Ok(()) => true,
+                Err(TryLockError::WouldBlock) => false,
+                Err(TryLockError::Error(e)) => return Err(locked(e)),
+            };
+            if !ours {
+                if until.is_some_and(|at| at.remaining().is_zero()) {
+                    return Ok(Turn::Busy);
+                }
+                log::verbose(format_args!("waiting for the lock on {}", self.key));
+                let file = self.file.borrow().try_clone().map_err(locked)?;
+                let waited = match until {
+                    None => Some(lock_blocking(file).await),
+                    Some(at) => tokio::select! {
+                        r = lock_blocking(file) => Some(r),
+                        () = crate::clock::sleep_until(at) => None,
+                    },
+                };
+                match waited {
+                    None => return Ok(Turn::Busy),
+                    Some(r) => r.map_err(locked)?,
+                }
+            }
+            // Locked. But if the file was removed or replaced meanwhile, we
+            // hold a lock on an inode nobody else will ever open: start over.
+            if let Err(why) = self.still_in_place() {
+                log::verbose(format_args!("{why}; opening it again"));
+                // Let go of the old file's lock at once: whoever replaced
+                // the file (elect break) waits for it.
+                let _ = self.file.borrow().unlock();
+                let file = self.dir.open_lock(&self.path).map_err(locked)?;
+                *self.file.borrow_mut() = file;
+                continue;
+            }
+            let token = self.dir.next_token(&self.stem)?;
+            let holder = serde_json::to_vec(&FileHolder {
+                record: self.record.clone(),
+                token,
+            })
+            .expect("a holder record always serializes");
+            if let Err(e) = self.dir.replace(&self.stem, ".holder", &holder, false) {
+                log::verbose(format_args!("could not write the holder record: {e}"));
+            }
+            self.held.set(true);
+            return Ok(Turn::First(token));
+        }
+    }
+
+    /// Look at the lock file every [`LOOK_EVERY`] until it is no longer ours.
+    async fn watch(&self) -> Loss {
+        loop {
+            tokio::time::sleep(LOOK_EVERY).await;
+            if let Err(why) = self.still_in_place() {
+                return match read_nofollow(&self.path) {
+                    Ok(text) if text.starts_with(BREAK_REQUEST) => {
+                        Loss::Asked(format!("{} asked it to let go", text.trim()))
+                    }
+                    _ => Loss::Gone(why),
+                };
+            }
+        }
+    }
+}
+
+impl Lock for FileLock {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn rank(&self) -> u64 {
+        0
+    }
+
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
+        Box::pin(self.wait(until))
+    }
+
+    fn lost(&self) -> Boxed<'_, Loss> {
+        Box::pin(self.watch())
+    }
+
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
+        self.let_go();
+        Box::pin(async { Ok(()) })
+    }
+
+    fn hold_fds(&self) -> std::io::Result<Vec<OwnedFd>> {
+        // A duplicate shares the open file description, and with it the lock.
+        Ok(vec![OwnedFd::from(self.file.borrow().try_clone()?)])
+    }
+}
+
+impl FileLock {
+    /// Remove our holder record and let go of the lock (the guard's copy
+    /// of the descriptor keeps it until the command's group is dead).
+    fn let_go(&self) {
+        if self.held.replace(false) && self.still_in_place().is_ok() {
+            let _ = std::fs::remove_file(self.dir.path(&self.stem, ".holder"));
+        }
+        let _ = self.file.borrow().unlock();
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if self.held.get() {
+            // Only the record: closing our descriptor is what lets the lock
+            // go, once the guard has closed its copy too.
+            if self.still_in_place().is_ok() {
+                let _ = std::fs::remove_file(self.dir.path(&self.stem, ".holder"));
+            }
+        }
+    }
+}
+
+/// Wait for the lock in a thread of its own: flock(2) blocks, and the kernel
+/// wakes exactly one waiter's call when the lock is free, with no polling.
+/// `file` is a duplicate of our descriptor, i.e. the same open file
+/// description, so the lock it gets is ours.
+pub(super) async fn lock_blocking(file: File) -> std::io::Result<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("elect-flock".into())
+        .spawn(move || {
+            let _ = tx.send(file.lock());
+        })?;
+    rx.await
+        .unwrap_or_else(|_| Err(std::io::Error::other("the waiting thread died")))
+}

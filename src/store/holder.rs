@@ -1,0 +1,178 @@
+//! What every store records and reports about a lock: the lock names all
+//! stores accept, the holder record elect writes beside each lease, and what
+//! `status`, `check` and `break` find.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
+/// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.
+/// The name is used as a key prefix in every store, so it must mean the same
+/// thing everywhere and never escape its place.
+pub fn check_lock_name(name: &str) -> Result<(), String> {
+    const MAX: usize = 200;
+    if name.is_empty() {
+        return Err("the lock name is empty".into());
+    }
+    if name.len() > MAX {
+        return Err(format!(
+            "the lock name is {} bytes long; the limit is {MAX}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
+    {
+        return Err(format!(
+            "the lock name '{}' contains {c:?}; use letters, digits, '.', '_', '-' and '/'",
+            name.escape_default()
+        ));
+    }
+    let body = name.strip_prefix('/').unwrap_or(name);
+    for segment in body.split('/') {
+        match segment {
+            "" => return Err(format!("the lock name '{name}' has an empty segment")),
+            "." | ".." => return Err(format!("the lock name '{name}' has a '{segment}' segment")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Who holds a lock, as recorded in the store beside the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    pub identity: String,
+    pub hostname: String,
+    pub pid: u32,
+    pub command: Vec<String>,
+    /// When the holder joined the queue, RFC 3339 UTC.
+    pub started: String,
+    /// The holder's `--grace`, in ms: how long its command may run on
+    /// after its lease was ended by force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    /// Set by `elect break`: who asked the holder to let go, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub break_request: Option<String>,
+}
+
+impl HolderRecord {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a holder record always serializes")
+    }
+
+    /// A record read back from the store, or `None` if another tool wrote it.
+    pub fn from_json(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// The current holder of a lock, as seen by anyone.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub key: String,
+    pub token: u64,
+    /// What elect recorded; `None` for holders of other tools (`etcdctl lock`).
+    pub record: Option<HolderRecord>,
+    /// The holder's lease, as in its `ELECT_LEASE_ID`.
+    pub lease: Option<String>,
+    /// Time left on the lease by the store's clock; `None` where leases do
+    /// not expire by time.
+    pub ttl_left: Option<Duration>,
+}
+
+/// A lock as seen from outside.
+#[derive(Clone, Debug)]
+pub struct LockStatus {
+    pub lock: String,
+    pub holder: Option<Holder>,
+    /// How many wait behind the holder.
+    pub waiting: usize,
+    /// The waiters' places (etcd: create revisions), where the store orders them.
+    pub ranks: Vec<u64>,
+}
+
+/// What `elect check` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The asker holds the lock with the token it was given.
+    Holder,
+    /// It does not, and why.
+    NotHolder(String),
+}
+
+/// What `elect break` did.
+#[derive(Clone, Debug)]
+pub enum Broken {
+    /// The holder stopped its command and let go, this long after it was asked.
+    Stopped { holder: Holder, after: Duration },
+    /// The holder's lease was ended while its command may still run.
+    Forced { holder: Holder, why: Forced },
+    /// Nobody held the lock.
+    Free,
+    /// The holder is not the one with the expected token.
+    Changed(Holder),
+}
+
+/// Why `elect break` ended a lease without waiting for its holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forced {
+    /// `--force`.
+    Asked,
+    /// The holder did not let go within this long (it is not elect, or it
+    /// does not answer); by then its lease could have expired anyway.
+    NoAnswer(Duration),
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.record {
+            Some(r) => write!(
+                f,
+                "{} (pid {} on {}, since {}, token {})",
+                r.identity, r.pid, r.hostname, r.started, self.token
+            ),
+            None => write!(
+                f,
+                "{} (not written by elect, token {})",
+                self.key, self.token
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names() {
+        for good in ["nightly", "db-maint", "a.b_c", "/locks/nightly", "jobs/x"] {
+            assert!(check_lock_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "", "a b", "a//b", "a/", "/", "../x", "a/./b", "a\0b", "ä", "a\nb",
+        ] {
+            assert!(check_lock_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_lock_name(&"x".repeat(201)).is_err());
+    }
+    #[test]
+    fn holder_record_round_trip() {
+        let r = HolderRecord {
+            identity: "web-1 \"primary\"".into(),
+            hostname: "web-1".into(),
+            pid: 42,
+            command: vec!["sh".into(), "-c".into(), "echo\n".into()],
+            started: "2026-01-01T00:00:00Z".into(),
+            grace_ms: Some(5000),
+            break_request: None,
+        };
+        assert_eq!(HolderRecord::from_json(r.to_json().as_bytes()), Some(r));
+        assert_eq!(HolderRecord::from_json(b""), None);
+    }
+}
