@@ -254,7 +254,7 @@ enum ChildState {
 impl Guard {
     fn start(mut socket: UnixStream, orders: Orders, lock: Lock) -> std::io::Result<Guard> {
         // The command must not inherit our end of the socket.
-        set_cloexec(socket.as_raw_fd())?;
+        set_cloexec(socket.as_fd())?;
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
@@ -584,7 +584,7 @@ fn spawn(orders: &Orders, token: u64, interactive: bool) -> std::io::Result<Pid>
             }
             // If the guard dies, the command dies; and if the guard died
             // before this line, the signal will never come: give up.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
                 return Err(failed(b"prctl(PR_SET_PDEATHSIG)"));
             }
             if libc::getppid() != guard_pid {
@@ -597,9 +597,7 @@ fn spawn(orders: &Orders, token: u64, interactive: bool) -> std::io::Result<Pid>
                     return Err(failed(b"rt_sigaction"));
                 }
             }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+            if SigSet::empty().thread_set_mask().is_err() {
                 return Err(failed(b"sigprocmask"));
             }
             Ok(())
@@ -673,16 +671,13 @@ fn reset_disposition(sig: i32) -> bool {
     result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)
 }
 
-/// The name `ps` and `top` show for this process.
+/// The name `ps` and `top` show for this process (best effort).
 pub fn set_name(name: &std::ffi::CStr) {
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
+    let _ = nix::sys::prctl::set_name(name);
 }
 
-fn set_cloexec(fd: RawFd) -> std::io::Result<()> {
+fn set_cloexec(fd: BorrowedFd<'_>) -> std::io::Result<()> {
     use nix::fcntl::{F_SETFD, FdFlag, fcntl};
-    // SAFETY: fd is open for the life of the guard.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     fcntl(fd, F_SETFD(FdFlag::FD_CLOEXEC))?;
     Ok(())
 }

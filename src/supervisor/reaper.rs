@@ -55,25 +55,15 @@ pub fn main(args: &[OsString]) -> ! {
     if let Err(e) = handled.thread_block() {
         fail(format_args!("cannot block signals: {e}"));
     }
-    if !pid1 {
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            fail(format_args!(
-                "cannot become a subreaper: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+    if !pid1 && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        fail(format_args!("cannot become a subreaper: {e}"));
     }
     let mut command = Command::new("/proc/self/exe");
     command.arg0("elect").arg(ARG).args(args);
-    // SAFETY: sigprocmask is async-signal-safe.
+    // SAFETY: between fork and exec only pthread_sigmask, which is
+    // async-signal-safe; its failure fails the spawn.
     unsafe {
-        command.pre_exec(|| {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            Ok(())
-        });
+        command.pre_exec(|| Ok(SigSet::empty().thread_set_mask()?));
     }
     let copy = match command.spawn() {
         Ok(child) => Pid::from_raw(child.id() as i32),
