@@ -9,8 +9,6 @@
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
-use nix::time::{ClockId, clock_gettime};
-
 /// A point on `CLOCK_BOOTTIME`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Instant(Duration);
@@ -19,10 +17,23 @@ impl Instant {
     /// Later than anything elect will live to see, and still a valid timer value.
     pub const FAR_FUTURE: Instant = Instant(Duration::from_secs(1 << 40));
 
+    #[cfg(not(test))]
     pub fn now() -> Self {
+        use nix::time::{ClockId, clock_gettime};
         let ts =
             clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always available");
         Instant(Duration::from(ts))
+    }
+
+    /// In unit tests, a clock the test controls: tokio's, which a test can
+    /// pause and advance, counted from a fixed, nonzero origin.
+    #[cfg(test)]
+    pub fn now() -> Self {
+        thread_local! {
+            static ORIGIN: tokio::time::Instant = tokio::time::Instant::now();
+        }
+        let elapsed = ORIGIN.with(|origin| tokio::time::Instant::now() - *origin);
+        Instant(Duration::from_secs(1000) + elapsed)
     }
 
     pub fn from_nanos(nanos: u64) -> Self {

@@ -420,4 +420,119 @@ mod tests {
         assert_eq!(t.stop_at(d), d - 2 * S);
         assert!(t.stop_at(d) > d - t.ttl() + t.renew_every());
     }
+
+    /// The store's side of the script: how long each renewal takes to be
+    /// answered, and what the answer is; `None` never answers.
+    type Script = std::rc::Rc<RefCell<std::collections::VecDeque<(Duration, Option<Renewal>)>>>;
+
+    /// A renewer that plays a script on tokio's clock and notes when each
+    /// request was sent. What is left unscripted answers Alive at once.
+    struct Scripted {
+        script: Script,
+        sent: std::rc::Rc<RefCell<Vec<Instant>>>,
+    }
+
+    impl Renewer for Scripted {
+        fn renew(&mut self) -> crate::store::Boxed<'_, Result<Renewal, StoreError>> {
+            self.sent.borrow_mut().push(Instant::now());
+            let (delay, answer) = self
+                .script
+                .borrow_mut()
+                .pop_front()
+                .unwrap_or((Duration::ZERO, Some(Renewal::Alive(3 * S))));
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                match answer {
+                    Some(answer) => Ok(answer),
+                    None => std::future::pending().await,
+                }
+            })
+        }
+
+        fn reset(&mut self) {}
+    }
+
+    /// Run `keep` at TTL 3s (grace 1s, margin 110 ms) over `script` for at
+    /// most `within`; the loss, if any, when it came, and the deadlines seen.
+    async fn play(
+        script: Vec<(Duration, Option<Renewal>)>,
+        within: Duration,
+    ) -> (Option<(Loss, Duration)>, Vec<Instant>, Instant) {
+        let timing = Timing::new(3 * S, None).unwrap();
+        let script: Script = std::rc::Rc::new(RefCell::new(script.into()));
+        let sent = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let renewer = || -> Box<dyn Renewer> {
+            Box::new(Scripted {
+                script: script.clone(),
+                sent: sent.clone(),
+            })
+        };
+        let granted_at = Instant::now();
+        let (tx, rx) = watch::channel(timing.deadline(granted_at, 3 * S));
+        let loss = tokio::select! {
+            loss = keep([renewer(), renewer()], timing, granted_at, &tx) => {
+                Some((loss, Instant::now().since(granted_at)))
+            }
+            () = tokio::time::sleep(within) => None,
+        };
+        let sent = sent.borrow().clone();
+        let deadline = *rx.borrow();
+        (loss, sent, deadline)
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_counts_from_when_it_was_sent_not_when_answered() {
+        let slow = (400 * MS, Some(Renewal::Alive(3 * S)));
+        let (loss, sent, deadline) = play(vec![slow.clone(); 20], 10 * S).await;
+        assert_eq!(loss, None);
+        // The last request answered by now went out at least 400 ms ago.
+        let answered = sent
+            .iter()
+            .rev()
+            .find(|&&at| Instant::now().since(at) >= 400 * MS);
+        assert_eq!(deadline, *answered.unwrap() + 3 * S - 110 * MS);
+        // One request each TTL/3 after the one before was sent.
+        assert_eq!(sent[1].since(sent[0]), S);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_answer_still_counts_and_another_request_goes_out_meanwhile() {
+        // 700 ms: longer than the 500 ms after which a second request goes
+        // out, shorter than the 890 ms a 3 s lease can live with.
+        let late = (700 * MS, Some(Renewal::Alive(3 * S)));
+        let (loss, sent, _) = play(vec![late; 40], 10 * S).await;
+        assert_eq!(loss, None, "the lease was kept");
+        assert_eq!(
+            sent[1].since(sent[0]),
+            500 * MS,
+            "a second request after TTL/6"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_an_answer_the_lease_is_lost_at_the_stop_time() {
+        let (loss, _, _) = play(vec![(Duration::ZERO, None); 40], 10 * S).await;
+        let (loss, at) = loss.expect("lost");
+        assert!(matches!(loss, Loss::Expired { .. }), "{loss:?}");
+        // TTL 3s − margin 110 ms − grace 1s, from the grant.
+        assert_eq!(at, 1890 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_trip_beyond_the_limit_loses_the_lease() {
+        let too_slow = (1100 * MS, Some(Renewal::Alive(3 * S)));
+        let (loss, _, _) = play(vec![too_slow; 40], 10 * S).await;
+        assert!(matches!(loss, Some((Loss::Expired { .. }, _))), "{loss:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stores_word_that_the_lease_is_gone_is_final_at_once() {
+        let gone = (10 * MS, Some(Renewal::Gone("revoked".into())));
+        let (loss, _, _) = play(vec![gone], 10 * S).await;
+        let (loss, at) = loss.expect("lost");
+        assert_eq!(loss, Loss::Gone("revoked".into()));
+        assert_eq!(at, S + 10 * MS);
+    }
 }
