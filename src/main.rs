@@ -13,6 +13,7 @@ mod fuzz;
 mod inspect;
 mod lease;
 mod log;
+mod release;
 mod run;
 mod store;
 mod supervisor;
@@ -40,6 +41,12 @@ fn main() {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
         supervisor::guard::main(&args[1..]);
+    }
+    if args
+        .get(1)
+        .is_some_and(|a| a == supervisor::guard::RELEASE_ARG)
+    {
+        release::main(&args[2..]);
     }
     // The copy that a reaper started (see supervisor::reaper).
     let reaped = args.get(1).is_some_and(|a| a == supervisor::reaper::ARG);

@@ -228,6 +228,33 @@ fn break_force_ends_the_lease_at_once_and_says_so() {
 }
 
 #[test]
+fn sigkill_of_elect_hands_over_within_a_second_not_a_ttl() {
+    let etcd = Etcd::start();
+    let dir = TempDir::new("elect-killed");
+    let ticks = Ticks::new(&dir.0);
+    let mut a = contender(&etcd, "crash", "A", &["--ttl", "15s"], &ticks);
+    let a_token: u64 = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    ticks.first("A", 10 * SECOND);
+    let mut b = contender(&etcd, "crash", "B", &["--ttl", "15s"], &ticks);
+    etcd.wait_keys("crash/", 2);
+    let killed_at = support::ticker::monotonic_ns();
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(a.pid(), libc::SIGKILL) }, 0);
+    let b_token: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+    let overlap = ticks.overlap_ms("A", a_group, "B");
+    let handover = (ticks.first("B", SECOND) - killed_at) as f64 / 1e6;
+    eprintln!(
+        "SIGKILL of elect, TTL 15s: B ticked {handover:.0} ms after the kill; A's last tick {overlap:.1} ms after B's first"
+    );
+    assert!(b_token > a_token, "B's token {b_token} after A's {a_token}");
+    assert!(handover < 1000.0, "the next holder waited {handover:.0} ms");
+    assert!(overlap < 0.0, "A ran {overlap:.1} ms beside B");
+    assert!(!group_alive(a_group));
+    a.expect_stderr("then released the lease", 5 * SECOND);
+}
+
+#[test]
 fn a_hundred_elects_on_one_stderr_write_whole_json_lines() {
     let dir = TempDir::new("json-lines");
     let (reader, writer) = std::io::pipe().unwrap();

@@ -47,7 +47,7 @@ impl Job {
         lock: &dyn Lock,
         session: &dyn Session,
         token: u64,
-        guard: Prepared,
+        guard: Box<Prepared>,
         keeper: &mut Keeper,
         signals: &mut Signals,
     ) -> TurnEnd {
@@ -127,7 +127,7 @@ impl Job {
         &self,
         lock: &dyn Lock,
         token: u64,
-        guard: Prepared,
+        guard: Box<Prepared>,
         deadline: Instant,
     ) -> Result<Supervisor, Failure> {
         let held = lock

@@ -241,6 +241,7 @@ impl Job {
             remove_env: secrets.map(|s| s.to_string()).collect(),
             signal: self.signal,
             grace: self.timing.grace(),
+            release_order: self.location.release_order(&session.id()),
         }
     }
 
@@ -284,7 +285,7 @@ impl Job {
             Ok((i, Turn::First(token))) => Queued::First {
                 lock: locks.swap_remove(i),
                 token,
-                guard,
+                guard: Box::new(guard),
             },
             Ok((_, Turn::Busy)) => Queued::Done(self.busy(store).await),
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
@@ -385,7 +386,7 @@ enum Queued<'s> {
     First {
         lock: Box<dyn Lock + 's>,
         token: u64,
-        guard: Prepared,
+        guard: Box<Prepared>,
     },
     /// Our place was lost before our turn came; queue again.
     Again(String),

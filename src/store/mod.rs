@@ -33,6 +33,8 @@ pub const DEFAULT_STORE: &str = "etcd://127.0.0.1:2379";
 
 /// A kind of store: the URLs it answers to, and how to set one up.
 pub struct Kind {
+    /// Its name, as it heads its release orders.
+    pub name: &'static str,
     /// The URL forms, for messages: `etcd://HOST:PORT`, `file:DIR`.
     pub forms: &'static [&'static str],
     /// Whether `url` is one of this kind's.
@@ -44,7 +46,13 @@ pub struct Kind {
     /// `--store` nor `ELECT_STORE` is set: the variable's name and the URL
     /// (etcd: `ETCDCTL_ENDPOINTS`).
     pub from_env: fn() -> Option<(&'static str, String)>,
+    /// Carry out a release order ([`Target::release_order`]), if this kind
+    /// gives any.
+    pub release: Option<ReleaseFn>,
 }
+
+/// How a kind carries out a release order.
+pub type ReleaseFn = fn(&[u8], Duration) -> Boxed<'static, Result<(), StoreError>>;
 
 /// How a kind parses its URLs.
 pub type ParseFn = fn(&str, &Settings) -> Result<Box<dyn Target>, StoreError>;
@@ -61,6 +69,16 @@ pub trait Target: fmt::Display + fmt::Debug {
     /// sees them.
     fn secret_variables(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// What it takes to end session `id` from another process, with every
+    /// setting and secret that needs (the guard keeps it in memory and hands
+    /// it over through a pipe, never argv or the environment), for when
+    /// elect dies while its command runs: the guard kills the command's
+    /// group and then ends the session, so the next holder need not wait
+    /// for the lease to expire. `None` where the session ends with the
+    /// process anyway (the file store's locks end with their descriptors).
+    fn release_order(&self, _id: &str) -> Option<Vec<u8>> {
+        None
     }
     /// Connect. A keep-alive ping may go unanswered for `ping_timeout`;
     /// `connect_timeout` bounds how long to keep trying to reach the store.
@@ -108,7 +126,16 @@ impl Settings {
 
 /// Where the lock lives: the store the settings name.
 #[derive(Debug)]
-pub struct Location(Box<dyn Target>);
+pub struct Location {
+    kind: &'static Kind,
+    target: Box<dyn Target>,
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
 
 impl Location {
     /// The store from `--store`/`ELECT_STORE`, else from a store's own
@@ -135,7 +162,7 @@ impl Location {
     pub fn parse(url: &str, settings: &Settings) -> Result<Self, StoreError> {
         let url = url.trim();
         match KINDS.iter().find(|kind| (kind.claims)(url)) {
-            Some(kind) => (kind.parse)(url, settings).map(Location),
+            Some(kind) => (kind.parse)(url, settings).map(|target| Location { kind, target }),
             None => {
                 let forms: Vec<&str> = KINDS.iter().flat_map(|k| k.forms.iter().copied()).collect();
                 let what = match url.split_once("://") {
@@ -155,12 +182,38 @@ impl Location {
     /// Check a lock name for this store.
     pub fn check_lock_name(&self, name: &str) -> Result<(), String> {
         check_lock_name(name)?;
-        self.0.check_lock_name(name)
+        self.target.check_lock_name(name)
+    }
+
+    /// What it takes to end session `id` from another process, headed by
+    /// the store's kind: see [`Target::release_order`].
+    pub fn release_order(&self, id: &str) -> Option<Vec<u8>> {
+        let body = self.target.release_order(id)?;
+        let mut order = format!("{}\n", self.kind.name).into_bytes();
+        order.extend(body);
+        Some(order)
+    }
+
+    /// Carry out a release order from [`Location::release_order`].
+    pub async fn release(order: &[u8], within: Duration) -> Result<(), StoreError> {
+        let (name, body) = order
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|at| (&order[..at], &order[at + 1..]))
+            .ok_or_else(|| StoreError::config("a release order without its store"))?;
+        let kind = KINDS
+            .iter()
+            .find(|k| k.name.as_bytes() == name)
+            .ok_or_else(|| StoreError::config("a release order for an unknown store"))?;
+        match kind.release {
+            Some(release) => release(body, within).await,
+            None => Ok(()),
+        }
     }
 
     /// Variables of the environment that the command must not see.
     pub fn secret_variables(&self) -> &'static [&'static str] {
-        self.0.secret_variables()
+        self.target.secret_variables()
     }
 
     /// Connect to the store.
@@ -169,13 +222,13 @@ impl Location {
         ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Box<dyn Store>, StoreError> {
-        self.0.open(ping_timeout, connect_timeout).await
+        self.target.open(ping_timeout, connect_timeout).await
     }
 }
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        self.target.fmt(f)
     }
 }
 

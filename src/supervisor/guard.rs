@@ -32,7 +32,7 @@
 //! into a new group) escapes.
 
 use std::ffi::OsString;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Seek, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -49,6 +49,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
+use nix::sys::memfd::MFdFlags;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
@@ -56,6 +57,10 @@ use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
 pub const ARG: &str = "__elect-guard";
+
+/// The hidden first argument of the copy that ends the session of an elect
+/// that died: `__elect-release ORDER_FD ELECT_PID`.
+pub const RELEASE_ARG: &str = "__elect-release";
 
 /// Signals that the guard ignores: elect decides what the command gets,
 /// and a stray signal to the guard's group must not end its watch.
@@ -151,6 +156,8 @@ struct Lock {
     /// until the guard exits, after the command's group is dead; received
     /// close-on-exec, so the command never sees them.
     _held: Vec<OwnedFd>,
+    /// How to end the session from here if elect dies while the command runs.
+    release_order: Option<Vec<u8>>,
 }
 
 /// Read elect's orders until it says the lock is ours: the deadline, then
@@ -158,15 +165,22 @@ struct Lock {
 /// closes the socket first.
 fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
     let mut deadline = None;
+    let mut release_order = None;
     loop {
         let (record, held) = receive_with_fds(socket)?;
         match Message::decode(&record)? {
             Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
+            Message::Order(len) => {
+                let mut order = vec![0; usize::try_from(len).ok()?];
+                (&*socket).read_exact(&mut order).ok()?;
+                release_order = Some(order);
+            }
             Message::Token(token) => {
                 return Some(Lock {
                     deadline: deadline?,
                     token,
                     _held: held,
+                    release_order,
                 });
             }
             _ => {}
@@ -350,7 +364,9 @@ impl Guard {
             if socket_ready && !self.read_orders() {
                 // elect is gone: nothing may outlive it.
                 self.kill_group();
-                return self.finish();
+                let code = self.finish();
+                self.end_the_session();
+                return code;
             }
         }
     }
@@ -520,6 +536,46 @@ impl Guard {
             let _ = killpg(self.child, Signal::SIGCONT);
         }
         self.suspended = false;
+    }
+
+    /// elect died while the command ran, and the command is dead: once
+    /// nothing of its group can run any more, end the session, so that the
+    /// next holder need not wait for the lease to expire. The order goes to
+    /// a copy of elect through a memory file (never argv or the
+    /// environment): this process becomes `elect __elect-release FD`.
+    /// Returns only if there is nothing to do, or it cannot be done.
+    fn end_the_session(&mut self) {
+        let Some(order) = self._lock.release_order.take() else {
+            return;
+        };
+        let mut pause = Duration::from_millis(1);
+        while killpg(self.child, None) != Err(Errno::ESRCH)
+            && super::group_can_run(self.child.as_raw())
+        {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        let handed = || -> std::io::Result<OwnedFd> {
+            let fd = nix::sys::memfd::memfd_create(c"elect-release", MFdFlags::empty())?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(&order)?;
+            file.seek(std::io::SeekFrom::Start(0))?;
+            Ok(OwnedFd::from(file))
+        };
+        let fd = match handed() {
+            Ok(fd) => fd,
+            Err(e) => {
+                eprintln!("elect: guard: cannot hand over the lease to release: {e}");
+                return;
+            }
+        };
+        let error = Command::new("/proc/self/exe")
+            .arg0("elect")
+            .arg(RELEASE_ARG)
+            .arg(fd.as_raw_fd().to_string())
+            .arg(nix::unistd::getppid().as_raw().to_string())
+            .exec();
+        eprintln!("elect: guard: cannot release the lease: {error}");
     }
 
     /// Kill what the command left behind in its group, give the terminal

@@ -42,6 +42,10 @@ pub struct Plan {
     pub remove_env: Vec<String>,
     pub signal: Signal,
     pub grace: Duration,
+    /// How to end the session if elect dies while the command runs (see
+    /// [`crate::store::Target::release_order`]); secrets included, so it
+    /// travels over the socket only.
+    pub release_order: Option<Vec<u8>>,
 }
 
 /// How the command ended.
@@ -93,6 +97,7 @@ pub struct Supervisor {
 pub struct Prepared {
     socket: UnixStream,
     guard: Child,
+    release_order: Option<Vec<u8>>,
 }
 
 impl Supervisor {
@@ -132,7 +137,11 @@ impl Supervisor {
         drop(theirs);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
-        Ok(Prepared { socket, guard })
+        Ok(Prepared {
+            socket,
+            guard,
+            release_order: plan.release_order,
+        })
     }
 }
 
@@ -147,13 +156,21 @@ impl Prepared {
         deadline: Instant,
         held: &[BorrowedFd<'_>],
     ) -> Result<Supervisor, SpawnError> {
-        let Prepared { socket, guard } = self;
+        let Prepared {
+            socket,
+            guard,
+            release_order,
+        } = self;
         let mut supervisor = Supervisor {
             socket,
             inbox: Vec::new(),
             guard,
             pid: 0,
         };
+        if let Some(order) = release_order {
+            supervisor.send(Message::Order(order.len() as u64)).await;
+            let _ = supervisor.socket.write_all(&order).await;
+        }
         supervisor
             .send(Message::Deadline(deadline.as_nanos()))
             .await;
@@ -319,7 +336,7 @@ pub async fn kill_group(pgid: i32) {
 }
 
 /// Whether a process of group `pgid` is not yet a zombie, by /proc.
-fn group_can_run(pgid: i32) -> bool {
+pub fn group_can_run(pgid: i32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return true;
     };

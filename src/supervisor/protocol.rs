@@ -27,6 +27,9 @@ pub enum Message {
     Suspend,
     /// elect: elect was continued (`fg`, `bg`, SIGCONT); so is the command.
     Resume,
+    /// elect: the next this many bytes are the order that ends the session
+    /// from another process, should elect die while the command runs.
+    Order(u64),
     /// guard: the child runs with this pid (and process group).
     Started(i32),
     /// guard: the child could not be started; the errno.
@@ -57,6 +60,7 @@ impl Message {
             Message::Token(token) => (9, token),
             Message::Suspend => (10, 0),
             Message::Resume => (11, 0),
+            Message::Order(len) => (12, len),
         };
         let mut out = [0u8; SIZE];
         out[..8].copy_from_slice(&tag.to_ne_bytes());
@@ -84,6 +88,7 @@ impl Message {
             9 => Message::Token(value),
             10 => Message::Suspend,
             11 => Message::Resume,
+            12 => Message::Order(value),
             _ => return None,
         })
     }
@@ -118,6 +123,7 @@ mod tests {
             Message::Token(u64::MAX),
             Message::Suspend,
             Message::Resume,
+            Message::Order(4096),
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

@@ -48,7 +48,7 @@ impl Ticks {
     pub fn script(&self, label: &str, ignore_term: bool) -> String {
         let trap = if ignore_term { "trap '' TERM; " } else { "" };
         format!(
-            "{trap}echo \"pgid $(cut -d' ' -f5 /proc/$$/stat)\"; \
+            "{trap}echo \"token $ELECT_TOKEN\"; echo \"pgid $(cut -d' ' -f5 /proc/$$/stat)\"; \
              perl -e '{}' {label} {} & wait",
             TICK.replace('\'', r"'\''"),
             self.log.display()

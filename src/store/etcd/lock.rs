@@ -56,7 +56,7 @@ impl EtcdLock<'_> {
                 .with_max_create_revision(mine)
                 .with_sort(SortTarget::Create, SortOrder::Descend)
                 .with_limit(limit);
-            retry(session.patience, move || {
+            retry(&session.patience, move || {
                 let mut kv = session.client.kv_client();
                 let options = options.clone();
                 async move { kv.get(format!("{lock}/"), Some(options)).await }
@@ -141,7 +141,7 @@ impl EtcdLock<'_> {
                 }
             }
             // The watch ended: a deletion, a compaction or a broken stream. Look.
-            match key_exists(client, self.session.patience, &self.key).await {
+            match key_exists(client, &self.session.patience, &self.key).await {
                 Ok(None) => {
                     return Loss::Gone(format!(
                         "{} was deleted from etcd (lease revoked or expired)",
@@ -167,7 +167,7 @@ impl EtcdLock<'_> {
                 i64::try_from(self.rank).unwrap_or(i64::MAX),
             )])
             .and_then([TxnOp::delete(self.key.as_str(), None)]);
-        retry(session.patience, || {
+        retry(&session.patience, || {
             let mut kv = session.client.kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }

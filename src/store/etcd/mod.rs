@@ -51,7 +51,7 @@ pub struct Etcd {
     members: Members,
     shown: String,
     /// How long to keep retrying a request before giving up.
-    patience: Duration,
+    patience: Patience,
 }
 
 impl Etcd {
@@ -103,23 +103,20 @@ impl Etcd {
                 .with_user(user, password.expose())
                 .with_auto_token_refresh(true);
         }
+        let patience = Patience {
+            within: connect_timeout,
+            endpoints: target.endpoints.clone().into(),
+        };
         // With a user, connecting authenticates, so it can fail like any request.
-        let client = retry(connect_timeout, || {
+        let client = retry(&patience, || {
             Client::connect(urls.clone(), Some(options.clone()))
         })
         .await
-        .map_err(|e| match e.refused {
-            true => StoreError::unavailable(format!("{shown} refused the connection: {e}")),
-            false => StoreError::unavailable(format!(
-                "cannot reach {shown} within {}: {e}; {}",
-                humantime::format_duration(connect_timeout),
-                unreachable_hint(target.tls)
-            )),
-        })?;
+        .map_err(|e| e.unreachable(&shown, connect_timeout))?;
         Ok(Etcd {
             client,
             shown,
-            patience: connect_timeout,
+            patience,
             members: Members {
                 urls,
                 options,
@@ -223,15 +220,13 @@ impl Etcd {
             let options = GetOptions::new()
                 .with_all_keys()
                 .with_sort(SortTarget::Create, SortOrder::Ascend);
-            retry(self.patience, || {
+            retry(&self.patience, || {
                 let mut kv = self.client.kv_client();
                 let options = options.clone();
                 async move { kv.get("", Some(options)).await }
             })
             .await
-            .map_err(|e| {
-                StoreError::unavailable(format!("cannot list locks in {}: {e}", self.shown))
-            })?
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?
             .take_kvs()
         } else {
             self.read(prefix).await?
@@ -351,7 +346,7 @@ impl Etcd {
                 record.to_json(),
                 Some(PutOptions::new().with_ignore_lease()),
             )]);
-        let reply = retry(self.patience, || {
+        let reply = retry(&self.patience, || {
             let mut c = self.client.kv_client();
             let txn = txn.clone();
             async move { c.txn(txn).await }
@@ -370,7 +365,7 @@ impl Etcd {
             return Duration::ZERO;
         }
         let mut lease = self.client.lease_client();
-        match timeout(self.patience, lease.time_to_live(kv.lease(), None)).await {
+        match timeout(self.patience.within, lease.time_to_live(kv.lease(), None)).await {
             Ok(Ok(reply)) if reply.granted_ttl() > 0 => {
                 Duration::from_secs(reply.granted_ttl().unsigned_abs())
             }
@@ -386,7 +381,7 @@ impl Etcd {
                 log::verbose(format_args!("watching {key} failed: {e}"));
                 sleep(RETRY).await;
             }
-            match key_exists(&self.client, self.patience, &key).await {
+            match key_exists(&self.client, &self.patience, &key).await {
                 Ok(None) => return,
                 Ok(Some(revision)) => after = revision,
                 Err(e) => {
@@ -402,7 +397,7 @@ impl Etcd {
     async fn end(&self, kv: &KeyValue) -> Result<(), StoreError> {
         if kv.lease() != 0 {
             let id = kv.lease();
-            retry(self.patience, || {
+            retry(&self.patience, || {
                 let mut lease = self.client.lease_client();
                 async move { lease.revoke(id).await }
             })
@@ -416,7 +411,7 @@ impl Etcd {
                     kv.create_revision(),
                 )])
                 .and_then([TxnOp::delete(kv.key(), None)]);
-            retry(self.patience, || {
+            retry(&self.patience, || {
                 let mut c = self.client.kv_client();
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
@@ -432,15 +427,13 @@ impl Etcd {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let mut reply = retry(self.patience, || {
+        let mut reply = retry(&self.patience, || {
             let mut kv = self.client.kv_client();
             let options = options.clone();
             async move { kv.get(prefix, Some(options)).await }
         })
         .await
-        .map_err(|e| {
-            StoreError::unavailable(format!("cannot read {} from {}: {e}", prefix, self.shown))
-        })?;
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
         Ok(reply.take_kvs())
     }
 
@@ -451,7 +444,7 @@ impl Etcd {
         if kv.lease() != 0 {
             let mut lease = self.client.lease_client();
             if let Ok(Ok(reply)) =
-                timeout(self.patience, lease.time_to_live(kv.lease(), None)).await
+                timeout(self.patience.within, lease.time_to_live(kv.lease(), None)).await
                 && reply.ttl() >= 0
             {
                 holder.ttl_left = Some(Duration::from_secs(reply.ttl().unsigned_abs()));
@@ -513,19 +506,20 @@ fn unreachable_hint(tls: bool) -> &'static str {
 
 /// Run `op` until it succeeds, fails in a way retrying cannot fix, or
 /// `patience` has passed. With several endpoints, a retry may reach another.
-async fn retry<T, F, Fut>(patience: Duration, mut op: F) -> Result<T, Failed>
+async fn retry<T, F, Fut>(patience: &Patience, mut op: F) -> Result<T, Failed>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    let give_up = Instant::now() + patience;
+    let give_up = Instant::now() + patience.within;
     let mut backoff = Duration::from_millis(25);
     let mut last = String::from("no answer");
+    let mut probed = false;
     loop {
         let left = give_up.remaining();
         if left.is_zero() {
             return Err(Failed {
-                refused: false,
+                why: Why::GaveUp,
                 text: last,
             });
         }
@@ -533,12 +527,24 @@ where
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e)) if is_refusal(&e) => {
                 return Err(Failed {
-                    refused: true,
+                    why: Why::Refused,
                     text: describe(&e),
                 });
             }
             Ok(Err(e)) => {
                 last = describe(&e);
+                // A refused connection is answered at once; only what can
+                // heal by itself (a timeout, a member without a leader) is
+                // worth the whole patience.
+                if !probed && last.contains("connect") {
+                    probed = true;
+                    if nothing_listens(&patience.endpoints).await {
+                        return Err(Failed {
+                            why: Why::NothingListens,
+                            text: "nothing listens there (connection refused)".into(),
+                        });
+                    }
+                }
                 log::verbose(format_args!("etcd request failed, retrying: {last}"));
                 sleep(backoff.min(give_up.remaining())).await;
                 backoff = (backoff * 2).min(RETRY);
@@ -548,12 +554,73 @@ where
     }
 }
 
+/// Whether every endpoint refuses a TCP connection (none within a second
+/// counts as maybe listening).
+async fn nothing_listens(endpoints: &[String]) -> bool {
+    for endpoint in endpoints {
+        let attempt = tokio::net::TcpStream::connect(endpoint.as_str());
+        match timeout(Duration::from_secs(1), attempt).await {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// How long to keep trying a request, and the endpoints to probe when one
+/// cannot connect.
+#[derive(Clone, Debug)]
+struct Patience {
+    within: Duration,
+    endpoints: Arc<[String]>,
+}
+
+impl Patience {
+    /// The same endpoints, with another time limit.
+    fn for_(&self, within: Duration) -> Patience {
+        Patience {
+            within,
+            endpoints: self.endpoints.clone(),
+        }
+    }
+}
+
 /// Why a retried request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    /// Refused (auth, permission, certificate): retrying would not help.
+    Refused,
+    /// Nothing listens at any endpoint.
+    NothingListens,
+    /// No answer within the patience.
+    GaveUp,
+}
+
 #[derive(Debug)]
 struct Failed {
-    /// Refused (auth, permission, certificate): retrying would not help.
-    refused: bool,
+    why: Why,
     text: String,
+}
+
+impl Failed {
+    /// The error for a request to `shown` that failed so, with what to check.
+    fn unreachable(&self, shown: &str, within: Duration) -> StoreError {
+        let tls = shown.starts_with("etcds:");
+        StoreError::unavailable(match self.why {
+            Why::Refused if self.text.contains("authentication is not enabled") => format!(
+                "{shown} refused the request: {self}; this etcd has no users: leave out --user (and ELECT_USER, ETCDCTL_USER)"
+            ),
+            Why::Refused => format!("{shown} refused the request: {self}"),
+            Why::NothingListens => {
+                format!("cannot reach {shown}: {self}; {}", unreachable_hint(tls))
+            }
+            Why::GaveUp => format!(
+                "cannot reach {shown} within {}: {self}; {}",
+                crate::clock::show(within),
+                unreachable_hint(tls)
+            ),
+        })
+    }
 }
 
 impl From<Failed> for String {
@@ -605,10 +672,32 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
         "invalid peer",
         "tls",
         "authentication failed",
+        "authentication is not enabled",
     ]
     .iter()
     .any(|w| text.contains(w));
     refused_code || bad_input || tls
+}
+
+/// Revoke lease `id`, retrying for `patience`; a lease already gone is fine.
+async fn revoke(client: &Client, id: i64, patience: &Patience) -> Result<(), StoreError> {
+    let revoked = retry(patience, || {
+        let mut lease = client.lease_client();
+        async move { lease.revoke(id).await }
+    })
+    .await;
+    match revoked {
+        Ok(_) => Ok(()),
+        Err(e) if e.text.contains("not found") => Ok(()),
+        Err(e) => Err(StoreError::unavailable(e)),
+    }
+}
+
+impl Etcd {
+    /// Revoke lease `id` from outside its session (after its elect died).
+    pub(super) async fn revoke(&self, id: i64, within: Duration) -> Result<(), StoreError> {
+        revoke(&self.client, id, &self.patience.for_(within)).await
+    }
 }
 
 /// Keys of `lock` itself, not of locks nested under it (`a/b` under `a`).
@@ -676,7 +765,7 @@ async fn changed(client: &Client, key: &[u8], after: i64) -> Result<Option<Vec<u
 
 async fn key_exists(
     client: &Client,
-    patience: Duration,
+    patience: &Patience,
     key: &str,
 ) -> Result<Option<i64>, StoreError> {
     let reply = retry(patience, || {

@@ -9,7 +9,7 @@ use etcd_client::{
 };
 
 use super::lock::EtcdLock;
-use super::{Etcd, Members, describe, retry, unreachable_hint};
+use super::{Etcd, Members, Patience, describe, retry, revoke};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{Boxed, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
@@ -21,7 +21,7 @@ pub struct EtcdSession {
     ttl: Duration,
     granted_at: Instant,
     /// How long to keep retrying a request before giving up.
-    pub(super) patience: Duration,
+    pub(super) patience: Patience,
 }
 
 impl Etcd {
@@ -34,7 +34,7 @@ impl Etcd {
         // etcd grants whole seconds; ask for at least what the user asked.
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
-        let (granted_at, reply) = retry(within, || {
+        let (granted_at, reply) = retry(&self.patience.for_(within), || {
             let mut lease = self.client.lease_client();
             async move {
                 let sent = Instant::now();
@@ -42,15 +42,7 @@ impl Etcd {
             }
         })
         .await
-        .map_err(|e| match e.refused {
-            true => StoreError::unavailable(format!("{} refused the lease: {e}", self.shown)),
-            false => StoreError::unavailable(format!(
-                "cannot reach {} within {}: {e}; {}",
-                self.shown,
-                humantime::format_duration(within),
-                unreachable_hint(self.shown.starts_with("etcds:"))
-            )),
-        })?;
+        .map_err(|e| e.unreachable(&self.shown, within))?;
         if reply.ttl() <= 0 {
             return Err(StoreError::unavailable(format!(
                 "{} refused the lease: {}",
@@ -70,7 +62,7 @@ impl Etcd {
             id: reply.id(),
             ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
             granted_at,
-            patience: within,
+            patience: self.patience.for_(within),
         })
     }
 }
@@ -133,7 +125,7 @@ impl EtcdSession {
             )])
             .or_else([TxnOp::get(key.as_str(), None)]);
         // Retrying is safe: a second attempt finds our key and its place.
-        let reply = retry(self.patience, || {
+        let reply = retry(&self.patience, || {
             let mut kv = self.client.kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }
@@ -174,17 +166,7 @@ impl EtcdSession {
     }
 
     async fn revoke(&self) -> Result<(), StoreError> {
-        let revoked = retry(self.patience, || {
-            let mut lease = self.client.lease_client();
-            async move { lease.revoke(self.id).await }
-        })
-        .await;
-        match revoked {
-            Ok(_) => Ok(()),
-            // Revoking a lease that already expired is not a failure.
-            Err(e) if e.text.contains("not found") => Ok(()),
-            Err(e) => Err(StoreError::unavailable(e)),
-        }
+        revoke(&self.client, self.id, &self.patience).await
     }
 }
 

@@ -11,6 +11,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::Etcd;
 use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
 
@@ -18,6 +20,7 @@ use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
 /// as etcdctl writes them; `ETCDCTL_ENDPOINTS` when nothing else names a
 /// store.
 pub const KIND: Kind = Kind {
+    name: "etcd",
     forms: &["etcd://HOST:PORT[,HOST:PORT...]", "etcds://HOST:PORT (TLS)"],
     claims: |url| {
         url.split_once("://").is_some_and(|(scheme, _)| {
@@ -39,13 +42,29 @@ pub const KIND: Kind = Kind {
         let list = std::env::var("ETCDCTL_ENDPOINTS").ok()?;
         (!list.trim().is_empty()).then(|| ("ETCDCTL_ENDPOINTS", format!("etcd://{list}")))
     },
+    release: Some(|order, within| {
+        let order: Result<ReleaseOrder, _> = serde_json::from_slice(order);
+        Box::pin(async move {
+            let order =
+                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
+            let etcd = Etcd::connect(&order.target, within, within).await?;
+            etcd.revoke(order.lease, within).await
+        })
+    }),
 };
+
+/// Everything needed to revoke a lease from another process.
+#[derive(Serialize, Deserialize)]
+struct ReleaseOrder {
+    target: EtcdTarget,
+    lease: i64,
+}
 
 /// The secrets of etcd's own tools: the command never sees them.
 const SECRET_VARIABLES: &[&str] = &["ETCDCTL_PASSWORD", "ETCDCTL_USER"];
 
 /// A password, kept out of every `Debug` and `Display`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Secret(String);
 
 impl Secret {
@@ -60,7 +79,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdTarget {
     /// `host:port` of each member.
     pub endpoints: Vec<String>,
@@ -240,6 +259,14 @@ impl fmt::Display for EtcdTarget {
 impl Target for EtcdTarget {
     fn secret_variables(&self) -> &'static [&'static str] {
         SECRET_VARIABLES
+    }
+
+    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
+        let order = ReleaseOrder {
+            target: self.clone(),
+            lease: i64::from_str_radix(id, 16).ok()?,
+        };
+        serde_json::to_vec(&order).ok()
     }
 
     fn open(

@@ -40,6 +40,7 @@ use lock::FileSession;
 /// `file:DIR`, `file:///DIR`, or `file` alone for the per-user default;
 /// `?network-fs=ok` accepts a network filesystem.
 pub const KIND: Kind = Kind {
+    name: "file",
     forms: &["file:DIR"],
     claims: |url| url == "file" || url.starts_with("file:"),
     parse: |url, settings| {
@@ -50,6 +51,7 @@ pub const KIND: Kind = Kind {
             .map_err(|e| StoreError::config(format!("store URL '{url}': {e}")))
     },
     from_env: || None,
+    release: None,
 };
 
 /// A directory on this host.

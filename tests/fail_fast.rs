@@ -1,0 +1,97 @@
+//! A store that is not there, or says no, is answered at once: a new user's
+//! first mistake costs them no ten seconds of silence.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Instant;
+
+use support::{Etcd, elect};
+
+/// A loopback port where nothing listens (bound, then let go).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Run elect with `args`; its exit code, stderr and how long it took.
+fn timed(args: &[&str]) -> (i32, String, f64) {
+    let started = Instant::now();
+    let out = elect().args(args).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed().as_secs_f64() * 1e3,
+    )
+}
+
+#[test]
+fn a_refused_connection_is_answered_within_two_seconds_by_every_command() {
+    let store = format!(
+        "etcd://127.0.0.1:{},127.0.0.1:{}",
+        closed_port(),
+        closed_port()
+    );
+    let commands: [&[&str]; 5] = [
+        &["run", "--lock", "x", "--", "true"],
+        &["status", "--lock", "x"],
+        &["list"],
+        &[
+            "check",
+            "--lock",
+            "x",
+            "--holder-key",
+            "x/1",
+            "--token",
+            "1",
+        ],
+        &["break", "--lock", "x", "--yes"],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.extend(["--store", &store]);
+        // `run` takes its options before `--`.
+        if command[0] == "run" {
+            args = vec!["run", "--store", &store, "--lock", "x", "--", "true"];
+        }
+        let (code, said, took) = timed(&args);
+        eprintln!("{}: {took:.0} ms", command[0]);
+        assert_eq!(code, 69, "{command:?}: {said}");
+        assert!(took < 2000.0, "{command:?} took {took:.0} ms");
+        assert!(
+            said.contains("is etcd running there?") && said.contains("ELECT_STORE"),
+            "{command:?}: {said}"
+        );
+        assert!(!said.contains("x/ "), "an internal key prefix: {said}");
+        assert_eq!(said.lines().count(), 1, "one line: {said}");
+    }
+}
+
+#[test]
+fn a_user_against_an_etcd_without_users_is_told_at_once() {
+    let etcd = Etcd::start();
+    let started = Instant::now();
+    let out = elect()
+        .args([
+            "status",
+            "--store",
+            &etcd.url(),
+            "--lock",
+            "x",
+            "--user",
+            "bob",
+        ])
+        .env("ELECT_PASSWORD", "secret")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = started.elapsed().as_secs_f64() * 1e3;
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--user against an etcd without auth: {took:.0} ms: {said}");
+    assert_eq!(out.status.code(), Some(69), "{said}");
+    assert!(took < 2000.0, "took {took:.0} ms");
+    assert!(said.contains("authentication is not enabled"), "{said}");
+}
