@@ -4,11 +4,12 @@
 //! - stores: [`etcd`] (one member or a cluster), [`tempdir`] (the `file:`
 //!   store's directory, and any test's files), [`certs`] for TLS;
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
-//!   [`pty`] (a process on a terminal);
+//!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`);
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
 //! - the fault suite: [`proxy`], [`contender`], [`register`], [`history`],
 //!   [`nemesis`], [`ticker`].
 
+// Each test binary uses a part of this.
 #![allow(dead_code, unused_imports)]
 
 pub mod certs;
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod contender;
 pub mod etcd;
 pub mod history;
+pub mod inspect;
 pub mod nemesis;
 pub mod process;
 pub mod proxy;
