@@ -10,7 +10,6 @@ mod support;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use support::cluster::Cluster;
 use support::proxy::{Mode, Proxy};
 use support::{Etcd, HOLD, Running, SECOND, elect_run};
 
@@ -165,8 +164,8 @@ fn the_round_trip_limit_at_a_3s_ttl() {
 #[test]
 fn pings_stay_within_etcds_keepalive_policy() {
     let _one = one_at_a_time();
-    // Cluster::start sets no --grpc-keepalive-* flag: etcd's defaults apply.
-    let etcd = Cluster::start(3);
+    // Etcd::cluster sets no --grpc-keepalive-* flag: etcd's defaults apply.
+    let etcd = Etcd::cluster(3);
     let extra = ["--ttl", "3s", "-v"];
     let mut holder = Running::spawn(elect_run(&etcd.url(), "calm", &extra, HOLD));
     holder.expect_line("token", 10 * SECOND);

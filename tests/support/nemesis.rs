@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::cluster::Cluster;
 use super::contender::{Contender, Sweep, comm, marked};
+use super::etcd::Etcd;
 use super::history::{History, What};
 use super::now_ns;
 use super::proxy::{Mode, Proxy};
@@ -175,7 +175,7 @@ pub struct World {
     pub contenders: Vec<Contender>,
     restart_at: Vec<Option<Instant>>,
     pub register: Register,
-    pub cluster: Cluster,
+    pub cluster: Etcd,
     /// Per contender, one proxy per member.
     pub links: Vec<Vec<Proxy>>,
     pub ttl: Duration,
@@ -196,7 +196,7 @@ impl World {
             super::register::ENV,
             register.path.display()
         ));
-        let cluster = Cluster::start(members);
+        let cluster = Etcd::cluster(members);
         let links: Vec<Vec<Proxy>> = (0..n)
             .map(|_| {
                 cluster

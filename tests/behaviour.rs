@@ -1,0 +1,828 @@
+//! What every store must do, written once and run against each store:
+//! etcd (a real server the test starts) and `file:` (a directory).
+//!
+//! A store takes part through [`StoreUnderTest`]: how to start it, how to
+//! look into it without elect, how to end a holder's lease from outside, and
+//! where stores legitimately differ (what a key looks like, how soon an
+//! outside end is noticed, whether tokens come from a counter). Each
+//! scenario becomes one test per store, `etcd::NAME` and `file::NAME`.
+//! Adding a store is one impl of the trait and one line in `stores!` at the
+//! end of this file.
+//!
+//! What only one store does is tested beside it: tests/run.rs (etcd),
+//! tests/file.rs.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::inspect::{check, status};
+use support::{Death, Etcd, Running, SECOND, TempDir, alive, elect, elect_run, hold, ms, now_ns};
+
+/// What a scenario knows of a holder whose lease it ends from outside: its
+/// command's ELECT_LEASE_ID and ELECT_KEY.
+struct Held {
+    lease: String,
+    key: String,
+}
+
+trait StoreUnderTest: Sized {
+    /// The module of the store's tests; also a part of temp dir names.
+    const NAME: &'static str;
+    /// The ways to end a holder's lease from outside elect, by name.
+    const OUTSIDE_ENDS: &'static [&'static str];
+    /// Tokens come from a counter: each one handed out is one more than the
+    /// last, for each lock.
+    const CONSECUTIVE_TOKENS: bool;
+
+    /// A new, empty store for `scenario` (a name unique in this binary).
+    fn start(scenario: &str) -> Self;
+    /// The `--store` URL.
+    fn url(&self) -> String;
+    /// How many contenders for `lock`, its holder and its waiters, the store
+    /// has, as the store itself (not elect) tells.
+    fn contenders(&self, lock: &str) -> usize;
+    /// A write to the store that is none of elect's business.
+    fn unrelated_write(&self);
+    /// Assert that the store holds nothing at all.
+    fn assert_empty(&self);
+    /// The ELECT_KEY of a holder of `lock` whose ELECT_LEASE_ID is `lease`.
+    fn key(&self, lock: &str, lease: &str) -> String;
+    /// Whether `lease` is what ELECT_LEASE_ID should be for a holder whose
+    /// elect has the pid `elect`.
+    fn lease_id_fits(lease: &str, elect: i32) -> bool;
+    /// End the lease of `holder` of `lock` from outside elect, the way `how`
+    /// (one of OUTSIDE_ENDS).
+    fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str);
+    /// How long elect may take to notice an outside end, at this TTL.
+    fn notices_outside_end_within(ttl: Duration) -> Duration;
+}
+
+impl StoreUnderTest for Etcd {
+    const NAME: &'static str = "etcd";
+    const OUTSIDE_ENDS: &'static [&'static str] = &["revoke the lease", "delete the key"];
+    /// Tokens are revisions of the whole store.
+    const CONSECUTIVE_TOKENS: bool = false;
+
+    fn start(_scenario: &str) -> Etcd {
+        Etcd::start()
+    }
+
+    fn url(&self) -> String {
+        Etcd::url(self)
+    }
+
+    fn contenders(&self, lock: &str) -> usize {
+        self.keys(&format!("{lock}/")).len()
+    }
+
+    fn unrelated_write(&self) {
+        assert!(self.etcdctl(&["put", "unrelated", "x"]).status.success());
+    }
+
+    fn assert_empty(&self) {
+        assert_eq!(self.keys(""), Vec::<String>::new(), "no key was written");
+        let leases = self.etcdctl(&["lease", "list"]);
+        assert_eq!(
+            String::from_utf8_lossy(&leases.stdout).trim(),
+            "found 0 leases",
+            "no lease was granted"
+        );
+    }
+
+    fn key(&self, lock: &str, lease: &str) -> String {
+        format!("{lock}/{lease}")
+    }
+
+    /// The lease's id, in hex.
+    fn lease_id_fits(lease: &str, _elect: i32) -> bool {
+        u64::from_str_radix(lease, 16).is_ok()
+    }
+
+    fn end_lease_from_outside(&self, _lock: &str, holder: &Held, how: &str) {
+        let out = match how {
+            "revoke the lease" => self.etcdctl(&["lease", "revoke", &holder.lease]),
+            "delete the key" => self.etcdctl(&["del", &holder.key]),
+            _ => unreachable!("{how}"),
+        };
+        assert!(
+            out.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// At once, by a watch: well within the lease.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 2
+    }
+}
+
+/// The `file:` store in a directory of its own.
+struct FileStore(TempDir);
+
+impl FileStore {
+    fn lock_file(&self, lock: &str) -> PathBuf {
+        self.0.join(&format!("{}.lock", lock.replace('/', "%2F")))
+    }
+}
+
+impl StoreUnderTest for FileStore {
+    const NAME: &'static str = "file";
+    const OUTSIDE_ENDS: &'static [&'static str] =
+        &["remove the lock file", "replace the lock file"];
+    const CONSECUTIVE_TOKENS: bool = true;
+
+    fn start(scenario: &str) -> FileStore {
+        FileStore(TempDir::new(&format!("file-{scenario}")))
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    /// The flock(2) locks on the lock file, held or waited for, from
+    /// /proc/locks: elect and its guard share one.
+    fn contenders(&self, lock: &str) -> usize {
+        let Ok(meta) = std::fs::metadata(self.lock_file(lock)) else {
+            return 0;
+        };
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let id = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .filter(|line| line.split_whitespace().any(|field| field == id))
+            .count()
+    }
+
+    fn unrelated_write(&self) {
+        std::fs::write(self.0.join("unrelated"), "x").unwrap();
+        std::fs::remove_file(self.0.join("unrelated")).unwrap();
+    }
+
+    fn assert_empty(&self) {
+        let names: Vec<_> = std::fs::read_dir(&self.0.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(names.is_empty(), "nothing was created: {names:?}");
+    }
+
+    /// The lock file.
+    fn key(&self, lock: &str, _lease: &str) -> String {
+        self.lock_file(lock).display().to_string()
+    }
+
+    /// elect's pid.
+    fn lease_id_fits(lease: &str, elect: i32) -> bool {
+        lease == elect.to_string()
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, _holder: &Held, how: &str) {
+        let file = self.lock_file(lock);
+        match how {
+            "remove the lock file" => std::fs::remove_file(&file).unwrap(),
+            "replace the lock file" => {
+                let other = self.0.join(&format!("{lock}.other"));
+                std::fs::write(&other, "").unwrap();
+                std::fs::rename(&other, &file).unwrap();
+            }
+            _ => unreachable!("{how}"),
+        }
+    }
+
+    /// At the next renewal, which looks at the lock file: every TTL/3.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 3 + Duration::from_millis(500)
+    }
+}
+
+/// Poll until the store has `n` contenders for `lock`.
+fn wait_contenders<S: StoreUnderTest>(store: &S, lock: &str, n: usize) {
+    let give_up = Instant::now() + 10 * SECOND;
+    loop {
+        let found = store.contenders(lock);
+        if found == n {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "expected {n} contenders for {lock}, found {found}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Tokens rise; one by one if the store counts them.
+fn assert_rising<S: StoreUnderTest>(tokens: &[u64], what: &str) {
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "{what}: tokens must rise: {tokens:?}"
+    );
+    if S::CONSECUTIVE_TOKENS {
+        assert!(
+            tokens.windows(2).all(|w| w[1] == w[0] + 1),
+            "{what}: a counter hands out every token in turn: {tokens:?}"
+        );
+    }
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tokens_rise_across_holders_and_processes<S: StoreUnderTest>() {
+    let store = S::start("tokens");
+    // One process after another, with other writes to the store between.
+    let mut tokens = Vec::new();
+    for _ in 0..4 {
+        let out = elect_run(&store.url(), "rising", &[], "echo $ELECT_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        assert!(out.stderr.is_empty(), "{}", stderr_of(&out));
+        tokens.push(stdout_of(&out).parse::<u64>().unwrap());
+        store.unrelated_write();
+    }
+    assert!(tokens[0] > 0);
+    assert_rising::<S>(&tokens, "consecutive holders");
+    assert_eq!(
+        store.contenders("rising"),
+        0,
+        "every holder released the lock"
+    );
+
+    // Contenders started at once take turns, and tokens rise in their order.
+    let script = r#"echo "run $ELECT_TOKEN $(date +%s%N)"; sleep 0.2; echo "done $(date +%s%N)""#;
+    let mut contenders: Vec<Running> = (0..3)
+        .map(|_| Running::spawn(elect_run(&store.url(), "rising", &[], script)))
+        .collect();
+    let mut runs = Vec::new();
+    for c in &mut contenders {
+        let run = c.expect_line("run", 10 * SECOND);
+        let (token, start) = run.split_once(' ').unwrap();
+        let end: i128 = c.expect_line("done", 10 * SECOND).parse().unwrap();
+        runs.push((
+            start.parse::<i128>().unwrap(),
+            end,
+            token.parse::<u64>().unwrap(),
+        ));
+        assert_eq!(c.wait_code(10 * SECOND), 0);
+    }
+    runs.sort();
+    for pair in runs.windows(2) {
+        assert!(pair[0].1 < pair[1].0, "two holders ran at once: {runs:?}");
+    }
+    tokens.extend(runs.iter().map(|r| r.2));
+    assert_rising::<S>(&tokens, "holders in turn");
+}
+
+fn a_busy_lock_exits_75_or_the_busy_exit_code<S: StoreUnderTest>() {
+    let store = S::start("busy");
+    let url = store.url();
+    for _ in 0..5 {
+        let out = elect_run(&url, "busy", &["--no-wait"], "echo ran")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert_eq!(stdout_of(&out), "ran", "a free lock runs the command");
+    }
+
+    let (mut holder, token) = hold(&url, "busy", &["--identity", "first"]);
+    let out = elect_run(&url, "busy", &["--no-wait"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(out.stdout.is_empty(), "the command must not run");
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("held by first") && err.contains(&format!("token {token}")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+
+    // Two give up after waiting a second, side by side: one with the usual
+    // code, one with its own.
+    let gave_up: Vec<(Running, i32)> = [(&[][..], 75), (&["--busy-exit-code", "9"][..], 9)]
+        .into_iter()
+        .map(|(extra, code)| {
+            let mut args = vec!["--wait", "1s"];
+            args.extend(extra);
+            (
+                Running::spawn(elect_run(&url, "busy", &args, "echo ran")),
+                code,
+            )
+        })
+        .collect();
+    for (mut waiter, code) in gave_up {
+        assert_eq!(waiter.wait_code(10 * SECOND), code);
+        let waited = waiter.started.elapsed();
+        assert!(waited >= SECOND && waited < 5 * SECOND, "waited {waited:?}");
+        eprintln!("--wait 1s gave up after {waited:?}");
+        assert_eq!(
+            waiter.next_line(5 * SECOND),
+            None,
+            "the command must not run"
+        );
+    }
+
+    let out = elect_run(&url, "busy", &["-n", "-q", "--busy-exit-code", "3"], "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(out.stderr.is_empty(), "-q silences the busy message");
+
+    assert_eq!(
+        store.contenders("busy"),
+        1,
+        "those who gave up left the queue"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    let out = elect_run(&url, "busy", &["-n"], "echo $ELECT_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let next: u64 = stdout_of(&out).parse().unwrap();
+    // With a counter: those who gave up took no token.
+    assert_rising::<S>(&[token, next], "the holder, then the next");
+}
+
+fn signals_are_forwarded_and_exit_codes_pass_through<S: StoreUnderTest>() {
+    let store = S::start("signals");
+    let script = r#"trap 'echo got USR1' USR1; trap 'echo got HUP' HUP; trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.01; done"#;
+    let mut holder = Running::spawn(elect_run(&store.url(), "sig", &[], script));
+    holder.expect_line("ready", 10 * SECOND);
+    holder.signal(libc::SIGUSR1);
+    holder.expect_line("got USR1", 5 * SECOND);
+    holder.signal(libc::SIGHUP);
+    holder.expect_line("got HUP", 5 * SECOND);
+    holder.signal(libc::SIGTERM);
+    holder.expect_line("got TERM", 5 * SECOND);
+    assert_eq!(holder.wait_code(10 * SECOND), 3);
+    assert_eq!(store.contenders("sig"), 0, "released");
+
+    let out = elect_run(&store.url(), "sig", &[], "exit 7")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+}
+
+fn a_child_killed_by_a_signal_kills_elect_by_the_same_signal<S: StoreUnderTest>() {
+    let store = S::start("killed");
+    let mut holder = Running::spawn(elect_run(
+        &store.url(),
+        "int",
+        &[],
+        "echo ready; exec sleep 1000",
+    ));
+    holder.expect_line("ready", 10 * SECOND);
+    holder.signal(libc::SIGINT);
+    let status = holder.wait(10 * SECOND);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+
+    for sig in [libc::SIGKILL, libc::SIGTERM] {
+        let out = elect_run(&store.url(), "int", &[], &format!("kill -{sig} $$"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(sig), "{}", stderr_of(&out));
+    }
+    assert_eq!(store.contenders("int"), 0, "released");
+}
+
+fn a_clean_exit_hands_over_in_milliseconds<S: StoreUnderTest>() {
+    let store = S::start("handover");
+    let (mut first, _) = hold(&store.url(), "handover", &["--ttl", "10s"]);
+    let mut second = Running::spawn(elect_run(
+        &store.url(),
+        "handover",
+        &["--ttl", "10s"],
+        r#"echo "start $(date +%s%N)""#,
+    ));
+    wait_contenders(&store, "handover", 2);
+    first.send_line("done");
+    let ended: i128 = first.expect_line("end", 10 * SECOND).parse().unwrap();
+    let started: i128 = second.expect_line("start", 10 * SECOND).parse().unwrap();
+    assert_eq!(first.wait_code(10 * SECOND), 0);
+    assert_eq!(second.wait_code(10 * SECOND), 0);
+    let handover = started - ended;
+    eprintln!(
+        "{}: handover after a clean exit: {:.1} ms",
+        S::NAME,
+        ms(handover)
+    );
+    assert!(handover > 0);
+    assert!(
+        handover < 2_000_000_000,
+        "handover took {:.1} ms: waited for the TTL?",
+        ms(handover)
+    );
+}
+
+fn sigkill_of_elect_leaves_no_orphans_and_the_next_holder_proceeds<S: StoreUnderTest>() {
+    let store = S::start("sigkill");
+    let script = r#"sleep 1000 & echo "grandchild $!"; echo "child $$ $ELECT_TOKEN"; wait"#;
+    let mut holder = Running::spawn(elect_run(&store.url(), "oom", &["--ttl", "2s"], script));
+    let grandchild = holder
+        .expect_line("grandchild", 10 * SECOND)
+        .parse()
+        .unwrap();
+    let child = holder.expect_line("child", 10 * SECOND);
+    let (child, token) = child.split_once(' ').unwrap();
+    let (child, token): (i32, u64) = (child.parse().unwrap(), token.parse().unwrap());
+    let deaths = [Death::watch(child), Death::watch(grandchild)];
+
+    let mut next = Running::spawn(elect_run(
+        &store.url(),
+        "oom",
+        &["--ttl", "2s", "--wait", "10s"],
+        r#"echo "start $(date +%s%N) $ELECT_TOKEN""#,
+    ));
+    wait_contenders(&store, "oom", 2);
+
+    let killed_at = now_ns();
+    holder.signal(libc::SIGKILL);
+    let gone = deaths.iter().map(|d| d.at(5 * SECOND)).max().unwrap();
+    assert!(!alive(child) && !alive(grandchild));
+    assert!(
+        gone - killed_at < 1_000_000_000,
+        "the command's group took {:.1} ms to die",
+        ms(gone - killed_at)
+    );
+
+    let start = next.expect_line("start", 15 * SECOND);
+    let (started_at, next_token) = start.split_once(' ').unwrap();
+    let (started_at, next_token): (i128, u64) =
+        (started_at.parse().unwrap(), next_token.parse().unwrap());
+    eprintln!(
+        "{}: SIGKILL of elect: its group gone after {:.1} ms, the next command started after {:.1} ms",
+        S::NAME,
+        ms(gone - killed_at),
+        ms(started_at - killed_at)
+    );
+    assert!(
+        started_at > gone,
+        "the next holder started before the old group was dead"
+    );
+    // The guard ends the session once the group is dead: a crashed elect
+    // costs a handover, not a TTL.
+    let after = Duration::from_nanos((started_at - killed_at) as u64);
+    assert!(
+        after < SECOND,
+        "the next holder started {after:?} after the kill: it waited for the lease"
+    );
+    assert_rising::<S>(&[token, next_token], "the killed holder, then the next");
+    assert_eq!(next.wait_code(10 * SECOND), 0);
+}
+
+fn an_outside_end_of_the_lease_stops_the_command_with_76<S: StoreUnderTest>() {
+    let store = S::start("outside");
+    let url = store.url();
+    let ttl = 3 * SECOND;
+    // For each way: a command that stops on SIGTERM.
+    let polite = r#"trap 'echo "term $(date +%s%N)"; exit 0' TERM; echo "held $$ $ELECT_TOKEN $ELECT_LEASE_ID $ELECT_KEY"; while :; do sleep 0.01; done"#;
+    // And one that notes SIGTERM and carries on: the lease is gone, another
+    // holder may already run, so it gets 100 ms before SIGKILL, not its
+    // grace (1 s).
+    let stubborn = r#"trap 'echo "term $(date +%s%N)"' TERM; echo "held $$ $ELECT_TOKEN $ELECT_LEASE_ID $ELECT_KEY"; while :; do sleep 0.01; done"#;
+    let mut cases: Vec<(&str, String, bool)> = S::OUTSIDE_ENDS
+        .iter()
+        .enumerate()
+        .map(|(i, how)| (*how, format!("gone{i}"), false))
+        .collect();
+    cases.push((S::OUTSIDE_ENDS[0], "stubborn".into(), true));
+
+    let mut holders = Vec::new();
+    for (how, lock, ignores_term) in &cases {
+        let script = if *ignores_term { stubborn } else { polite };
+        let mut holder = Running::spawn(elect_run(
+            &url,
+            lock,
+            &["--ttl", "3s", "--grace", "1s"],
+            script,
+        ));
+        let line = holder.expect_line("held", 10 * SECOND);
+        let mut fields = line.splitn(4, ' ');
+        let child = Death::watch(fields.next().unwrap().parse().unwrap());
+        let token: u64 = fields.next().unwrap().parse().unwrap();
+        let held = Held {
+            lease: fields.next().unwrap().into(),
+            key: fields.next().unwrap().into(),
+        };
+        let (code, err) = check(&url, lock, &held.key, token);
+        assert_eq!(code, 0, "{how}: {err}");
+        holders.push((holder, held, token, child));
+    }
+
+    let mut ended_at = Vec::new();
+    for ((how, lock, _), (_, held, _, _)) in cases.iter().zip(&holders) {
+        ended_at.push(now_ns());
+        store.end_lease_from_outside(lock, held, how);
+    }
+
+    let within = S::notices_outside_end_within(ttl);
+    for (((how, lock, ignores_term), (mut holder, held, token, child)), ended_at) in
+        cases.into_iter().zip(holders).zip(ended_at)
+    {
+        let termed_at: i128 = holder.expect_line("term", 10 * SECOND).parse().unwrap();
+        let died_at = child.at(10 * SECOND);
+        eprintln!(
+            "{}, {how}{}: the command's SIGTERM after {:.1} ms, its end after {:.1} ms",
+            S::NAME,
+            if ignores_term {
+                ", SIGTERM ignored"
+            } else {
+                ""
+            },
+            ms(termed_at - ended_at),
+            ms(died_at - ended_at)
+        );
+        assert!(
+            termed_at - ended_at < within.as_nanos() as i128,
+            "{how}: SIGTERM {:.1} ms after the end; expected within {within:?}",
+            ms(termed_at - ended_at)
+        );
+        if ignores_term {
+            // The shell notes the signal after its current 10 ms sleep.
+            let killed_after = died_at - termed_at;
+            assert!(
+                (50_000_000..900_000_000).contains(&killed_after),
+                "{how}: SIGKILL {:.1} ms after SIGTERM; expected about 100 ms",
+                ms(killed_after)
+            );
+            assert!(died_at - ended_at >= 90_000_000);
+        }
+        assert_eq!(holder.wait_code(10 * SECOND), 76, "{how}");
+        let said = holder.stderr_seen.join("\n");
+        assert!(
+            said.contains(&format!("lost the lease on lock {lock}")) && said.contains(&url),
+            "{how}: {said}"
+        );
+        let (code, err) = check(&url, &lock, &held.key, token);
+        assert_eq!(code, 1, "{how}: the holder is no more");
+        assert!(err.contains("free"), "{how}: {err}");
+    }
+}
+
+/// A holder that reports its key and token, and a waiter behind it.
+fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
+    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
+    let mut holder = Running::spawn(elect_run(
+        store,
+        lock,
+        &["--identity", "nightly-1", "--ttl", "3s"],
+        script,
+    ));
+    let key = holder.expect_line("key", 10 * SECOND);
+    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
+    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
+    (holder, waiter, key, token)
+}
+
+fn wait_for_waiters(store: &str, lock: &str, n: u64) {
+    let give_up = Instant::now() + 10 * SECOND;
+    loop {
+        let (_, out) = status(store, lock, true);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        if v["waiting"] == n {
+            return;
+        }
+        assert!(Instant::now() < give_up, "{out}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status_check_and_break_agree<S: StoreUnderTest>() {
+    let under_test = S::start("inspect");
+    let store = &under_test.url();
+    let lock = "report";
+    let (code, out) = status(store, lock, false);
+    assert_eq!(code, 1, "a free lock: {out}");
+    assert!(out.contains(": free"), "{out}");
+
+    let (mut holder, mut waiter, key, token) = holder_and_waiter(store, lock);
+    wait_for_waiters(store, lock, 1);
+
+    let (code, out) = status(store, lock, false);
+    assert_eq!(code, 0);
+    for text in [
+        "held",
+        "nightly-1",
+        &format!("token:    {token}"),
+        &key,
+        "waiting:  1",
+        "read _line",
+    ] {
+        assert!(out.contains(text), "{text} missing in\n{out}");
+    }
+    let (code, out) = status(store, lock, true);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["lock"], lock);
+    assert_eq!(v["held"], true);
+    assert_eq!(v["token"], token);
+    assert_eq!(v["key"], key.as_str());
+    assert_eq!(v["holder"]["identity"], "nightly-1");
+    assert_eq!(v["holder"]["command"][0], "sh");
+    assert_eq!(v["waiting"], 1);
+    assert!(v["holder"]["pid"].is_u64() && v["holder"]["since"].is_string());
+
+    let out = elect()
+        .args(["list", "--store", store, "--json"])
+        .output()
+        .unwrap();
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all[0]["lock"], lock);
+
+    let (code, err) = check(store, lock, &key, token);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty());
+    let (code, _) = check(store, lock, &key, token - 1);
+    assert_eq!(code, 1, "a wrong token is not the holder");
+
+    // A break that names another token refuses and changes nothing.
+    let out = elect()
+        .args(["break", "--store", store, "--lock", lock, "--token"])
+        .arg((token + 100).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("nothing broken"));
+    assert_eq!(status(store, lock, true).0, 0);
+
+    let out = elect()
+        .args(["break", "--store", store, "--lock", lock, "--token"])
+        .arg(token.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        holder.wait_code(10 * SECOND),
+        76,
+        "the holder's elect saw the loss"
+    );
+    waiter.expect_line("ran", 10 * SECOND);
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    let (code, err) = check(store, lock, &key, token);
+    assert_eq!(code, 1);
+    assert!(err.contains("not the holder"), "{err}");
+}
+
+fn commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind<S: StoreUnderTest>() {
+    let store = S::start("noexec");
+    let dir = TempDir::new(&format!("{}-noexec-commands", S::NAME));
+    let plain = dir.join("plain-file");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let cases: [(&str, i32); 4] = [
+        ("no-such-command-anywhere", 127),
+        ("/no/such/path", 127),
+        (dir.0.to_str().unwrap(), 126),
+        (plain.to_str().unwrap(), 126),
+    ];
+    for (command, code) in cases {
+        let out = elect()
+            .args(["run", "--store", &store.url(), "--lock", "noexec", "--"])
+            .arg(command)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{command}");
+        let err = stderr_of(&out);
+        assert!(err.contains(command) && err.lines().count() == 1, "{err}");
+    }
+    store.assert_empty();
+}
+
+fn ctrl_c_while_waiting_leaves_the_queue_at_once<S: StoreUnderTest>() {
+    let store = S::start("ctrl-c");
+    let (mut holder, _) = hold(&store.url(), "queue", &[]);
+    let mut waiter = Running::spawn(elect_run(&store.url(), "queue", &[], "echo ran"));
+    wait_contenders(&store, "queue", 2);
+    waiter.signal(libc::SIGINT);
+    let status = waiter.wait(5 * SECOND);
+    assert_eq!(status.signal(), Some(libc::SIGINT));
+    assert_eq!(store.contenders("queue"), 1, "the waiter left the queue");
+    assert_eq!(waiter.next_line(5 * SECOND), None, "the command never ran");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+fn the_child_sees_its_lock_token_and_store_and_no_secrets<S: StoreUnderTest>() {
+    let store = S::start("env");
+    let mut command = elect_run(&store.url(), "env-check", &["--identity", "batch-7"], "env");
+    command
+        .env("ELECT_TOKEN", "inherited")
+        .env("ELECT_PASSWORD", "hunter2");
+    let mut child = Running::spawn(command);
+    let mut env = std::collections::HashMap::new();
+    while let Some(line) = child.next_line(10 * SECOND) {
+        if let Some((name, value)) = line.split_once('=') {
+            env.insert(name.to_string(), value.to_string());
+        }
+    }
+    assert_eq!(child.wait_code(10 * SECOND), 0, "{:?}", child.stderr_seen);
+    assert!(
+        child.stderr_seen.is_empty(),
+        "a good run prints nothing of elect's own: {:?}",
+        child.stderr_seen
+    );
+    let var = |name: &str| {
+        env.get(name)
+            .unwrap_or_else(|| panic!("{name} missing in {env:?}"))
+            .as_str()
+    };
+    let token: u64 = var("ELECT_TOKEN")
+        .parse()
+        .expect("ELECT_TOKEN is a decimal number");
+    assert!(token > 0);
+    assert_eq!(var("ELECT_LOCK"), "env-check");
+    assert_eq!(var("ELECT_IDENTITY"), "batch-7");
+    assert_eq!(var("ELECT_STORE"), store.url());
+    let lease = var("ELECT_LEASE_ID");
+    assert!(
+        S::lease_id_fits(lease, child.pid()),
+        "ELECT_LEASE_ID {lease}"
+    );
+    assert_eq!(var("ELECT_KEY"), store.key("env-check", lease));
+    assert!(
+        !env.contains_key("ELECT_PASSWORD"),
+        "secrets never reach the child"
+    );
+    assert!(
+        env.values().all(|v| !v.contains("hunter2")),
+        "the password reached the child: {env:?}"
+    );
+}
+
+fn the_child_starts_with_default_signal_handling_whatever_elect_inherited<S: StoreUnderTest>() {
+    use std::os::unix::process::CommandExt;
+    let store = S::start("sigmask");
+    let mut command = elect();
+    command
+        .args(["run", "--store", &store.url(), "--lock", "sigmask", "--"])
+        .args(["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]);
+    // SAFETY: signal and sigprocmask are async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGALRM, libc::SIG_IGN);
+            libc::signal(libc::SIGTSTP, libc::SIG_IGN);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+    );
+}
+
+/// One module per store, one #[test] in it per scenario.
+macro_rules! stores {
+    ($($store:ident: $type:ty),* $(,)?) => {
+        $(stores!(@one $store, $type, [
+            tokens_rise_across_holders_and_processes,
+            a_busy_lock_exits_75_or_the_busy_exit_code,
+            signals_are_forwarded_and_exit_codes_pass_through,
+            a_child_killed_by_a_signal_kills_elect_by_the_same_signal,
+            a_clean_exit_hands_over_in_milliseconds,
+            sigkill_of_elect_leaves_no_orphans_and_the_next_holder_proceeds,
+            an_outside_end_of_the_lease_stops_the_command_with_76,
+            status_check_and_break_agree,
+            commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind,
+            ctrl_c_while_waiting_leaves_the_queue_at_once,
+            the_child_sees_its_lock_token_and_store_and_no_secrets,
+            the_child_starts_with_default_signal_handling_whatever_elect_inherited,
+        ]);)*
+    };
+    (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {
+        mod $store {
+            use super::*;
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario::<$type>();
+                }
+            )*
+        }
+    };
+}
+
+stores! {
+    etcd: Etcd,
+    file: FileStore,
+}
