@@ -258,91 +258,148 @@ pub async fn keep(
     granted_at: Instant,
     deadline: &watch::Sender<Instant>,
 ) -> Loss {
-    const FIRST_BACKOFF: Duration = Duration::from_millis(50);
     let renewers = renewers.map(RefCell::new);
     // The second starts on a connection of its own: a retry must not wait
     // behind the same dead one.
     renewers[1].borrow_mut().reset();
-    let mut flights: [Option<Flight<'_>>; 2] = [None, None];
-    // When each renewer last had an answer.
-    let mut heard = [granted_at; 2];
-    let mut first = 0;
-    let mut last_sent = granted_at;
-    let mut last_confirmed = granted_at;
-    let mut next = granted_at + timing.renew_every();
-    let mut backoff = FIRST_BACKOFF;
+    let mut book = Book::new(&renewers, timing, granted_at);
     loop {
         let stop_at = timing.stop_at(*deadline.borrow());
         tokio::select! {
             biased;
-            () = sleep_until(stop_at) => return Loss::Expired { last_confirmed },
-            (i, sent, answer) = landing(&mut flights) => match answer {
-                Ok(Renewal::Gone(why)) => return Loss::Gone(why),
-                Ok(renewal) => {
-                    heard[i] = Instant::now();
-                    if let Renewal::Alive(ttl) = renewal {
-                        let new = timing.deadline(sent, ttl);
-                        if new > *deadline.borrow() {
-                            deadline.send_replace(new);
-                            log::verbose(format_args!(
-                                "lease renewed, answered in {}; safe for {}",
-                                show(Instant::now().since(sent)),
-                                show(new.remaining())
-                            ));
-                        }
-                    }
-                    // An answer to an older request than one already
-                    // confirmed changes nothing.
-                    if sent > last_confirmed {
-                        last_confirmed = sent;
-                        next = sent + timing.renew_every();
-                        first = i;
-                        backoff = FIRST_BACKOFF;
-                    }
+            () = sleep_until(stop_at) => {
+                return Loss::Expired { last_confirmed: book.last_confirmed };
+            }
+            (i, sent, answer) = landing(&mut book.flights) => {
+                if let Some(loss) = book.answered(i, sent, answer, deadline) {
+                    return loss;
                 }
-                Err(e) => {
-                    renewers[i].borrow_mut().reset();
-                    first = 1 - i;
-                    // Retry soon only if no newer request is out.
-                    if sent == last_sent {
-                        log::verbose(format_args!(
-                            "renewal failed, retrying in {}: {e}",
-                            show(backoff)
-                        ));
-                        next = Instant::now() + backoff;
-                        backoff = (backoff * 2).min(timing.renew_every() / 2);
-                    } else {
-                        log::verbose(format_args!("an earlier renewal failed: {e}"));
-                    }
-                }
-            },
-            () = sleep_until(next) => {
-                let older = match (&flights[0], &flights[1]) {
-                    (Some(a), Some(b)) if b.sent < a.sent => 1,
-                    _ => 0,
-                };
-                let i = [first, 1 - first]
-                    .into_iter()
-                    .find(|&i| flights[i].is_none())
-                    .unwrap_or(older);
-                if last_sent > last_confirmed {
-                    log::verbose(format_args!(
-                        "renewal unanswered after {}; sending another over another connection",
-                        show(Instant::now().since(last_sent))
-                    ));
-                }
-                // Given up on, or silent since the unanswered request left:
-                // its connection may be as dead as that one's.
-                let silent = last_sent > last_confirmed && heard[i] < last_sent;
-                if flights[i].take().is_some() || silent {
-                    renewers[i].borrow_mut().reset();
-                }
-                let flight = Flight::send(&renewers[i]);
-                last_sent = flight.sent;
-                flights[i] = Some(flight);
-                next = last_sent + timing.attempt_timeout();
+            }
+            () = sleep_until(book.next) => book.send_next(),
+        }
+    }
+}
+
+/// The renewal loop's state: what is out, what was heard, what is next.
+struct Book<'a> {
+    renewers: &'a [RefCell<Box<dyn Renewer>>; 2],
+    timing: Timing,
+    flights: [Option<Flight<'a>>; 2],
+    /// When each renewer last had an answer.
+    heard: [Instant; 2],
+    /// The renewer to use first.
+    first: usize,
+    last_sent: Instant,
+    last_confirmed: Instant,
+    next: Instant,
+    backoff: Duration,
+}
+
+impl<'a> Book<'a> {
+    const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+    fn new(
+        renewers: &'a [RefCell<Box<dyn Renewer>>; 2],
+        timing: Timing,
+        granted_at: Instant,
+    ) -> Self {
+        Book {
+            renewers,
+            timing,
+            flights: [None, None],
+            heard: [granted_at; 2],
+            first: 0,
+            last_sent: granted_at,
+            last_confirmed: granted_at,
+            next: granted_at + timing.renew_every(),
+            backoff: Self::FIRST_BACKOFF,
+        }
+    }
+
+    /// Renewer `i` answered the request sent at `sent`. The loss, if this
+    /// is one.
+    fn answered(
+        &mut self,
+        i: usize,
+        sent: Instant,
+        answer: Result<Renewal, StoreError>,
+        deadline: &watch::Sender<Instant>,
+    ) -> Option<Loss> {
+        let renewal = match answer {
+            Ok(Renewal::Gone(why)) => return Some(Loss::Gone(why)),
+            Ok(renewal) => renewal,
+            Err(e) => {
+                self.failed(i, sent, &e);
+                return None;
+            }
+        };
+        self.heard[i] = Instant::now();
+        if let Renewal::Alive(ttl) = renewal {
+            let new = self.timing.deadline(sent, ttl);
+            if new > *deadline.borrow() {
+                deadline.send_replace(new);
+                log::verbose(format_args!(
+                    "lease renewed, answered in {}; safe for {}",
+                    show(Instant::now().since(sent)),
+                    show(new.remaining())
+                ));
             }
         }
+        // An answer to an older request than one already confirmed
+        // changes nothing.
+        if sent > self.last_confirmed {
+            self.last_confirmed = sent;
+            self.next = sent + self.timing.renew_every();
+            self.first = i;
+            self.backoff = Self::FIRST_BACKOFF;
+        }
+        None
+    }
+
+    /// Renewer `i` failed the request sent at `sent`: reset it, put it
+    /// last, and retry soon, unless a newer request is out.
+    fn failed(&mut self, i: usize, sent: Instant, e: &StoreError) {
+        self.renewers[i].borrow_mut().reset();
+        self.first = 1 - i;
+        if sent == self.last_sent {
+            log::verbose(format_args!(
+                "renewal failed, retrying in {}: {e}",
+                show(self.backoff)
+            ));
+            self.next = Instant::now() + self.backoff;
+            self.backoff = (self.backoff * 2).min(self.timing.renew_every() / 2);
+        } else {
+            log::verbose(format_args!("an earlier renewal failed: {e}"));
+        }
+    }
+
+    /// Send the next request, through the first renewer that has none out,
+    /// else instead of the older request.
+    fn send_next(&mut self) {
+        let older = match (&self.flights[0], &self.flights[1]) {
+            (Some(a), Some(b)) if b.sent < a.sent => 1,
+            _ => 0,
+        };
+        let i = [self.first, 1 - self.first]
+            .into_iter()
+            .find(|&i| self.flights[i].is_none())
+            .unwrap_or(older);
+        if self.last_sent > self.last_confirmed {
+            log::verbose(format_args!(
+                "renewal unanswered after {}; sending another over another connection",
+                show(Instant::now().since(self.last_sent))
+            ));
+        }
+        // Given up on, or silent since the unanswered request left: its
+        // connection may be as dead as that one's.
+        let silent = self.last_sent > self.last_confirmed && self.heard[i] < self.last_sent;
+        if self.flights[i].take().is_some() || silent {
+            self.renewers[i].borrow_mut().reset();
+        }
+        let flight = Flight::send(&self.renewers[i]);
+        self.last_sent = flight.sent;
+        self.flights[i] = Some(flight);
+        self.next = self.last_sent + self.timing.attempt_timeout();
     }
 }
 

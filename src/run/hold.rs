@@ -71,14 +71,7 @@ impl Job {
                 biased;
                 event = child.event() => match event {
                     Event::Ended(ending) => break ending,
-                    Event::Stopping(Stop::Deadline) => {
-                        self.lose(&mut watch, "no renewal was confirmed in time", self.timing.grace());
-                    }
-                    Event::Stopping(Stop::ExpiredWhileStopped) => {
-                        let why = "the lease ran out while elect and the command were stopped; \
-                                   the command was not resumed";
-                        self.lose(&mut watch, why, Duration::ZERO);
-                    }
+                    Event::Stopping(why) => self.guard_stops(&mut watch, why),
                     Event::GuardLost => return self.guard_lost(child).await,
                 },
                 kept = keeper.next(), if !watch.lost => match kept {
@@ -98,19 +91,7 @@ impl Job {
                     self.lose(&mut watch, "no renewal was confirmed in time", Duration::ZERO);
                     child.kill_now();
                 },
-                sig = signals.any() => match sig {
-                    Signal::SIGTSTP => {
-                        // Stop with the command, as a job would: the guard
-                        // stays awake and still enforces the deadline.
-                        child.suspend().await;
-                        stop_self();
-                    }
-                    Signal::SIGCONT => child.resume().await,
-                    sig => {
-                        watch.told_to_stop |= Signals::is_terminating(sig);
-                        child.forward(sig).await;
-                    }
-                }
+                sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
             }
         };
         child.reap().await;
@@ -141,6 +122,24 @@ impl Job {
                 SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
                 SpawnError::Guard(e) => Failure::software(format!("cannot start the command: {e}")),
             })
+    }
+
+    /// The guard began to stop the command on its own.
+    fn guard_stops(&self, watch: &mut Watch, why: Stop) {
+        match why {
+            Stop::Deadline => {
+                self.lose(
+                    watch,
+                    "no renewal was confirmed in time",
+                    self.timing.grace(),
+                );
+            }
+            Stop::ExpiredWhileStopped => {
+                let why = "the lease ran out while elect and the command were stopped; \
+                           the command was not resumed";
+                self.lose(watch, why, Duration::ZERO);
+            }
+        }
     }
 
     /// The store ended the lease, or asked us to let go: stop the command.
@@ -201,5 +200,23 @@ impl Job {
             self.lock, self.location,
         ));
         true
+    }
+}
+
+/// A signal sent to elect while the command runs: job control, or one to
+/// pass on to the command's group.
+async fn pass_on(child: &mut Supervisor, watch: &mut Watch, sig: Signal) {
+    match sig {
+        Signal::SIGTSTP => {
+            // Stop with the command, as a job would: the guard stays awake
+            // and still enforces the deadline.
+            child.suspend().await;
+            stop_self();
+        }
+        Signal::SIGCONT => child.resume().await,
+        sig => {
+            watch.told_to_stop |= Signals::is_terminating(sig);
+            child.forward(sig).await;
+        }
     }
 }
