@@ -144,6 +144,12 @@ impl EtcdTarget {
 
     /// Add the certificates and credentials that flags and the environment give.
     pub fn secure(&mut self, args: &Settings) -> Result<(), StoreError> {
+        self.certificates(args)?;
+        self.credentials(args)
+    }
+
+    /// The CA and the client certificate, from flags or etcdctl's variables.
+    fn certificates(&mut self, args: &Settings) -> Result<(), StoreError> {
         let path = |flag: &Option<PathBuf>, fallback: &str| {
             flag.clone().or_else(|| {
                 std::env::var_os(fallback)
@@ -180,6 +186,12 @@ impl EtcdTarget {
             self.tls = true;
         }
 
+        Ok(())
+    }
+
+    /// The user and password, from flags, `ELECT_PASSWORD`, etcdctl's
+    /// variables or a prompt; none without a user.
+    fn credentials(&mut self, args: &Settings) -> Result<(), StoreError> {
         // ETCDCTL_USER is "name:password", as etcdctl reads it.
         let etcdctl_user = std::env::var("ETCDCTL_USER").ok().filter(|u| !u.is_empty());
         let (etcdctl_name, etcdctl_password) =
