@@ -165,3 +165,67 @@ fn unsafe_directories_and_planted_symlinks_are_refused() {
         0o700
     );
 }
+
+#[test]
+fn read_only_commands_leave_no_directory_behind() {
+    let parent = TempDir::new("file-missing");
+    let missing = parent.join("mistyped/dir");
+    let store = format!("file:{}", missing.display());
+    let commands: [&[&str]; 3] = [
+        &["status", "--lock", "x"],
+        &["list"],
+        &["check", "--lock", "x", "--holder-key", "k", "--token", "1"],
+    ];
+    for command in commands {
+        let out = support::elect()
+            .args(command)
+            .args(["--store", &store])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{command:?}: {said}");
+        assert!(said.contains("does not exist"), "{command:?}: {said}");
+        assert!(
+            !missing.exists(),
+            "{command:?} created {}",
+            missing.display()
+        );
+    }
+    // `run` creates it.
+    let out = elect_run(&store, "x", &[], "true").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(missing.is_dir());
+}
+
+#[test]
+fn home_and_relative_store_paths_reach_the_command_absolute() {
+    let home = TempDir::new("file-home");
+    let out = elect_run("file:~/locks", "x", &[], "echo $ELECT_STORE")
+        .env("HOME", &home.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(shown, format!("file:{}", home.join("locks").display()));
+    assert!(home.join("locks").is_dir());
+
+    let out = elect_run("file:rel", "x", &[], "echo $ELECT_STORE")
+        .current_dir(&home.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(shown, format!("file:{}", home.join("rel").display()));
+}

@@ -84,10 +84,16 @@ impl FileTarget {
         if path.chars().any(char::is_control) {
             return Err("the directory name contains control characters".into());
         }
-        let dir = if path.is_empty() {
-            default_dir()?
-        } else {
-            PathBuf::from(path)
+        let dir = match path {
+            "" => default_dir()?,
+            "~" => home()?,
+            _ if path.starts_with("~/") => home()?.join(&path[2..]),
+            _ if path.starts_with('~') => {
+                return Err("'~user' is not expanded; give the directory in full".into());
+            }
+            // The command gets ELECT_STORE: it must mean the same place
+            // from wherever the command runs.
+            _ => std::path::absolute(path).map_err(|e| e.to_string())?,
         };
         Ok(FileTarget { dir, network_fs_ok })
     }
@@ -163,6 +169,14 @@ pub fn default_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// `$HOME`, for `file:~/DIR`.
+fn home() -> Result<PathBuf, String> {
+    std::env::var_os("HOME")
+        .filter(|h| Path::new(h).is_absolute())
+        .map(PathBuf::from)
+        .ok_or_else(|| "'~' needs HOME set to an absolute path".to_string())
+}
+
 /// Filesystems whose locks are leases without fencing, by statfs magic.
 pub fn network_filesystem(magic: i64) -> Option<&'static str> {
     Some(match magic {
@@ -185,6 +199,7 @@ pub fn network_filesystem(magic: i64) -> Option<&'static str> {
 
 pub struct FileStore {
     dir: Dir,
+    network_fs_ok: bool,
 }
 
 /// The store directory and the file operations in it.
@@ -192,19 +207,53 @@ pub struct FileStore {
 struct Dir(PathBuf);
 
 impl FileStore {
-    /// Open (creating it 0700 if missing) the store directory and check
-    /// that it is safe to lock in.
+    /// The store in `dir`, checked if it exists. Only a session creates a
+    /// missing directory: `status` or `list` on a mistyped path must not.
     pub fn open(dir: &Path, network_fs_ok: bool) -> Result<Self, StoreError> {
-        let shown = dir.display();
+        let store = FileStore {
+            dir: Dir(dir.to_path_buf()),
+            network_fs_ok,
+        };
+        if dir.exists() {
+            store.check_dir()?;
+        }
+        Ok(store)
+    }
+
+    /// The directory must exist to be read: say so rather than report
+    /// every lock free.
+    fn existing(&self) -> Result<&Dir, StoreError> {
+        match self.dir.0.exists() {
+            true => Ok(&self.dir),
+            false => Err(StoreError::config(format!(
+                "the store directory {} does not exist (elect run creates it); check --store",
+                self.dir.0.display()
+            ))),
+        }
+    }
+
+    /// Create the directory (0700) if it is missing, and check it.
+    fn create_dir(&self) -> Result<(), StoreError> {
+        let dir = &self.dir.0;
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
                 .map_err(|e| {
-                    StoreError::config(format!("cannot create the store directory {shown}: {e}"))
+                    StoreError::config(format!(
+                        "cannot create the store directory {}: {e}",
+                        dir.display()
+                    ))
                 })?;
         }
+        self.check_dir()
+    }
+
+    /// Is the directory safe to lock in?
+    fn check_dir(&self) -> Result<(), StoreError> {
+        let dir = &self.dir.0;
+        let shown = dir.display();
         let meta = std::fs::metadata(dir)
             .map_err(|e| StoreError::config(format!("store directory {shown}: {e}")))?;
         if !meta.is_dir() {
@@ -221,16 +270,14 @@ impl FileStore {
         let fs = nix::sys::statfs::statfs(dir)
             .map_err(|e| StoreError::config(format!("store directory {shown}: {e}")))?;
         if let Some(kind) = network_filesystem(fs.filesystem_type().0 as i64)
-            && !network_fs_ok
+            && !self.network_fs_ok
         {
             return Err(StoreError::config(format!(
                 "store directory {shown} is on {kind}, where file locks are leases without fencing; \
                  use a local directory, or etcd, or add ?network-fs=ok to the URL if you accept that"
             )));
         }
-        Ok(FileStore {
-            dir: Dir(dir.to_path_buf()),
-        })
+        Ok(())
     }
 }
 
@@ -240,15 +287,16 @@ impl Store for FileStore {
         _ttl: Duration,
         _within: Duration,
     ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
+        let created = self.create_dir();
         let session: Box<dyn Session> = Box::new(FileSession {
             dir: self.dir.clone(),
             granted_at: Instant::now(),
         });
-        Box::pin(async move { Ok(session) })
+        Box::pin(async move { created.map(|()| session) })
     }
 
     fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
-        Box::pin(async move { self.dir.status(lock) })
+        Box::pin(async move { self.existing()?.status(lock) })
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
@@ -276,9 +324,9 @@ impl Store for FileStore {
 
 impl FileStore {
     fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
-        let entries = std::fs::read_dir(&self.dir.0).map_err(|e| {
-            StoreError::config(format!("cannot list {}: {e}", self.dir.0.display()))
-        })?;
+        let dir = self.existing()?;
+        let entries = std::fs::read_dir(&dir.0)
+            .map_err(|e| StoreError::config(format!("cannot list {}: {e}", dir.0.display())))?;
         let mut locks: Vec<String> = entries
             .flatten()
             .filter_map(|e| {
@@ -295,7 +343,7 @@ impl FileStore {
 
     fn read_check(&self, lock: &str, key: &str, token: u64) -> Result<Check, StoreError> {
         let stem = stem(lock);
-        let counter = self.dir.counter(&stem)?;
+        let counter = self.existing()?.counter(&stem)?;
         if counter > token {
             return Ok(Check::NotHolder(format!(
                 "a later holder of lock {lock} got token {counter}"
@@ -309,7 +357,7 @@ impl FileStore {
     }
 
     async fn break_holder(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
-        let Some(holder) = self.dir.status(lock)?.holder else {
+        let Some(holder) = self.existing()?.status(lock)?.holder else {
             return Ok(Broken::Free);
         };
         if token.is_some_and(|t| t != holder.token) {
