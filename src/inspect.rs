@@ -198,7 +198,8 @@ pub fn to_json(status: &LockStatus, location: &Location) -> Value {
             "hostname": r.hostname,
             "pid": r.pid,
             "command": r.command,
-            "since": r.started,
+            "since": r.since(),
+            "queued": r.started,
         })),
         "waiting": status.waiting,
     })
@@ -222,7 +223,7 @@ fn human(status: &LockStatus, location: &Location) -> String {
                 r.identity, r.pid, r.hostname
             ));
             out.push_str(&format!("  command:  {}\n", shell_words(&r.command)));
-            out.push_str(&format!("  since:    {}\n", r.started));
+            out.push_str(&format!("  since:    {}\n", r.since()));
         }
         None => out.push_str("  holder:   unknown (not started by elect)\n"),
     }

@@ -119,3 +119,60 @@ fn json_logs_are_one_object_per_line() {
     }
     assert!(text.contains("acquired lock j with token 1"));
 }
+
+/// `since` is when the holder got the lock, `queued` when it joined the
+/// queue: for a holder that waited, they differ.
+fn since_is_when_the_lock_was_got(store: &str) {
+    let (mut first, _) = hold(store, "since", &[]);
+    let mut second = Running::spawn(elect_run(store, "since", &[], support::HOLD));
+    // Until the second has queued, and a second more has passed on the wall
+    // clock the times are written in (to the second).
+    let give_up = std::time::Instant::now() + 10 * SECOND;
+    let queued = loop {
+        let (_, out) = status(store, "since", true);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        if v["waiting"].as_u64() == Some(1) {
+            break std::time::SystemTime::now();
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the second never queued"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    while queued.elapsed().unwrap() < std::time::Duration::from_millis(1100) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    first.send_line("done");
+    second.expect_line("token", 10 * SECOND);
+    // etcd records the time a second after the lock was got.
+    let give_up = std::time::Instant::now() + 5 * SECOND;
+    loop {
+        let (_, out) = status(store, "since", true);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let holder = &v["holder"];
+        if holder["since"] != holder["queued"] {
+            assert!(holder["since"].as_str() > holder["queued"].as_str(), "{v}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "since stayed the queue time: {v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    second.send_line("done");
+    assert_eq!(second.wait_code(10 * SECOND), 0);
+}
+
+#[test]
+fn since_is_when_the_lock_was_got_on_etcd() {
+    let etcd = Etcd::start();
+    since_is_when_the_lock_was_got(&etcd.url());
+}
+
+#[test]
+fn since_is_when_the_lock_was_got_on_the_file_store() {
+    let dir = TempDir::new("inspect-since");
+    since_is_when_the_lock_was_got(&dir.url());
+}

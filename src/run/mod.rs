@@ -130,6 +130,7 @@ impl Job {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            acquired: None,
             grace_ms: u64::try_from(self.timing.grace().as_millis()).ok(),
             break_request: None,
         }
@@ -310,7 +311,11 @@ impl Job {
                     Some(h) => match &h.record {
                         Some(r) => format!(
                             "held with token {} by {} since {} (pid {} on {})",
-                            h.token, r.identity, r.started, r.pid, r.hostname
+                            h.token,
+                            r.identity,
+                            r.since(),
+                            r.pid,
+                            r.hostname
                         ),
                         None => format!("held with token {} by {}", h.token, h.key),
                     },

@@ -51,6 +51,10 @@ pub struct HolderRecord {
     pub command: Vec<String>,
     /// When the holder joined the queue, RFC 3339 UTC.
     pub started: String,
+    /// When it got the lock, RFC 3339 UTC, where the store has recorded it
+    /// (etcd records it a second after, off the path to the command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired: Option<String>,
     /// The holder's `--grace`, in ms: how long its command may run on
     /// after its lease was ended by force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +65,22 @@ pub struct HolderRecord {
 }
 
 impl HolderRecord {
+    /// Since when it holds the lock: when it got it, if recorded, else when
+    /// it joined the queue.
+    pub fn since(&self) -> &str {
+        self.acquired.as_deref().unwrap_or(&self.started)
+    }
+
+    /// The record of a holder that got the lock now.
+    pub fn acquired_now(&self) -> HolderRecord {
+        HolderRecord {
+            acquired: Some(
+                humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            ),
+            ..self.clone()
+        }
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a holder record always serializes")
     }
@@ -134,7 +154,11 @@ impl fmt::Display for Holder {
             Some(r) => write!(
                 f,
                 "{} (pid {} on {}, since {}, token {})",
-                r.identity, r.pid, r.hostname, r.started, self.token
+                r.identity,
+                r.pid,
+                r.hostname,
+                r.since(),
+                self.token
             ),
             None => write!(
                 f,
@@ -169,6 +193,7 @@ mod tests {
             pid: 42,
             command: vec!["sh".into(), "-c".into(), "echo\n".into()],
             started: "2026-01-01T00:00:00Z".into(),
+            acquired: None,
             grace_ms: Some(5000),
             break_request: None,
         };

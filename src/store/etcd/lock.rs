@@ -3,7 +3,9 @@
 //! holder is the key with the lowest create revision, and each waiter
 //! watches only the key just ahead of it.
 
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+};
 use tokio::time::sleep;
 
 use super::session::EtcdSession;
@@ -18,7 +20,13 @@ pub struct EtcdLock<'a> {
     pub(super) key: String,
     /// The key's create revision: our place, and our token.
     pub(super) rank: u64,
+    /// What the key says of us.
+    pub(super) record: HolderRecord,
 }
+
+/// How long after getting the lock its time is written into the key: never
+/// on the way to the command, and never for a command that is done by then.
+const RECORD_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Lock for EtcdLock<'_> {
     fn key(&self) -> &str {
@@ -98,6 +106,7 @@ impl EtcdLock<'_> {
                 }
             }
             let Some(ahead) = own.next() else {
+                self.record_acquisition();
                 return Ok(Turn::First(self.rank));
             };
             if until.is_some_and(|at| at.remaining().is_zero()) {
@@ -128,12 +137,16 @@ impl EtcdLock<'_> {
         let mut after = i64::try_from(self.rank).unwrap_or(i64::MAX);
         loop {
             match changed(client, self.key.as_bytes(), after).await {
-                Ok(Some(value)) => match HolderRecord::from_json(&value)
-                    .and_then(|r| r.break_request)
-                {
-                    Some(request) => return Loss::Asked(format!("{request} asked it to let go")),
-                    None => continue,
-                },
+                Ok(Some((value, revision))) => {
+                    let record = HolderRecord::from_json(&value);
+                    if let Some(request) = record.and_then(|r| r.break_request) {
+                        return Loss::Asked(format!("{request} asked it to let go"));
+                    }
+                    // Another write (our own record of the acquisition):
+                    // watch on from there.
+                    after = revision;
+                    continue;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     log::verbose(format_args!("watching {} failed: {e}", self.key));
@@ -155,6 +168,26 @@ impl EtcdLock<'_> {
                 }
             }
         }
+    }
+
+    /// Write when we got the lock into our key, a second from now, if the
+    /// key is still as we put it (a break request is never overwritten).
+    fn record_acquisition(&self) {
+        let client = self.session.client.clone();
+        let key = self.key.clone();
+        let value = self.record.acquired_now().to_json();
+        let put = i64::try_from(self.rank).unwrap_or(i64::MAX);
+        tokio::spawn(async move {
+            sleep(RECORD_AFTER).await;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, put)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    value,
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            let _ = client.kv_client().txn(txn).await;
+        });
     }
 
     /// Leave the queue but keep the session: delete our key, if it is still ours.

@@ -737,9 +737,14 @@ async fn deleted(client: &Client, key: &[u8], after: i64) -> Result<(), StoreErr
     }
 }
 
-/// Watch `key` from revision `after` on: `Some(value)` when it is put,
-/// `None` when it is deleted or the watch ends (then the caller looks).
-async fn changed(client: &Client, key: &[u8], after: i64) -> Result<Option<Vec<u8>>, StoreError> {
+/// Watch `key` from revision `after` on: `Some((value, revision))` when it
+/// is put, `None` when it is deleted or the watch ends (then the caller
+/// looks).
+async fn changed(
+    client: &Client,
+    key: &[u8],
+    after: i64,
+) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
     let options = WatchOptions::new().with_start_revision(after + 1);
     let mut watch = client.watch_client();
     let mut stream = watch
@@ -752,7 +757,9 @@ async fn changed(client: &Client, key: &[u8], after: i64) -> Result<Option<Vec<u
             Ok(Some(reply)) => {
                 if let Some(event) = reply.events().first() {
                     return Ok(match (event.event_type(), event.kv()) {
-                        (EventType::Put, Some(kv)) => Some(kv.value().to_vec()),
+                        (EventType::Put, Some(kv)) => {
+                            Some((kv.value().to_vec(), kv.mod_revision()))
+                        }
                         _ => None,
                     });
                 }

@@ -162,6 +162,7 @@ impl EtcdSession {
             lock,
             key,
             rank: token.unsigned_abs(),
+            record: record.clone(),
         })
     }
 

@@ -161,7 +161,7 @@ impl FileLock {
             }
             let token = self.dir.next_token(&self.stem)?;
             let holder = serde_json::to_vec(&FileHolder {
-                record: self.record.clone(),
+                record: self.record.acquired_now(),
                 token,
             })
             .expect("a holder record always serializes");
