@@ -17,6 +17,7 @@ mod release;
 mod run;
 mod store;
 mod supervisor;
+mod timeline;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -38,6 +39,7 @@ fn one_line(rendered: &str) -> String {
 }
 
 fn main() {
+    timeline::start();
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
         supervisor::guard::main(&args[1..]);

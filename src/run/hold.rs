@@ -18,12 +18,13 @@ use nix::sys::signal::Signal;
 use super::command::{describe_status, exec_failure};
 use super::signals::{Signals, stop_self};
 use super::{Job, TurnEnd};
-use crate::clock::{Instant, show, sleep_until};
+use crate::clock::{show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept};
 use crate::log;
 use crate::store::{Lock, Loss, Session};
-use crate::supervisor::{Event, Prepared, SpawnError, Stop, Supervisor};
+use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
+use crate::timeline;
 
 /// The grace of a command whose lease the store already ended (revoked,
 /// expired on the server, key deleted): another holder may already run.
@@ -47,14 +48,15 @@ impl Job {
         lock: &dyn Lock,
         session: &dyn Session,
         token: u64,
-        guard: Box<Prepared>,
+        guard: Preparing,
         keeper: &mut Keeper,
         signals: &mut Signals,
     ) -> TurnEnd {
-        let mut child = match self.start(lock, token, guard, keeper.deadline()).await {
+        let mut child = match self.start(lock, session, token, guard, keeper).await {
             Ok(child) => child,
             Err(failure) => return TurnEnd::Done(failure.into()),
         };
+        timeline::step("command started");
         log::verbose(format_args!(
             "started the command as pid {} under lease {}",
             child.pid(),
@@ -94,6 +96,7 @@ impl Job {
                 sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
             }
         };
+        timeline::step("command ended");
         child.reap().await;
         match (watch.lost, watch.told_to_stop) {
             (true, _) => TurnEnd::Lost,
@@ -107,16 +110,28 @@ impl Job {
     async fn start(
         &self,
         lock: &dyn Lock,
+        session: &dyn Session,
         token: u64,
-        guard: Box<Prepared>,
-        deadline: Instant,
+        guard: Preparing,
+        keeper: &Keeper,
     ) -> Result<Supervisor, Failure> {
+        let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
+        let guard = guard.ready().await.map_err(spawned)?;
+        timeline::step("guard ready");
         let held = lock
             .hold_fds()
             .map_err(|e| Failure::software(format!("cannot hand the lock to the guard: {e}")))?;
         let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
+        let handover = Handover {
+            set_env: vec![
+                ("ELECT_KEY".into(), lock.key().to_string()),
+                ("ELECT_LEASE_ID".into(), session.id()),
+            ],
+            held: &held,
+            release_order: self.location.release_order(&session.id()),
+        };
         guard
-            .start(token, deadline, &held)
+            .start(token, keeper.deadline(), handover)
             .await
             .map_err(|e| match e {
                 SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),

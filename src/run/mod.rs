@@ -32,7 +32,8 @@ use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, Session, Store, StoreError, Turn,
     first_turn,
 };
-use crate::supervisor::{Ending, Plan, Prepared, Supervisor};
+use crate::supervisor::{Ending, Plan, Supervisor};
+use crate::timeline;
 use live::LiveLine;
 use signals::Signals;
 
@@ -63,6 +64,7 @@ pub async fn run(args: RunArgs) -> Outcome {
         Ok(job) => job,
         Err(failure) => return failure.into(),
     };
+    timeline::step("arguments checked");
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
@@ -72,7 +74,12 @@ pub async fn run(args: RunArgs) -> Outcome {
         .open(job.timing.renew_every(), job.connect_timeout)
         .await
     {
-        Ok(store) => job.run_on(&*store, &mut signals).await,
+        Ok(store) => {
+            timeline::step("connected");
+            let outcome = job.run_on(&*store, &mut signals).await;
+            timeline::step("exit");
+            outcome
+        }
         Err(e) => job.store_failed(e),
     }
 }
@@ -180,6 +187,10 @@ impl Job {
             Wait::Forever => None,
             Wait::For(d) => Some(Instant::now() + d),
         };
+        // The guard starts now, in a thread of its own, so that its fork
+        // and exec overlap the talk with the store: a handover need not
+        // wait for it.
+        let mut guard = Some(Supervisor::prepare(self.plan()));
         loop {
             let opened = tokio::select! {
                 opened = store.open_session(self.timing.ttl(), self.connect_timeout) => opened,
@@ -189,16 +200,18 @@ impl Job {
                 Ok(session) => session,
                 Err(e) => return TurnEnd::Done(self.store_failed(e)),
             };
+            timeline::step("lease granted");
             let mut keeper = Keeper::start(&*session, self.timing);
             let end = match self
                 .queue(store, &*session, &mut keeper, give_up, signals)
                 .await
             {
-                Queued::First { lock, token, guard } => {
+                Queued::First { lock, token } => {
                     log::verbose(format_args!(
                         "acquired lock {} with token {token}",
                         self.lock
                     ));
+                    let guard = guard.take().expect("one guard per turn");
                     self.hold(&*lock, &*session, token, guard, &mut keeper, signals)
                         .await
                 }
@@ -221,28 +234,26 @@ impl Job {
             };
             drop(keeper);
             release(&*session).await;
+            timeline::step("lease released");
             log::verbose(format_args!("released lock {}", self.lock));
             return end;
         }
     }
 
-    /// How to run the command under `session` and `lock`; the token comes
-    /// when the lock is ours.
-    fn plan(&self, session: &dyn Session, lock: &dyn Lock) -> Plan {
+    /// How to run the command; what names the holder (its key, its
+    /// lease) and the token come when the lock is ours.
+    fn plan(&self) -> Plan {
         let secrets = OWN_SECRETS.iter().chain(self.location.secret_variables());
         Plan {
             command: self.command.clone(),
             set_env: vec![
                 ("ELECT_LOCK".into(), self.lock.clone()),
-                ("ELECT_KEY".into(), lock.key().to_string()),
-                ("ELECT_LEASE_ID".into(), session.id()),
                 ("ELECT_IDENTITY".into(), self.identity.clone()),
                 ("ELECT_STORE".into(), self.location.to_string()),
             ],
             remove_env: secrets.map(|s| s.to_string()).collect(),
             signal: self.signal,
             grace: self.timing.grace(),
-            release_order: self.location.release_order(&session.id()),
         }
     }
 
@@ -265,15 +276,7 @@ impl Job {
             Ok(lock) => lock,
             Err(e) => return Queued::Done(self.store_failed(e)),
         };
-        // The guard starts now, while we wait, so that a handover need not
-        // wait for it.
-        let guard = match Supervisor::prepare(self.plan(session, &*lock)) {
-            Ok(guard) => guard,
-            Err(e) => {
-                let failure = Failure::software(format!("cannot start the guard: {e}"));
-                return Queued::Done(failure.into());
-            }
-        };
+        timeline::step("queued");
         let rank = lock.rank();
         let mut locks = vec![lock];
         let turn = tokio::select! {
@@ -282,11 +285,13 @@ impl Job {
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };
+        if let Ok((_, Turn::First(_))) = turn {
+            timeline::step("first in line");
+        }
         match turn {
             Ok((i, Turn::First(token))) => Queued::First {
                 lock: locks.swap_remove(i),
                 token,
-                guard: Box::new(guard),
             },
             Ok((_, Turn::Busy)) => Queued::Done(self.busy(store).await),
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
@@ -387,11 +392,10 @@ impl TurnEnd {
 
 /// How waiting in the queue ended.
 enum Queued<'s> {
-    /// The lock is ours, with this token; the guard waits to start the command.
+    /// The lock is ours, with this token.
     First {
         lock: Box<dyn Lock + 's>,
         token: u64,
-        guard: Box<Prepared>,
     },
     /// Our place was lost before our turn came; queue again.
     Again(String),

@@ -158,6 +158,8 @@ struct Lock {
     _held: Vec<OwnedFd>,
     /// How to end the session from here if elect dies while the command runs.
     release_order: Option<Vec<u8>>,
+    /// Variables that name the holder, for the command's environment.
+    env: Vec<(OsString, OsString)>,
 }
 
 /// Read elect's orders until it says the lock is ours: the deadline, then
@@ -166,14 +168,28 @@ struct Lock {
 fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
     let mut deadline = None;
     let mut release_order = None;
+    let mut env = Vec::new();
+    let bytes = |len: u64| {
+        let mut bytes = vec![0; usize::try_from(len).ok()?];
+        (&*socket).read_exact(&mut bytes).ok()?;
+        Some(bytes)
+    };
     loop {
         let (record, held) = receive_with_fds(socket)?;
         match Message::decode(&record)? {
             Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
-            Message::Order(len) => {
-                let mut order = vec![0; usize::try_from(len).ok()?];
-                (&*socket).read_exact(&mut order).ok()?;
-                release_order = Some(order);
+            Message::Order(len) => release_order = Some(bytes(len)?),
+            Message::Env(len) => {
+                use std::os::unix::ffi::OsStrExt;
+                env = bytes(len)?
+                    .split(|&b| b == 0)
+                    .filter_map(|pair| {
+                        let at = pair.iter().position(|&b| b == b'=')?;
+                        let name = std::ffi::OsStr::from_bytes(&pair[..at]).to_os_string();
+                        let value = std::ffi::OsStr::from_bytes(&pair[at + 1..]).to_os_string();
+                        Some((name, value))
+                    })
+                    .collect();
             }
             Message::Token(token) => {
                 return Some(Lock {
@@ -181,6 +197,7 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
                     token,
                     _held: held,
                     release_order,
+                    env,
                 });
             }
             _ => {}
@@ -281,7 +298,7 @@ impl Guard {
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
         let terminal = interactive_terminal(job);
-        let child = match spawn(&orders, lock.token, terminal.is_some()) {
+        let child = match spawn(&orders, &lock, terminal.is_some()) {
             Ok(child) => child,
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
@@ -618,14 +635,16 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
 }
 
 /// Fork and exec the command as the leader of a new process group, with
-/// `token`, the default signal dispositions and an empty signal mask.
-fn spawn(orders: &Orders, token: u64, interactive: bool) -> std::io::Result<Pid> {
+/// the lock's token and variables, the default signal dispositions and an
+/// empty signal mask.
+fn spawn(orders: &Orders, lock: &Lock, interactive: bool) -> std::io::Result<Pid> {
     let guard_pid = nix::unistd::getpid().as_raw();
     let rt_max = libc::SIGRTMAX();
     let mut command = Command::new(&orders.command[0]);
     command
         .args(&orders.command[1..])
-        .env("ELECT_TOKEN", token.to_string());
+        .envs(lock.env.iter().map(|(k, v)| (k, v)))
+        .env("ELECT_TOKEN", lock.token.to_string());
     // SAFETY: only async-signal-safe calls between fork and exec, each
     // checked; a failure is named on stderr and fails the spawn.
     unsafe {

@@ -42,10 +42,33 @@ pub struct Plan {
     pub remove_env: Vec<String>,
     pub signal: Signal,
     pub grace: Duration,
+}
+
+/// What the guard learns when the lock is ours, besides the token.
+pub struct Handover<'a> {
+    /// Variables that name this holder (its key, its lease), set in the
+    /// command's environment over inherited ones.
+    pub set_env: Vec<(String, String)>,
+    /// Descriptors that hold the lock (a file store's lock file): the guard
+    /// keeps them open until the command's group is dead, so that not even
+    /// a killed elect lets the lock go sooner.
+    pub held: &'a [BorrowedFd<'a>],
     /// How to end the session if elect dies while the command runs (see
     /// [`crate::store::Target::release_order`]); secrets included, so it
     /// travels over the socket only.
     pub release_order: Option<Vec<u8>>,
+}
+
+/// A guard on its way: started in a thread of its own, so that the fork
+/// and exec overlap the talk with the store.
+pub struct Preparing(tokio::task::JoinHandle<Result<Prepared, SpawnError>>);
+
+impl Preparing {
+    pub async fn ready(self) -> Result<Prepared, SpawnError> {
+        self.0
+            .await
+            .unwrap_or_else(|e| Err(SpawnError::Guard(io::Error::other(e.to_string()))))
+    }
 }
 
 /// How the command ended.
@@ -97,12 +120,18 @@ pub struct Supervisor {
 pub struct Prepared {
     socket: UnixStream,
     guard: Child,
-    release_order: Option<Vec<u8>>,
 }
 
 impl Supervisor {
     /// Start a guard for `plan`; it waits for [`Prepared::start`].
-    pub fn prepare(plan: Plan) -> Result<Prepared, SpawnError> {
+    pub fn prepare(plan: Plan) -> Preparing {
+        Preparing(tokio::task::spawn_blocking(move || {
+            Supervisor::spawn_guard(plan)
+        }))
+    }
+
+    /// Fork and exec the guard: std's spawn waits until the exec is done.
+    fn spawn_guard(plan: Plan) -> Result<Prepared, SpawnError> {
         let (ours, theirs) = StdUnixStream::pair().map_err(SpawnError::Guard)?;
         let theirs = OwnedFd::from(theirs);
         let fd = theirs.as_raw_fd();
@@ -137,44 +166,46 @@ impl Supervisor {
         drop(theirs);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
-        Ok(Prepared {
-            socket,
-            guard,
-            release_order: plan.release_order,
-        })
+        Ok(Prepared { socket, guard })
     }
 }
 
 impl Prepared {
     /// The lock is ours: start the command with `token`, safe until
-    /// `deadline`. The guard keeps `held` (what holds the lock, if anything
-    /// does: a file store's lock file) open until the command's group is
-    /// dead, so that not even a killed elect lets the lock go sooner.
+    /// `deadline`, as `handover` says.
     pub async fn start(
         self,
         token: u64,
         deadline: Instant,
-        held: &[BorrowedFd<'_>],
+        handover: Handover<'_>,
     ) -> Result<Supervisor, SpawnError> {
-        let Prepared {
-            socket,
-            guard,
-            release_order,
-        } = self;
+        let Prepared { socket, guard } = self;
         let mut supervisor = Supervisor {
             socket,
             inbox: Vec::new(),
             guard,
             pid: 0,
         };
-        if let Some(order) = release_order {
-            supervisor.send(Message::Order(order.len() as u64)).await;
-            let _ = supervisor.socket.write_all(&order).await;
+        let env: Vec<u8> = handover
+            .set_env
+            .iter()
+            .flat_map(|(k, v)| format!("{k}={v}\0").into_bytes())
+            .collect();
+        supervisor
+            .send_bytes(Message::Env(env.len() as u64), &env)
+            .await;
+        if let Some(order) = handover.release_order {
+            supervisor
+                .send_bytes(Message::Order(order.len() as u64), &order)
+                .await;
         }
         supervisor
             .send(Message::Deadline(deadline.as_nanos()))
             .await;
-        if let Err(e) = supervisor.send_with_fds(Message::Token(token), held).await {
+        if let Err(e) = supervisor
+            .send_with_fds(Message::Token(token), handover.held)
+            .await
+        {
             return Err(SpawnError::Guard(e));
         }
         match supervisor.receive().await {
@@ -283,6 +314,12 @@ impl Supervisor {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A message that announces `bytes`, then the bytes.
+    async fn send_bytes(&mut self, message: Message, bytes: &[u8]) {
+        self.send(message).await;
+        let _ = self.socket.write_all(bytes).await;
     }
 
     async fn send(&mut self, message: Message) {

@@ -27,6 +27,9 @@ pub enum Message {
     Suspend,
     /// elect: elect was continued (`fg`, `bg`, SIGCONT); so is the command.
     Resume,
+    /// elect: the next this many bytes are variables for the command's
+    /// environment, `NAME=VALUE` each followed by a NUL.
+    Env(u64),
     /// elect: the next this many bytes are the order that ends the session
     /// from another process, should elect die while the command runs.
     Order(u64),
@@ -61,6 +64,7 @@ impl Message {
             Message::Suspend => (10, 0),
             Message::Resume => (11, 0),
             Message::Order(len) => (12, len),
+            Message::Env(len) => (13, len),
         };
         let mut out = [0u8; SIZE];
         out[..8].copy_from_slice(&tag.to_ne_bytes());
@@ -89,6 +93,7 @@ impl Message {
             10 => Message::Suspend,
             11 => Message::Resume,
             12 => Message::Order(value),
+            13 => Message::Env(value),
             _ => return None,
         })
     }
@@ -124,6 +129,7 @@ mod tests {
             Message::Suspend,
             Message::Resume,
             Message::Order(4096),
+            Message::Env(17),
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

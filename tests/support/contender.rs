@@ -209,9 +209,8 @@ pub fn comm(pid: i32) -> Option<String> {
         .map(|c| c.trim().to_string())
 }
 
-/// Every process below `pid`, children of any of its threads included.
-/// The direct children of `pid`: for elect, its guards, each the leader of
-/// a process group of its own.
+/// The direct children of `pid`, of any of its threads: for elect, its
+/// guards, each the leader of a process group of its own.
 pub fn children(pid: i32) -> Vec<i32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -228,6 +227,7 @@ pub fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Every process below `pid`, children of any of its threads included.
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut found = Vec::new();
     let mut frontier = vec![pid];

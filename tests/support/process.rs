@@ -268,8 +268,17 @@ pub fn find_child(ancestor: i32, name: &str) -> i32 {
     loop {
         let mut frontier = vec![ancestor];
         while let Some(pid) = frontier.pop() {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
+            // Any thread may have forked it (elect starts its guard from one
+            // of its own).
+            let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|task| {
+                    std::fs::read_to_string(task.path().join("children")).unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
             for child in children
                 .split_whitespace()
                 .filter_map(|c| c.parse::<i32>().ok())
