@@ -167,7 +167,12 @@ impl Outcome {
         match self {
             Outcome::Exit(code) => std::process::exit(code.into()),
             Outcome::Fail(failure) => {
-                crate::log::error(format_args!("{}", failure.message));
+                match failure.code {
+                    Code::Usage | Code::Config => {
+                        crate::log::usage_error(format_args!("{}", failure.message))
+                    }
+                    _ => crate::log::error(format_args!("{}", failure.message)),
+                }
                 std::process::exit(failure.code.value().into())
             }
             Outcome::Raise(signal) => {
