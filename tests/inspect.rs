@@ -307,3 +307,134 @@ fn json_logs_are_one_object_per_line() {
     }
     assert!(text.contains("acquired lock j with token 1"));
 }
+
+#[test]
+fn list_on_a_terminal_has_a_header_and_says_when_there_are_no_locks() {
+    let dir = TempDir::new("inspect-list");
+    let out = elect()
+        .args(["list", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "no locks: nothing on stdout");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no locks at file:"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = elect()
+        .args(["list", "-q", "--store", &dir.url(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    assert!(out.stderr.is_empty());
+
+    let (mut holder, token) = hold(&dir.url(), "jobs/nightly", &["--identity", "lister"]);
+    // Not a terminal: tab-separated, no header.
+    let out = elect()
+        .args(["list", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("jobs/nightly\theld by lister"), "{text}");
+    assert!(text.contains(&format!("token {token}")), "{text}");
+    assert!(!text.contains("LOCK"), "{text}");
+    // On a terminal: a header over columns.
+    let mut c = elect();
+    c.args(["list", "--store", &dir.url()]);
+    let mut pty = support::Pty::spawn(c);
+    pty.expect("LOCK", 10 * SECOND);
+    pty.expect("jobs/nightly", 10 * SECOND);
+    assert!(pty.wait(10 * SECOND).success());
+    assert!(
+        pty.seen.contains("HOLDER") && pty.seen.contains("WAITING"),
+        "{:?}",
+        pty.seen
+    );
+    // Names only, for completion.
+    let out = elect()
+        .args(["list", "--names-only", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "jobs/nightly\n");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+#[test]
+fn check_and_break_answer_in_json() {
+    let dir = TempDir::new("inspect-json-answers");
+    let store = dir.url();
+    let (mut holder, _waiter, key, token) = holder_and_waiter(&store, "answers");
+    let check_json = |token: u64| {
+        let out = elect()
+            .args(["check", "--json"])
+            .env("ELECT_STORE", &store)
+            .env("ELECT_LOCK", "answers")
+            .env("ELECT_KEY", &key)
+            .env("ELECT_TOKEN", token.to_string())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code().unwrap(), v)
+    };
+    let (code, v) = check_json(token);
+    assert_eq!(code, 0);
+    assert_eq!(v["holds"], true);
+    assert!(v["why"].is_null());
+    assert_eq!(v["token"], token);
+    assert_eq!(v["lock"], "answers");
+    let (code, v) = check_json(token + 7);
+    assert_eq!(code, 1);
+    assert_eq!(v["holds"], false);
+    assert!(v["why"].is_string(), "{v}");
+
+    let break_json = |extra: &[&str]| {
+        let out = elect()
+            .args(["break", "--json", "--store", &store, "--lock", "answers"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap(), v)
+    };
+    let (code, v) = break_json(&["--token", &(token + 100).to_string()]);
+    assert_eq!(code, 1);
+    assert_eq!(v["outcome"], "changed");
+    assert_eq!(v["token"], token);
+    let (code, v) = break_json(&[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["outcome"], "stopped");
+    assert_eq!(v["token"], token);
+    assert_eq!(v["key"], key.as_str());
+    assert_eq!(v["holder"]["identity"], "nightly-1");
+    assert!(v["after_ms"].is_u64(), "{v}");
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+}
+
+#[test]
+fn declining_the_break_prompt_exits_2() {
+    let dir = TempDir::new("inspect-decline");
+    let (mut holder, token) = hold(&dir.url(), "keep", &[]);
+    let mut c = elect();
+    c.args(["break", "--json", "--store", &dir.url(), "--lock", "keep"]);
+    let mut pty = support::Pty::spawn(c);
+    pty.expect("[y/N] ", 10 * SECOND);
+    pty.type_in(b"n\n");
+    let status = pty.wait(10 * SECOND);
+    assert_eq!(status.code(), Some(2), "{:?}", pty.seen);
+    pty.expect("\"outcome\":\"declined\"", 10 * SECOND);
+    assert_eq!(status_of(&dir.url(), "keep"), token, "still held");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// The token of the holder of `lock`.
+fn status_of(store: &str, lock: &str) -> u64 {
+    let (code, out) = status(store, lock, true);
+    assert_eq!(code, 0, "{out}");
+    serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_u64()
+        .unwrap()
+}
