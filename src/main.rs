@@ -6,6 +6,8 @@
 mod cli;
 mod clock;
 #[cfg(test)]
+mod completions;
+#[cfg(test)]
 mod docs;
 mod exit;
 #[cfg(test)]

@@ -438,3 +438,74 @@ fn status_of(store: &str, lock: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// Run the bash completion for the words `line` (the last one being
+/// completed), as bash would when TAB is pressed, and return its offers.
+fn complete_in_bash(line: &[&str]) -> Vec<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/completions/elect.bash");
+    let program = format!(
+        r#"source '{script}'
+COMP_WORDS=("$@")
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"
+COMP_POINT=${{#COMP_LINE}}
+_elect "${{COMP_WORDS[0]}}" "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+(( ${{#COMPREPLY[@]}} == 0 )) || printf '%s\n' "${{COMPREPLY[@]}}""#
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &program, "bash"])
+        .args(line)
+        .env_remove("ELECT_STORE")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run bash ({e}): install Debian's bash package"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn bash_completes_lock_names_signals_stores_and_commands() {
+    let dir = TempDir::new("inspect-complete");
+    let store = dir.url();
+    let (mut holder, _) = hold(&store, "nightly-report", &[]);
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    for sub in ["status", "check", "break"] {
+        let offered = complete_in_bash(&[elect_bin, sub, "--store", &store, "--lock", "night"]);
+        assert_eq!(offered, ["nightly-report"], "{sub}");
+    }
+    let offered = complete_in_bash(&[elect_bin, "status", "--store", &store, "-l", ""]);
+    assert_eq!(offered, ["nightly-report"]);
+    // A store that cannot be reached offers nothing, at once.
+    let started = std::time::Instant::now();
+    let offered = complete_in_bash(&[
+        elect_bin,
+        "status",
+        "--store",
+        "etcd://127.0.0.1:1",
+        "--lock",
+        "",
+    ]);
+    assert!(offered.is_empty(), "{offered:?}");
+    assert!(started.elapsed() < 5 * SECOND);
+
+    let offered = complete_in_bash(&[elect_bin, "run", "--signal", ""]);
+    assert!(offered.contains(&"TERM".to_string()), "{offered:?}");
+    let offered = complete_in_bash(&[elect_bin, "run", "--store", "e"]);
+    assert_eq!(offered, ["etcd://", "etcds://"]);
+    let offered = complete_in_bash(&[elect_bin, "status", "--store", ""]);
+    assert!(offered.contains(&"file:".to_string()), "{offered:?}");
+    // After --: commands, not the files of the current directory.
+    let offered = complete_in_bash(&[elect_bin, "run", "--lock", "x", "--", "ech"]);
+    assert!(offered.contains(&"echo".to_string()), "{offered:?}");
+    let offered = complete_in_bash(&[elect_bin, "run", "--lock", "x", "--", "Cargo.to"]);
+    assert!(offered.is_empty(), "files offered as commands: {offered:?}");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
