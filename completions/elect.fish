@@ -24,7 +24,7 @@ function __fish_elect_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c elect -n "__fish_elect_needs_command" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_needs_command" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_needs_command" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_needs_command" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
@@ -60,7 +60,7 @@ complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'E
 complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns. The value needs \'=\': --rejoin=always' -r -f -a "lost\t'After the lease was lost'
 always\t'Also after COMMAND exited non-zero or was killed by a signal'"
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0; wins over ELECT_WAIT)'
 complete -c elect -n "__fish_elect_using_subcommand run" -l subreaper -d 'Reap orphaned processes, as elect does when it is PID 1 (a container\'s entrypoint)'
@@ -76,7 +76,7 @@ complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client c
 complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
 complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
@@ -91,7 +91,7 @@ complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client cer
 complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
 complete -c elect -n "__fish_elect_using_subcommand list" -l names-only -d 'Print only the names, one a line, and nothing on stderr: for shell completion'
@@ -109,7 +109,7 @@ complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client ce
 complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
 complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
@@ -125,7 +125,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client ce
 complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: message`; lines about a run carry a timestamp, usage errors do not'
+complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
 complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the lease at once instead of asking the holder to stop its command first: the command may run on for up to its grace while the next holder starts. (file: always waits for the holder.)'

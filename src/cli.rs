@@ -131,7 +131,7 @@ pub enum Command {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `elect: message`; lines about a run carry a timestamp, usage errors do not.
+    /// `elect: TIME message`; usage and configuration errors without the time.
     Text,
     /// One JSON object per line: {"time", "level", "message"}.
     Json,
