@@ -1,4 +1,57 @@
+# Lock names for --lock of status, check, break: asked of the store named on the
+# command line (or in ELECT_STORE), within 500ms, quietly.
+_elect_locks() {
+    local -a words store=()
+    local i
+    read -ra words <<< "${COMP_LINE:0:COMP_POINT}"
+    for (( i = 1; i < ${#words[@]}; i++ )); do
+        case "${words[i]}" in
+            --store) store=(--store "${words[i+1]}") ;;
+            --store=*) store=("${words[i]}") ;;
+        esac
+    done
+    "${COMP_WORDS[0]}" list --names-only --connect-timeout 500ms "${store[@]}" </dev/null 2>/dev/null
+}
+
 _elect() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="" sub="" i
+    (( COMP_CWORD > 0 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        case "${COMP_WORDS[i]}" in
+            --)
+                # After --: the command, then what it completes itself.
+                if (( COMP_CWORD == i + 1 )); then
+                    COMPREPLY=( $(compgen -c -- "$cur" | sort -u) )
+                elif declare -F _command_offset >/dev/null; then
+                    _command_offset $(( i + 1 ))
+                else
+                    COMPREPLY=( $(compgen -f -- "$cur") )
+                fi
+                return 0
+                ;;
+            -*) ;;
+            *) [[ -z $sub && ${COMP_WORDS[i-1]} != --log-format ]] && sub="${COMP_WORDS[i]}" ;;
+        esac
+    done
+    case "$prev" in
+        --lock|-l)
+            case "$sub" in
+                status|check|break)
+                    COMPREPLY=( $(compgen -W "$(_elect_locks)" -- "$cur") )
+                    return 0
+                    ;;
+            esac
+            ;;
+        --store)
+            compopt -o nospace 2>/dev/null
+            COMPREPLY=( $(compgen -W "etcd:// etcds:// file:" -- "$cur") )
+            return 0
+            ;;
+    esac
+    _elect_clap "$@"
+}
+
+_elect_clap() {
     local i cur prev opts cmd
     COMPREPLY=()
     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -77,7 +130,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__break)
-            opts="-l -y -q -v -h -V --lock --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
+            opts="-l -y -q -v -h -V --lock --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -135,7 +188,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__check)
-            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --quiet --verbose --log-format --help --version"
+            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -295,7 +348,7 @@ _elect() {
             return 0
             ;;
         elect__subcmd__list)
-            opts="-q -v -h -V --prefix --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-q -v -h -V --prefix --store --connect-timeout --cacert --cert --key --user --password-file --json --names-only --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -404,7 +457,7 @@ _elect() {
                     return 0
                     ;;
                 --signal)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "TERM INT HUP QUIT USR1 USR2 ALRM KILL" -- "${cur}"))
                     return 0
                     ;;
                 --busy-exit-code)

@@ -24,9 +24,9 @@ function __fish_elect_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c elect -n "__fish_elect_needs_command" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_needs_command" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_needs_command" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_needs_command" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_needs_command" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_needs_command" -s V -l version -d 'Print version'
@@ -34,93 +34,103 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "run" -d 'Take the lock,
 complete -c elect -n "__fish_elect_needs_command" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
 complete -c elect -n "__fish_elect_needs_command" -f -a "list" -d 'List the locks in a store with their holders'
 complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
-complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'End the current holder\'s lease, so its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live. A lost holder\'s command is dead before this runs out' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, or "forever"' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live, 1s to 24h. A lost holder\'s command is dead before this runs out' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, 0, or "forever" [default: forever]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l signal -d 'First signal sent to COMMAND\'s process group when the lease is lost' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l signal -d 'First signal sent to COMMAND\'s process group when the lease is lost: a name (TERM, SIGTERM, term) or a number' -r -f -a "TERM\t''
+INT\t''
+HUP\t''
+QUIT\t''
+USR1\t''
+USR2\t''
+ALRM\t''
+KILL\t''"
 complete -c elect -n "__fish_elect_using_subcommand run" -l busy-exit-code -d 'Exit code when the lock was not acquired within --wait' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'Exit code when the lease was lost and COMMAND was stopped' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns' -r -f -a "lost\t'After the lease was lost'
+complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns. The value needs \'=\': --rejoin=always' -r -f -a "lost\t'After the lease was lost'
 always\t'Also after COMMAND exited non-zero or was killed by a signal'"
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0)'
+complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0; wins over ELECT_WAIT)'
 complete -c elect -n "__fish_elect_using_subcommand run" -l subreaper -d 'Reap orphaned processes, as elect does when it is PID 1 (a container\'s entrypoint)'
-complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
-complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
-complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand status" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
-complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
-complete -c elect -n "__fish_elect_using_subcommand list" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand list" -l names-only -d 'Print only the names, one a line, and nothing on stderr: for shell completion'
+complete -c elect -n "__fish_elect_using_subcommand list" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand list" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
+complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand check" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
-complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of elect\'s own lines on stderr' -r -f -a "text\t'`elect: message`, with a timestamp for -v lines'
+complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
 complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the lease at once instead of asking the holder to stop its command first: the command may run on for up to its grace while the next holder starts. (file: always waits for the holder.)'
-complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand break" -l json -d 'Print one JSON object with the outcome on stdout (see the README)'
+complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
@@ -128,5 +138,33 @@ complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_su
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "list" -d 'List the locks in a store with their holders'
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "break" -d 'End the current holder\'s lease, so its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+
+# elect's own: lock names from the store, store URL schemes, and after --
+# the command and its own completions.
+function __fish_elect_locks
+    set -l tokens (commandline -opc)
+    set -l store
+    set -l i (contains -i -- --store $tokens)
+    and set store --store $tokens[(math $i + 1)]
+    $tokens[1] list --names-only --connect-timeout 500ms $store </dev/null 2>/dev/null
+end
+function __fish_elect_after_dashes
+    contains -- -- (commandline -opc)
+end
+function __fish_elect_command
+    set -l tokens (commandline -opc)
+    set -l i (contains -i -- -- $tokens)
+    set -l rest $tokens[(math $i + 1)..-1]
+    if test (count $rest) -eq 0
+        __fish_complete_command
+    else
+        complete -C "$rest "(commandline -ct)
+    end
+end
+complete -c elect -n "__fish_elect_using_subcommand status; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
+complete -c elect -n "__fish_elect_using_subcommand check; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
+complete -c elect -n "__fish_elect_using_subcommand break; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
+complete -c elect -n "not __fish_elect_after_dashes" -l store -x -a "etcd:// etcds:// file:"
+complete -c elect -n "__fish_elect_using_subcommand run; and __fish_elect_after_dashes" -x -a "(__fish_elect_command)"

@@ -8,15 +8,21 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
-/// Environment variables elect reads, and those it sets for COMMAND.
+/// Environment variables that are no flag's: those elect reads besides the
+/// flags' own (each flag's variable is in its help), and those it sets for
+/// COMMAND.
 pub const ENVIRONMENT: &[(&str, &str)] = &[
-    (
-        "ELECT_STORE",
-        "Read: the store URL when --store is not given. Set for COMMAND: the store, without credentials.",
-    ),
     (
         "ETCDCTL_ENDPOINTS",
         "Read: etcd endpoints (HOST:PORT,...) when neither --store nor ELECT_STORE is set.",
+    ),
+    (
+        "ELECT_PASSWORD",
+        "Read: the etcd user's password when --password-file is not given.",
+    ),
+    (
+        "ETCDCTL_USER, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY",
+        "Read: etcdctl's own variables (ETCDCTL_USER is NAME[:PASSWORD]), when elect's flags and variables do not say otherwise.",
     ),
     (
         "ELECT_TOKEN",
@@ -25,21 +31,28 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("ELECT_LOCK", "Set for COMMAND: the lock name."),
     (
         "ELECT_KEY",
-        "Set for COMMAND: the key that represents this holder in the store.",
+        "Set for COMMAND: the key that represents this holder in the store (file: the lock file).",
     ),
     (
         "ELECT_LEASE_ID",
-        "Set for COMMAND: the lease id, in hexadecimal.",
+        "Set for COMMAND: etcd: the lease id, in hexadecimal; file: the pid of the elect that holds the lock.",
     ),
     (
         "ELECT_IDENTITY",
         "Set for COMMAND: the holder's identity (--identity, else the hostname).",
     ),
     (
+        "ELECT_STORE",
+        "Set for COMMAND: the store URL, without credentials.",
+    ),
+    (
         "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD",
         "Removed from COMMAND's environment: they may carry secrets.",
     ),
 ];
+
+/// What a yes/no variable accepts, for messages and help.
+pub const BOOLEANS: &str = "1, true, yes, on or 0, false, no, off";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,20 +64,33 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         ELECT_TOKEN, renews the lease in the background, and if the lease is lost it signals \
         and then kills COMMAND's whole process group before the store could hand the lock to \
         anyone else.",
-    after_help = crate::exit::help_text(),
+    after_help = crate::exit::help_text("elect"),
     propagate_version = true
 )]
 pub struct Cli {
-    /// Print nothing of elect's own, not even why the lock was busy.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    /// Print nothing of elect's own but errors, not even why the lock was busy.
+    ///
+    /// ELECT_QUIET takes 1, true, yes, on or 0, false, no, off. -q and -v on the command line
+    /// win over the variables.
+    #[arg(short, long, global = true, display_order = 900, env = "ELECT_QUIET", hide_env_values = true, value_parser = parse_bool)]
     pub quiet: bool,
 
     /// Show the lifecycle on stderr: connected, queued, acquired, renewals, released.
-    #[arg(short, long, global = true)]
+    ///
+    /// ELECT_VERBOSE takes 1, true, yes, on or 0, false, no, off.
+    #[arg(short, long, global = true, display_order = 901, env = "ELECT_VERBOSE", hide_env_values = true, value_parser = parse_bool)]
     pub verbose: bool,
 
-    /// Format of elect's own lines on stderr.
-    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    /// Format of every line elect writes on stderr, usage errors included.
+    #[arg(
+        long,
+        global = true,
+        display_order = 902,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "ELECT_LOG_FORMAT",
+        hide_env_values = true
+    )]
     pub log_format: LogFormat,
 
     #[command(subcommand)]
@@ -74,29 +100,38 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Take the lock, run COMMAND while holding it, release it when COMMAND ends.
-    #[command(after_help = run_after_help())]
+    #[command(
+        after_help = run_after_help(),
+        override_usage = "elect run --lock NAME [OPTIONS] -- COMMAND [ARG...]"
+    )]
     Run(RunArgs),
     /// Show who holds a lock, since when, with which token, and how many wait.
-    ///
-    /// Exits 0 when the lock is held, 1 when it is free.
+    #[command(after_help = crate::exit::help_text("status"))]
     Status(StatusArgs),
     /// List the locks in a store with their holders.
+    ///
+    /// One line per lock: its name, its holder (or "free") and how many wait, separated by
+    /// tabs; on a terminal, in columns under a header. With no locks, stdout stays empty and
+    /// stderr says so (unless -q).
+    #[command(after_help = crate::exit::help_text("list"))]
     List(ListArgs),
     /// Exit 0 only if the caller still holds its lock with its token (run it from COMMAND).
     ///
     /// Reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN, which elect run gives COMMAND.
     /// A cheap way to shrink the window before a significant step; never a substitute for
-    /// checking the token where the work is done. Exits 1, saying why, otherwise.
+    /// checking the token where the work is done.
+    #[command(after_help = crate::exit::help_text("check"))]
     Check(CheckArgs),
-    /// End the current holder's lease, so its command is stopped and the next waiter proceeds.
+    /// Make the current holder let go: its command is stopped and the next waiter proceeds.
     ///
-    /// Exits 0 when a lease was ended, 1 when the lock was free or the holder changed.
+    /// Asks for confirmation on a terminal unless --yes.
+    #[command(after_help = crate::exit::help_text("break"))]
     Break(BreakArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `elect: message`, with a timestamp for -v lines.
+    /// `elect: TIME message`; usage and configuration errors without the time.
     Text,
     /// One JSON object per line: {"time", "level", "message"}.
     Json,
@@ -105,35 +140,60 @@ pub enum LogFormat {
 /// Where the lock lives, shared by every subcommand.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], or file:DIR for locks on this
-    /// host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect).
+    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR
+    /// for locks on this host only ("file" alone: /var/lib/elect for root, else
+    /// ~/.local/state/elect).
     ///
     /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
+    /// etcd://USER:PASSWORD@HOST:PORT works, but every user of the host can read a command
+    /// line in ps: prefer --password-file.
     #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
 
     /// How long to keep trying to reach the store before giving up with exit code 69.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(
+        long,
+        value_name = "DUR",
+        default_value = "10s",
+        value_parser = parse_duration,
+        env = "ELECT_CONNECT_TIMEOUT",
+        hide_env_values = true
+    )]
     pub connect_timeout: Duration,
 
     /// CA certificate (PEM) that signed the etcd servers' certificates [else: the system's].
-    #[arg(long, env = "ELECT_CACERT", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "ELECT_CACERT",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
     pub cacert: Option<PathBuf>,
 
     /// Client certificate (PEM) for etcd servers that require one; needs --key.
-    #[arg(long, env = "ELECT_CERT", value_name = "FILE")]
+    #[arg(long, env = "ELECT_CERT", value_name = "FILE", hide_env_values = true)]
     pub cert: Option<PathBuf>,
 
     /// The client certificate's private key (PEM).
-    #[arg(long, env = "ELECT_KEY_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "ELECT_KEY_FILE",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
     pub key: Option<PathBuf>,
 
     /// etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt.
-    #[arg(long, env = "ELECT_USER", value_name = "NAME")]
+    #[arg(long, env = "ELECT_USER", value_name = "NAME", hide_env_values = true)]
     pub user: Option<String>,
 
     /// File whose first line is the etcd user's password.
-    #[arg(long, env = "ELECT_PASSWORD_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "ELECT_PASSWORD_FILE",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
     pub password_file: Option<PathBuf>,
 }
 
@@ -175,26 +235,40 @@ pub struct ListArgs {
     pub store: StoreArgs,
 
     /// Print a JSON array of the objects `elect status --json` prints.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "names_only")]
     pub json: bool,
+
+    /// Print only the names, one a line, and nothing on stderr: for shell completion.
+    #[arg(long, hide = true)]
+    pub names_only: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Name of the lock.
-    #[arg(short, long, env = "ELECT_LOCK", value_name = "NAME")]
+    #[arg(
+        short,
+        long,
+        env = "ELECT_LOCK",
+        value_name = "NAME",
+        hide_env_values = true
+    )]
     pub lock: String,
 
     /// The holder's key in the store.
-    #[arg(long, env = "ELECT_KEY", value_name = "KEY")]
+    #[arg(long, env = "ELECT_KEY", value_name = "KEY", hide_env_values = true)]
     pub holder_key: String,
 
     /// The fencing token the holder was given.
-    #[arg(long, env = "ELECT_TOKEN", value_name = "T")]
+    #[arg(long, env = "ELECT_TOKEN", value_name = "T", hide_env_values = true)]
     pub token: u64,
 
     #[command(flatten)]
     pub store: StoreArgs,
+
+    /// Print one JSON object with the answer on stdout (see the README).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -219,66 +293,132 @@ pub struct BreakArgs {
 
     #[command(flatten)]
     pub store: StoreArgs,
+
+    /// Print one JSON object with the outcome on stdout (see the README).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Name of the lock. Segments of letters, digits, '.', '_' and '-', separated by '/'.
+    /// Name of the lock. Segments of ASCII letters, digits, '.', '_' and '-', separated by '/'.
     #[arg(short, long, value_name = "NAME")]
     pub lock: String,
 
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Lease time-to-live. A lost holder's command is dead before this runs out.
-    #[arg(long, value_name = "DUR", default_value = "15s", value_parser = parse_duration)]
+    /// Lease time-to-live, 1s to 24h. A lost holder's command is dead before this runs out.
+    #[arg(
+        long,
+        value_name = "DUR",
+        default_value = "15s",
+        value_parser = parse_ttl,
+        env = "ELECT_TTL",
+        hide_env_values = true
+    )]
     pub ttl: Duration,
 
-    /// How long to wait for the lock: a duration, or "forever".
-    #[arg(short, long, value_name = "DUR|forever", value_parser = parse_wait)]
+    /// How long to wait for the lock: a duration, 0, or "forever" [default: forever].
+    #[arg(
+        short,
+        long,
+        value_name = "DUR|forever",
+        value_parser = parse_wait,
+        env = "ELECT_WAIT",
+        hide_env_values = true
+    )]
     pub wait: Option<Wait>,
 
-    /// Do not wait: exit at once if the lock is held (same as --wait 0).
-    #[arg(short = 'n', long, conflicts_with = "wait")]
+    /// Do not wait: exit at once if the lock is held (same as --wait 0; wins over ELECT_WAIT).
+    #[arg(short = 'n', long)]
     pub no_wait: bool,
 
     /// Time between the first signal and SIGKILL when the lease is lost [default: TTL/3].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = parse_duration,
+        env = "ELECT_GRACE",
+        hide_env_values = true
+    )]
     pub grace: Option<Duration>,
 
-    /// First signal sent to COMMAND's process group when the lease is lost.
-    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    /// First signal sent to COMMAND's process group when the lease is lost: a name (TERM,
+    /// SIGTERM, term) or a number.
+    #[arg(
+        long,
+        value_name = "SIG",
+        default_value = "TERM",
+        value_parser = SignalParser,
+        hide_possible_values = true,
+        env = "ELECT_SIGNAL",
+        hide_env_values = true
+    )]
     pub signal: Signal,
 
     /// Exit code when the lock was not acquired within --wait.
-    #[arg(long, value_name = "N", default_value_t = crate::exit::Code::Busy.value())]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::exit::Code::Busy.value(),
+        env = "ELECT_BUSY_EXIT_CODE",
+        hide_env_values = true
+    )]
     pub busy_exit_code: u8,
 
     /// Exit code when the lease was lost and COMMAND was stopped.
-    #[arg(long, value_name = "N", default_value_t = crate::exit::Code::Lost.value())]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::exit::Code::Lost.value(),
+        env = "ELECT_LOST_EXIT_CODE",
+        hide_env_values = true
+    )]
     pub lost_exit_code: u8,
 
     /// After losing the lease, wait for the lock again and run COMMAND anew with a new token;
     /// "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns.
-    #[arg(long, value_name = "WHEN", num_args = 0..=1, default_missing_value = "lost", require_equals = true)]
+    /// The value needs '=': --rejoin=always.
+    #[arg(
+        long,
+        value_name = "WHEN",
+        num_args = 0..=1,
+        default_missing_value = "lost",
+        require_equals = true,
+        env = "ELECT_REJOIN",
+        hide_env_values = true
+    )]
     pub rejoin: Option<Rejoin>,
 
     /// Reap orphaned processes, as elect does when it is PID 1 (a container's entrypoint).
-    #[arg(long)]
+    ///
+    /// ELECT_SUBREAPER takes 1, true, yes, on or 0, false, no, off.
+    #[arg(long, env = "ELECT_SUBREAPER", hide_env_values = true, value_parser = parse_bool)]
     pub subreaper: bool,
 
     /// Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname].
-    #[arg(long, value_name = "TEXT")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        env = "ELECT_IDENTITY",
+        hide_env_values = true
+    )]
     pub identity: Option<String>,
 
-    /// The command to run and its arguments, executed directly (no shell).
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command to run and its arguments, after --, executed directly (no shell).
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_hint = clap::ValueHint::CommandWithArguments
+    )]
     pub command: Vec<OsString>,
 }
 
 /// Exit codes and environment, after `elect run --help`.
 fn run_after_help() -> String {
-    let mut text = crate::exit::help_text();
+    let mut text = crate::exit::help_text("run");
     text.push_str("\nEnvironment:\n");
     for (name, meaning) in ENVIRONMENT {
         text.push_str(&format!("  {name}\n      {meaning}\n"));
@@ -321,18 +461,83 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("give a unit, e.g. {text}s or {text}ms"));
     }
-    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let duration = humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => "a duration too long to count".to_string(),
+        _ => "not a duration; write a number and a unit: 1500ms, 15s, 2m, 1h 30m".to_string(),
+    })?;
     if duration > Duration::from_secs(365 * 24 * 3600) {
         return Err("a duration longer than a year is surely a typo".into());
     }
     Ok(duration)
 }
 
+/// A lease's time-to-live: 1s to 24h.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    let (min, max) = (Duration::from_secs(1), Duration::from_secs(24 * 3600));
+    if ttl < min {
+        return Err("too short; the shortest TTL is 1s".into());
+    }
+    if ttl > max {
+        return Err("too long; the longest TTL is 24h".into());
+    }
+    Ok(ttl)
+}
+
 fn parse_wait(text: &str) -> Result<Wait, String> {
     match text.trim() {
         "forever" | "inf" | "infinite" => Ok(Wait::Forever),
         "0" => Ok(Wait::For(Duration::ZERO)),
-        other => parse_duration(other).map(Wait::For),
+        "never" | "no" | "none" => Err(
+            "to not wait at all, write 0 or use -n; else forever, or a duration: 30s, 5m".into(),
+        ),
+        other => parse_duration(other).map(Wait::For).map_err(|e| {
+            if e.starts_with("not a duration") {
+                "not a duration; write forever, 0 (do not wait), or a number and a unit: 30s, 5m, 1h 30m".into()
+            } else {
+                e
+            }
+        }),
+    }
+}
+
+/// Yes or no, as environment variables spell it.
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "y" | "on" => Ok(true),
+        "0" | "false" | "no" | "n" | "off" | "" => Ok(false),
+        _ => Err(format!("not a yes or no; write {BOOLEANS}")),
+    }
+}
+
+/// Signal names offered to shell completion; any other name or number works too.
+pub const SIGNAL_NAMES: &[&str] = &["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM", "KILL"];
+
+/// [`parse_signal`], with the usual names as possible values for completion.
+#[derive(Clone, Copy, Debug)]
+pub struct SignalParser;
+
+impl clap::builder::TypedValueParser for SignalParser {
+    type Value = Signal;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Signal, clap::Error> {
+        let parse: fn(&str) -> Result<Signal, String> = parse_signal;
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            SIGNAL_NAMES
+                .iter()
+                .map(|n| clap::builder::PossibleValue::new(*n)),
+        ))
     }
 }
 
@@ -348,8 +553,12 @@ pub fn parse_signal(text: &str) -> Result<Signal, String> {
     } else {
         format!("SIG{upper}")
     };
-    name.parse::<Signal>()
-        .map_err(|_| format!("unknown signal '{text}'"))
+    name.parse::<Signal>().map_err(|_| {
+        format!(
+            "no signal of that name; write a name such as {} or a number",
+            SIGNAL_NAMES.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -373,6 +582,19 @@ mod tests {
         assert!(parse_duration("9999999999h").is_err());
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("0"), Ok(Wait::For(Duration::ZERO)));
+        assert!(parse_wait("never").unwrap_err().contains("-n"));
+        assert!(parse_wait("soon").unwrap_err().contains("forever"));
+    }
+
+    #[test]
+    fn booleans() {
+        for yes in ["1", "true", "TRUE", "yes", "on", "y"] {
+            assert_eq!(parse_bool(yes), Ok(true), "{yes}");
+        }
+        for no in ["0", "false", "No", "off", "n", ""] {
+            assert_eq!(parse_bool(no), Ok(false), "{no}");
+        }
+        assert!(parse_bool("maybe").unwrap_err().contains("true"));
     }
 
     #[test]

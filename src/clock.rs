@@ -86,8 +86,30 @@ pub async fn sleep_until(at: Instant) {
     }
 }
 
-/// Durations as users write them, to the millisecond.
+/// Durations as users write them, to the millisecond; hours, not days
+/// (`25h`, as `--ttl` takes it, never `1day 1h`).
 pub fn show(d: Duration) -> String {
+    const HOUR: u64 = 3600;
     let rounded = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    humantime::format_duration(rounded).to_string()
+    let hours = rounded.as_secs() / HOUR;
+    if hours < 24 {
+        return humantime::format_duration(rounded).to_string();
+    }
+    let rest = rounded - Duration::from_secs(hours * HOUR);
+    match rest.is_zero() {
+        true => format!("{hours}h"),
+        false => format!("{hours}h {}", humantime::format_duration(rest)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_shown_in_hours_not_days() {
+        assert_eq!(show(Duration::from_millis(1500)), "1s 500ms");
+        assert_eq!(show(Duration::from_secs(25 * 3600)), "25h");
+        assert_eq!(show(Duration::from_secs(24 * 3600 + 90)), "24h 1m 30s");
+    }
 }

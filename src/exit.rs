@@ -34,7 +34,7 @@ impl Code {
     }
 }
 
-/// The exit-code table, as rows of (situation, code).
+/// The exit-code table of `elect run`, as rows of (situation, code).
 pub const TABLE: &[(&str, &str)] = &[
     ("child exited", "the child's code"),
     (
@@ -50,7 +50,7 @@ pub const TABLE: &[(&str, &str)] = &[
         "76, or `--lost-exit-code`",
     ),
     (
-        "store unreachable or refused before the lock was held (after `--connect-timeout`)",
+        "store unreachable or refused before the lock was held (at once when nothing listens or the store says no; else after `--connect-timeout`)",
         "69",
     ),
     ("usage error", "64"),
@@ -63,12 +63,81 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
 ];
 
-/// The table as plain text, for `--help`.
-pub fn help_text() -> String {
+/// The answers of `status`, `check` and `break`, besides the common codes.
+pub const YES: u8 = 0;
+pub const NO: u8 = 1;
+/// `elect break`: the question on the terminal was not answered yes.
+pub const DECLINED: u8 = 2;
+
+/// `elect` itself, without a command.
+pub const ELECT: &[(&str, &str)] = &[
+    ("`--help`, `--version`", "0"),
+    (
+        "no command given (the commands are listed on stderr), or another usage error",
+        "64",
+    ),
+];
+/// `elect status`.
+pub const STATUS: &[(&str, &str)] = &[("the lock is held", "0"), ("the lock is free", "1")];
+/// `elect list`.
+pub const LIST: &[(&str, &str)] = &[("the locks were listed, also when there are none", "0")];
+/// `elect check`.
+pub const CHECK: &[(&str, &str)] = &[
+    ("the caller holds the lock with its token", "0"),
+    ("it does not (stderr says why)", "1"),
+];
+/// `elect break`.
+pub const BREAK: &[(&str, &str)] = &[
+    ("the holder let go, or its lease was ended", "0"),
+    ("the lock was free, or its holder is not `--token`", "1"),
+    ("not confirmed at the terminal's prompt", "2"),
+];
+/// The codes `status`, `list`, `check` and `break` share.
+pub const COMMON: &[(&str, &str)] = &[
+    ("usage error", "64"),
+    (
+        "store unreachable or refused (at once when nothing listens or the store says no; else after `--connect-timeout`)",
+        "69",
+    ),
+    (
+        "configuration error (unreadable file, bad store URL, a `file:` store directory that does not exist)",
+        "78",
+    ),
+    ("elect's own failure", "70"),
+];
+
+/// Each inspection command with its own codes; [`COMMON`] apply to all.
+pub const INSPECTION: &[(&str, &[(&str, &str)])] = &[
+    ("status", STATUS),
+    ("list", LIST),
+    ("check", CHECK),
+    ("break", BREAK),
+];
+
+/// All the codes of a command, by its name.
+pub fn codes(command: &str) -> Vec<(&'static str, &'static str)> {
+    match command {
+        "run" => TABLE.to_vec(),
+        "elect" => ELECT.to_vec(),
+        _ => {
+            let own = INSPECTION
+                .iter()
+                .find(|(name, _)| *name == command)
+                .map_or(&[][..], |(_, own)| *own);
+            own.iter().chain(COMMON).copied().collect()
+        }
+    }
+}
+
+/// A command's codes as plain text, for `--help`.
+pub fn help_text(command: &str) -> String {
     let mut out = String::from("Exit codes:\n");
-    for (situation, code) in TABLE {
+    for (situation, code) in codes(command) {
         let plain = |s: &str| s.replace('`', "");
         out.push_str(&format!("  {:<5} {}\n", short(code), plain(situation)));
+    }
+    if command == "elect" {
+        out.push_str("  Each command's own: elect COMMAND --help\n");
     }
     out
 }
@@ -85,10 +154,10 @@ fn short(code: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn table_mentions_every_code() {
-        let text: String = TABLE.iter().map(|(_, code)| format!("{code}\n")).collect();
-        for code in [
+    /// Every code, listed by a match without a wildcard: a new code does
+    /// not compile until it is added here, and then must be in the table.
+    fn every_code() -> Vec<Code> {
+        let all = [
             Code::Usage,
             Code::Unavailable,
             Code::Software,
@@ -98,12 +167,59 @@ mod tests {
             Code::Config,
             Code::CannotExecute,
             Code::NotFound,
-        ] {
+        ];
+        for code in all {
+            match code {
+                Code::Usage
+                | Code::Unavailable
+                | Code::Software
+                | Code::GuardLost
+                | Code::Busy
+                | Code::Lost
+                | Code::Config
+                | Code::CannotExecute
+                | Code::NotFound => {}
+            }
+        }
+        all.to_vec()
+    }
+
+    fn mentions(rows: &[(&str, &str)], code: u8) -> bool {
+        rows.iter().any(|(_, c)| {
+            c.split(|ch: char| !ch.is_ascii_digit())
+                .any(|n| n == code.to_string())
+        })
+    }
+
+    #[test]
+    fn table_mentions_every_code() {
+        assert_eq!(every_code().len(), 9);
+        for code in every_code() {
             assert!(
-                text.contains(&code.value().to_string()),
+                mentions(TABLE, code.value()),
                 "{code:?} missing from the table"
             );
         }
+    }
+
+    #[test]
+    fn inspection_tables_mention_their_answers() {
+        for (command, code) in [
+            ("status", YES),
+            ("status", NO),
+            ("list", YES),
+            ("check", YES),
+            ("check", NO),
+            ("break", YES),
+            ("break", NO),
+            ("break", DECLINED),
+        ] {
+            assert!(mentions(&codes(command), code), "{command} {code}");
+        }
+        for code in [Code::Usage, Code::Unavailable, Code::Config, Code::Software] {
+            assert!(mentions(COMMON, code.value()), "{code:?}");
+        }
+        assert!(mentions(ELECT, Code::Usage.value()));
     }
 }
 
@@ -167,7 +283,12 @@ impl Outcome {
         match self {
             Outcome::Exit(code) => std::process::exit(code.into()),
             Outcome::Fail(failure) => {
-                crate::log::error(format_args!("{}", failure.message));
+                match failure.code {
+                    Code::Usage | Code::Config => {
+                        crate::log::usage_error(format_args!("{}", failure.message))
+                    }
+                    _ => crate::log::error(format_args!("{}", failure.message)),
+                }
                 std::process::exit(failure.code.value().into())
             }
             Outcome::Raise(signal) => {

@@ -7,16 +7,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
-use crate::exit::{Failure, Outcome};
+use crate::exit::{DECLINED, Failure, NO, Outcome, YES};
 use crate::log;
 use crate::store::{Broken, Check, Forced, Holder, Location, LockStatus, Store};
 
 /// How long a keep-alive ping may go unanswered: these commands are short.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Exit codes of the inspection commands, besides the store's.
-const YES: u8 = 0;
-const NO: u8 = 1;
 
 /// Choose, check and connect the store; `lock`, if given, is checked for it.
 async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Box<dyn Store>), Failure> {
@@ -53,13 +49,21 @@ pub async fn list(args: ListArgs) -> Outcome {
     };
     match store.list(&args.prefix).await {
         Ok(locks) => {
-            if args.json {
+            if args.names_only {
+                for status in &locks {
+                    println!("{}", status.lock);
+                }
+            } else if args.json {
                 let all: Vec<Value> = locks.iter().map(|s| to_json(s, &location)).collect();
                 println!("{}", Value::Array(all));
+            } else if locks.is_empty() {
+                let prefix = match args.prefix.as_str() {
+                    "" => String::new(),
+                    p => format!(" starting with {p}"),
+                };
+                log::notice(format_args!("no locks{prefix} at {location}"));
             } else {
-                for status in &locks {
-                    println!("{}", one_line(status));
-                }
+                print!("{}", table(&locks, std::io::stdout().is_terminal()));
             }
             Outcome::Exit(YES)
         }
@@ -67,13 +71,70 @@ pub async fn list(args: ListArgs) -> Outcome {
     }
 }
 
+/// `elect list`'s lines: tab-separated, or on a terminal in columns under
+/// a header.
+fn table(locks: &[LockStatus], terminal: bool) -> String {
+    let rows: Vec<[String; 3]> = locks
+        .iter()
+        .map(|s| {
+            let holder = match &s.holder {
+                Some(h) => format!("held by {h}"),
+                None => "free".to_string(),
+            };
+            [s.lock.clone(), holder, format!("{} waiting", s.waiting)]
+        })
+        .collect();
+    if !terminal {
+        return rows.iter().map(|r| format!("{}\n", r.join("\t"))).collect();
+    }
+    let header = ["LOCK", "HOLDER", "WAITING"].map(String::from);
+    let width = |i: usize| {
+        rows.iter()
+            .chain([&header])
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let (lock, holder) = (width(0), width(1));
+    let waiting = |r: &[String; 3]| r[2].trim_end_matches(" waiting").to_string();
+    let mut out = format!(
+        "{:<lock$}  {:<holder$}  {}\n",
+        header[0], header[1], header[2]
+    );
+    for r in &rows {
+        out.push_str(&format!(
+            "{:<lock$}  {:<holder$}  {}\n",
+            r[0],
+            r[1],
+            waiting(r)
+        ));
+    }
+    out
+}
+
 pub async fn check(args: CheckArgs) -> Outcome {
-    let (_, store) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
+    let answer = |why: Option<&str>| {
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "lock": args.lock,
+                    "store": location.to_string(),
+                    "key": args.holder_key,
+                    "token": args.token,
+                    "holds": why.is_none(),
+                    "why": why,
+                })
+            );
+        }
+    };
     match store.check(&args.lock, &args.holder_key, args.token).await {
         Ok(Check::Holder) => {
+            answer(None);
             log::verbose(format_args!(
                 "still the holder of lock {} with token {}",
                 args.lock, args.token
@@ -81,6 +142,7 @@ pub async fn check(args: CheckArgs) -> Outcome {
             Outcome::Exit(YES)
         }
         Ok(Check::NotHolder(why)) => {
+            answer(Some(&why));
             log::error(format_args!(
                 "not the holder of lock {} with token {}: {why}",
                 args.lock, args.token
@@ -99,6 +161,31 @@ pub async fn break_lock(args: BreakArgs) -> Outcome {
     break_on(&*store, &args, &location).await
 }
 
+/// `elect break --json`: one object that says what happened.
+fn broken_json(
+    args: &BreakArgs,
+    location: &Location,
+    outcome: &str,
+    holder: Option<&Holder>,
+    after: Option<Duration>,
+) {
+    if !args.json {
+        return;
+    }
+    println!(
+        "{}",
+        json!({
+            "lock": args.lock,
+            "store": location.to_string(),
+            "outcome": outcome,
+            "token": holder.map(|h| h.token),
+            "key": holder.map(|h| h.key.clone()),
+            "holder": holder.and_then(|h| h.record.as_ref()).map(record_json),
+            "after_ms": after.map(|d| d.as_millis() as u64),
+        })
+    );
+}
+
 async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> Outcome {
     let lock = &args.lock;
     let holder = match store.status(lock).await {
@@ -106,6 +193,7 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
             holder: Some(h), ..
         }) => h,
         Ok(_) => {
+            broken_json(args, location, "free", None, None);
             log::error(format_args!(
                 "lock {lock} at {location} is free; nothing to break"
             ));
@@ -123,8 +211,9 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            log::error(format_args!("not broken"));
-            return Outcome::Exit(NO);
+            broken_json(args, location, "declined", Some(&holder), None);
+            log::error(format_args!("not confirmed; lock {lock} not broken"));
+            return Outcome::Exit(DECLINED);
         }
     }
     // With --token, the holder must be that one; without, the one just shown.
@@ -141,6 +230,7 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
     }
     match store.break_lock(lock, Some(token), args.force).await {
         Ok(Broken::Stopped { holder, after }) => {
+            broken_json(args, location, "stopped", Some(&holder), Some(after));
             log::notice(format_args!(
                 "{holder} stopped its command and let go of lock {lock} after {}",
                 crate::clock::show(after)
@@ -148,6 +238,11 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
             Outcome::Exit(YES)
         }
         Ok(Broken::Forced { holder, why }) => {
+            let waited = match why {
+                Forced::Asked => Duration::ZERO,
+                Forced::NoAnswer(waited) => waited,
+            };
+            broken_json(args, location, "revoked", Some(&holder), Some(waited));
             let why = match why {
                 Forced::Asked => "at once".to_string(),
                 Forced::NoAnswer(waited) => format!(
@@ -168,10 +263,12 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
             Outcome::Exit(YES)
         }
         Ok(Broken::Free) => {
+            broken_json(args, location, "free", None, None);
             log::error(format_args!("lock {lock} became free; nothing to break"));
             Outcome::Exit(NO)
         }
         Ok(Broken::Changed(h)) => {
+            broken_json(args, location, "changed", Some(&h), None);
             log::error(format_args!(
                 "lock {lock} is held by {h}, not token {token}; nothing broken"
             ));
@@ -193,15 +290,20 @@ pub fn to_json(status: &LockStatus, location: &Location) -> Value {
         "key": h.map(|h| h.key.clone()),
         "lease": h.and_then(|h| h.lease.clone()),
         "ttl_left_ms": h.and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
-        "holder": record.map(|r| json!({
-            "identity": r.identity,
-            "hostname": r.hostname,
-            "pid": r.pid,
-            "command": r.command,
-            "since": r.since(),
-            "queued": r.started,
-        })),
+        "holder": record.map(record_json),
         "waiting": status.waiting,
+    })
+}
+
+/// A holder record as the JSON outputs show it.
+fn record_json(r: &crate::store::HolderRecord) -> Value {
+    json!({
+        "identity": r.identity,
+        "hostname": r.hostname,
+        "pid": r.pid,
+        "command": r.command,
+        "since": r.since(),
+        "queued": r.started,
     })
 }
 
@@ -240,13 +342,6 @@ fn human(status: &LockStatus, location: &Location) -> String {
     }
     out.push_str(&format!("  waiting:  {}\n", status.waiting));
     out
-}
-
-fn one_line(status: &LockStatus) -> String {
-    match &status.holder {
-        Some(h) => format!("{}\theld by {h}\t{} waiting", status.lock, status.waiting),
-        None => format!("{}\tfree\t{} waiting", status.lock, status.waiting),
-    }
 }
 
 /// A command line as a shell would show it.

@@ -2,8 +2,9 @@
 //!
 //! Cron mails whatever a job prints, so a run where nothing went wrong
 //! prints nothing of elect's own. Errors and a lease loss are one line each;
-//! `-q` drops even the busy notice; `-v` adds the lifecycle with timestamps;
-//! `--log-format json` makes every line a JSON object.
+//! `-q` drops even the busy notice; `-v` adds the lifecycle. In text, every
+//! line carries a timestamp (a cron mail or a container log is read later)
+//! except a usage or configuration error, found before anything started. `--log-format json` makes every line a JSON object.
 
 use std::fmt::Arguments;
 use std::io::Write;
@@ -23,6 +24,11 @@ static JSON: AtomicBool = AtomicBool::new(false);
 pub fn set(level: Level, json: bool) {
     LEVEL.store(level as u8, Ordering::Relaxed);
     JSON.store(json, Ordering::Relaxed);
+}
+
+/// Whether stderr gets JSON lines.
+pub fn json() -> bool {
+    JSON.load(Ordering::Relaxed)
 }
 
 /// Print one line, as text or as a JSON object for log shippers.
@@ -58,13 +64,19 @@ fn enabled(level: Level) -> bool {
 
 /// Something went wrong: always printed.
 pub fn error(args: Arguments<'_>) {
+    emit("error", args, true);
+}
+
+/// The command line or the configuration is wrong, found before anything
+/// started: always printed, without a timestamp in text.
+pub fn usage_error(args: Arguments<'_>) {
     emit("error", args, false);
 }
 
 /// Worth a line in a cron mail, unless `-q`.
 pub fn notice(args: Arguments<'_>) {
     if enabled(Level::Normal) {
-        emit("notice", args, false);
+        emit("notice", args, true);
     }
 }
 

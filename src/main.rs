@@ -6,6 +6,8 @@
 mod cli;
 mod clock;
 #[cfg(test)]
+mod completions;
+#[cfg(test)]
 mod docs;
 mod exit;
 #[cfg(test)]
@@ -18,25 +20,10 @@ mod run;
 mod store;
 mod supervisor;
 mod timeline;
+mod usage;
 
-use clap::Parser;
-use clap::error::ErrorKind;
-
-use crate::cli::{Cli, Command};
+use crate::cli::Command;
 use crate::exit::{Failure, Outcome};
-
-/// clap's usage error as one line: the problem and what it names, without
-/// the usage block and the tip that follow.
-fn one_line(rendered: &str) -> String {
-    let mut lines = rendered.lines();
-    let first = lines.next().unwrap_or_default();
-    let mut text = first.strip_prefix("error: ").unwrap_or(first).to_string();
-    for more in lines.take_while(|l| !l.trim().is_empty()) {
-        text.push(' ');
-        text.push_str(more.trim());
-    }
-    format!("{text} (see --help)")
-}
 
 fn main() {
     timeline::start();
@@ -56,15 +43,11 @@ fn main() {
         args.remove(1);
         supervisor::guard::set_name(c"elect");
     }
-    let cli = match Cli::try_parse_from(&args) {
+    // Every line is JSON if asked, a usage error's too: know it first.
+    log::set(log::Level::Normal, usage::json_requested(&args));
+    let cli = match usage::parse(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                Outcome::Exit(0).finish();
-            }
-            Outcome::from(Failure::usage(one_line(&e.to_string()))).finish();
-        }
+        Err(outcome) => outcome.finish(),
     };
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => log::Level::Quiet,

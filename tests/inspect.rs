@@ -176,3 +176,220 @@ fn since_is_when_the_lock_was_got_on_the_file_store() {
     let dir = TempDir::new("inspect-since");
     since_is_when_the_lock_was_got(&dir.url());
 }
+
+#[test]
+fn list_on_a_terminal_has_a_header_and_says_when_there_are_no_locks() {
+    let dir = TempDir::new("inspect-list");
+    let out = elect()
+        .args(["list", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "no locks: nothing on stdout");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no locks at file:"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = elect()
+        .args(["list", "-q", "--store", &dir.url(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    assert!(out.stderr.is_empty());
+
+    let (mut holder, token) = hold(&dir.url(), "jobs/nightly", &["--identity", "lister"]);
+    // Not a terminal: tab-separated, no header.
+    let out = elect()
+        .args(["list", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("jobs/nightly\theld by lister"), "{text}");
+    assert!(text.contains(&format!("token {token}")), "{text}");
+    assert!(!text.contains("LOCK"), "{text}");
+    // On a terminal: a header over columns.
+    let mut c = elect();
+    c.args(["list", "--store", &dir.url()]);
+    let mut pty = support::Pty::spawn(c);
+    pty.expect("LOCK", 10 * SECOND);
+    pty.expect("jobs/nightly", 10 * SECOND);
+    assert!(pty.wait(10 * SECOND).success());
+    assert!(
+        pty.seen.contains("HOLDER") && pty.seen.contains("WAITING"),
+        "{:?}",
+        pty.seen
+    );
+    // Names only, for completion.
+    let out = elect()
+        .args(["list", "--names-only", "--store", &dir.url()])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "jobs/nightly\n");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// A holder whose command waits for a line, and a waiter behind it.
+fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
+    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
+    let mut holder = Running::spawn(elect_run(
+        store,
+        lock,
+        &["--identity", "nightly-1", "--ttl", "3s"],
+        script,
+    ));
+    let key = holder.expect_line("key", 10 * SECOND);
+    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
+    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
+    (holder, waiter, key, token)
+}
+
+#[test]
+fn check_and_break_answer_in_json() {
+    let dir = TempDir::new("inspect-json-answers");
+    let store = dir.url();
+    let (mut holder, _waiter, key, token) = holder_and_waiter(&store, "answers");
+    let check_json = |token: u64| {
+        let out = elect()
+            .args(["check", "--json"])
+            .env("ELECT_STORE", &store)
+            .env("ELECT_LOCK", "answers")
+            .env("ELECT_KEY", &key)
+            .env("ELECT_TOKEN", token.to_string())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code().unwrap(), v)
+    };
+    let (code, v) = check_json(token);
+    assert_eq!(code, 0);
+    assert_eq!(v["holds"], true);
+    assert!(v["why"].is_null());
+    assert_eq!(v["token"], token);
+    assert_eq!(v["lock"], "answers");
+    let (code, v) = check_json(token + 7);
+    assert_eq!(code, 1);
+    assert_eq!(v["holds"], false);
+    assert!(v["why"].is_string(), "{v}");
+
+    let break_json = |extra: &[&str]| {
+        let out = elect()
+            .args(["break", "--json", "--store", &store, "--lock", "answers"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap(), v)
+    };
+    let (code, v) = break_json(&["--token", &(token + 100).to_string()]);
+    assert_eq!(code, 1);
+    assert_eq!(v["outcome"], "changed");
+    assert_eq!(v["token"], token);
+    let (code, v) = break_json(&[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["outcome"], "stopped");
+    assert_eq!(v["token"], token);
+    assert_eq!(v["key"], key.as_str());
+    assert_eq!(v["holder"]["identity"], "nightly-1");
+    assert!(v["after_ms"].is_u64(), "{v}");
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+}
+
+#[test]
+fn declining_the_break_prompt_exits_2() {
+    let dir = TempDir::new("inspect-decline");
+    let (mut holder, token) = hold(&dir.url(), "keep", &[]);
+    let mut c = elect();
+    c.args(["break", "--json", "--store", &dir.url(), "--lock", "keep"]);
+    let mut pty = support::Pty::spawn(c);
+    pty.expect("[y/N] ", 10 * SECOND);
+    pty.type_in(b"n\n");
+    let status = pty.wait(10 * SECOND);
+    assert_eq!(status.code(), Some(2), "{:?}", pty.seen);
+    pty.expect("\"outcome\":\"declined\"", 10 * SECOND);
+    assert_eq!(status_of(&dir.url(), "keep"), token, "still held");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// The token of the holder of `lock`.
+fn status_of(store: &str, lock: &str) -> u64 {
+    let (code, out) = status(store, lock, true);
+    assert_eq!(code, 0, "{out}");
+    serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Run the bash completion for the words `line` (the last one being
+/// completed), as bash would when TAB is pressed, and return its offers.
+fn complete_in_bash(line: &[&str]) -> Vec<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/completions/elect.bash");
+    let program = format!(
+        r#"source '{script}'
+COMP_WORDS=("$@")
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"
+COMP_POINT=${{#COMP_LINE}}
+_elect "${{COMP_WORDS[0]}}" "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+(( ${{#COMPREPLY[@]}} == 0 )) || printf '%s\n' "${{COMPREPLY[@]}}""#
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &program, "bash"])
+        .args(line)
+        .env_remove("ELECT_STORE")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run bash ({e}): install Debian's bash package"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn bash_completes_lock_names_signals_stores_and_commands() {
+    let dir = TempDir::new("inspect-complete");
+    let store = dir.url();
+    let (mut holder, _) = hold(&store, "nightly-report", &[]);
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    for sub in ["status", "check", "break"] {
+        let offered = complete_in_bash(&[elect_bin, sub, "--store", &store, "--lock", "night"]);
+        assert_eq!(offered, ["nightly-report"], "{sub}");
+    }
+    let offered = complete_in_bash(&[elect_bin, "status", "--store", &store, "-l", ""]);
+    assert_eq!(offered, ["nightly-report"]);
+    // A store that cannot be reached offers nothing, at once.
+    let started = std::time::Instant::now();
+    let offered = complete_in_bash(&[
+        elect_bin,
+        "status",
+        "--store",
+        "etcd://127.0.0.1:1",
+        "--lock",
+        "",
+    ]);
+    assert!(offered.is_empty(), "{offered:?}");
+    assert!(started.elapsed() < 5 * SECOND);
+
+    let offered = complete_in_bash(&[elect_bin, "run", "--signal", ""]);
+    assert!(offered.contains(&"TERM".to_string()), "{offered:?}");
+    let offered = complete_in_bash(&[elect_bin, "run", "--store", "e"]);
+    assert_eq!(offered, ["etcd://", "etcds://"]);
+    let offered = complete_in_bash(&[elect_bin, "status", "--store", ""]);
+    assert!(offered.contains(&"file:".to_string()), "{offered:?}");
+    // After --: commands, not the files of the current directory.
+    let offered = complete_in_bash(&[elect_bin, "run", "--lock", "x", "--", "ech"]);
+    assert!(offered.contains(&"echo".to_string()), "{offered:?}");
+    let offered = complete_in_bash(&[elect_bin, "run", "--lock", "x", "--", "Cargo.to"]);
+    assert!(offered.is_empty(), "files offered as commands: {offered:?}");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}

@@ -279,3 +279,202 @@ fn the_guard_stops_the_child_on_time_even_if_elect_is_frozen() {
     holder.signal(libc::SIGCONT);
     assert_eq!(holder.wait_code(10 * SECOND), 76);
 }
+
+#[test]
+fn usage_errors_say_what_to_type_in_one_line() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &["run", "--lock", "x", "echo", "hi"],
+            64,
+            "put -- before the command: elect run --lock x -- echo hi",
+        ),
+        (
+            &["run", "--lcok", "x", "--", "true"],
+            64,
+            "did you mean '--lock'?",
+        ),
+        (
+            &["run", "--lock", "x", "--wait", "never", "--", "true"],
+            64,
+            "--wait never: to not wait at all, write 0 or use -n",
+        ),
+        (
+            &["run", "--lock", "x", "--ttl", "25h", "--", "true"],
+            64,
+            "--ttl 25h: too long; the longest TTL is 24h",
+        ),
+        (
+            &["run", "--lock", "x", "--rejoin", "always", "--", "true"],
+            64,
+            "--rejoin takes its value after '=': --rejoin=always",
+        ),
+        (
+            &["run", "--lock", "überweisung", "--", "true"],
+            64,
+            "the lock name 'überweisung' contains 'ü'",
+        ),
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "etcd:127.0.0.1:2379",
+                "--",
+                "true",
+            ],
+            78,
+            "did you mean etcd://127.0.0.1:2379? The forms are etcd://",
+        ),
+        (
+            &["run", "--lock", "x", "--store", "/tmp/x", "--", "true"],
+            78,
+            "did you mean file:/tmp/x?",
+        ),
+        (&["check"], 64, "elect check is for COMMAND under elect run"),
+    ];
+    for (args, code, text) in cases {
+        let out = elect()
+            .env_remove("ELECT_KEY")
+            .env_remove("ELECT_TOKEN")
+            .args(*args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(err.contains(text), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("elect: ") && !err.starts_with("elect: 20"),
+            "a usage or configuration error has no timestamp: {err}"
+        );
+    }
+    // Bare elect lists the commands, each with its line, and exits 64.
+    let out = elect().output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8(out.stderr).unwrap();
+    for command in ["run ", "status ", "list ", "check ", "break "] {
+        assert!(err.contains(&format!("  {command}")), "{err}");
+    }
+    assert!(err.contains("Take the lock"), "{err}");
+}
+
+#[test]
+fn json_logs_cover_usage_errors_too() {
+    for (args, env) in [
+        (
+            &["--log-format", "json", "run", "--lcok", "x", "--", "true"][..],
+            None,
+        ),
+        (&["run", "--lock", "x", "echo", "hi"][..], Some("json")),
+        (&[][..], Some("json")),
+    ] {
+        let mut c = elect();
+        c.args(args);
+        match env {
+            Some(format) => c.env("ELECT_LOG_FORMAT", format),
+            None => c.env_remove("ELECT_LOG_FORMAT"),
+        };
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&err).unwrap_or_else(|e| panic!("{e}: {err}"));
+        assert_eq!(v["level"], "error", "{err}");
+        assert!(v["message"].as_str().unwrap().contains("--"), "{err}");
+    }
+}
+
+#[test]
+fn every_run_option_comes_from_the_environment_too() {
+    let dir = support::TempDir::new("run-env");
+    let store = dir.url();
+    // As in the README's Kubernetes example: the identity from the pod's name.
+    let out = elect()
+        .args([
+            "run",
+            "--lock",
+            "env",
+            "--",
+            "sh",
+            "-c",
+            "echo id=$ELECT_IDENTITY",
+        ])
+        .env("ELECT_STORE", &store)
+        .env("ELECT_IDENTITY", "compactor-7f9c")
+        .env("ELECT_TTL", "3s")
+        .env("ELECT_GRACE", "")
+        .env("ELECT_SIGNAL", "INT")
+        .env("ELECT_REJOIN", "always")
+        .env("ELECT_CONNECT_TIMEOUT", "2s")
+        .env("ELECT_QUIET", "yes")
+        .env("ELECT_SUBREAPER", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "id=compactor-7f9c"
+    );
+
+    // A held lock: ELECT_WAIT=0 gives up at once with ELECT_BUSY_EXIT_CODE,
+    // and says so with a timestamp; ELECT_QUIET=1 says nothing.
+    let (mut holder, _) = support::hold(&store, "env", &["--identity", "first"]);
+    let busy = |extra: &[(&str, &str)]| {
+        let mut c = elect_run(&store, "env", &[], "echo ran");
+        c.env("ELECT_WAIT", "0").env("ELECT_BUSY_EXIT_CODE", "3");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let out = busy(&[]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("held by first"), "{err}");
+    let stamp = err.strip_prefix("elect: ").unwrap_or_default();
+    assert!(
+        humantime::parse_rfc3339(stamp.split(' ').next().unwrap()).is_ok(),
+        "a timestamp after 'elect: ': {err}"
+    );
+    let out = busy(&[("ELECT_QUIET", "1")]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(out.stderr.is_empty());
+    // -v on the command line wins over ELECT_QUIET.
+    let out = elect_run(&store, "env", &["-v"], "echo ran")
+        .env("ELECT_WAIT", "0")
+        .env("ELECT_QUIET", "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(!out.stderr.is_empty());
+    // -n wins over ELECT_WAIT.
+    let started = std::time::Instant::now();
+    let out = elect_run(&store, "env", &["-n"], "echo ran")
+        .env("ELECT_WAIT", "forever")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(started.elapsed() < 10 * SECOND);
+    // A variable that is not understood is named in the error.
+    for (variable, value) in [
+        ("ELECT_QUIET", "maybe"),
+        ("ELECT_TTL", "25h"),
+        ("ELECT_WAIT", "never"),
+    ] {
+        let out = elect_run(&store, "env", &[], "echo ran")
+            .env(variable, value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(err.contains(&format!("{variable}={value}: ")), "{err}");
+    }
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}

@@ -26,9 +26,21 @@ pub fn check_lock_name(name: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
     {
+        // As typed, letters of any script included; only what would break
+        // the line (controls) is escaped.
+        let shown: String = name
+            .chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect();
+        let what = match c.is_control() {
+            true => format!("the control character {}", c.escape_default()),
+            false => format!("'{c}'"),
+        };
         return Err(format!(
-            "the lock name '{}' contains {c:?}; use letters, digits, '.', '_', '-' and '/'",
-            name.escape_default()
+            "the lock name '{shown}' contains {what}; use ASCII letters, digits, '.', '_', '-' and '/'"
         ));
     }
     let body = name.strip_prefix('/').unwrap_or(name);
@@ -184,6 +196,10 @@ mod tests {
             assert!(check_lock_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_lock_name(&"x".repeat(201)).is_err());
+        let err = check_lock_name("überweisung").unwrap_err();
+        assert!(err.contains("'überweisung' contains 'ü'"), "{err}");
+        let err = check_lock_name("a\nb").unwrap_err();
+        assert!(err.contains("'a\\nb'") && !err.contains('\n'), "{err}");
     }
     #[test]
     fn holder_record_round_trip() {

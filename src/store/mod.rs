@@ -167,12 +167,19 @@ impl Location {
                 let forms: Vec<&str> = KINDS.iter().flat_map(|k| k.forms.iter().copied()).collect();
                 let what = match url.split_once("://") {
                     Some((scheme, _)) => {
-                        format!("unknown store '{scheme}://' in '{}'", redact(url))
+                        format!("unknown store '{scheme}://' in '{}'.", redact(url))
                     }
-                    None => format!("store URL '{}' has no scheme", redact(url)),
+                    None => match likely(url, &forms) {
+                        Some(meant) => format!(
+                            "store URL '{}' lacks its scheme; did you mean {}?",
+                            redact(url),
+                            redact(&meant)
+                        ),
+                        None => format!("store URL '{}' has no scheme.", redact(url)),
+                    },
                 };
                 Err(StoreError::config(format!(
-                    "{what}; elect supports {}",
+                    "{what} The forms are {}",
                     forms.join(", ")
                 )))
             }
@@ -232,10 +239,26 @@ impl fmt::Display for Location {
     }
 }
 
+/// What a URL without a scheme probably meant: `etcd:HOST:PORT` for
+/// `etcd://HOST:PORT`, a path for `file:PATH`.
+fn likely(url: &str, forms: &[&str]) -> Option<String> {
+    if url.starts_with(['/', '.', '~']) {
+        return Some(format!("file:{url}"));
+    }
+    let (scheme, rest) = url.split_once(':')?;
+    let rest = rest.trim_start_matches('/');
+    forms
+        .iter()
+        .filter_map(|form| form.split_once("://"))
+        .find(|(known, _)| known.eq_ignore_ascii_case(scheme))
+        .map(|(known, _)| format!("{known}://{rest}"))
+}
+
 /// A URL with any `user:password@` removed, for error messages.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        (None, Some(at)) => format!("***@{}", &url[at + 1..]),
         _ => url.to_string(),
     }
 }
@@ -258,6 +281,20 @@ mod tests {
             assert!(err.message.contains("file:DIR"), "{}", err.message);
         }
         let err = parse("zk://u:secret@a").unwrap_err();
+        assert!(!err.message.contains("secret"), "{}", err.message);
+        let err = parse("etcd:127.0.0.1:2379").unwrap_err();
+        assert!(
+            err.message.contains("did you mean etcd://127.0.0.1:2379?"),
+            "{}",
+            err.message
+        );
+        let err = parse("/tmp/x").unwrap_err();
+        assert!(
+            err.message.contains("did you mean file:/tmp/x?"),
+            "{}",
+            err.message
+        );
+        let err = parse("etcd:u:secret@h:1").unwrap_err();
         assert!(!err.message.contains("secret"), "{}", err.message);
     }
 

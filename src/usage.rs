@@ -1,0 +1,449 @@
+//! Reading the command line: clap parses it; this module says what went
+//! wrong in one line that tells what to type instead, and knows before
+//! parsing whether those lines are to be JSON.
+
+use std::ffi::OsString;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
+
+use crate::cli::Cli;
+use crate::exit::{Failure, Outcome};
+
+/// The variable that sets `--log-format`.
+const LOG_FORMAT_VARIABLE: &str = "ELECT_LOG_FORMAT";
+
+/// Whether elect's lines are to be JSON, from the raw arguments and the
+/// environment: known before clap has parsed, so that a usage error is
+/// JSON too.
+pub fn json_requested(args: &[OsString]) -> bool {
+    let mut words = args.iter().skip(1).map(|a| a.to_string_lossy());
+    let mut from_args = None;
+    while let Some(word) = words.next() {
+        if word == "--" {
+            break;
+        }
+        if word == "--log-format" {
+            from_args = words.next().map(|v| v.into_owned());
+        } else if let Some(value) = word.strip_prefix("--log-format=") {
+            from_args = Some(value.to_string());
+        }
+    }
+    match from_args {
+        Some(format) => format == "json",
+        None => std::env::var(LOG_FORMAT_VARIABLE).is_ok_and(|v| v == "json"),
+    }
+}
+
+/// The command definition, with variables that are set but empty treated
+/// as unset (a unit file's `Environment=ELECT_GRACE=`).
+fn command() -> clap::Command {
+    fn drop_empty(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|arg| match arg.get_env() {
+            Some(name) if std::env::var_os(name).is_some_and(|v| v.is_empty()) => {
+                arg.env(None::<&'static str>)
+            }
+            _ => arg,
+        })
+    }
+    let mut cmd = drop_empty(Cli::command());
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, drop_empty);
+    }
+    cmd
+}
+
+/// Parse the command line, or say in one line what is wrong with it.
+pub fn parse(args: &[OsString]) -> Result<Cli, Outcome> {
+    let cmd = command();
+    let matches = match cmd.clone().try_get_matches_from(args) {
+        Ok(matches) => matches,
+        Err(e) => return Err(failed(&e, args, &cmd)),
+    };
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| failed(&e, args, &cmd))?;
+    settle(&mut cli, &matches)?;
+    Ok(cli)
+}
+
+/// Where a flag's value came from.
+fn source(matches: &ArgMatches, id: &str) -> Option<ValueSource> {
+    matches.value_source(id)
+}
+
+/// Flags that contradict each other: an error when both are on the command
+/// line; otherwise the command line wins over the environment.
+fn settle(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Outcome> {
+    let on_line = |m: &ArgMatches, id: &str| source(m, id) == Some(ValueSource::CommandLine);
+    if cli.quiet && cli.verbose {
+        match (on_line(matches, "quiet"), on_line(matches, "verbose")) {
+            (true, true) => {
+                return Err(usage(
+                    "-q and -v cannot be used together (see elect --help)",
+                ));
+            }
+            (true, false) => cli.verbose = false,
+            (false, true) => cli.quiet = false,
+            (false, false) => {
+                return Err(usage(
+                    "ELECT_QUIET and ELECT_VERBOSE are both on; turn one off (see elect --help)",
+                ));
+            }
+        }
+    }
+    if let Some(run) = matches.subcommand_matches("run")
+        && run.get_flag("no_wait")
+        && on_line(run, "wait")
+    {
+        return Err(usage(
+            "--wait and --no-wait (-n) cannot be used together; give one (see elect run --help)",
+        ));
+    }
+    Ok(())
+}
+
+fn usage(message: &str) -> Outcome {
+    Failure::usage(message).into()
+}
+
+/// What to do with clap's error: help and version are printed and exit 0;
+/// a missing command lists the commands; the rest is one line, exit 64.
+fn failed(e: &clap::Error, args: &[OsString], cmd: &clap::Command) -> Outcome {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            Outcome::Exit(0)
+        }
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            if subcommand(args, cmd).is_none() =>
+        {
+            commands(cmd);
+            Outcome::Exit(crate::exit::Code::Usage.value())
+        }
+        _ => Failure::usage(explain(e, args, cmd)).into(),
+    }
+}
+
+/// Bare `elect`: the commands, each with its one line, on stderr.
+fn commands(cmd: &clap::Command) {
+    let subs: Vec<(&str, String)> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .map(|s| {
+            let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
+            (s.get_name(), about.trim_end_matches('.').to_string())
+        })
+        .collect();
+    if crate::log::json() {
+        let names: Vec<&str> = subs.iter().map(|(n, _)| *n).collect();
+        crate::log::usage_error(format_args!(
+            "give a command: {} (see elect --help)",
+            names.join(", ")
+        ));
+        return;
+    }
+    let mut text = String::from("elect: give a command:\n");
+    for (name, about) in &subs {
+        text.push_str(&format!("  {name:<7} {about}\n"));
+    }
+    text.push_str("See elect --help, and elect COMMAND --help for each.\n");
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// The subcommand named on the command line, if any.
+fn subcommand<'c>(args: &[OsString], cmd: &'c clap::Command) -> Option<&'c clap::Command> {
+    let mut words = args.iter().skip(1).map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        if word == "--" {
+            return None;
+        }
+        if word == "--log-format" {
+            words.next();
+            continue;
+        }
+        if word.starts_with('-') {
+            continue;
+        }
+        return cmd.find_subcommand(word.as_ref());
+    }
+    None
+}
+
+fn text(e: &clap::Error, kind: ContextKind) -> Option<String> {
+    match e.get(kind)? {
+        ContextValue::String(s) => Some(s.clone()),
+        ContextValue::Strings(v) => Some(v.join(", ")),
+        ContextValue::StyledStr(s) => Some(s.to_string()),
+        ContextValue::StyledStrs(v) => Some(
+            v.iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ContextValue::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `--ttl <DUR>` → `--ttl`.
+fn flag_of(display: &str) -> &str {
+    display
+        .split([' ', '='])
+        .next()
+        .unwrap_or(display)
+        .trim_matches(['<', '>', '.'])
+}
+
+/// How the user gave a flag's value: `--ttl 25h`, or `ELECT_TTL=25h` when
+/// the value came from the environment.
+fn given(
+    flag: &str,
+    value: &str,
+    args: &[OsString],
+    sub: Option<&clap::Command>,
+    cmd: &clap::Command,
+) -> String {
+    let long = flag.trim_start_matches('-');
+    let arg = sub
+        .into_iter()
+        .chain([cmd])
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long));
+    let on_line = |a: &clap::Arg| {
+        args.iter()
+            .skip(1)
+            .map(|w| w.to_string_lossy())
+            .take_while(|w| w != "--")
+            .any(|w| {
+                w == flag
+                    || w.starts_with(&format!("{flag}="))
+                    || a.get_short().is_some_and(|s| {
+                        w.starts_with('-') && !w.starts_with("--") && w.contains(s)
+                    })
+            })
+    };
+    match arg {
+        Some(a) if !on_line(a) => match a.get_env() {
+            Some(env) if std::env::var_os(env).is_some() => {
+                format!("{}={value}", env.to_string_lossy())
+            }
+            _ => format!("{flag} {value}"),
+        },
+        _ => format!("{flag} {value}"),
+    }
+}
+
+/// clap's error as one line that says what to type instead.
+fn explain(e: &clap::Error, args: &[OsString], cmd: &clap::Command) -> String {
+    let sub = subcommand(args, cmd);
+    let name = match sub {
+        Some(s) => format!("elect {}", s.get_name()),
+        None => "elect".to_string(),
+    };
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let has_dashes = words.iter().skip(1).any(|w| w == "--");
+    let invalid = text(e, ContextKind::InvalidArg).unwrap_or_default();
+    let message = match e.kind() {
+        ErrorKind::UnknownArgument if invalid.starts_with('-') => {
+            match text(e, ContextKind::SuggestedArg) {
+                Some(meant) => format!("unknown option '{invalid}'; did you mean '{meant}'?"),
+                None => format!("{name} has no option '{invalid}'"),
+            }
+        }
+        ErrorKind::UnknownArgument if sub.is_some_and(|s| s.get_name() == "run") => {
+            let at = words
+                .iter()
+                .skip(1)
+                .position(|w| *w == invalid)
+                .map(|i| i + 1);
+            let before = at.and_then(|i| words.get(i - 1)).map(String::as_str);
+            if before == Some("--rejoin") && matches!(invalid.as_str(), "lost" | "always") {
+                format!("--rejoin takes its value after '=': --rejoin={invalid}")
+            } else if !has_dashes {
+                let shown = match at {
+                    Some(i) => format!("{} -- {}", words[..i].join(" "), words[i..].join(" ")),
+                    None => "elect run --lock NAME [OPTIONS] -- COMMAND [ARG...]".into(),
+                };
+                let shown = shown.replacen(&words[0], "elect", 1);
+                format!("put -- before the command: {shown}")
+            } else {
+                format!(
+                    "'{invalid}' is not an option of elect run; options go before --, the command after it"
+                )
+            }
+        }
+        ErrorKind::UnknownArgument => match sub.map(|s| s.get_name()) {
+            Some(s @ ("status" | "break")) => {
+                format!(
+                    "unexpected '{invalid}'; name the lock with --lock: elect {s} --lock {invalid}"
+                )
+            }
+            _ => format!("unexpected '{invalid}' for {name}"),
+        },
+        ErrorKind::InvalidSubcommand => {
+            let invalid = text(e, ContextKind::InvalidSubcommand).unwrap_or_default();
+            let known: Vec<&str> = cmd
+                .get_subcommands()
+                .map(|s| s.get_name())
+                .filter(|n| *n != "help")
+                .collect();
+            match text(e, ContextKind::SuggestedSubcommand) {
+                Some(meant) => format!("unknown command '{invalid}'; did you mean '{meant}'?"),
+                None => format!(
+                    "unknown command '{invalid}'; the commands are {}",
+                    known.join(", ")
+                ),
+            }
+        }
+        ErrorKind::InvalidValue => {
+            let value = text(e, ContextKind::InvalidValue).unwrap_or_default();
+            let flag = flag_of(&invalid);
+            let shown = given(flag, &value, args, sub, cmd);
+            match text(e, ContextKind::ValidValue) {
+                Some(valid) if value.is_empty() => format!("{flag} needs a value: {valid}"),
+                Some(valid) => format!("{shown}: write one of {valid}"),
+                None => format!("{flag} needs a value"),
+            }
+        }
+        ErrorKind::ValueValidation => {
+            let value = text(e, ContextKind::InvalidValue).unwrap_or_default();
+            let flag = flag_of(&invalid);
+            let why = std::error::Error::source(e)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "not valid".into());
+            format!("{}: {why}", given(flag, &value, args, sub, cmd))
+        }
+        ErrorKind::MissingRequiredArgument => {
+            let missing: Vec<String> = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(v)) => v.clone(),
+                _ => vec![invalid.clone()],
+            };
+            let command_missing = missing.iter().any(|m| m.contains("COMMAND"));
+            match sub.map(|s| s.get_name()) {
+                Some("check")
+                    if std::env::var_os("ELECT_KEY").is_none()
+                        || std::env::var_os("ELECT_TOKEN").is_none() =>
+                {
+                    "elect check is for COMMAND under elect run, which sets ELECT_LOCK, ELECT_KEY \
+                     and ELECT_TOKEN for it: run it from there (or give --lock, --holder-key and \
+                     --token)"
+                        .to_string()
+                }
+                Some("run") if command_missing && missing.len() == 1 => {
+                    "no command to run: put it after --, as in elect run --lock NAME -- COMMAND [ARG...]"
+                        .to_string()
+                }
+                Some("run") if command_missing => {
+                    "elect run needs --lock NAME and a command after --: elect run --lock NAME -- COMMAND [ARG...]"
+                        .to_string()
+                }
+                _ => format!("{name} needs {}", missing.join(" and ")),
+            }
+        }
+        ErrorKind::ArgumentConflict => match text(e, ContextKind::PriorArg) {
+            Some(prior) => format!(
+                "{} and {} cannot be used together",
+                flag_of(&invalid),
+                flag_of(&prior)
+            ),
+            None => first_line(e),
+        },
+        ErrorKind::NoEquals => format!(
+            "{} takes its value after '=': {}=VALUE",
+            flag_of(&invalid),
+            flag_of(&invalid)
+        ),
+        _ => first_line(e),
+    };
+    format!("{message} (see {name} --help)")
+}
+
+/// clap's own rendering, down to its first lines.
+fn first_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or_default();
+    let mut text = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    for more in lines.take_while(|l| !l.trim().is_empty()) {
+        text.push(' ');
+        text.push_str(more.trim());
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<OsString> {
+        line.split(' ').map(OsString::from).collect()
+    }
+
+    /// The one line a command line gets, and that it is a usage error.
+    fn said(line: &str) -> String {
+        match parse(&args(line)) {
+            Err(Outcome::Fail(f)) => {
+                assert_eq!(f.code, crate::exit::Code::Usage, "{line}");
+                assert!(!f.message.contains('\n'), "{line}: {}", f.message);
+                f.message
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn usage_errors_say_what_to_type() {
+        for (line, expected) in [
+            (
+                "elect run --lock x echo hi",
+                "put -- before the command: elect run --lock x -- echo hi",
+            ),
+            ("elect run --lcok x -- true", "did you mean '--lock'?"),
+            ("elect run --lock x --wait never -- true", "--wait never: "),
+            (
+                "elect run --lock x --rejoin always -- true",
+                "--rejoin takes its value after '=': --rejoin=always",
+            ),
+            ("elect run --lock x", "put it after --"),
+            ("elect stauts --lock x", "did you mean 'status'?"),
+            ("elect status x", "elect status --lock x"),
+            (
+                "elect --log-format xml list",
+                "--log-format xml: write one of text, json",
+            ),
+            (
+                "elect run --lock x --ttl 15 -- true",
+                "--ttl 15: give a unit",
+            ),
+            (
+                "elect run --lock x -q -v -- true",
+                "cannot be used together",
+            ),
+            (
+                "elect run --lock x --wait 1s -n -- true",
+                "cannot be used together",
+            ),
+        ] {
+            let message = said(line);
+            assert!(message.contains(expected), "{line}: {message}");
+            assert!(message.ends_with("--help)"), "{line}: {message}");
+        }
+    }
+
+    #[test]
+    fn the_log_format_is_known_before_parsing() {
+        assert!(json_requested(&args("elect --log-format json run")));
+        assert!(json_requested(&args("elect run --log-format=json --lcok")));
+        assert!(!json_requested(&args(
+            "elect --log-format text run -- x --log-format json"
+        )));
+    }
+}
