@@ -274,3 +274,23 @@ fn wait_until(mut condition: impl FnMut() -> bool, what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+#[test]
+fn on_a_terminal_elect_says_what_it_connects_to_when_the_store_is_slow() {
+    let etcd = Etcd::start();
+    let proxy = support::proxy::Proxy::start(&etcd.endpoint);
+    proxy.set(support::proxy::Mode::Blackhole);
+    let mut tty = on_a_terminal(
+        &proxy.url(),
+        "slow",
+        &["--connect-timeout", "20s"],
+        "echo ran",
+    );
+    tty.expect(
+        &format!("connecting to {} for lock slow", proxy.url()),
+        5 * SECOND,
+    );
+    proxy.set(support::proxy::Mode::Forward);
+    tty.expect("ran", 10 * SECOND);
+    assert!(tty.wait(10 * SECOND).success(), "{:?}", tty.seen);
+}

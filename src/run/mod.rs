@@ -194,6 +194,7 @@ impl Job {
         loop {
             let opened = tokio::select! {
                 opened = store.open_session(self.timing.ttl(), self.connect_timeout) => opened,
+                never = self.connecting_line() => match never {},
                 sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
             };
             let session = match opened {
@@ -297,6 +298,22 @@ impl Job {
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
             Err(e) => Queued::Done(self.store_failed(e)),
         }
+    }
+
+    /// When the store keeps us waiting for a lease (a second on), and only
+    /// when stderr is a terminal: one line that says what elect waits for,
+    /// erased when the wait ends (when this future is dropped).
+    async fn connecting_line(&self) -> std::convert::Infallible {
+        if log::notices_shown() && std::io::stderr().is_terminal() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let line = LiveLine::default();
+            line.show(&format!(
+                "elect: connecting to {} for lock {}…",
+                self.location, self.lock
+            ));
+            return std::future::pending().await;
+        }
+        std::future::pending().await
     }
 
     /// While waiting, and only when stderr is a terminal: one line that says
