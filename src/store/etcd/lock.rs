@@ -22,6 +22,8 @@ pub struct EtcdLock<'a> {
     pub(super) rank: u64,
     /// What the key says of us.
     pub(super) record: HolderRecord,
+    /// The key was the lock's oldest when it was put: the lock is ours.
+    pub(super) first: std::cell::Cell<bool>,
 }
 
 /// How long after getting the lock its time is written into the key: never
@@ -83,6 +85,10 @@ impl EtcdLock<'_> {
         let lock = self.lock.as_str();
         let client = &self.session.client;
         let mine = i64::try_from(self.rank).unwrap_or(i64::MAX);
+        if self.first.take() {
+            self.record_acquisition();
+            return Ok(Turn::First(self.rank));
+        }
         loop {
             // One read answers both questions: is our key still there (a
             // lease that expired while we queued leaves none, and etcd 3.4's

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
 use super::lock::EtcdLock;
@@ -116,13 +116,23 @@ impl EtcdSession {
         record: &HolderRecord,
     ) -> Result<EtcdLock<'_>, StoreError> {
         let key = format!("{lock}/{:x}", self.id);
+        // With the put, the oldest key of the lock: if it is ours, the lock
+        // is ours, and nobody need look again.
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                record.to_json(),
-                Some(PutOptions::new().with_lease(self.id)),
-            )])
+            .and_then([
+                TxnOp::put(
+                    key.as_str(),
+                    record.to_json(),
+                    Some(PutOptions::new().with_lease(self.id)),
+                ),
+                TxnOp::get(format!("{lock}/"), Some(oldest)),
+            ])
             .or_else([TxnOp::get(key.as_str(), None)]);
         // Retrying is safe: a second attempt finds our key and its place.
         let reply = retry(&self.patience, || {
@@ -154,6 +164,11 @@ impl EtcdSession {
         if token <= 0 {
             return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
         }
+        let first = reply.succeeded()
+            && matches!(reply.op_responses().get(1), Some(TxnOpResponse::Get(get))
+            if get.kvs().first().is_some_and(|kv| {
+                kv.key() == key.as_bytes() && kv.create_revision() == token
+            }));
         log::verbose(format_args!(
             "queued for lock {lock} as {key} (token {token})"
         ));
@@ -163,6 +178,7 @@ impl EtcdSession {
             key,
             rank: token.unsigned_abs(),
             record: record.clone(),
+            first: std::cell::Cell::new(first),
         })
     }
 
