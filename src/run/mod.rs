@@ -270,6 +270,7 @@ impl Job {
         let record = self.record();
         let joined = tokio::select! {
             joined = session.join(self.lock.clone(), record) => joined,
+            never = self.connecting_line() => match never {},
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };

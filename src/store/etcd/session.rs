@@ -1,15 +1,17 @@
 //! An etcd lease: granted, renewed over keep-alive streams, revoked. Locks
 //! ([`super::lock`]) borrow it; when it ends, every key put with it goes.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, LeaseGrantResponse,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
 };
 
 use super::lock::EtcdLock;
-use super::{Etcd, Members, Patience, describe, retry, revoke};
+use super::{Etcd, Failed, Members, Patience, describe, retry, revoke};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{Boxed, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
@@ -18,14 +20,28 @@ pub struct EtcdSession {
     pub(super) client: Client,
     members: Members,
     pub(super) id: i64,
+    /// As asked, in whole seconds: etcd grants at least that.
     ttl: Duration,
     granted_at: Instant,
     /// How long to keep retrying a request before giving up.
     pub(super) patience: Patience,
+    shown: String,
+    /// The grant, on its way while the first key is put (see [`Etcd::grant`]).
+    grant: RefCell<Option<Grant>>,
+    /// The grant failed: there is no lease to revoke.
+    refused: std::cell::Cell<bool>,
 }
+
+/// A grant request in flight, and what it came to.
+type Grant = tokio::task::JoinHandle<Result<LeaseGrantResponse, Failed>>;
 
 impl Etcd {
     /// Grant a lease of at least `ttl`, retrying until `within` has passed.
+    ///
+    /// elect chooses the lease's id, so the grant need not be answered
+    /// before the key that uses it is put: the request goes out now, and
+    /// [`EtcdSession::join_queue`] sends the queue transaction beside it,
+    /// so etcd can commit both with one write to its disk.
     pub(super) async fn grant(
         &self,
         ttl: Duration,
@@ -33,22 +49,71 @@ impl Etcd {
     ) -> Result<EtcdSession, StoreError> {
         // etcd grants whole seconds; ask for at least what the user asked.
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
-        let (granted_at, reply) = retry(&self.patience.for_(within), || {
-            let mut lease = self.client.lease_client();
-            async move {
-                let sent = Instant::now();
-                lease.grant(secs, None).await.map(|reply| (sent, reply))
-            }
+        let asked = i64::try_from(secs).unwrap_or(i64::MAX);
+        let id = lease_id();
+        let patience = self.patience.for_(within);
+        let client = self.client.clone();
+        let granted_at = Instant::now();
+        let grant = {
+            let patience = patience.clone();
+            tokio::spawn(async move {
+                retry(&patience, || {
+                    let mut lease = client.lease_client();
+                    async move {
+                        let options = LeaseGrantOptions::new().with_id(id);
+                        lease.grant(asked, Some(options)).await
+                    }
+                })
+                .await
+            })
+        };
+        // Let the grant go out first.
+        tokio::task::yield_now().await;
+        Ok(EtcdSession {
+            client: self.client.clone(),
+            members: self.members.clone(),
+            id,
+            ttl: Duration::from_secs(secs),
+            granted_at,
+            patience,
+            shown: self.shown.clone(),
+            grant: RefCell::new(Some(grant)),
+            refused: std::cell::Cell::new(false),
         })
-        .await
-        .map_err(|e| e.unreachable(&self.shown, within))?;
+    }
+}
+
+/// A lease id of our own: random, positive, never zero.
+fn lease_id() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(Instant::now().as_nanos());
+    (hasher.finish() >> 1).max(1) as i64
+}
+
+impl EtcdSession {
+    /// Wait for the grant, if it is still on its way; its failure is the
+    /// session's.
+    async fn granted(&self) -> Result<(), StoreError> {
+        let Some(grant) = self.grant.borrow_mut().take() else {
+            return Ok(());
+        };
+        let within = self.patience.within;
+        let failed = |e: StoreError| {
+            self.refused.set(true);
+            e
+        };
+        let reply = grant
+            .await
+            .map_err(|e| failed(StoreError::unavailable(e.to_string())))?
+            .map_err(|e| failed(e.unreachable(&self.shown, within)))?;
         if reply.ttl() <= 0 {
-            return Err(StoreError::unavailable(format!(
+            return Err(failed(StoreError::unavailable(format!(
                 "{} refused the lease: {}",
                 self.shown,
                 reply.error()
-            )));
+            ))));
         }
         log::verbose(format_args!(
             "connected to {}; lease {:x} granted for {}s",
@@ -56,14 +121,7 @@ impl Etcd {
             reply.id(),
             reply.ttl()
         ));
-        Ok(EtcdSession {
-            client: self.client.clone(),
-            members: self.members.clone(),
-            id: reply.id(),
-            ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
-            granted_at,
-            patience: self.patience.for_(within),
-        })
+        Ok(())
     }
 }
 
@@ -134,14 +192,21 @@ impl EtcdSession {
                 TxnOp::get(format!("{lock}/"), Some(oldest)),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        // Retrying is safe: a second attempt finds our key and its place.
-        let reply = retry(&self.patience, || {
+        let send = || {
             let mut kv = self.client.kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }
-        })
-        .await
-        .map_err(|e| {
+        };
+        // Beside the grant. etcd may take the transaction first and say
+        // the lease does not exist: then put again once the grant is in.
+        // Retrying is safe: a second attempt finds our key and its place.
+        let (granted, beside) = tokio::join!(self.granted(), send());
+        granted?;
+        let tried = match beside {
+            Ok(reply) => Ok(reply),
+            Err(_) => retry(&self.patience, send).await,
+        };
+        let reply = tried.map_err(|e| {
             let hint = match e.text.contains("permission denied") {
                 true => format!(
                     "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
@@ -183,6 +248,10 @@ impl EtcdSession {
     }
 
     async fn revoke(&self) -> Result<(), StoreError> {
+        // A lease whose grant failed needs no revoking; one on its way does.
+        if self.granted().await.is_err() || self.refused.get() {
+            return Ok(());
+        }
         revoke(&self.client, self.id, &self.patience).await
     }
 }
