@@ -201,20 +201,10 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         }
         Err(e) => return Failure::from(e).into(),
     };
-    if !args.yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-        let what = match args.force {
-            true => "End the lease of",
-            false => "Stop the command of",
-        };
-        eprint!("{what} {holder} on lock {lock}? [y/N] ");
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            broken_json(args, location, "declined", Some(&holder), None);
-            log::error(format_args!("not confirmed; lock {lock} not broken"));
-            return Outcome::Exit(DECLINED);
-        }
+    if !confirmed(args, &holder) {
+        broken_json(args, location, "declined", Some(&holder), None);
+        log::error(format_args!("not confirmed; lock {lock} not broken"));
+        return Outcome::Exit(DECLINED);
     }
     // With --token, the holder must be that one; without, the one just shown.
     let token = args.token.unwrap_or(holder.token);
@@ -228,7 +218,35 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         };
         log::notice(format_args!("lock {lock} is held by {holder}; {how}"));
     }
-    match store.break_lock(lock, Some(token), args.force).await {
+    let broken = store.break_lock(lock, Some(token), args.force).await;
+    report_break(args, location, token, broken)
+}
+
+/// On a terminal, unless `--yes`: does the user mean it?
+fn confirmed(args: &BreakArgs, holder: &Holder) -> bool {
+    if args.yes || !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return true;
+    }
+    let what = match args.force {
+        true => "End the lease of",
+        false => "Stop the command of",
+    };
+    eprint!("{what} {holder} on lock {}? [y/N] ", args.lock);
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
+}
+
+/// What `break` did, said on stderr (and on stdout with `--json`).
+fn report_break(
+    args: &BreakArgs,
+    location: &Location,
+    token: u64,
+    broken: Result<Broken, crate::store::StoreError>,
+) -> Outcome {
+    let lock = &args.lock;
+    match broken {
         Ok(Broken::Stopped { holder, after }) => {
             broken_json(args, location, "stopped", Some(&holder), Some(after));
             log::notice(format_args!(
@@ -243,22 +261,9 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
                 Forced::NoAnswer(waited) => waited,
             };
             broken_json(args, location, "revoked", Some(&holder), Some(waited));
-            let why = match why {
-                Forced::Asked => "at once".to_string(),
-                Forced::NoAnswer(waited) => format!(
-                    "after waiting {} for it to let go",
-                    crate::clock::show(waited)
-                ),
-            };
-            let running = match holder.record.as_ref().and_then(|r| r.grace_ms) {
-                Some(ms) => format!(
-                    "its command may still run for up to {} while the next holder starts",
-                    crate::clock::show(Duration::from_millis(ms))
-                ),
-                None => "its command may still run while the next holder starts".to_string(),
-            };
             log::notice(format_args!(
-                "ended the lease of {holder} on lock {lock} {why}; {running}"
+                "ended the lease of {holder} on lock {lock} {}",
+                forced(&holder, why)
             ));
             Outcome::Exit(YES)
         }
@@ -276,6 +281,26 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         }
         Err(e) => Failure::from(e).into(),
     }
+}
+
+/// When and how a lease was ended by force, and what may still run.
+fn forced(holder: &Holder, why: Forced) -> String {
+    let when = match why {
+        Forced::Asked => "at once".to_string(),
+        Forced::NoAnswer(waited) => format!(
+            "after waiting {} for it to let go",
+            crate::clock::show(waited)
+        ),
+    };
+    let running = match &holder.record {
+        Some(_) => format!(
+            "its elect kills its command within {} of noticing; until then it \
+             may still run while the next holder starts",
+            crate::clock::show(crate::run::GONE_GRACE)
+        ),
+        None => "its command may still run while the next holder starts".to_string(),
+    };
+    format!("{when}; {running}")
 }
 
 /// The stable JSON form of a lock's status (documented in the README).

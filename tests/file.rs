@@ -30,10 +30,13 @@ fn tokens_increase_across_runs_and_the_counter_is_kept_on_disk() {
         tokens.push(token.parse::<u64>().unwrap());
     }
     assert_eq!(tokens, [1, 2, 3]);
-    assert_eq!(
-        std::fs::read_to_string(dir.join("nightly.token")).unwrap(),
-        "3\n"
-    );
+    // Two slots, written in turn: 3 in one, 2 in the other.
+    let counter = std::fs::read_to_string(dir.join("nightly.token")).unwrap();
+    let values: Vec<u64> = counter
+        .lines()
+        .map(|line| line.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(values, [2, 3], "{counter:?}");
     let mode = |name: &str| {
         std::fs::metadata(dir.join(name))
             .unwrap()
@@ -86,6 +89,22 @@ fn tokens_survive_a_crash_between_increment_and_exec() {
     );
     let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(token > 41, "a token was handed out twice: {token}");
+
+    // A crash while the next token was being written tears the slot it was
+    // going into (the one of the token before last); that token was never
+    // handed out. The last one handed out is still in the other slot, so
+    // the next is higher than every token seen.
+    let counter = std::fs::read(dir.join("crash.token")).unwrap();
+    assert_eq!(counter.len(), 64, "two slots of 32 bytes");
+    let mut torn = counter.clone();
+    let slot = ((token + 1) % 2) as usize * 32;
+    torn[slot..slot + 10].copy_from_slice(b"9999999999");
+    std::fs::write(dir.join("crash.token"), &torn).unwrap();
+    let out = elect_run(&dir.url(), "crash", &[], "echo $ELECT_TOKEN")
+        .output()
+        .unwrap();
+    let again: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(again, token + 1, "after a torn write");
 
     // A counter that cannot be read is never silently restarted at 1.
     std::fs::write(dir.join("crash.token"), "garbage").unwrap();

@@ -34,6 +34,7 @@ use crate::store::{
 };
 use crate::supervisor::{Ending, Plan, Supervisor};
 use crate::timeline;
+pub use hold::GONE_GRACE;
 use live::LiveLine;
 use signals::Signals;
 

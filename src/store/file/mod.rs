@@ -9,9 +9,9 @@
 //!   has killed the command's group. (Classic fcntl locks would be dropped
 //!   when any descriptor of the file is closed anywhere in the process.) The
 //!   file is never unlinked or replaced: a new inode would be a second lock.
-//! - `NAME.token`, the last token handed out, replaced atomically under the
-//!   lock and fsynced with its directory BEFORE the command sees the token,
-//!   so tokens never repeat, also across crashes and reboots.
+//! - `NAME.token`, the last token handed out, written in place under the
+//!   lock and synced BEFORE the command sees the token, so tokens never
+//!   repeat, also across crashes and reboots ([`counter`]).
 //! - `NAME.holder`, who holds the lock (JSON). A crashed holder's record
 //!   stays behind; it is believed only while the lock is actually held.
 //!
@@ -19,6 +19,7 @@
 //! expires by time; it is lost only if someone removes or replaces the lock
 //! file or its directory, which each renewal (every TTL/3) looks for.
 
+mod counter;
 mod lock;
 
 use std::fmt;
@@ -35,6 +36,7 @@ use super::{
     Target,
 };
 use crate::clock::Instant;
+use counter::{Corrupt, Counter};
 use lock::FileSession;
 
 /// `file:DIR`, `file:///DIR`, or `file` alone for the per-user default;
@@ -489,21 +491,37 @@ impl Dir {
         let fail = |e: std::io::Error| {
             StoreError::config(format!("token counter {}: {e}", path.display()))
         };
-        let previous = match read_nofollow(&path) {
-            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
-                StoreError::config(format!(
-                    "token counter {} is corrupt ({:?}); refusing to hand out a token that might repeat",
-                    path.display(),
-                    text.trim()
-                ))
-            })?,
-            Err(e) if e.kind() == IoKind::NotFound => 0,
-            Err(e) => return Err(fail(e)),
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
         };
-        let next = previous + 1;
-        self.replace(stem, ".token", format!("{next}\n").as_bytes(), true)
-            .map_err(fail)?;
-        Ok(next)
+        let mut file = match open() {
+            Err(e) if e.kind() == IoKind::NotFound => {
+                self.replace(stem, ".token", &counter::fresh(0), true)
+                    .map_err(fail)?;
+                open().map_err(fail)?
+            }
+            opened => opened.map_err(fail)?,
+        };
+        let last = match counter::parse(&counter::read(&mut file).map_err(fail)?) {
+            Ok(Counter::Slots(last)) => last,
+            Ok(Counter::Line(last)) => {
+                self.replace(stem, ".token", &counter::fresh(last), true)
+                    .map_err(fail)?;
+                file = open().map_err(fail)?;
+                last
+            }
+            Err(Corrupt(what)) => {
+                return Err(StoreError::config(format!(
+                    "token counter {} is corrupt ({what}); refusing to hand out a token that might repeat",
+                    path.display()
+                )));
+            }
+        };
+        counter::advance(&mut file, last).map_err(fail)
     }
 }
 
@@ -511,10 +529,16 @@ impl Dir {
     /// The last token handed out for `stem`, 0 if none.
     fn counter(&self, stem: &str) -> Result<u64, StoreError> {
         let path = self.path(stem, ".token");
-        match read_nofollow(&path) {
-            Ok(text) => text.trim().parse().map_err(|_| {
-                StoreError::config(format!("token counter {} is corrupt", path.display()))
-            }),
+        let mut bytes = Vec::new();
+        let read = open_nofollow(&path).and_then(|mut f| f.read_to_end(&mut bytes));
+        match read {
+            Ok(_) => match counter::parse(&bytes) {
+                Ok(Counter::Slots(n) | Counter::Line(n)) => Ok(n),
+                Err(Corrupt(what)) => Err(StoreError::config(format!(
+                    "token counter {} is corrupt ({what})",
+                    path.display()
+                ))),
+            },
             Err(e) if e.kind() == IoKind::NotFound => Ok(0),
             Err(e) => Err(StoreError::config(format!(
                 "token counter {}: {e}",
