@@ -16,14 +16,17 @@ pub mod reaper;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
 use std::time::Duration;
 
 use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::socket::{ControlMessage, MsgFlags, recv, sendmsg};
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
+};
 use nix::unistd::Pid;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
@@ -132,13 +135,22 @@ impl Supervisor {
 
     /// Fork and exec the guard: std's spawn waits until the exec is done.
     fn spawn_guard(plan: Plan) -> Result<Prepared, SpawnError> {
-        let (ours, theirs) = StdUnixStream::pair().map_err(SpawnError::Guard)?;
-        let theirs = OwnedFd::from(theirs);
-        let fd = theirs.as_raw_fd();
+        // The guard's end must survive exec, ours must not: made that way
+        // here, so that no code runs between fork and exec and the spawn
+        // can take posix_spawn's fast path.
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::empty(),
+        )
+        .map_err(|e| SpawnError::Guard(e.into()))?;
+        fcntl(&ours, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+            .map_err(|e| SpawnError::Guard(e.into()))?;
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("elect")
-            .args(guard::args(fd, plan.signal, plan.grace))
+            .args(guard::args(theirs.as_raw_fd(), plan.signal, plan.grace))
             .args(&plan.command)
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
@@ -152,18 +164,9 @@ impl Supervisor {
             command.env_remove(name);
         }
         command.envs(plan.set_env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: fcntl is async-signal-safe. The guard's end of the socket
-        // must survive exec.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let guard = command.spawn().map_err(SpawnError::Guard)?;
         drop(theirs);
+        let ours = StdUnixStream::from(ours);
         ours.set_nonblocking(true).map_err(SpawnError::Guard)?;
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
         Ok(Prepared { socket, guard })
