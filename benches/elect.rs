@@ -18,6 +18,11 @@
 //!   `etcdctl lock L true`. Median and p99. Target: at most 0.3x etcdctl.
 //!   Every store in [`harness::locker::pairs`] gets this figure (the file
 //!   store against `flock FILE true` once elect has it).
+//! - `floor` (with `cycle`): what the cycle's unavoidable parts cost, in
+//!   the same run: spawning `true`, an etcd grant, queue transaction and
+//!   revoke on a warm connection, 32 bytes fdatasync'd; each cycle against
+//!   2 execs + txn + revoke (etcd) or 2 execs + fdatasync (file). Target:
+//!   at most 1.3x the floor.
 //! - `handover`: the holder's command exits and the next waiter's command
 //!   starts. The waiter is queued first (its key is in etcd), then the
 //!   holder's command is released through a FIFO it blocks on (100 ms after
@@ -69,6 +74,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use harness::etcd_http::{self, Metrics};
+use harness::floor;
 use harness::locker::{self, Locker, Pair};
 use harness::process::{self, Quiet, Talking};
 use harness::procfs::{self, Usage};
@@ -274,7 +280,8 @@ fn verdict(ok: bool) -> Verdict {
 }
 
 /// Figure `cycle`: one uncontended `LOCKER -- true`, spawn to exit.
-fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) {
+/// The cycle of each tool; returns elect's median (ms).
+fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) -> f64 {
     let lockers = [&pair.elect, &pair.reference];
     let mut times = [Samples::default(), Samples::default()];
     // Round 0 warms the page cache and etcd and is not counted.
@@ -319,6 +326,56 @@ fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) {
             Verdict::Info
         },
     });
+    times[0].median()
+}
+
+/// The floor under a cycle, measured now, and each cycle against it.
+fn floor(mode: &Mode, etcd: &Etcd, scratch: &Scratch, cycles: &[(String, f64)], table: &mut Table) {
+    let exec = floor::exec(mode.cycles);
+    let writes = floor::etcd(&etcd.endpoint, mode.cycles);
+    let fsync = floor::fsync(&scratch.path("."), mode.cycles);
+    let info = |figure: String, elect: String| Row {
+        figure,
+        elect,
+        reference: String::new(),
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    };
+    table.row(info(
+        format!("floor: spawn and wait for true, median (n={})", mode.cycles),
+        ms(exec.median()),
+    ));
+    table.row(info(
+        "floor: etcd grant / queue txn / revoke on a warm connection, median".into(),
+        format!(
+            "{} / {} / {}",
+            ms(writes.grant.median()),
+            ms(writes.txn.median()),
+            ms(writes.revoke.median())
+        ),
+    ));
+    table.row(info(
+        "floor: 32 bytes written in place and fdatasync'd, median".into(),
+        ms(fsync.median()),
+    ));
+    for (store, cycle) in cycles {
+        let (floor, what) = match store.as_str() {
+            "etcd" => (
+                2.0 * exec.median() + writes.txn.median() + writes.revoke.median(),
+                "2 execs + txn + revoke",
+            ),
+            _ => (2.0 * exec.median() + fsync.median(), "2 execs + fdatasync"),
+        };
+        table.row(Row {
+            figure: format!("cycle over its floor [{store}]: {what}"),
+            elect: ms(*cycle),
+            reference: format!("floor: {}", ms(floor)),
+            ratio: ratio(*cycle, floor),
+            target: "<= 1.30x".into(),
+            verdict: verdict(*cycle <= 1.3 * floor),
+        });
+    }
 }
 
 /// A contender whose command prints `started`, then blocks on its FIFO.
@@ -776,9 +833,11 @@ fn main() {
     }
     let on_etcd = &pairs[0];
     if mode.runs("cycle") {
+        let mut cycles = Vec::new();
         for pair in &pairs {
-            cycle(&mode, pair, &mut table);
+            cycles.push((pair.store.to_string(), cycle(&mode, pair, &mut table)));
         }
+        floor(&mode, &etcd, &scratch, &cycles, &mut table);
     }
     if mode.runs("handover") {
         handover(&mode, &etcd, on_etcd, &scratch, &mut table);

@@ -2,6 +2,7 @@
 //! statistics, the tools compared, and the report.
 
 pub mod etcd_http;
+pub mod floor;
 pub mod locker;
 pub mod process;
 pub mod procfs;
