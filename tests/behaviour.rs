@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::inspect::{check, status};
+use support::inspect::{check, holder_and_waiter, status};
 use support::{Death, Etcd, Running, SECOND, TempDir, alive, elect, elect_run, hold, ms, now_ns};
 
 /// What a scenario knows of a holder whose lease it ends from outside: its
@@ -571,21 +571,6 @@ fn an_outside_end_of_the_lease_stops_the_command_with_76<S: StoreUnderTest>() {
         assert_eq!(code, 1, "{how}: the holder is no more");
         assert!(err.contains("free"), "{how}: {err}");
     }
-}
-
-/// A holder that reports its key and token, and a waiter behind it.
-fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
-    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
-    let mut holder = Running::spawn(elect_run(
-        store,
-        lock,
-        &["--identity", "nightly-1", "--ttl", "3s"],
-        script,
-    ));
-    let key = holder.expect_line("key", 10 * SECOND);
-    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
-    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
-    (holder, waiter, key, token)
 }
 
 fn wait_for_waiters(store: &str, lock: &str, n: u64) {

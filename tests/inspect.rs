@@ -7,7 +7,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::Value;
-use support::inspect::status;
+use support::inspect::{holder_and_waiter, status};
 use support::{Etcd, Running, SECOND, TempDir, elect, elect_run, hold};
 
 #[test]
@@ -228,21 +228,6 @@ fn list_on_a_terminal_has_a_header_and_says_when_there_are_no_locks() {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "jobs/nightly\n");
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
-}
-
-/// A holder whose command waits for a line, and a waiter behind it.
-fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
-    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
-    let mut holder = Running::spawn(elect_run(
-        store,
-        lock,
-        &["--identity", "nightly-1", "--ttl", "3s"],
-        script,
-    ));
-    let key = holder.expect_line("key", 10 * SECOND);
-    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
-    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
-    (holder, waiter, key, token)
 }
 
 #[test]

@@ -1,6 +1,23 @@
-//! `elect status` and `elect check` as a script would call them.
+//! `elect status` and `elect check` as a script would call them, and a
+//! lock for them to look at.
 
-use super::process::elect;
+use super::SECOND;
+use super::process::{Running, elect, elect_run};
+
+/// A holder that reports its key and token, and a waiter behind it.
+pub fn holder_and_waiter(store: &str, lock: &str) -> (Running, Running, String, u64) {
+    let script = r#"echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
+    let mut holder = Running::spawn(elect_run(
+        store,
+        lock,
+        &["--identity", "nightly-1", "--ttl", "3s"],
+        script,
+    ));
+    let key = holder.expect_line("key", 10 * SECOND);
+    let token = holder.expect_line("token", 10 * SECOND).parse().unwrap();
+    let waiter = Running::spawn(elect_run(store, lock, &[], "echo ran"));
+    (holder, waiter, key, token)
+}
 
 /// `elect status [--json]`: its exit code and stdout; it prints nothing else.
 pub fn status(store: &str, lock: &str, json: bool) -> (i32, String) {

@@ -709,32 +709,12 @@ fn own_key(lock: &str, kv: &KeyValue) -> bool {
 
 /// Block until `key` is deleted at a revision after `after`, or the
 /// watch ends for another reason (then the caller looks again).
-async fn deleted(client: &Client, key: &[u8], after: i64) -> Result<(), StoreError> {
-    let options = WatchOptions::new().with_start_revision(after + 1);
-    let mut watch = client.watch_client();
-    let mut stream = watch
-        .watch(key.to_vec(), Some(options))
-        .await
-        .map_err(|e| StoreError::unavailable(describe(&e)))?;
-    loop {
-        match stream.message().await {
-            Ok(Some(reply)) => {
-                if reply.canceled() {
-                    // Compacted or cancelled by the server: look again.
-                    return Ok(());
-                }
-                if reply
-                    .events()
-                    .iter()
-                    .any(|e| e.event_type() == EventType::Delete)
-                {
-                    return Ok(());
-                }
-            }
-            Ok(None) => return Err(StoreError::unavailable("watch ended")),
-            Err(e) => return Err(StoreError::unavailable(describe(&e))),
-        }
+async fn deleted(client: &Client, key: &[u8], mut after: i64) -> Result<(), StoreError> {
+    // A put (the holder recording when it got the lock) is watched past.
+    while let Some((_, revision)) = changed(client, key, after).await? {
+        after = revision;
     }
+    Ok(())
 }
 
 /// Watch `key` from revision `after` on: `Some((value, revision))` when it
