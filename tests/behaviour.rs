@@ -196,9 +196,9 @@ impl StoreUnderTest for FileStore {
         }
     }
 
-    /// At the next renewal, which looks at the lock file: every TTL/3.
-    fn notices_outside_end_within(ttl: Duration) -> Duration {
-        ttl / 3 + Duration::from_millis(500)
+    /// At the next look at the lock file, which comes every second.
+    fn notices_outside_end_within(_ttl: Duration) -> Duration {
+        Duration::from_millis(1500)
     }
 }
 

@@ -17,7 +17,7 @@
 //!
 //! A `/` in a lock name becomes `%2F` in the file names. The lock never
 //! expires by time; it is lost only if someone removes or replaces the lock
-//! file or its directory, which each renewal (every TTL/3) looks for.
+//! file or its directory, which the holder looks for every second.
 
 mod counter;
 mod lock;
