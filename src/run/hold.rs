@@ -20,7 +20,7 @@ use super::signals::{Signals, stop_self};
 use super::{Job, TurnEnd};
 use crate::clock::{show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
-use crate::lease::{Keeper, Kept};
+use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
 use crate::store::{Lock, Loss, Session};
 use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
@@ -86,7 +86,8 @@ impl Job {
                 loss = &mut lost_watch, if !watch.lost => {
                     self.stop(&mut child, &mut watch, &loss).await;
                 },
-                () = sleep_until(deadline), if !watch.backstopped => {
+                // (A lease that never expires by time needs no backstop.)
+                () = sleep_until(deadline), if !watch.backstopped && deadline < NEVER => {
                     // The guard kills at this instant too, unless it is
                     // stopped: then nobody else would.
                     watch.backstopped = true;

@@ -254,7 +254,7 @@ enum Phase {
 struct Guard {
     socket: UnixStream,
     /// The lock: its deadline is ours to keep; its descriptors live as long as we do.
-    _lock: Lock,
+    lock: Lock,
     inbox: Vec<u8>,
     child: Pid,
     /// elect's process group: the job that a shell stops and continues.
@@ -318,7 +318,7 @@ impl Guard {
         Ok(Guard {
             socket,
             deadline: lock.deadline,
-            _lock: lock,
+            lock,
             inbox: Vec::with_capacity(SIZE),
             child,
             job,
@@ -562,7 +562,7 @@ impl Guard {
     /// environment): this process becomes `elect __elect-release FD`.
     /// Returns only if there is nothing to do, or it cannot be done.
     fn end_the_session(&mut self) {
-        let Some(order) = self._lock.release_order.take() else {
+        let Some(order) = self.lock.release_order.take() else {
             return;
         };
         let mut pause = Duration::from_millis(1);

@@ -221,22 +221,23 @@ impl FileLock {
     /// Remove our holder record and let go of the lock (the guard's copy
     /// of the descriptor keeps it until the command's group is dead).
     fn let_go(&self) {
+        self.forget_record();
+        let _ = self.file.borrow().unlock();
+    }
+
+    /// Remove our holder record, if we hold the lock and its file is ours.
+    fn forget_record(&self) {
         if self.held.replace(false) && self.still_in_place().is_ok() {
             let _ = std::fs::remove_file(self.dir.path(&self.stem, ".holder"));
         }
-        let _ = self.file.borrow().unlock();
     }
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        if self.held.get() {
-            // Only the record: closing our descriptor is what lets the lock
-            // go, once the guard has closed its copy too.
-            if self.still_in_place().is_ok() {
-                let _ = std::fs::remove_file(self.dir.path(&self.stem, ".holder"));
-            }
-        }
+        // Only the record: closing our descriptor is what lets the lock go,
+        // once the guard has closed its copy too.
+        self.forget_record();
     }
 }
 
