@@ -95,6 +95,37 @@ fn sigtstp_to_elects_group_stops_the_command_too_and_not_past_the_lease() {
 }
 
 #[test]
+fn sigstop_to_the_guards_group_leaves_elect_to_kill_the_command_by_the_deadline() {
+    let etcd = Etcd::start();
+    let dir = TempDir::new("guard-stop");
+    let ticks = Ticks::new(&dir.0);
+    let (mut a, a_group, _b) = holder_and_waiter(&etcd, "gstop", &["--ttl", "2s"], &ticks, false);
+    let guard = find_child(a.pid(), "elect-guard");
+    // With the guard frozen, elect alone can stop the command; revoking the
+    // lease makes it try, with the 100 ms an ended lease leaves.
+    killpg(guard, libc::SIGSTOP);
+    let lease = etcd.keys("gstop/")[0]
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(etcd.etcdctl(&["lease", "revoke", &lease]).status.success());
+    let overlap = ticks.overlap_ms("A", a_group, "B");
+    eprintln!("guard stopped, lease revoked: A's last tick {overlap:.1} ms after B's first");
+    assert!(
+        overlap < 500.0,
+        "A ran {overlap:.1} ms beside B while its guard was stopped"
+    );
+    assert!(
+        !group_alive(a_group),
+        "A's command outlived its lease while its guard was stopped: {:?}",
+        support::ticker::group_members(a_group)
+    );
+    killpg(guard, libc::SIGCONT);
+    assert_eq!(a.wait_code(10 * SECOND), 76, "{:?}", a.stderr_seen);
+}
+
+#[test]
 fn sigtstp_then_sigcont_in_time_resumes_the_command() {
     let etcd = Etcd::start();
     let dir = TempDir::new("job-resume");

@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use super::command::{describe_status, exec_failure};
 use super::signals::{Signals, stop_self};
 use super::{Job, TurnEnd};
-use crate::clock::{show, sleep_until};
+use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
@@ -37,7 +37,10 @@ struct Watch {
     lost: bool,
     /// A TERM, INT, HUP or QUIT was passed on: never rejoin after that.
     told_to_stop: bool,
-    /// elect's own kill at the deadline is done.
+    /// When the guard must have killed the command, if sooner than the
+    /// deadline: the end of the grace elect gave it on a loss.
+    kill_by: Option<Instant>,
+    /// elect's own kill (at the deadline, or at `kill_by`) is done.
     backstopped: bool,
 }
 
@@ -66,7 +69,10 @@ impl Job {
         tokio::pin!(lost_watch);
         let mut watch = Watch::default();
         let ending = loop {
-            let deadline = keeper.deadline();
+            // elect's own kill, in case the guard cannot (it is stopped).
+            let backstop = watch
+                .kill_by
+                .map_or(keeper.deadline(), |at| at.min(keeper.deadline()));
             tokio::select! {
                 // The guard's word first: after a stop, its report of what
                 // it did is waiting, and the backstop below is due too.
@@ -86,8 +92,9 @@ impl Job {
                 loss = &mut lost_watch, if !watch.lost => {
                     self.stop(&mut child, &mut watch, &loss).await;
                 },
-                // (A lease that never expires by time needs no backstop.)
-                () = sleep_until(deadline), if !watch.backstopped && deadline < NEVER => {
+                // (Nothing to back up while the lease never expires by time
+                // and is not lost.)
+                () = sleep_until(backstop), if !watch.backstopped && backstop < NEVER => {
                     // The guard kills at this instant too, unless it is
                     // stopped: then nobody else would.
                     watch.backstopped = true;
@@ -166,6 +173,7 @@ impl Job {
             Loss::Gone(_) | Loss::Expired { .. } => self.timing.grace().min(GONE_GRACE),
         };
         if self.lose(watch, loss, grace) {
+            watch.kill_by = Some(Instant::now() + grace);
             child.stop(grace).await;
         }
     }
