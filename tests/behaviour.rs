@@ -1,5 +1,6 @@
 //! What every store must do, written once and run against each store:
-//! etcd (a real server the test starts) and `file:` (a directory).
+//! etcd and PostgreSQL (real servers the test starts) and `file:` (a
+//! directory).
 //!
 //! A store takes part through [`StoreUnderTest`]: how to start it, how to
 //! look into it without elect, how to end a holder's lease from outside, and
@@ -21,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::inspect::{check, holder_and_waiter, status};
-use support::{Death, Etcd, Running, SECOND, TempDir, alive, elect, elect_run, hold, ms, now_ns};
+use support::{
+    Death, Etcd, Postgres, Running, SECOND, TempDir, alive, elect, elect_run, hold, ms, now_ns,
+};
 
 /// What a scenario knows of a holder whose lease it ends from outside: its
 /// command's ELECT_LEASE_ID and ELECT_KEY.
@@ -199,6 +202,71 @@ impl StoreUnderTest for FileStore {
     /// At the next look at the lock file, which comes every second.
     fn notices_outside_end_within(_ttl: Duration) -> Duration {
         Duration::from_millis(1500)
+    }
+}
+
+/// PostgreSQL, over its unix socket (no password needed there).
+impl StoreUnderTest for Postgres {
+    const NAME: &'static str = "postgres";
+    const OUTSIDE_ENDS: &'static [&'static str] = &["expire the lease row", "free the lease row"];
+    /// Each new holder gets the row's fence plus one.
+    const CONSECUTIVE_TOKENS: bool = true;
+
+    fn start(_scenario: &str) -> Postgres {
+        Postgres::start()
+    }
+
+    fn url(&self) -> String {
+        self.socket_url()
+    }
+
+    /// The live holder's row and the live waiters' rows.
+    fn contenders(&self, lock: &str) -> usize {
+        self.try_psql(&format!(
+            "SELECT (SELECT count(*) FROM elect.lease WHERE name = '{lock}' \
+               AND tenure IS NOT NULL AND expires_at > clock_timestamp()) \
+             + (SELECT count(*) FROM elect.waiter WHERE name = '{lock}' \
+               AND expires_at > clock_timestamp())"
+        ))
+        .map_or(0, |n| n.parse().unwrap())
+    }
+
+    fn unrelated_write(&self) {
+        self.psql("CREATE TABLE IF NOT EXISTS unrelated (x int); INSERT INTO unrelated VALUES (1)");
+    }
+
+    /// Not even the schema was created.
+    fn assert_empty(&self) {
+        assert_eq!(
+            self.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'elect'"),
+            "0",
+            "nothing was created"
+        );
+    }
+
+    fn key(&self, lock: &str, lease: &str) -> String {
+        format!("{lock}/{lease}")
+    }
+
+    /// The tenure: 128 random bits in hex.
+    fn lease_id_fits(lease: &str, _elect: i32) -> bool {
+        lease.len() == 32 && u128::from_str_radix(lease, 16).is_ok()
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, _holder: &Held, how: &str) {
+        let change = match how {
+            "expire the lease row" => "expires_at = clock_timestamp() - interval '1 second'",
+            "free the lease row" => "tenure = NULL, holder = NULL, expires_at = '-infinity'",
+            _ => unreachable!("{how}"),
+        };
+        self.psql(&format!(
+            "UPDATE elect.lease SET {change} WHERE name = '{lock}'"
+        ));
+    }
+
+    /// At the next renewal, which comes every TTL/3.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 2
     }
 }
 
@@ -810,4 +878,5 @@ macro_rules! stores {
 stores! {
     etcd: Etcd,
     file: FileStore,
+    postgres: Postgres,
 }

@@ -103,6 +103,18 @@ impl HolderRecord {
     }
 }
 
+/// What `elect break` writes into a holder's record: who asks, and when.
+pub fn break_request() -> String {
+    format!(
+        "elect break from {} (pid {}) at {}",
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id(),
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+    )
+}
+
 /// The current holder of a lock, as seen by anyone.
 #[derive(Clone, Debug)]
 pub struct Holder {

@@ -14,6 +14,8 @@ mod api;
 pub mod etcd;
 pub mod file;
 mod holder;
+pub mod postgres;
+mod secret;
 
 pub use api::{
     Boxed, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn, first_turn,
@@ -25,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Every store elect knows. Registering a store is one line here.
-const KINDS: &[&Kind] = &[&etcd::KIND, &file::KIND];
+const KINDS: &[&Kind] = &[&etcd::KIND, &file::KIND, &postgres::KIND];
 
 /// The store used when neither `--store`, `ELECT_STORE` nor a store's own
 /// environment names one.

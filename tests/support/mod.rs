@@ -1,8 +1,9 @@
 //! Test support: real stores started per test, elect as a process, a TCP
 //! fault proxy, terminals and process watching. No mocks.
 //!
-//! - stores: [`etcd`] (one member or a cluster), [`tempdir`] (the `file:`
-//!   store's directory, and any test's files), [`certs`] for TLS;
+//! - stores: [`etcd`] (one member or a cluster), [`postgres`] (a server,
+//!   and a PgBouncer in front of it), [`tempdir`] (the `file:` store's
+//!   directory, and any test's files), [`certs`] for TLS;
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
 //!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`);
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
@@ -19,6 +20,7 @@ pub mod etcd;
 pub mod history;
 pub mod inspect;
 pub mod nemesis;
+pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod pty;
@@ -29,6 +31,7 @@ pub mod tools;
 
 pub use clock::{SECOND, ms, now_ns};
 pub use etcd::{Etcd, EtcdOptions};
+pub use postgres::{PgBouncer, Postgres};
 pub use process::{Death, HOLD, Running, alive, elect, elect_run, find_child, hold, state};
 pub use pty::Pty;
 pub use tempdir::TempDir;

@@ -14,7 +14,8 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+/// `name` on the PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
         .split(':')

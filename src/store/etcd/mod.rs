@@ -328,14 +328,7 @@ impl Etcd {
         let Some(mut record) = holder.record.clone() else {
             return Ok(Some(kv.mod_revision()));
         };
-        record.break_request = Some(format!(
-            "elect break from {} (pid {}) at {}",
-            nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id(),
-            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-        ));
+        record.break_request = Some(crate::store::holder::break_request());
         let txn = Txn::new()
             .when([
                 Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision()),

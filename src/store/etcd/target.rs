@@ -8,12 +8,13 @@
 
 use std::fmt;
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::Etcd;
+use crate::store::secret::{Secret, read_password, read_pem};
 use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
 
 /// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
@@ -62,22 +63,6 @@ struct ReleaseOrder {
 
 /// The secrets of etcd's own tools: the command never sees them.
 const SECRET_VARIABLES: &[&str] = &["ETCDCTL_PASSWORD", "ETCDCTL_USER"];
-
-/// A password, kept out of every `Debug` and `Display`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdTarget {
@@ -292,37 +277,6 @@ impl Target for EtcdTarget {
             Ok(store)
         })
     }
-}
-
-fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, StoreError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| StoreError::config(format!("cannot read {flag} {}: {e}", path.display())))?;
-    let text = String::from_utf8_lossy(&bytes);
-    if !(text.contains("-----BEGIN ") && text.contains(kind)) {
-        return Err(StoreError::config(format!(
-            "{flag} {} is not a PEM file with a {kind}",
-            path.display()
-        )));
-    }
-    Ok(bytes)
-}
-
-fn read_password(path: &Path) -> Result<Secret, StoreError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        StoreError::config(format!(
-            "cannot read --password-file {}: {e}",
-            path.display()
-        ))
-    })?;
-    let password = text.strip_suffix('\n').unwrap_or(&text);
-    let password = password.strip_suffix('\r').unwrap_or(password);
-    if password.is_empty() {
-        return Err(StoreError::config(format!(
-            "--password-file {} is empty",
-            path.display()
-        )));
-    }
-    Ok(Secret(password.to_string()))
 }
 
 /// Ask on the terminal, without echo; fail if there is no terminal to ask on.

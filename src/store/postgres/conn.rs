@@ -1,0 +1,422 @@
+//! Connections to PostgreSQL: TLS as `sslmode` says, errors sorted into
+//! those worth retrying and those that are the user's to fix, and a
+//! [`Link`] that reconnects on its next use after a failure.
+//!
+//! No pool: a holder needs one connection for its statements, and a waiter
+//! one more to LISTEN on. Every statement is unnamed (`query_typed`), so
+//! that a transaction pooler (PgBouncer) can pass it to any server
+//! connection.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::sync::broadcast;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
+
+use super::target::{PgTarget, RootCert, SslMode};
+use crate::clock::Instant;
+use crate::store::StoreError;
+
+/// A connection made on first use, and made again after it broke.
+#[derive(Clone)]
+pub struct Link {
+    target: Rc<PgTarget>,
+    client: Rc<RefCell<Option<Rc<Client>>>>,
+    /// How long a connection attempt may take.
+    within: Duration,
+}
+
+impl Link {
+    pub fn new(target: Rc<PgTarget>, within: Duration) -> Link {
+        Link {
+            target,
+            client: Rc::default(),
+            within,
+        }
+    }
+
+    /// A link to the same server that shares nothing with this one.
+    pub fn fresh(&self) -> Link {
+        Link::new(self.target.clone(), self.within)
+    }
+
+    pub fn target(&self) -> &PgTarget {
+        &self.target
+    }
+
+    /// The connection, made now if there is none or it broke.
+    pub async fn client(&self) -> Result<Rc<Client>, StoreError> {
+        if let Some(client) = self.client.borrow().as_ref()
+            && !client.is_closed()
+        {
+            return Ok(client.clone());
+        }
+        let client = Rc::new(connect(&self.target, self.within, None).await?);
+        *self.client.borrow_mut() = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Use a connection made with care: the caller knows it is connected.
+    pub fn set(&self, client: Client) {
+        *self.client.borrow_mut() = Some(Rc::new(client));
+    }
+
+    /// Drop the connection: the next use makes a new one.
+    pub fn reset(&self) {
+        self.client.borrow_mut().take();
+    }
+}
+
+/// Connect to `target`, retrying what may pass (nothing listens yet, a
+/// server starting up) until `within` has passed. Notifications go to
+/// `notify`, if given.
+pub async fn connect(
+    target: &PgTarget,
+    within: Duration,
+    notify: Option<broadcast::Sender<String>>,
+) -> Result<Client, StoreError> {
+    let give_up = Instant::now() + within;
+    let config = config(target, within);
+    let tls = match tls_wanted(target) {
+        true => Some(tls_connector(target)?),
+        false => None,
+    };
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let attempt = match &tls {
+            Some(tls) => drive(&config, tls.clone(), notify.clone()).await,
+            None => drive(&config, NoTls, notify.clone()).await,
+        };
+        let error = match attempt {
+            Ok(client) => return Ok(client),
+            Err(e) => e,
+        };
+        let failure = Failure::of(&error, target);
+        if !failure.passing || give_up.remaining().is_zero() {
+            return Err(failure.into_error(target, within));
+        }
+        tokio::time::sleep(backoff.min(give_up.remaining())).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Connect, and poll the connection in a task of its own that passes on
+/// notifications and ends when the client is dropped.
+async fn drive<T>(
+    config: &Config,
+    tls: T,
+    notify: Option<broadcast::Sender<String>>,
+) -> Result<Client, tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, mut connection) = config.connect(tls).await?;
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if let Some(tx) = &notify {
+                        let _ = tx.send(n.payload().to_string());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => break,
+            }
+        }
+    });
+    Ok(client)
+}
+
+fn config(target: &PgTarget, within: Duration) -> Config {
+    let mut config = Config::new();
+    config
+        .user(&target.user)
+        .dbname(&target.dbname)
+        .application_name(&target.application_name)
+        .connect_timeout(target.connect_timeout.unwrap_or(within).min(within))
+        // A half-open connection must not look alive for hours.
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3);
+    if let Some(password) = &target.password {
+        config.password(password.expose());
+    }
+    for server in &target.servers {
+        match server.is_socket() {
+            true => config.host_path(&server.host),
+            false => config.host(&server.host),
+        };
+        config.port(server.port);
+    }
+    config.ssl_mode(match tls_wanted(target) {
+        false => tokio_postgres::config::SslMode::Disable,
+        true if target.sslmode == SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        true => tokio_postgres::config::SslMode::Require,
+    });
+    config
+}
+
+/// TLS is for TCP; libpq, too, ignores `sslmode` on Unix sockets.
+fn tls_wanted(target: &PgTarget) -> bool {
+    target.sslmode != SslMode::Disable && !target.servers.iter().all(|s| s.is_socket())
+}
+
+fn tls_connector(
+    target: &PgTarget,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let bad = |what: &str, e: &dyn std::fmt::Display| StoreError::config(format!("{what}: {e}"));
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("TLS", &e))?;
+    let roots = || -> Result<Arc<RootCertStore>, StoreError> {
+        let mut roots = RootCertStore::empty();
+        match &target.root_cert {
+            Some(RootCert::Pem(pem)) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| bad("the CA certificate", &e))?;
+                    roots.add(cert).map_err(|e| bad("the CA certificate", &e))?;
+                }
+            }
+            Some(RootCert::System) | None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        Ok(Arc::new(roots))
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match target.sslmode {
+        SslMode::VerifyFull | SslMode::VerifyCa => {
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                roots()?,
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| bad("the CA certificate", &e))?;
+            Arc::new(Checked {
+                webpki,
+                names: target.sslmode == SslMode::VerifyFull,
+            })
+        }
+        _ => Arc::new(Unchecked(provider)),
+    };
+    let builder = builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let config = match &target.client_cert {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad("--cert", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("--key", &e))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| bad("--cert and --key", &e))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// `verify-ca` and `verify-full`: the chain must lead to the CA; the name
+/// must match the host only with `verify-full`.
+#[derive(Debug)]
+struct Checked {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    names: bool,
+}
+
+impl ServerCertVerifier for Checked {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.names => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// `prefer` and `require` without a CA: encrypted, the certificate not
+/// checked (libpq's meaning of these modes).
+#[derive(Debug)]
+struct Unchecked(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A failed connection attempt, sorted.
+struct Failure {
+    text: String,
+    /// May pass if tried again: nothing listens yet, a server starting.
+    passing: bool,
+    /// The user's to fix: no such database, TLS refused, bad certificate.
+    config: bool,
+}
+
+impl Failure {
+    fn of(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
+        let text = describe(e);
+        let code = e.code();
+        let lower = text.to_ascii_lowercase();
+        let config = code == Some(&SqlState::INVALID_CATALOG_NAME)
+            || lower.contains("server does not support tls")
+            || lower.contains("certificate")
+            || lower.contains("tls")
+            || lower.contains("handshake");
+        let refused = matches!(
+            code,
+            Some(c) if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        ) || lower.contains("password missing");
+        let passing = !config
+            && !refused
+            && (code.is_none()
+                || code == Some(&SqlState::CANNOT_CONNECT_NOW)
+                || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
+                || code == Some(&SqlState::ADMIN_SHUTDOWN));
+        let text = match (lower.contains("password missing"), &target.password) {
+            (true, None) => format!(
+                "the server asks user {} for a password: give --password-file, ELECT_PASSWORD, PGPASSWORD or a ~/.pgpass line",
+                target.user
+            ),
+            _ => text,
+        };
+        Failure {
+            text,
+            passing,
+            config,
+        }
+    }
+
+    fn into_error(self, target: &PgTarget, within: Duration) -> StoreError {
+        let shown = target.to_string();
+        match (self.config, self.passing) {
+            (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
+            (false, false) => StoreError::unavailable(format!("{shown} refused us: {}", self.text)),
+            (false, true) => StoreError::unavailable(format!(
+                "cannot reach {shown} within {}: {}",
+                crate::clock::show(within),
+                self.text
+            )),
+        }
+    }
+}
+
+/// An error, with its causes, on one line.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    let mut text = match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => e.to_string(),
+    };
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// Whether a failed statement is worth trying again on a new connection.
+pub fn is_transient(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(code) => {
+            code.code().starts_with("08")
+                || code.code().starts_with("57P")
+                || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        }
+    }
+}

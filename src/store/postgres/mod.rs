@@ -1,0 +1,492 @@
+//! The PostgreSQL store: a lease table in the database a team already runs.
+//!
+//! Not advisory locks: a transaction pooler breaks them, a half-open
+//! connection keeps them for hours, a reconnecting client loses them
+//! without noticing, and they have no token. Instead one row per lock in
+//! `SCHEMA.lease`, never deleted: its holder's tenure (the session's id,
+//! fresh for each `elect run`), a `fence` that grows by one for each new
+//! holder (the token), and `expires_at` by the database's clock.
+//!
+//! - **Acquire**: one autocommit statement takes a free or expired row
+//!   ([`sql::Sql::acquire`]); a retry whose reply was lost finds its own
+//!   tenure there and gets the same fence. If the row is busy, the same
+//!   statement queues the session in `SCHEMA.waiter`, which only serves
+//!   `status` (who waits): order and exclusion come from the lease row alone.
+//! - **Renew**: a conditional UPDATE that also requires the row not to have
+//!   expired; zero rows for a lock we hold means the lease is gone. elect's
+//!   deadline counts from the send time of the last confirmed renewal, as
+//!   for every store, so the command is dead before the row can expire.
+//!   An acquisition and a renewal are never in flight at once (see
+//!   [`session`]), so a renewal that missed a row being taken cannot stretch
+//!   the deadline past the row's expiry.
+//! - **Release**: one transaction frees our rows (`expires_at = -infinity`)
+//!   and `pg_notify`s the schema's channel with the lock's name.
+//! - **Wait**: LISTEN on a second connection and try again on a
+//!   notification; otherwise sleep until the holder's `expires_at` as the
+//!   database reports it (a crashed holder sends nothing). Behind a
+//!   transaction pooler, where LISTEN cannot work (found out by a probe, or
+//!   `?listen=off`), poll every [`POLL_EVERY`].
+//!
+//! Setup: `elect run` creates the schema and tables if they are missing and
+//! the role may; otherwise one error names the missing right and gives the
+//! SQL an administrator runs once. Tables of another layout are refused,
+//! never altered.
+
+mod conn;
+mod session;
+mod sql;
+mod target;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::clock::Instant;
+use crate::log;
+use crate::store::{
+    Boxed, Broken, Check, Forced, Holder, HolderRecord, LockStatus, Session, Store, StoreError,
+};
+use conn::{Link, describe, is_transient};
+pub use target::{KIND, PgTarget};
+
+/// How often a waiter looks at a busy lock when it cannot LISTEN.
+pub const POLL_EVERY: Duration = Duration::from_millis(250);
+
+/// Everything needed to end a session from another process.
+#[derive(Serialize, Deserialize)]
+struct ReleaseOrder {
+    target: PgTarget,
+    tenure: String,
+}
+
+/// A connected PostgreSQL store.
+pub struct Postgres {
+    link: Link,
+    sql: Rc<sql::Sql>,
+    within: Duration,
+    /// The LISTEN connection and where its notifications go, once a waiter
+    /// needed it.
+    listener: RefCell<Option<(Client, broadcast::Sender<String>)>>,
+    /// Whether notifications reach us here; `None` until probed.
+    listen_works: Cell<Option<bool>>,
+}
+
+impl Postgres {
+    pub async fn connect(target: &PgTarget, within: Duration) -> Result<Postgres, StoreError> {
+        let link = Link::new(Rc::new(target.clone()), within);
+        link.set(conn::connect(target, within, None).await?);
+        Ok(Postgres {
+            link,
+            sql: Rc::new(sql::Sql::new(&target.schema)),
+            within,
+            listener: RefCell::new(None),
+            listen_works: Cell::new(None),
+        })
+    }
+
+    fn target(&self) -> &PgTarget {
+        self.link.target()
+    }
+
+    /// Release the rows of `tenure`, for the guard of an elect that died.
+    pub async fn release_tenure(
+        target: &PgTarget,
+        tenure: &str,
+        within: Duration,
+    ) -> Result<(), StoreError> {
+        let store = Postgres::connect(target, within).await?;
+        store
+            .query(&store.sql.release, &[(&tenure, Type::TEXT)])
+            .await
+            .map(drop)
+    }
+
+    /// Run one statement on the main connection; a transient failure is
+    /// retried once on a new connection.
+    async fn query(
+        &self,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let client = self.link.client().await?;
+            match client.query_typed(statement, params).await {
+                Ok(rows) => return Ok(rows),
+                Err(e) if is_transient(&e) && tries < 2 => {
+                    log::verbose(format_args!("{}; connecting again", describe(&e)));
+                    self.link.reset();
+                }
+                Err(e) => return Err(self.failed(&e).await),
+            }
+        }
+    }
+
+    /// What a failed statement means for the user: a missing right or a
+    /// table of another layout is theirs to fix (exit 78).
+    async fn failed(&self, e: &tokio_postgres::Error) -> StoreError {
+        let text = describe(e);
+        let shown = self.target().to_string();
+        if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+            return StoreError::config(format!(
+                "{shown}: {text}; the least role {} needs: {}",
+                self.target().user,
+                sql::grants(&self.target().schema_sql(), &self.target().user)
+            ));
+        }
+        if e.code().is_some()
+            && !is_transient(e)
+            && let Some(problem) = self.layout_problem().await
+        {
+            return StoreError::config(format!("{shown}: {problem}"));
+        }
+        match is_transient(e) {
+            true => StoreError::unavailable(format!("{shown}: {text}")),
+            false => StoreError::unavailable(format!("{shown} refused a statement: {text}")),
+        }
+    }
+
+    /// How the tables in our schema differ from elect's, if they do.
+    async fn layout_problem(&self) -> Option<String> {
+        let client = self.link.client().await.ok()?;
+        let schema = &self.target().schema;
+        let rows = client
+            .query_typed(self.sql.layout, &[(schema, Type::TEXT)])
+            .await
+            .ok()?;
+        let found: Vec<(String, String, String)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        for table in ["lease", "waiter"] {
+            let ours: Vec<_> = sql::LAYOUT.iter().filter(|(t, _, _)| *t == table).collect();
+            let theirs: Vec<_> = found.iter().filter(|(t, _, _)| t == table).collect();
+            if theirs.is_empty() {
+                continue;
+            }
+            let same = ours.len() == theirs.len()
+                && ours
+                    .iter()
+                    .zip(&theirs)
+                    .all(|((_, c, ty), (_, c2, ty2))| c == c2 && ty == ty2);
+            if !same {
+                let columns: Vec<String> = theirs
+                    .iter()
+                    .map(|(_, c, ty)| format!("{c} {ty}"))
+                    .collect();
+                return Some(format!(
+                    "table {schema}.{table} is not elect's (its columns: {}); elect leaves it as it is: \
+                     choose another schema with ?schema=NAME",
+                    columns.join(", ")
+                ));
+            }
+        }
+        None
+    }
+
+    /// Create the schema and tables, as far as they are missing.
+    async fn set_up(&self) -> Result<(), StoreError> {
+        let client = self.link.client().await?;
+        let target = self.target();
+        let s = target.schema_sql();
+        let exists = client
+            .query_typed(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[(&target.schema, Type::TEXT)],
+            )
+            .await
+            .map(|rows| rows[0].get::<_, bool>(0));
+        let setup = match exists {
+            Ok(true) => self.sql.setup.clone(),
+            Ok(false) => {
+                self.sql.setup.replacen("COMMIT;", "", 1).replacen(
+                    "BEGIN;",
+                    &format!("BEGIN; CREATE SCHEMA IF NOT EXISTS {s};"),
+                    1,
+                ) + " COMMIT;"
+            }
+            Err(e) => return Err(self.failed(&e).await),
+        };
+        log::verbose(format_args!("creating the lease tables in schema {s}"));
+        match client.batch_execute(&setup).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                Err(StoreError::config(format!(
+                    "{}: role {} may not create the lease tables ({}); an administrator runs once: {}{} {}",
+                    target,
+                    target.user,
+                    describe(&e),
+                    match exists {
+                        Ok(false) => format!("CREATE SCHEMA {s}; "),
+                        _ => String::new(),
+                    },
+                    sql::create_tables(&s).replace(" IF NOT EXISTS", ""),
+                    sql::grants(&s, &target.user)
+                )))
+            }
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                Err(self.failed(&e).await)
+            }
+        }
+    }
+
+    /// Notifications of released locks, if LISTEN works here: connect the
+    /// listener if it is not, and on first use check that a notification
+    /// sent on the main connection reaches it (behind a transaction pooler
+    /// it does not).
+    async fn notifications(&self) -> Option<broadcast::Receiver<String>> {
+        if !self.target().listen || self.listen_works.get() == Some(false) {
+            return None;
+        }
+        if let Some((client, tx)) = self.listener.borrow().as_ref()
+            && !client.is_closed()
+        {
+            return Some(tx.subscribe());
+        }
+        let (tx, mut rx) = broadcast::channel(1024);
+        let listening = async {
+            let client = conn::connect(self.target(), self.within, Some(tx.clone())).await?;
+            client
+                .batch_execute(&format!("LISTEN {}", self.target().schema_sql()))
+                .await
+                .map_err(|e| StoreError::unavailable(describe(&e)))?;
+            Ok::<_, StoreError>(client)
+        };
+        let client = match listening.await {
+            Ok(client) => client,
+            Err(e) => {
+                log::verbose(format_args!("cannot LISTEN ({e}); polling"));
+                return None;
+            }
+        };
+        if self.listen_works.get().is_none() {
+            // No lock name has a space: no waiter takes this for a release.
+            let probe = format!("probe {}", session::tenure_id());
+            let sent = self
+                .query(
+                    "SELECT pg_notify($1, $2)",
+                    &[(&self.sql.channel, Type::TEXT), (&probe, Type::TEXT)],
+                )
+                .await;
+            let heard = sent.is_ok()
+                && tokio::time::timeout(Duration::from_secs(1), async {
+                    loop {
+                        match rx.recv().await {
+                            Ok(payload) if payload == probe => return true,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return false,
+                        }
+                    }
+                })
+                .await
+                .unwrap_or(false);
+            self.listen_works.set(Some(heard));
+            if !heard {
+                log::verbose(format_args!(
+                    "notifications do not reach us here (a transaction pooler?); \
+                     polling every {} ms",
+                    POLL_EVERY.as_millis()
+                ));
+                return None;
+            }
+        }
+        let rx = tx.subscribe();
+        *self.listener.borrow_mut() = Some((client, tx));
+        Some(rx)
+    }
+
+    /// Lock statuses from rows of [`sql::Sql::status`] or [`sql::Sql::list`].
+    fn statuses(rows: &[tokio_postgres::Row]) -> Vec<LockStatus> {
+        rows.iter()
+            .map(|row| {
+                let lock: String = row.get(6);
+                let fence: Option<i64> = row.get(0);
+                let tenure: Option<String> = row.get(1);
+                let record: Option<String> = row.get(2);
+                let left: Option<i64> = row.get(3);
+                let waiting: i64 = row.get(5);
+                let holder = match (tenure, left) {
+                    (Some(tenure), Some(left)) => Some(Holder {
+                        key: session::key(&lock, &tenure),
+                        token: fence.unwrap_or(0) as u64,
+                        record: record.and_then(|r| HolderRecord::from_json(r.as_bytes())),
+                        lease: Some(tenure),
+                        ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
+                    }),
+                    _ => None,
+                };
+                LockStatus {
+                    lock,
+                    holder,
+                    waiting: waiting as usize,
+                    ranks: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
+    /// Rows of a read; none if elect's tables do not exist yet.
+    async fn read(
+        &self,
+        statement: &str,
+        arg: &str,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let client = self.link.client().await?;
+        match client.query_typed(statement, &[(&arg, Type::TEXT)]).await {
+            Ok(rows) => Ok(rows),
+            Err(e) if missing_tables(&e) => Ok(Vec::new()),
+            Err(_) => self.query(statement, &[(&arg, Type::TEXT)]).await,
+        }
+    }
+
+    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        let rows = self.read(&self.sql.status, lock).await?;
+        Ok(Self::statuses(&rows).pop().unwrap_or(LockStatus {
+            lock: lock.to_string(),
+            holder: None,
+            waiting: 0,
+            ranks: Vec::new(),
+        }))
+    }
+
+    /// The lease TTL of the holder of `lock`, from its last renewal.
+    async fn holder_ttl(&self, lock: &str) -> Duration {
+        let rows = self.read(&self.sql.status, lock).await.unwrap_or_default();
+        rows.first()
+            .and_then(|row| row.get::<_, Option<i64>>(4))
+            .map_or(Duration::from_secs(15), |ms| {
+                Duration::from_millis(ms.max(0) as u64)
+            })
+    }
+
+    async fn break_holder(
+        &self,
+        lock: &str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Result<Broken, StoreError> {
+        let status = self.read_status(lock).await?;
+        let Some(holder) = status.holder else {
+            return Ok(Broken::Free);
+        };
+        if token.is_some_and(|t| t != holder.token) {
+            return Ok(Broken::Changed(holder));
+        }
+        let tenure = holder.lease.clone().unwrap_or_default();
+        let args = [
+            (&lock as &(dyn ToSql + Sync), Type::TEXT),
+            (&tenure, Type::TEXT),
+        ];
+        if force {
+            self.query(&self.sql.end, &args).await?;
+            return Ok(Broken::Forced {
+                holder,
+                why: Forced::Asked,
+            });
+        }
+        let asked = Instant::now();
+        let patience = self.holder_ttl(lock).await;
+        let request = crate::store::holder::break_request();
+        self.query(
+            &self.sql.ask,
+            &[
+                (&lock, Type::TEXT),
+                (&tenure, Type::TEXT),
+                (&request, Type::TEXT),
+            ],
+        )
+        .await?;
+        // Its elect sees the request at its next renewal (TTL/3), stops the
+        // command within its grace and releases; one that does not answer
+        // would have lost the row within its TTL anyway.
+        let gone = async {
+            loop {
+                let now = self.read_status(lock).await;
+                if now.is_ok_and(|s| s.holder.is_none_or(|h| h.lease.as_deref() != Some(&tenure))) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        match tokio::time::timeout(patience, gone).await {
+            Ok(()) => Ok(Broken::Stopped {
+                holder,
+                after: asked.elapsed(),
+            }),
+            Err(_) => {
+                self.query(&self.sql.end, &args).await?;
+                Ok(Broken::Forced {
+                    holder,
+                    why: Forced::NoAnswer(patience),
+                })
+            }
+        }
+    }
+}
+
+/// elect's tables are not there (yet).
+fn missing_tables(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNDEFINED_TABLE) || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME)
+}
+
+impl Store for Postgres {
+    fn open_session(
+        &self,
+        ttl: Duration,
+        _within: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
+        Box::pin(async move {
+            let session: Box<dyn Session + '_> = Box::new(session::PgSession::new(self, ttl));
+            Ok(session)
+        })
+    }
+
+    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
+        Box::pin(self.read_status(lock))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
+        Box::pin(async move {
+            let rows = self.read(&self.sql.list, prefix).await?;
+            Ok(Self::statuses(&rows))
+        })
+    }
+
+    fn check<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        token: u64,
+    ) -> Boxed<'a, Result<Check, StoreError>> {
+        Box::pin(async move {
+            let status = self.read_status(lock).await?;
+            Ok(match status.holder {
+                Some(h) if h.key == key && h.token == token => Check::Holder,
+                Some(h) if h.key == key => Check::NotHolder(format!(
+                    "{key} holds the lock with token {}, not {token}",
+                    h.token
+                )),
+                Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
+                None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
+            })
+        })
+    }
+
+    fn break_lock<'a>(
+        &'a self,
+        lock: &'a str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Boxed<'a, Result<Broken, StoreError>> {
+        Box::pin(self.break_holder(lock, token, force))
+    }
+}

@@ -1,0 +1,195 @@
+//! Every statement elect sends to PostgreSQL, with the schema filled in.
+//!
+//! The database's clock is the only judge of expiry: every decision reads
+//! `clock_timestamp()` (the statement's own time, not the transaction's
+//! start as `now()` would be), and no client time ever reaches the table.
+//! A lease row is never deleted, so its `fence` never goes back.
+
+/// The layout elect creates and accepts: (table, column, type as
+/// `format_type` shows it).
+pub const LAYOUT: &[(&str, &str, &str)] = &[
+    ("lease", "name", "text"),
+    ("lease", "tenure", "text"),
+    ("lease", "fence", "bigint"),
+    ("lease", "expires_at", "timestamp with time zone"),
+    ("lease", "renewed_at", "timestamp with time zone"),
+    ("lease", "acquired_at", "timestamp with time zone"),
+    ("lease", "holder", "jsonb"),
+    ("waiter", "name", "text"),
+    ("waiter", "tenure", "text"),
+    ("waiter", "since", "timestamp with time zone"),
+    ("waiter", "expires_at", "timestamp with time zone"),
+    ("waiter", "holder", "jsonb"),
+];
+
+/// The tables, as created (also what an administrator runs by hand).
+pub fn create_tables(s: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {s}.lease (name text PRIMARY KEY, tenure text, \
+         fence bigint NOT NULL, expires_at timestamptz NOT NULL, renewed_at timestamptz, \
+         acquired_at timestamptz, holder jsonb); \
+         CREATE TABLE IF NOT EXISTS {s}.waiter (name text NOT NULL, tenure text NOT NULL, \
+         since timestamptz NOT NULL, expires_at timestamptz NOT NULL, holder jsonb, \
+         PRIMARY KEY (name, tenure));"
+    )
+}
+
+/// The least a role needs to take locks in schema `s`.
+pub fn grants(s: &str, role: &str) -> String {
+    format!(
+        "GRANT USAGE ON SCHEMA {s} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE ON {s}.lease TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role};"
+    )
+}
+
+/// The statements, for one schema.
+pub struct Sql {
+    /// The LISTEN channel: the schema's name. Payloads are lock names.
+    pub channel: String,
+    pub acquire: String,
+    pub renew: String,
+    pub release: String,
+    pub leave: String,
+    pub status: String,
+    pub list: String,
+    pub ask: String,
+    pub end: String,
+    pub layout: &'static str,
+    pub setup: String,
+}
+
+/// Milliseconds left until `expires_at`, or NULL once it has passed
+/// (`-infinity` has no finite distance to now).
+fn left(column: &str) -> String {
+    format!(
+        "CASE WHEN {column} > clock_timestamp() \
+         THEN (extract(epoch FROM {column} - clock_timestamp()) * 1000)::bigint END"
+    )
+}
+
+impl Sql {
+    pub fn new(schema: &str) -> Sql {
+        let s = format!("\"{schema}\"");
+        let ttl = "$3::bigint * interval '1 millisecond'";
+        Sql {
+            channel: schema.to_string(),
+            // $1 lock, $2 tenure, $3 ttl ms, $4 holder record. Takes a free
+            // or expired row with the next fence, or confirms our own with
+            // the same fence (a retry whose reply was lost); else queues us
+            // as a waiter. Returns the fence if the lock is ours, and the
+            // time left on the holder's lease.
+            acquire: format!(
+                "WITH taken AS ( \
+                   INSERT INTO {s}.lease AS l (name, tenure, fence, expires_at, renewed_at, acquired_at, holder) \
+                   VALUES ($1, $2, 1, clock_timestamp() + {ttl}, clock_timestamp(), clock_timestamp(), $4::jsonb) \
+                   ON CONFLICT (name) DO UPDATE SET \
+                     fence = CASE WHEN l.tenure = excluded.tenure THEN l.fence ELSE l.fence + 1 END, \
+                     acquired_at = CASE WHEN l.tenure = excluded.tenure THEN l.acquired_at ELSE excluded.acquired_at END, \
+                     holder = CASE WHEN l.tenure = excluded.tenure THEN l.holder ELSE excluded.holder END, \
+                     tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at \
+                   WHERE l.expires_at <= clock_timestamp() OR l.tenure = excluded.tenure \
+                   RETURNING l.fence), \
+                 queued AS ( \
+                   INSERT INTO {s}.waiter (name, tenure, since, expires_at, holder) \
+                   SELECT $1, $2, clock_timestamp(), clock_timestamp() + {ttl}, $4::jsonb \
+                   WHERE NOT EXISTS (SELECT 1 FROM taken) \
+                   ON CONFLICT (name, tenure) DO UPDATE SET expires_at = excluded.expires_at), \
+                 unqueued AS ( \
+                   DELETE FROM {s}.waiter w WHERE w.name = $1 \
+                   AND (w.tenure = $2 OR w.expires_at < clock_timestamp()) \
+                   AND EXISTS (SELECT 1 FROM taken)) \
+                 SELECT (SELECT fence FROM taken), \
+                   (SELECT {} FROM {s}.lease l WHERE l.name = $1)",
+                left("l.expires_at")
+            ),
+            // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: the lease
+            // is gone. Also tells of break requests.
+            renew: format!(
+                "WITH held AS ( \
+                   UPDATE {s}.lease SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond', \
+                     renewed_at = clock_timestamp() \
+                   WHERE tenure = $1 AND expires_at > clock_timestamp() \
+                   RETURNING name, holder->>'break_request' AS asked), \
+                 queued AS ( \
+                   UPDATE {s}.waiter SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond' \
+                   WHERE tenure = $1) \
+                 SELECT name, asked FROM held"
+            ),
+            // $1 tenure. One transaction: free our rows, leave every queue,
+            // and wake the waiters.
+            release: format!(
+                "WITH freed AS ( \
+                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                     renewed_at = NULL, acquired_at = NULL \
+                   WHERE tenure = $1 RETURNING name), \
+                 unqueued AS (DELETE FROM {s}.waiter WHERE tenure = $1) \
+                 SELECT pg_notify('{schema}', name) FROM freed"
+            ),
+            // $1 lock, $2 tenure: as release, for one lock.
+            leave: format!(
+                "WITH freed AS ( \
+                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                     renewed_at = NULL, acquired_at = NULL \
+                   WHERE name = $1 AND tenure = $2 RETURNING name), \
+                 unqueued AS (DELETE FROM {s}.waiter WHERE name = $1 AND tenure = $2) \
+                 SELECT pg_notify('{schema}', name) FROM freed"
+            ),
+            // $1 lock: fence, tenure, holder, ms left (NULL: free), lease
+            // TTL in ms, live waiters.
+            status: format!(
+                "SELECT l.fence, l.tenure, l.holder::text, {}, \
+                   CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
+                   THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
+                   (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
+                      AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
+                   q.name \
+                 FROM (SELECT $1::text AS name) q LEFT JOIN {s}.lease l ON l.name = q.name",
+                left("l.expires_at")
+            ),
+            // $1 prefix: as status, for every lock with a holder or waiters.
+            list: format!(
+                "SELECT l.fence, l.tenure, l.holder::text, {}, \
+                   CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
+                   THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
+                   (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
+                      AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
+                   q.name \
+                 FROM (SELECT name FROM {s}.lease WHERE tenure IS NOT NULL \
+                         AND expires_at > clock_timestamp() AND starts_with(name, $1) \
+                       UNION SELECT name FROM {s}.waiter WHERE expires_at > clock_timestamp() \
+                         AND starts_with(name, $1)) q \
+                 LEFT JOIN {s}.lease l ON l.name = q.name ORDER BY q.name",
+                left("l.expires_at")
+            ),
+            // $1 lock, $2 tenure, $3 request: ask the holder to let go.
+            ask: format!(
+                "WITH asked AS ( \
+                   UPDATE {s}.lease SET holder = coalesce(holder, '{{}}'::jsonb) \
+                     || jsonb_build_object('break_request', $3::text) \
+                   WHERE name = $1 AND tenure = $2 AND expires_at > clock_timestamp() RETURNING name) \
+                 SELECT pg_notify('{schema}', name) FROM asked"
+            ),
+            // $1 lock, $2 tenure: end a holder's lease now.
+            end: format!(
+                "WITH freed AS ( \
+                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                     renewed_at = NULL, acquired_at = NULL \
+                   WHERE name = $1 AND tenure = $2 RETURNING name) \
+                 SELECT pg_notify('{schema}', name) FROM freed"
+            ),
+            layout: "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 JOIN pg_attribute a ON a.attrelid = c.oid \
+                 WHERE n.nspname = $1 AND c.relname IN ('lease', 'waiter') \
+                 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, a.attnum",
+            // One transaction; the advisory lock (for this transaction only,
+            // so it works through a pooler) keeps two first runs from racing.
+            setup: format!(
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('elect setup {schema}')); \
+                 {} COMMIT;",
+                create_tables(&s)
+            ),
+        }
+    }
+}

@@ -1,0 +1,840 @@
+//! How to reach PostgreSQL, the way libpq reads it, so that the settings a
+//! team already has work unchanged: a `postgres://` URL or `key=value`
+//! words, then `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`,
+//! `PGPASSFILE` (or `~/.pgpass`), `PGSSLMODE`, `PGSSLROOTCERT`,
+//! `PGSSLCERT`, `PGSSLKEY`, `PGAPPNAME`, `PGCONNECT_TIMEOUT` for what they
+//! leave out, then libpq's defaults (the Unix socket in
+//! `/var/run/postgresql`, port 5432, the login name as user and database).
+//! elect's own flags (`--user`, `--password-file`, `--cacert`, `--cert`,
+//! `--key`) come first.
+//!
+//! Two options are elect's: `schema` (where the lease table lives, default
+//! `elect`) and `listen` (`off` where LISTEN cannot work, behind a
+//! transaction pooler). A libpq option that elect cannot honour is refused,
+//! never ignored.
+//!
+//! The password never shows: not in `Display` (the URL the command gets in
+//! `ELECT_STORE`), not in `Debug`, not in any message.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Postgres;
+use crate::store::secret::{Secret, read_password};
+use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target};
+
+/// PostgreSQL's URLs and libpq's `key=value` words.
+pub const KIND: Kind = Kind {
+    name: "postgres",
+    forms: &[
+        "postgres://USER@HOST:PORT/DB[?schema=S]",
+        "'host=H dbname=D …' (libpq words)",
+    ],
+    claims: |url| {
+        let lower = url.to_ascii_lowercase();
+        lower.starts_with("postgres://")
+            || lower.starts_with("postgresql://")
+            || url
+                .split_once('=')
+                .is_some_and(|(key, _)| KEYS.contains(&key.trim()))
+    },
+    parse: |url, settings| Ok(Box::new(PgTarget::parse(url, settings)?)),
+    from_env: || None,
+    release: Some(|order, within| {
+        let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
+        Box::pin(async move {
+            let order =
+                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
+            Postgres::release_tenure(&order.target, &order.tenure, within).await
+        })
+    }),
+};
+
+/// The libpq words elect understands, and its own two.
+const KEYS: &[&str] = &[
+    "host",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "connect_timeout",
+    "application_name",
+    "schema",
+    "listen",
+];
+
+/// Variables that may carry a secret for PostgreSQL: the command never sees them.
+const SECRET_VARIABLES: &[&str] = &["PGPASSWORD"];
+
+/// libpq's `sslmode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(text: &str) -> Result<SslMode, String> {
+        Ok(match text {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            "allow" => {
+                return Err(
+                    "sslmode=allow (plain first, TLS if refused) is not supported; \
+                     use prefer, require or verify-full"
+                        .into(),
+                );
+            }
+            other => {
+                return Err(format!(
+                    "unknown sslmode '{other}'; use disable, prefer, require, verify-ca or verify-full"
+                ));
+            }
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// Where to find the CA that signed the server's certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RootCert {
+    /// PEM, read from `sslrootcert` or `--cacert`.
+    Pem(Vec<u8>),
+    /// `sslrootcert=system`: the system's trusted roots.
+    System,
+}
+
+/// One server to try: a host name or address, or a Unix socket directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Server {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Server {
+    /// A host that starts with `/` is the directory of a Unix socket.
+    pub fn is_socket(&self) -> bool {
+        self.host.starts_with('/')
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgTarget {
+    pub servers: Vec<Server>,
+    pub user: String,
+    pub password: Option<Secret>,
+    pub dbname: String,
+    pub sslmode: SslMode,
+    pub root_cert: Option<RootCert>,
+    /// PEM: a client certificate and its private key.
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    pub connect_timeout: Option<Duration>,
+    pub application_name: String,
+    /// The schema of the lease tables.
+    pub schema: String,
+    /// Whether waiters may LISTEN for releases; off behind a transaction pooler.
+    pub listen: bool,
+}
+
+impl PgTarget {
+    pub fn parse(url: &str, settings: &Settings) -> Result<PgTarget, StoreError> {
+        let shown = shown_input(url);
+        let words = words_of(url).map_err(|e| StoreError::config(format!("{shown}: {e}")))?;
+        PgTarget::from_words(words, settings, &Env::process())
+            .map_err(|e| StoreError::config(format!("{shown}: {e}")))
+    }
+
+    fn from_words(
+        mut words: BTreeMap<String, String>,
+        settings: &Settings,
+        env: &Env,
+    ) -> Result<PgTarget, String> {
+        // What the URL leaves out comes from libpq's variables.
+        for (key, variable) in [
+            ("host", "PGHOST"),
+            ("port", "PGPORT"),
+            ("user", "PGUSER"),
+            ("dbname", "PGDATABASE"),
+            ("passfile", "PGPASSFILE"),
+            ("sslmode", "PGSSLMODE"),
+            ("sslrootcert", "PGSSLROOTCERT"),
+            ("sslcert", "PGSSLCERT"),
+            ("sslkey", "PGSSLKEY"),
+            ("application_name", "PGAPPNAME"),
+            ("connect_timeout", "PGCONNECT_TIMEOUT"),
+        ] {
+            if !words.contains_key(key)
+                && let Some(value) = env.var(variable)
+            {
+                words.insert(key.into(), value);
+            }
+        }
+        if let Some(user) = &settings.user {
+            words.insert("user".into(), user.clone());
+        }
+        let get = |key: &str| words.get(key).map(String::as_str).filter(|v| !v.is_empty());
+
+        let servers = servers(get("host"), get("port"))?;
+        let user = match get("user") {
+            Some(user) => user.to_string(),
+            None => env
+                .login()
+                .ok_or("no user given and no login name to use")?,
+        };
+        let dbname = get("dbname").unwrap_or(&user).to_string();
+
+        let mut root_cert = match settings.cacert.as_deref() {
+            Some(path) => Some(RootCert::Pem(read_pem(path, "--cacert", "CERTIFICATE")?)),
+            None => match get("sslrootcert") {
+                Some("system") => Some(RootCert::System),
+                Some(path) => Some(RootCert::Pem(read_pem(
+                    Path::new(path),
+                    "sslrootcert",
+                    "CERTIFICATE",
+                )?)),
+                None => None,
+            },
+        };
+        let cert = settings.cert.clone().or(get("sslcert").map(PathBuf::from));
+        let key = settings.key.clone().or(get("sslkey").map(PathBuf::from));
+        let client_cert = match (cert, key) {
+            (Some(cert), Some(key)) => Some((
+                read_pem(&cert, "--cert", "CERTIFICATE")?,
+                read_pem(&key, "--key", "PRIVATE KEY")?,
+            )),
+            (None, None) => None,
+            (Some(_), None) => return Err("--cert (sslcert) needs --key (sslkey)".into()),
+            (None, Some(_)) => return Err("--key (sslkey) needs --cert (sslcert)".into()),
+        };
+        let mut sslmode = match get("sslmode") {
+            Some(mode) => SslMode::parse(mode)?,
+            None => SslMode::Prefer,
+        };
+        // Certificates mean TLS, checked: never fall back to the clear, and
+        // with a CA, verify the chain (libpq does so when it finds one).
+        if root_cert.is_some() && matches!(sslmode, SslMode::Prefer | SslMode::Require) {
+            sslmode = SslMode::VerifyCa;
+        } else if client_cert.is_some() && sslmode == SslMode::Prefer {
+            sslmode = SslMode::Require;
+        }
+        if client_cert.is_some() && sslmode == SslMode::Disable {
+            return Err("a client certificate with sslmode=disable".into());
+        }
+        if matches!(sslmode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
+            // libpq's default root certificate file.
+            let default = env.home().map(|h| h.join(".postgresql/root.crt"));
+            match default.filter(|p| p.exists()) {
+                Some(path) => {
+                    root_cert = Some(RootCert::Pem(read_pem(
+                        &path,
+                        "sslrootcert",
+                        "CERTIFICATE",
+                    )?))
+                }
+                None => {
+                    return Err(format!(
+                        "sslmode={} needs the CA's certificate: give --cacert or sslrootcert (or sslrootcert=system)",
+                        sslmode.name()
+                    ));
+                }
+            }
+        }
+
+        let connect_timeout = match get("connect_timeout") {
+            None => None,
+            Some(text) => match text.parse::<u64>() {
+                Ok(0) => None,
+                Ok(secs) => Some(Duration::from_secs(secs.max(2))),
+                Err(_) => return Err(format!("connect_timeout '{text}' is not whole seconds")),
+            },
+        };
+        let application_name = get("application_name").unwrap_or("elect").to_string();
+        let schema = get("schema").unwrap_or("elect").to_string();
+        check_schema(&schema)?;
+        let listen = match get("listen") {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(format!("listen must be on or off, not '{other}'")),
+        };
+
+        let password = match &settings.password_file {
+            Some(file) => Some(read_password(file).map_err(|e| e.message)?),
+            None => match words.get("password") {
+                Some(pw) => Some(Secret(pw.clone())),
+                None => env
+                    .var("ELECT_PASSWORD")
+                    .or_else(|| env.var("PGPASSWORD"))
+                    .map(Secret),
+            },
+        };
+        let mut target = PgTarget {
+            servers,
+            user,
+            password,
+            dbname,
+            sslmode,
+            root_cert,
+            client_cert,
+            connect_timeout,
+            application_name,
+            schema,
+            listen,
+        };
+        if target.password.is_none() {
+            let file = match get("passfile") {
+                Some(file) => Some(PathBuf::from(file)),
+                None => env.home().map(|h| h.join(".pgpass")),
+            };
+            if let Some(file) = file {
+                target.password = passfile_lookup(&file, &target).map(Secret);
+            }
+        }
+        Ok(target)
+    }
+
+    /// The quoted schema name, for SQL.
+    pub fn schema_sql(&self) -> String {
+        format!("\"{}\"", self.schema)
+    }
+}
+
+/// What parses a store URL reports it as: a URL without its password, or
+/// "the store's words" for libpq's form (which may hold one anywhere).
+fn shown_input(url: &str) -> String {
+    if url.contains("://") {
+        format!("store URL '{}'", crate::store::redact(url))
+    } else {
+        "the PostgreSQL store's settings".into()
+    }
+}
+
+/// The settings a URL or `key=value` words give, by libpq's names.
+fn words_of(input: &str) -> Result<BTreeMap<String, String>, String> {
+    let lower = input.to_ascii_lowercase();
+    let words = if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+        url_words(&input[input.find("://").unwrap() + 3..])?
+    } else {
+        key_value_words(input)?
+    };
+    if let Some(unknown) = words.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown option '{unknown}'; elect knows {}",
+            KEYS.join(", ")
+        ));
+    }
+    Ok(words)
+}
+
+/// `[user[:password]@][host[:port][,…]][/dbname][?key=value&…]`.
+fn url_words(rest: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut words = BTreeMap::new();
+    let (main, query) = match rest.split_once('?') {
+        Some((main, query)) => (main, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = match main.split_once('/') {
+        Some((authority, path)) => (authority, Some(path)),
+        None => (main, None),
+    };
+    let hosts = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((user, pw)) => (user, Some(pw)),
+                None => (userinfo, None),
+            };
+            if !user.is_empty() {
+                words.insert("user".into(), decode(user)?);
+            }
+            if let Some(pw) = password {
+                words.insert("password".into(), decode(pw)?);
+            }
+            hosts
+        }
+        None => authority,
+    };
+    if !hosts.is_empty() {
+        let mut names = Vec::new();
+        let mut ports = Vec::new();
+        for item in hosts.split(',') {
+            let (host, port) = split_port(item)?;
+            names.push(decode(host)?);
+            ports.push(port.map(str::to_string).unwrap_or_default());
+        }
+        words.insert("host".into(), names.join(","));
+        if ports.iter().any(|p| !p.is_empty()) {
+            words.insert("port".into(), ports.join(","));
+        }
+    }
+    if let Some(path) = path.filter(|p| !p.is_empty()) {
+        words.insert("dbname".into(), decode(path)?);
+    }
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("option '{pair}' has no value"))?;
+        words.insert(decode(key)?, decode(value)?);
+    }
+    Ok(words)
+}
+
+/// `host[:port]`, with `[v6]` hosts.
+fn split_port(item: &str) -> Result<(&str, Option<&str>), String> {
+    if let Some(v6) = item.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("'{item}': unclosed '['"))?;
+        return Ok((addr, after.strip_prefix(':')));
+    }
+    Ok(match item.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (item, None),
+    })
+}
+
+/// Percent-decoding, as in URLs.
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-encoding in '{text}'"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("'{text}' is not UTF-8 once decoded"))
+}
+
+/// libpq's `key=value key='quoted \' value'` words.
+fn key_value_words(input: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut words = BTreeMap::new();
+    let mut chars = input.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(words);
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(format!("'{key}' has no '=' and value"));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => return Err(format!("the value of '{key}' lacks its closing quote")),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    c => value.push(c),
+                }
+            }
+        }
+        words.insert(key, value);
+    }
+}
+
+/// The servers that `host` and `port` name: one port for all, or one each.
+fn servers(hosts: Option<&str>, ports: Option<&str>) -> Result<Vec<Server>, String> {
+    let hosts: Vec<&str> = hosts
+        .unwrap_or("/var/run/postgresql")
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let ports: Vec<&str> = ports.unwrap_or("").split(',').map(str::trim).collect();
+    if ports.len() != 1 && ports.len() != hosts.len() {
+        return Err(format!(
+            "{} hosts but {} ports: give one port, or one for each host",
+            hosts.len(),
+            ports.len()
+        ));
+    }
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or("");
+            let port = match port {
+                "" => 5432,
+                p => p
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| format!("'{p}' is not a port"))?,
+            };
+            let host = match *host {
+                "" => "/var/run/postgresql",
+                h => h,
+            };
+            if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!("'{host}' is not a host name"));
+            }
+            Ok(Server {
+                host: host.to_string(),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// A PEM file, or why not.
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, String> {
+    crate::store::secret::read_pem(path, flag, kind).map_err(|e| e.message)
+}
+
+/// Schema names: a plain lower-case SQL identifier, so that it means the
+/// same quoted or not, and fits a LISTEN channel.
+fn check_schema(schema: &str) -> Result<(), String> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "schema '{schema}' is not a plain lower-case SQL name (a-z, 0-9, _; at most 63)"
+        )),
+    }
+}
+
+/// The password for `target` in a libpq password file, if it has one.
+/// Like libpq, a file that others can read is not used.
+fn passfile_lookup(file: &Path, target: &PgTarget) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(file).ok()?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        crate::log::notice(format_args!(
+            "password file {} has group or world access; it is not used (chmod 0600 it)",
+            file.display()
+        ));
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    target.servers.iter().find_map(|server| {
+        // libpq matches the default socket directory as "localhost".
+        let host = match server.is_socket() {
+            true if server.host == "/var/run/postgresql" => "localhost",
+            _ => &server.host,
+        };
+        let port = server.port.to_string();
+        let wanted = [host, &port, &target.dbname, &target.user];
+        text.lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .find_map(|line| {
+                let fields = pgpass_fields(line);
+                (fields.len() == 5
+                    && fields[..4]
+                        .iter()
+                        .zip(wanted)
+                        .all(|(field, want)| field == "*" || field == want))
+                .then(|| fields[4].clone())
+            })
+    })
+}
+
+/// The `:`-separated fields of a password file line, `\:` and `\\` unescaped.
+fn pgpass_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => fields.last_mut().unwrap().extend(chars.next()),
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+/// The environment, as the parser sees it.
+struct Env {
+    vars: BTreeMap<String, String>,
+}
+
+impl Env {
+    fn process() -> Env {
+        Env {
+            vars: std::env::vars()
+                .filter(|(k, _)| k.starts_with("PG") || k == "HOME" || k == "ELECT_PASSWORD")
+                .collect(),
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).filter(|v| !v.is_empty()).cloned()
+    }
+
+    fn home(&self) -> Option<PathBuf> {
+        self.var("HOME").map(PathBuf::from)
+    }
+
+    /// The login name, libpq's default user.
+    fn login(&self) -> Option<String> {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    }
+}
+
+/// Percent-encode what would break a URL part.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl fmt::Display for PgTarget {
+    /// A URL that elect reads back to the same target, without the
+    /// password: this is what the command sees in `ELECT_STORE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| match s.host.contains(':') {
+                true => format!("[{}]:{}", s.host, s.port),
+                false => format!("{}:{}", encode(&s.host), s.port),
+            })
+            .collect();
+        write!(
+            f,
+            "postgres://{}@{}/{}",
+            encode(&self.user),
+            servers.join(","),
+            encode(&self.dbname)
+        )?;
+        let mut options = Vec::new();
+        if self.sslmode != SslMode::Prefer {
+            options.push(format!("sslmode={}", self.sslmode.name()));
+        }
+        if self.root_cert == Some(RootCert::System) {
+            options.push("sslrootcert=system".into());
+        }
+        if self.schema != "elect" {
+            options.push(format!("schema={}", self.schema));
+        }
+        if !self.listen {
+            options.push("listen=off".into());
+        }
+        if self.application_name != "elect" {
+            options.push(format!(
+                "application_name={}",
+                encode(&self.application_name)
+            ));
+        }
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Target for PgTarget {
+    fn secret_variables(&self) -> &'static [&'static str] {
+        SECRET_VARIABLES
+    }
+
+    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
+        serde_json::to_vec(&super::ReleaseOrder {
+            target: self.clone(),
+            tenure: id.to_string(),
+        })
+        .ok()
+    }
+
+    fn open(
+        &self,
+        _ping_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
+        Box::pin(async move {
+            let store: Box<dyn Store> = Box::new(Postgres::connect(self, connect_timeout).await?);
+            Ok(store)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        Env {
+            vars: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn parse_with(url: &str, env_pairs: &[(&str, &str)]) -> Result<PgTarget, String> {
+        let words = words_of(url)?;
+        PgTarget::from_words(words, &Settings::default(), &env(env_pairs))
+    }
+
+    #[test]
+    fn urls_and_words_name_the_same_target() {
+        let a = parse_with("postgres://alice:s3cret@db:6432/jobs?schema=locks", &[]).unwrap();
+        let b = parse_with(
+            "host=db port=6432 user=alice password='s3cret' dbname=jobs schema=locks",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.password.as_ref().map(Secret::expose), Some("s3cret"));
+        assert_eq!(
+            a.to_string(),
+            "postgres://alice@db:6432/jobs?schema=locks",
+            "never the password"
+        );
+        assert!(!format!("{a:?}").contains("s3cret"));
+        let again = parse_with(&a.to_string(), &[("PGPASSWORD", "s3cret")]).unwrap();
+        assert_eq!(again, a, "the shown URL reads back to the same target");
+    }
+
+    #[test]
+    fn libpq_variables_fill_what_the_url_leaves_out() {
+        let t = parse_with(
+            "postgresql:///jobs",
+            &[
+                ("PGHOST", "/run/pg"),
+                ("PGPORT", "5433"),
+                ("PGUSER", "bob"),
+                ("PGPASSWORD", "pw"),
+                ("PGSSLMODE", "disable"),
+                ("PGAPPNAME", "nightly"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            t.servers,
+            [Server {
+                host: "/run/pg".into(),
+                port: 5433
+            }]
+        );
+        assert_eq!((t.user.as_str(), t.dbname.as_str()), ("bob", "jobs"));
+        assert_eq!(t.sslmode, SslMode::Disable);
+        assert_eq!(t.application_name, "nightly");
+        assert_eq!(t.password.unwrap().expose(), "pw");
+        assert_eq!(
+            parse_with("postgres://u@%2Frun%2Fpg/d", &[])
+                .unwrap()
+                .to_string(),
+            "postgres://u@%2Frun%2Fpg:5432/d"
+        );
+        let two = parse_with("postgres://u@a:1,[::1]:2/d", &[]).unwrap();
+        assert_eq!(two.to_string(), "postgres://u@a:1,[::1]:2/d");
+    }
+
+    #[test]
+    fn what_elect_cannot_honour_is_refused() {
+        for (bad, says) in [
+            ("postgres://u@h/d?sslmode=allow", "allow"),
+            ("postgres://u@h/d?sslmode=bogus", "unknown sslmode"),
+            (
+                "postgres://u@h/d?hostaddr=1.2.3.4",
+                "unknown option 'hostaddr'",
+            ),
+            ("postgres://u@h/d?schema=Bad-Name", "schema"),
+            ("postgres://u@h:0/d", "not a port"),
+            ("postgres://u@h/d?sslmode=verify-full", "needs the CA"),
+            ("postgres://u@h/d?listen=maybe", "listen"),
+            ("host=h dbname", "no '='"),
+            ("host='h", "closing quote"),
+            ("host=a,b port=1,2,3 dbname=d", "ports"),
+        ] {
+            let err = parse_with(bad, &[]).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn password_files_match_as_libpq_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("elect-pgpass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\nother:*:*:*:no\ndb:5432:jobs:alice:a\\:b\n*:*:*:*:fallback\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let passfile = file.display().to_string();
+        let t = parse_with(
+            &format!("postgres://alice@db/jobs?passfile={passfile}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(t.password.unwrap().expose(), "a:b");
+        let t = parse_with(&format!("postgres://carol@db/x?passfile={passfile}"), &[]).unwrap();
+        assert_eq!(t.password.unwrap().expose(), "fallback");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let t = parse_with(&format!("postgres://carol@db/x?passfile={passfile}"), &[]).unwrap();
+        assert!(t.password.is_none(), "a file others can read is not used");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_postgres_urls_and_libpq_words_are_claimed() {
+        for url in ["postgres://x", "postgresql://x", "host=/run dbname=x"] {
+            assert!((KIND.claims)(url), "{url}");
+        }
+        for url in ["etcd://x", "file:/x", "zk://x=1"] {
+            assert!(!(KIND.claims)(url), "{url}");
+        }
+    }
+}
