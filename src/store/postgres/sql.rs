@@ -22,6 +22,13 @@ pub const LAYOUT: &[(&str, &str, &str)] = &[
     ("waiter", "holder", "jsonb"),
 ];
 
+/// Evaluated in a statement, makes its commit wait for the WAL flush (and
+/// a synchronous standby, if any) even where the server or role sets
+/// `synchronous_commit = off`: a granted fence or a renewed expiry lost in
+/// a crash would hand out a token twice, or end a lease earlier than its
+/// holder counts.
+const DURABLE: &str = "set_config('synchronous_commit', 'on', true)";
+
 /// The tables, as created (also what an administrator runs by hand).
 pub fn create_tables(s: &str) -> String {
     format!(
@@ -100,7 +107,7 @@ impl Sql {
                    AND (w.tenure = $2 OR w.expires_at < clock_timestamp()) \
                    AND EXISTS (SELECT 1 FROM taken)) \
                  SELECT (SELECT fence FROM taken), \
-                   (SELECT {} FROM {s}.lease l WHERE l.name = $1)",
+                   (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}",
                 left("l.expires_at")
             ),
             // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: the lease
@@ -114,7 +121,7 @@ impl Sql {
                  queued AS ( \
                    UPDATE {s}.waiter SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond' \
                    WHERE tenure = $1) \
-                 SELECT name, asked FROM held"
+                 SELECT name, asked, {DURABLE} FROM held"
             ),
             // $1 tenure. One transaction: free our rows, leave every queue,
             // and wake the waiters.
