@@ -264,3 +264,358 @@ fn a_partitioned_holder_stops_before_its_row_expires() {
         b.wait(10 * SECOND);
     }
 }
+
+/// The GC-pause story in one database: the lock and the resource it
+/// guards. A holds the lock and writes with its token; A is paused (elect,
+/// guard and command stopped) past its lease; B takes over with a higher
+/// token and writes; A's command wakes first and writes with its old
+/// token: the database refuses it in the same statement that checks the
+/// token. A's elect, continued, stops its command and exits 76.
+#[test]
+fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE TABLE account (id int PRIMARY KEY, fence bigint NOT NULL, balance int NOT NULL); \
+         INSERT INTO account VALUES (1, 0, 0); \
+         CREATE TABLE attempt (at timestamptz DEFAULT clock_timestamp(), writer text, token bigint, accepted bool); \
+         GRANT ALL ON account, attempt TO elect",
+    );
+    // Each write: add one if our token is still the highest seen, and log
+    // the attempt either way; one statement, so check and write are one.
+    let writer = |label: &str| {
+        format!(
+            r#"echo "pgid $(cut -d' ' -f5 /proc/$$/stat)"; while :; do psql -X -q -At -h '{socket}' -p {port} -U elect elect -c "WITH w AS (UPDATE account SET fence = $ELECT_TOKEN, balance = balance + 1 WHERE id = 1 AND fence <= $ELECT_TOKEN RETURNING 1) INSERT INTO attempt (writer, token, accepted) SELECT '{label}', $ELECT_TOKEN, EXISTS (SELECT 1 FROM w)" || exit 1; sleep 0.02; done"#,
+            port = pg.port(),
+            socket = pg.socket_dir().display()
+        )
+    };
+    let attempts = |label: &str, accepted: bool| -> usize {
+        pg.psql(&format!(
+            "SELECT count(*) FROM attempt WHERE writer = '{label}' AND accepted = {accepted}"
+        ))
+        .parse()
+        .unwrap()
+    };
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let give_up = Instant::now() + 15 * SECOND;
+        while !f() {
+            assert!(Instant::now() < give_up, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let url = pg.url();
+    let ttl = ["--ttl", "1s"];
+    let mut command = pg_run(&url, "gc", &ttl, &writer("A"));
+    command.process_group(0);
+    let mut a = Running::spawn(command);
+    let a_group = group_of(&mut a);
+    wait_for("A writes", &|| attempts("A", true) > 0);
+    let t: u64 = pg.psql("SELECT fence FROM account").parse().unwrap();
+    let mut b = Running::spawn(pg_run(&url, "gc", &ttl, &writer("B")));
+    wait_contenders(&pg, "gc", 2);
+
+    // The pause: elect's group, its guard's and its command's.
+    let guard = find_child(a.pid(), "elect-guard");
+    for group in [a.pid(), guard, a_group] {
+        // SAFETY: killpg(2) of groups our own descendants lead.
+        assert_eq!(unsafe { libc::killpg(group, libc::SIGSTOP) }, 0);
+    }
+    wait_for("B writes", &|| attempts("B", true) > 0);
+    let t2: u64 = pg.psql("SELECT fence FROM account").parse().unwrap();
+    assert!(t2 > t, "B's token {t2} exceeds A's {t}");
+    eprintln!("A held with token {t}, was paused; B took over with token {t2}");
+
+    // A's command wakes first: the worst case, a write with the old token.
+    let refused_before = attempts("A", false);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::killpg(a_group, libc::SIGCONT) }, 0);
+    wait_for("A's late write", &|| attempts("A", false) > refused_before);
+    eprintln!(
+        "A's late write with token {t} was refused; the account's fence is {}",
+        pg.psql("SELECT fence FROM account")
+    );
+    for group in [guard, a.pid()] {
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::killpg(group, libc::SIGCONT) }, 0);
+    }
+    assert_eq!(a.wait_code(10 * SECOND), 76, "{:?}", a.stderr_seen);
+    assert!(!group_alive(a_group), "{:?}", group_members(a_group));
+    let late_accepted = pg.psql(
+        "SELECT count(*) FROM attempt a WHERE writer = 'A' AND accepted \
+         AND at > (SELECT min(at) FROM attempt WHERE writer = 'B')",
+    );
+    assert_eq!(
+        late_accepted, "0",
+        "no write of A's counted after B's first"
+    );
+    assert_eq!(
+        pg.psql("SELECT fence FROM account"),
+        t2.to_string(),
+        "the resource kept B's token"
+    );
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// PostgreSQL restarted under a holder (TTL 5 s), fast (sessions ended)
+/// and immediate (a crash): either a renewal gets through in time and the
+/// holder carries on, or its command is stopped before the row could
+/// expire; never two holders at once.
+#[test]
+fn a_database_restart_never_makes_two_holders() {
+    let pg = Postgres::start();
+    let dir = TempDir::new("pg-restart");
+    for mode in ["fast", "immediate"] {
+        std::fs::create_dir_all(dir.join(mode)).unwrap();
+        let ticks = Ticks::new(&dir.join(mode));
+        let lock = format!("restart-{mode}");
+        let mut a = ticking(&pg.url(), &lock, "A", &["--ttl", "5s"], &ticks);
+        let a_group = group_of(&mut a);
+        ticks.first("A", 10 * SECOND);
+        let b = ticking(&pg.url(), &lock, "B", &["--ttl", "5s"], &ticks);
+        wait_contenders(&pg, &lock, 2);
+        pg.restart(mode);
+        // Past A's whole lease: if A lived on, it renewed in time.
+        std::thread::sleep(Duration::from_secs(6));
+        let a_lives = group_alive(a_group);
+        let b_ticked = ticks.last("B").is_some();
+        eprintln!(
+            "{mode} restart: A {} and B {}",
+            if a_lives { "holds on" } else { "was stopped" },
+            if b_ticked { "took over" } else { "waits" }
+        );
+        if a_lives {
+            assert!(!b_ticked, "{mode}: B ran while A held");
+            assert_eq!(a.try_wait_code(), None);
+        } else {
+            let overlap = ticks.overlap_ms("A", a_group, "B");
+            assert!(overlap < 0.0, "{mode}: A ran {overlap:.1} ms beside B");
+        }
+        for mut contender in [a, b] {
+            contender.signal(libc::SIGTERM);
+            contender.wait(10 * SECOND);
+        }
+    }
+}
+
+/// Through PgBouncer pooling by transaction: LISTEN cannot work there, so
+/// waiters find that out and poll; exclusion and tokens hold.
+#[test]
+fn through_pgbouncer_in_transaction_mode_waiters_poll_and_tokens_hold() {
+    let pg = Postgres::start();
+    let bouncer = PgBouncer::start(&pg, "transaction");
+    let dir = TempDir::new("pg-bouncer");
+    let ticks = Ticks::new(&dir.0);
+    let url = bouncer.url();
+    let mut a = ticking(&url, "pooled", "A", &[], &ticks);
+    let t1: u64 = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    let a_group = group_of(&mut a);
+    ticks.first("A", 10 * SECOND);
+    let mut b = ticking(&url, "pooled", "B", &["-v"], &ticks);
+    b.expect_stderr("polling every", 10 * SECOND);
+    wait_contenders(&pg, "pooled", 2);
+    // SAFETY: killpg(2) of a group our own child leads.
+    assert_eq!(unsafe { libc::killpg(a_group, libc::SIGTERM) }, 0);
+    let overlap = ticks.overlap_ms("A", a_group, "B");
+    eprintln!("through PgBouncer: A's last tick {overlap:.1} ms after B's first");
+    assert!(overlap < 0.0, "A ran {overlap:.1} ms beside B");
+    let t2: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+    assert_eq!(t2, t1 + 1, "the next fence");
+    a.wait(10 * SECOND);
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// Bad input: one line that names the problem, the documented exit code,
+/// the command never run, and nothing left in the database.
+#[test]
+fn bad_input_gets_one_line_the_right_code_and_leaves_nothing() {
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE SCHEMA other AUTHORIZATION elect; CREATE TABLE other.lease (id int); \
+         ALTER TABLE other.lease OWNER TO elect",
+    );
+    let port = pg.port();
+    let base = format!("postgres://elect@127.0.0.1:{port}/elect");
+    let nothing_listens = support::tools::free_port();
+    let cases: Vec<(&str, String, &str, i32, &str)> = vec![
+        (
+            "a bad port",
+            format!("postgres://elect@127.0.0.1:{port}x/elect"),
+            PASSWORD,
+            78,
+            "is not a port",
+        ),
+        (
+            "an unknown option",
+            format!("{base}?bogus=1"),
+            PASSWORD,
+            78,
+            "unknown option 'bogus'",
+        ),
+        (
+            "a wrong password",
+            base.clone(),
+            "wrong",
+            69,
+            "password authentication failed",
+        ),
+        (
+            "a database that does not exist",
+            format!("postgres://elect@127.0.0.1:{port}/nosuchdb"),
+            PASSWORD,
+            78,
+            "does not exist",
+        ),
+        (
+            "TLS required, the server has none",
+            format!("{base}?sslmode=require"),
+            PASSWORD,
+            78,
+            "TLS",
+        ),
+        (
+            "a role that may not create the tables",
+            format!("postgres://reader@127.0.0.1:{port}/elect"),
+            READER_PASSWORD,
+            78,
+            "an administrator runs once: CREATE SCHEMA \"elect\"; CREATE TABLE",
+        ),
+        (
+            "a foreign table in the way",
+            format!("{base}?schema=other"),
+            PASSWORD,
+            78,
+            "table other.lease is not elect's",
+        ),
+        (
+            "nothing listens",
+            format!("postgres://elect@127.0.0.1:{nothing_listens}/elect"),
+            PASSWORD,
+            69,
+            "cannot reach",
+        ),
+    ];
+    for (what, url, password, code, says) in cases {
+        let out = elect_run(&url, "bad", &["--connect-timeout", "1s"], "echo ran")
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{what}: exit {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
+        assert!(out.stdout.is_empty(), "{what}: the command ran");
+        assert!(err.contains(says), "{what}: {err:?} lacks {says:?}");
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(!err.contains(PASSWORD), "{what}: the password shows");
+    }
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'elect'"),
+        "0",
+        "nothing was created"
+    );
+    assert_eq!(
+        pg.psql("SELECT string_agg(relname, ',') FROM pg_class c JOIN pg_namespace n ON n.oid = relnamespace WHERE nspname = 'other' AND relkind = 'r'"),
+        "lease",
+        "the foreign table was left alone, and nothing added beside it"
+    );
+}
+
+/// Clock skew between the hosts and the database changes nothing: with
+/// the database's wall clock a day ahead of elect's, or a day behind, a
+/// holder keeps its lock for as long as it lives, a waiter neither takes it
+/// early nor waits for it long, and tokens go on. Only the database's clock
+/// judges expiry, and elect times its lease on its monotonic clock.
+#[test]
+fn wall_clock_skew_between_hosts_and_database_changes_nothing() {
+    for offset in ["+1d", "-1d"] {
+        let pg = Postgres::start_skewed(offset);
+        let skew: f64 = pg
+            .psql("SELECT extract(epoch FROM now())")
+            .parse::<f64>()
+            .unwrap()
+            - std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64();
+        assert!(
+            skew.abs() > 80_000.0,
+            "the database's clock is {offset} off: {skew:.0} s"
+        );
+        let dir = TempDir::new(&format!("pg-skew{offset}"));
+        let ticks = Ticks::new(&dir.0);
+        let ttl = ["--ttl", "2s"];
+        let mut a = ticking(&pg.url(), "skew", "A", &ttl, &ticks);
+        let t1: u64 = a.expect_line("token", 10 * SECOND).parse().unwrap();
+        let a_group = group_of(&mut a);
+        ticks.first("A", 10 * SECOND);
+        let mut b = ticking(&pg.url(), "skew", "B", &ttl, &ticks);
+        wait_contenders(&pg, "skew", 2);
+        // Two of A's TTLs: a lease timed by elect's wall clock would have
+        // been given up or taken over by now.
+        std::thread::sleep(Duration::from_secs(4));
+        assert!(
+            ticks.last("B").is_none(),
+            "{offset}: B took the lock from a live holder"
+        );
+        assert_eq!(a.try_wait_code(), None, "{offset}: A holds on");
+        let stopped = support::ticker::monotonic_ns();
+        // SAFETY: killpg(2) of a group our own child leads.
+        assert_eq!(unsafe { libc::killpg(a_group, libc::SIGTERM) }, 0);
+        let t2: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+        let overlap = ticks.overlap_ms("A", a_group, "B");
+        let after = (ticks.first("B", SECOND) - stopped) as f64 / 1e6;
+        eprintln!(
+            "database clock {offset}: B started {after:.0} ms after A's command was stopped; \
+             overlap {overlap:.1} ms"
+        );
+        assert!(overlap < 0.0, "{offset}: A ran {overlap:.1} ms beside B");
+        assert!(
+            after < 1000.0,
+            "{offset}: B waited {after:.0} ms for a released lock"
+        );
+        assert_eq!(t2, t1 + 1, "{offset}");
+        a.wait(10 * SECOND);
+        b.signal(libc::SIGTERM);
+        b.wait(10 * SECOND);
+    }
+}
+
+/// What an idle holder costs the database: one renewal every TTL/3, and
+/// nothing else (a waiter that can LISTEN adds nothing while idle).
+#[test]
+fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let hold = r#"echo "token $ELECT_TOKEN"; read _line"#;
+    let mut a = Running::spawn(pg_run(&url, "idle", &["--ttl", "3s"], hold));
+    a.expect_line("token", 10 * SECOND);
+    let mut b = Running::spawn(pg_run(&url, "idle", &["--ttl", "3s"], "echo ran"));
+    wait_contenders(&pg, "idle", 2);
+    // Every statement of an idle elect updates a row: a renewal its lease
+    // row or its waiter row. The server counts row updates per table.
+    let updates = || -> i64 {
+        pg.psql("SELECT sum(n_tup_upd) FROM pg_stat_user_tables WHERE schemaname = 'elect'")
+            .parse()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let before = updates();
+    let window = Duration::from_secs(9);
+    std::thread::sleep(window);
+    let seen = updates() - before;
+    let per_second = seen as f64 / window.as_secs_f64();
+    eprintln!(
+        "an idle holder and an idle waiter, TTL 3 s: {seen} statements in {window:?} \
+         ({per_second:.2}/s, {:.2}/s each)",
+        per_second / 2.0
+    );
+    // One renewal each per second (9 or 10 in the window), and the
+    // server's counts lag up to a second; a waiter that polled would add
+    // four a second.
+    assert!((14..=24).contains(&seen), "{seen} statements in {window:?}");
+    a.send_line("done");
+    assert_eq!(a.wait_code(10 * SECOND), 0);
+    b.expect_line("ran", 10 * SECOND);
+    assert_eq!(b.wait_code(10 * SECOND), 0);
+}

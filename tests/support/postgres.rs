@@ -281,6 +281,7 @@ fn template() -> &'static Path {
         let mut pg = Postgres {
             port: 5432,
             dir: dir.clone(),
+            env: Vec::new(),
         };
         pg.configure();
         append(&data.join("postgresql.conf"), "listen_addresses = ''\n");
@@ -321,12 +322,40 @@ pub struct Postgres {
     port: u16,
     /// Holds `data/`, the socket and `postgres.log`.
     dir: PathBuf,
+    /// The server's environment beyond the usual.
+    env: Vec<(String, String)>,
 }
 
 impl Postgres {
     /// A server of the template's, on a free port. Starts again on another
     /// port if the port is taken meanwhile.
     pub fn start() -> Postgres {
+        Postgres::start_with(Vec::new())
+    }
+
+    /// A server whose wall clock is `offset` (faketime's form: `+1d`,
+    /// `-2h`) away from the machine's: libfaketime preloaded into it. Its
+    /// monotonic clock is left alone.
+    pub fn start_skewed(offset: &str) -> Postgres {
+        let library = [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/usr/lib",
+        ]
+        .iter()
+        .map(|dir| PathBuf::from(dir).join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists())
+        .expect(
+            "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
+        );
+        Postgres::start_with(vec![
+            ("LD_PRELOAD".into(), library.display().to_string()),
+            ("FAKETIME".into(), offset.into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ])
+    }
+
+    fn start_with(env: Vec<(String, String)>) -> Postgres {
         let template = template();
         let dir = server_dir("pg");
         let out = run({
@@ -337,7 +366,7 @@ impl Postgres {
             cp
         });
         assert!(out.status.success(), "cp -a: {}", stderr(&out));
-        let mut pg = Postgres { port: 0, dir };
+        let mut pg = Postgres { port: 0, dir, env };
         for attempt in 1..=ATTEMPTS {
             pg.port = free_port();
             pg.configure();
@@ -386,7 +415,9 @@ impl Postgres {
     /// `pg_ctl start`, waiting until the server takes connections.
     fn pg_ctl_start(&self) -> Result<(), String> {
         let mut c = self.pg_ctl(&["start"]);
-        c.arg("-l").arg(self.log());
+        c.arg("-l")
+            .arg(self.log())
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let out = run(c);
         match out.status.success() {
             true => Ok(()),

@@ -391,10 +391,11 @@ impl Failure {
 
 /// An error, with its causes, on one line.
 pub fn describe(e: &tokio_postgres::Error) -> String {
-    let mut text = match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => e.to_string(),
-    };
+    // The server's message says it all; its source only repeats it.
+    if let Some(db) = e.as_db_error() {
+        return db.message().replace('\n', " ");
+    }
+    let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         let more = cause.to_string();

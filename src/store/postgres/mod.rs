@@ -195,6 +195,9 @@ impl Postgres {
     async fn set_up(&self) -> Result<(), StoreError> {
         let client = self.link.client().await?;
         let target = self.target();
+        if let Some(problem) = self.layout_problem().await {
+            return Err(StoreError::config(format!("{target}: {problem}")));
+        }
         let s = target.schema_sql();
         let exists = client
             .query_typed(
