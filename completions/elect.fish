@@ -37,13 +37,13 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only 
 complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
-complete -c elect -n "__fish_elect_using_subcommand run" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l key -d 'The client certificate\'s private key (PEM)' -r -F
-complete -c elect -n "__fish_elect_using_subcommand run" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand run" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l ttl -d 'Lease time-to-live, 1s to 24h. A lost holder\'s command is dead before this runs out' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -s w -l wait -d 'How long to wait for the lock: a duration, 0, or "forever" [default: forever]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l grace -d 'Time between the first signal and SIGKILL when the lease is lost [default: TTL/3]' -r
@@ -69,13 +69,13 @@ complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Sho
 complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
-complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
-complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
-complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
-complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
-complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
@@ -84,13 +84,13 @@ complete -c elect -n "__fish_elect_using_subcommand status" -s v -l verbose -d '
 complete -c elect -n "__fish_elect_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
-complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
-complete -c elect -n "__fish_elect_using_subcommand list" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
-complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
-complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
-complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
@@ -102,13 +102,13 @@ complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Pr
 complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
-complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
-complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
@@ -118,13 +118,13 @@ complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Prin
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
-complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
-complete -c elect -n "__fish_elect_using_subcommand break" -l cacert -d 'CA certificate (PEM) that signed the etcd servers\' certificates [else: the system\'s]' -r -F
-complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client certificate (PEM) for etcd servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
-complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt' -r
-complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the etcd user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
@@ -166,5 +166,5 @@ end
 complete -c elect -n "__fish_elect_using_subcommand status; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand check; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand break; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
-complete -c elect -n "not __fish_elect_after_dashes" -l store -x -a "etcd:// etcds:// file:"
+complete -c elect -n "not __fish_elect_after_dashes" -l store -x -a "etcd:// etcds:// postgres:// file:"
 complete -c elect -n "__fish_elect_using_subcommand run; and __fish_elect_after_dashes" -x -a "(__fish_elect_command)"

@@ -18,7 +18,11 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "ELECT_PASSWORD",
-        "Read: the etcd user's password when --password-file is not given.",
+        "Read: the user's password when --password-file is not given.",
+    ),
+    (
+        "PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGCONNECT_TIMEOUT",
+        "Read: libpq's variables, for what a postgres:// store URL leaves out.",
     ),
     (
         "ETCDCTL_USER, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY",
@@ -35,7 +39,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "ELECT_LEASE_ID",
-        "Set for COMMAND: etcd: the lease id, in hexadecimal; file: the pid of the elect that holds the lock.",
+        "Set for COMMAND: etcd: the lease id, in hexadecimal; PostgreSQL: the holder's tenure id (32 hex digits); file: the pid of the elect that holds the lock.",
     ),
     (
         "ELECT_IDENTITY",
@@ -46,8 +50,8 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "Set for COMMAND: the store URL, without credentials.",
     ),
     (
-        "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD",
-        "Removed from COMMAND's environment: they may carry secrets.",
+        "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD, PGPASSWORD",
+        "Removed from COMMAND's environment, ELECT_PASSWORD always and the others with their store (etcd, PostgreSQL): they may carry secrets.",
     ),
 ];
 
@@ -140,7 +144,8 @@ pub enum LogFormat {
 /// Where the lock lives, shared by every subcommand.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, or file:DIR
+    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS,
+    /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words), or file:DIR
     /// for locks on this host only ("file" alone: /var/lib/elect for root, else
     /// ~/.local/state/elect).
     ///
@@ -161,7 +166,8 @@ pub struct StoreArgs {
     )]
     pub connect_timeout: Duration,
 
-    /// CA certificate (PEM) that signed the etcd servers' certificates [else: the system's].
+    /// CA certificate (PEM) that signed the servers' certificates (etcd: else the system's;
+    /// PostgreSQL: as sslrootcert, and the chain is checked).
     #[arg(
         long,
         env = "ELECT_CACERT",
@@ -170,7 +176,7 @@ pub struct StoreArgs {
     )]
     pub cacert: Option<PathBuf>,
 
-    /// Client certificate (PEM) for etcd servers that require one; needs --key.
+    /// Client certificate (PEM) for servers that require one; needs --key.
     #[arg(long, env = "ELECT_CERT", value_name = "FILE", hide_env_values = true)]
     pub cert: Option<PathBuf>,
 
@@ -183,11 +189,13 @@ pub struct StoreArgs {
     )]
     pub key: Option<PathBuf>,
 
-    /// etcd user. The password comes from --password-file, ELECT_PASSWORD, or a prompt.
+    /// The store's user (etcd user, PostgreSQL role). The password comes from
+    /// --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or
+    /// ~/.pgpass).
     #[arg(long, env = "ELECT_USER", value_name = "NAME", hide_env_values = true)]
     pub user: Option<String>,
 
-    /// File whose first line is the etcd user's password.
+    /// File whose first line is the user's password.
     #[arg(
         long,
         env = "ELECT_PASSWORD_FILE",
