@@ -47,6 +47,14 @@
 //!   minute, from /proc, summed over threads. elect is two processes, `elect`
 //!   and its guard `elect __elect-guard …`; both are counted, and the target
 //!   (peak memory under 8 MiB) applies to their sum.
+//! - `postgres`: the PostgreSQL store, on a server started for the purpose
+//!   (fsync off, as the tests run it): the uncontended cycle over TCP (with a
+//!   password) and over the Unix socket, each against `psql -c 'SELECT 1'`
+//!   the same way (one connection and one statement, what any client pays);
+//!   the handover after a clean exit with LISTEN (direct) and with polling
+//!   (through PgBouncer in transaction mode); failover after SIGKILL of
+//!   elect (its guard releases) and of elect, guard and command at once (the
+//!   row expires: TTL + how much, TTL 2 s).
 //! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
 //!   a fixed time; acquisitions per second, elect against etcdctl lock.
 //! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
@@ -80,7 +88,7 @@ use harness::process::{self, Quiet, Talking};
 use harness::procfs::{self, Usage};
 use harness::report::{self, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
-use support::Etcd;
+use support::{Etcd, PgBouncer, Postgres};
 
 /// Counts and durations for one run.
 struct Mode {
@@ -112,12 +120,13 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 7] = [
+const ALL_FIGURES: [&str; 8] = [
     "cycle",
     "handover",
     "failover",
     "revoke",
     "idle",
+    "postgres",
     "contention",
     "scale",
 ];
@@ -819,6 +828,153 @@ fn scale(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     });
 }
 
+/// Wait until `lock` on `pg` has a live holder row and `waiters` live waiter rows.
+fn wait_pg_waiters(pg: &Postgres, lock: &str, waiters: usize) {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let found = pg
+            .try_psql(&format!(
+                "SELECT count(*) FROM elect.waiter WHERE name = '{lock}' \
+                 AND expires_at > clock_timestamp()"
+            ))
+            .map_or(0, |n| n.parse().unwrap());
+        if found == waiters {
+            return;
+        }
+        assert!(Instant::now() < give_up, "{lock}: {found} waiters");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Figure `postgres`: cycle, handover and failover on PostgreSQL.
+fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    let pg = Postgres::start();
+    let bouncer = PgBouncer::start(&pg, "transaction");
+    let tcp = pg.url();
+    let socket = pg.socket_url();
+    let info = |figure: String, elect: String, reference: String| Row {
+        figure,
+        elect,
+        reference,
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    };
+
+    for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
+        let elect = Locker::elect_postgres(url, "elect (postgres)");
+        let mut times = [Samples::default(), Samples::default()];
+        for round in 0..=mode.cycles {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let mut command = match i {
+                    0 => elect.command("bench-cycle", None, &["true"]),
+                    _ => {
+                        let mut c = std::process::Command::new("psql");
+                        c.args(["-X", "-q", "-At", url.as_str(), "-c", "SELECT 1"])
+                            .env("PGPASSWORD", support::postgres::PASSWORD);
+                        c
+                    }
+                };
+                command.stdout(std::process::Stdio::null());
+                let start = Instant::now();
+                let mut p = Quiet::spawn(command).expect("cannot start");
+                let status = p.wait_within(PATIENCE).expect("still running");
+                assert!(status.success(), "cycle [{how}] {i}: {status}");
+                if round > 0 {
+                    times[i].push(start.elapsed());
+                }
+            }
+        }
+        table.row(Row {
+            figure: format!(
+                "cycle -- true [postgres, {how}], median / p99, n={}",
+                mode.cycles
+            ),
+            elect: median_p99(&times[0]),
+            reference: format!("psql -c 'SELECT 1': {}", median_p99(&times[1])),
+            ratio: ratio(times[0].median(), times[1].median()),
+            target: "-".into(),
+            verdict: Verdict::Info,
+        });
+    }
+
+    for (how, url) in [
+        ("LISTEN", tcp.clone()),
+        ("polling, PgBouncer", bouncer.url()),
+    ] {
+        let elect = Locker::elect_postgres(&url, "elect (postgres)");
+        let lock = format!("bench-handover-{}", how.len());
+        let mut holder = Holder::queue(&elect, &lock, scratch, &format!("pg-{}-0", how.len()));
+        holder.started(PATIENCE);
+        let mut times = Samples::default();
+        for round in 1..=mode.handovers {
+            let mut waiter =
+                Holder::queue(&elect, &lock, scratch, &format!("pg-{}-{round}", how.len()));
+            wait_pg_waiters(&pg, &lock, 1);
+            thread::sleep(SETTLE);
+            let released = release(&holder.fifo);
+            let started = waiter.started(PATIENCE);
+            times.push(started - released);
+            holder = waiter;
+        }
+        table.row(info(
+            format!(
+                "handover after clean exit [postgres, {how}], median / p99, n={}",
+                mode.handovers
+            ),
+            median_p99(&times),
+            String::new(),
+        ));
+    }
+
+    let ttl = mode.failover_ttl;
+    let elect = Locker::elect_postgres(&tcp, "elect (postgres)");
+    let script = "echo started; exec sleep 60";
+    let mut after = [Samples::default(), Samples::default()];
+    for round in 0..mode.failovers {
+        for (i, whole) in [false, true].into_iter().enumerate() {
+            let lock = format!("bench-failover-{i}-{round}");
+            let cmd = || elect.command(&lock, Some(ttl), &["sh", "-c", script]);
+            let mut holder = Talking::spawn(cmd());
+            holder
+                .line("started", PATIENCE)
+                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+            let mut waiter = Talking::spawn(cmd());
+            wait_pg_waiters(&pg, &lock, 1);
+            let killed = Instant::now();
+            match whole {
+                // elect, its guard and the command, all at once.
+                true => procfs::kill_tree(holder.pid()),
+                false => holder.crash(),
+            }
+            let (_, started) = waiter
+                .line("started", PATIENCE + Duration::from_secs(ttl))
+                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
+            after[i].push(started - killed);
+        }
+    }
+    table.row(info(
+        format!(
+            "failover after SIGKILL of elect [postgres], median / max, n={}",
+            mode.failovers
+        ),
+        format!("{} / {}", ms(after[0].median()), ms(after[0].max())),
+        "its guard releases".into(),
+    ));
+    table.row(info(
+        format!(
+            "failover after SIGKILL of elect, guard and command [postgres] - TTL ({ttl} s), median / max"
+        ),
+        format!(
+            "{:+.0} / {:+.0} ms",
+            after[1].median() - (ttl * 1000) as f64,
+            after[1].max() - (ttl * 1000) as f64
+        ),
+        "the row expires by the database's clock".into(),
+    ));
+}
+
 fn main() {
     let mode = Mode::from_env();
     process::clean_up_on_interrupt();
@@ -850,6 +1006,9 @@ fn main() {
     }
     if mode.runs("idle") {
         idle(&mode, on_etcd, &mut table);
+    }
+    if mode.runs("postgres") {
+        postgres(&mode, &scratch, &mut table);
     }
     if mode.runs("contention") {
         contention(&mode, on_etcd, &mut table);

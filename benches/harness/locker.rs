@@ -12,6 +12,7 @@ enum Kind {
     ElectEtcd { url: String },
     EtcdctlLock { endpoint: String },
     ElectFile { dir: PathBuf },
+    ElectPostgres { url: String },
     Flock { dir: PathBuf },
 }
 
@@ -48,6 +49,16 @@ impl Locker {
         }
     }
 
+    /// elect on PostgreSQL at `url`, with the test role's password.
+    pub fn elect_postgres(url: &str, name: &'static str) -> Locker {
+        Locker {
+            name,
+            kind: Kind::ElectPostgres {
+                url: url.to_string(),
+            },
+        }
+    }
+
     pub fn flock(dir: &Path) -> Locker {
         Locker {
             name: "flock",
@@ -63,6 +74,7 @@ impl Locker {
             Kind::ElectEtcd { .. } => "elect",
             Kind::EtcdctlLock { .. } => "etcdctl",
             Kind::ElectFile { .. } => "elect-file",
+            Kind::ElectPostgres { .. } => "elect-postgres",
             Kind::Flock { .. } => "flock",
         }
     }
@@ -74,6 +86,11 @@ impl Locker {
             Kind::ElectEtcd { url } => elect_run(url, lock, ttl_secs, argv),
             Kind::ElectFile { dir } => {
                 elect_run(&format!("file:{}", dir.display()), lock, None, argv)
+            }
+            Kind::ElectPostgres { url } => {
+                let mut c = elect_run(url, lock, ttl_secs, argv);
+                c.env("PGPASSWORD", support::postgres::PASSWORD);
+                c
             }
             Kind::EtcdctlLock { endpoint } => {
                 let mut c = Command::new(

@@ -101,3 +101,20 @@ pub fn children(pid: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// SIGKILL `pid` and every process below it, as one crash: all are
+/// stopped first, so none can notice another's death and act on it.
+pub fn kill_tree(pid: i32) {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        all.extend(children(all[i]));
+        i += 1;
+    }
+    for signal in [libc::SIGSTOP, libc::SIGKILL] {
+        for &pid in &all {
+            // SAFETY: plain kill(2) of our own child and its descendants.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+}

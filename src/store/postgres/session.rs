@@ -247,6 +247,7 @@ impl PgLock<'_> {
         // tried on a new one: a retry of an acquisition is safe.
         let patience = (self.session.shared.ttl / 3).max(Duration::from_secs(1));
         let mut notices: Option<broadcast::Receiver<String>> = None;
+        let mut listening: Option<Boxed<'_, Option<broadcast::Receiver<String>>>> = None;
         let mut set_up = false;
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -289,12 +290,11 @@ impl PgLock<'_> {
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
             }
-            if notices.is_none() {
-                notices = store.notifications().await;
-                if notices.is_some() {
-                    // Listening now: a release before this went unheard.
-                    continue;
-                }
+            // Start listening beside the wait: connecting and the probe take
+            // round trips, and behind a pooler the probe takes its whole
+            // timeout; polling goes on meanwhile.
+            if notices.is_none() && listening.is_none() {
+                listening = Some(Box::pin(store.notifications()));
             }
             // Wake when the holder's lease ends by the database's clock, or
             // on a release, or to poll.
@@ -307,14 +307,19 @@ impl PgLock<'_> {
                 Some(at) => at.min(Instant::now() + nap),
                 None => Instant::now() + nap,
             };
-            match notices.as_mut() {
-                Some(rx) => {
-                    tokio::select! {
-                        heard = released(rx, &self.lock) => if !heard { notices = None },
-                        () = sleep_until(wake) => {}
+            tokio::select! {
+                heard = released(notices.as_mut(), &self.lock) => if !heard { notices = None },
+                listened = async { listening.as_mut().expect("listening").await }, if listening.is_some() => {
+                    listening = None;
+                    // Listening now, or never here: either way look again,
+                    // as a release before this went unheard.
+                    notices = listened;
+                    if notices.is_none() {
+                        // Not here (a pooler), or not now (try again later).
+                        listening = Some(Box::pin(std::future::pending()));
                     }
                 }
-                None => sleep_until(wake).await,
+                () = sleep_until(wake) => {}
             }
         }
     }
@@ -338,8 +343,11 @@ impl PgLock<'_> {
 }
 
 /// Wait for a notification that `lock` was released; false if the
-/// listener is gone.
-async fn released(rx: &mut broadcast::Receiver<String>, lock: &str) -> bool {
+/// listener is gone. Without a listener, never.
+async fn released(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> bool {
+    let Some(rx) = rx else {
+        return std::future::pending().await;
+    };
     loop {
         match rx.recv().await {
             Ok(name) if name == lock => return true,
