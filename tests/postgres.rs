@@ -619,3 +619,70 @@ fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
     b.expect_line("ran", 10 * SECOND);
     assert_eq!(b.wait_code(10 * SECOND), 0);
 }
+
+/// `elect break --force` ends the holder's row at once and notifies; the
+/// holder's elect, listening, looks at its row and signals its command
+/// within milliseconds. Behind a pooler, where nothing can listen, the
+/// next renewal (within TTL/3) finds the row gone and the command is
+/// signalled right then.
+#[test]
+fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
+    let pg = Postgres::start();
+    let bouncer = PgBouncer::start(&pg, "transaction");
+    let script = r#"trap 'echo "term $(date +%s%N)"; exit 0' TERM; echo "token $ELECT_TOKEN"; while :; do sleep 0.01; done"#;
+    let wall_ns = |text: &str| -> i128 {
+        humantime::parse_rfc3339(text)
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128
+    };
+    for (how, url, within_ms) in [
+        ("listening", pg.url(), 300),
+        ("through PgBouncer", bouncer.url(), 1300),
+    ] {
+        for round in 0..3 {
+            let lock = format!("force-{}-{round}", how.len());
+            let mut holder = Running::spawn(pg_run(&url, &lock, &["--ttl", "3s"], script));
+            holder.expect_line("token", 10 * SECOND);
+            // Somewhere in the renewal cycle, and past the holder's start.
+            std::thread::sleep(Duration::from_millis(300 + 300 * round));
+            let broke_at = now_ns();
+            let out = elect()
+                .args([
+                    "break", "--store", &url, "--lock", &lock, "--force", "--yes",
+                ])
+                .env("PGPASSWORD", PASSWORD)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let termed_at: i128 = holder.expect_line("term", 10 * SECOND).parse().unwrap();
+            assert_eq!(holder.wait_code(10 * SECOND), 76);
+            let said = holder
+                .stderr_seen
+                .iter()
+                .find(|line| line.contains("lost the lease"))
+                .unwrap_or_else(|| panic!("{:?}", holder.stderr_seen))
+                .clone();
+            assert!(said.contains("was ended or taken over"), "{said}");
+            // "elect: TIME lost the lease…": when elect learned it.
+            let noticed_at = wall_ns(said.split_whitespace().nth(1).unwrap());
+            eprintln!(
+                "break --force, {how}: the holder learned it {:.0} ms after the break began, \
+                 its command's SIGTERM came {:.1} ms after that",
+                ms(noticed_at - broke_at),
+                ms(termed_at - noticed_at)
+            );
+            assert!(
+                termed_at - broke_at < within_ms * 1_000_000,
+                "{how}: SIGTERM {:.0} ms after the break",
+                ms(termed_at - broke_at)
+            );
+            assert!(termed_at - noticed_at < 100_000_000);
+        }
+    }
+}

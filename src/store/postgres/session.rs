@@ -26,6 +26,10 @@ use crate::store::{
     Boxed, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
 };
 
+/// How long a holder's command runs before its elect listens for news of
+/// its lock on a second connection.
+const LISTEN_AFTER: Duration = Duration::from_millis(200);
+
 /// A new tenure id: 128 random bits, in hex.
 pub fn tenure_id() -> String {
     let mut bytes = [0u8; 16];
@@ -340,6 +344,50 @@ impl PgLock<'_> {
             news.await;
         }
     }
+
+    /// While we hold the lock: a break request or the end of our row, as
+    /// soon as a notification about the lock comes (`elect break` sends
+    /// one), else as a renewal finds it.
+    async fn watch(&self) -> Loss {
+        // A command that ends at once costs the database no second connection.
+        tokio::time::sleep(LISTEN_AFTER).await;
+        let store = self.store();
+        let mut notices = store.notifications().await;
+        loop {
+            tokio::select! {
+                loss = self.asked() => return loss,
+                heard = released(notices.as_mut(), &self.lock) => {
+                    if !heard {
+                        notices = None;
+                        continue;
+                    }
+                    if let Some(loss) = self.look().await {
+                        return loss;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Read our row: is it still ours, and has someone asked us to let go?
+    async fn look(&self) -> Option<Loss> {
+        let rows = self
+            .store()
+            .query(&self.store().sql.look, &[(&self.lock, Type::TEXT)])
+            .await
+            .ok()?;
+        let row = rows.first()?;
+        let tenure: Option<String> = row.get(0);
+        let live: bool = row.get(1);
+        let asked: Option<String> = row.get(2);
+        if tenure.as_deref() != Some(&self.session.shared.tenure) || !live {
+            return Some(Loss::Gone(format!(
+                "the lease row of lock {} was ended or taken over",
+                self.lock
+            )));
+        }
+        asked.map(|why| Loss::Asked(format!("{why} asked it to let go")))
+    }
 }
 
 /// Wait for a notification that `lock` was released; false if the
@@ -373,7 +421,7 @@ impl Lock for PgLock<'_> {
     }
 
     fn lost(&self) -> Boxed<'_, Loss> {
-        Box::pin(self.asked())
+        Box::pin(self.watch())
     }
 
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {

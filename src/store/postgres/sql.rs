@@ -61,6 +61,7 @@ pub struct Sql {
     pub status: String,
     pub list: String,
     pub ask: String,
+    pub look: String,
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
@@ -176,6 +177,12 @@ impl Sql {
                      || jsonb_build_object('break_request', $3::text) \
                    WHERE name = $1 AND tenure = $2 AND expires_at > clock_timestamp() RETURNING name) \
                  SELECT pg_notify('{schema}', name) FROM asked"
+            ),
+            // $1 lock: its holder's tenure, whether its lease lives, and
+            // any break request.
+            look: format!(
+                "SELECT tenure, coalesce(expires_at > clock_timestamp(), false), \
+                   holder->>'break_request' FROM {s}.lease WHERE name = $1"
             ),
             // $1 lock, $2 tenure: end a holder's lease now.
             end: format!(
