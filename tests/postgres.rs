@@ -686,3 +686,105 @@ fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
         }
     }
 }
+
+/// TLS as libpq's `sslmode` says: `verify-full` checks the chain and the
+/// host name, `verify-ca` the chain only, a wrong CA is refused before a
+/// password is sent, and a client certificate is offered when given.
+#[test]
+fn tls_is_checked_as_sslmode_says_and_client_certificates_work() {
+    let pg = Postgres::start();
+    let certs = support::certs::generate("pg-tls");
+    pg.enable_tls(&certs);
+    let port = pg.port();
+    let path = |p: &std::path::Path| p.display().to_string();
+    let run = |url: String, flags: Vec<String>| {
+        let mut command = elect();
+        command
+            .args([
+                "run",
+                "--store",
+                &url,
+                "--lock",
+                "tls",
+                "--connect-timeout",
+                "2s",
+            ])
+            .args(&flags)
+            .args(["--", "sh", "-c", "echo ran $ELECT_TOKEN"])
+            .env("PGPASSWORD", PASSWORD);
+        let out = command.output().unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ca = vec!["--cacert".to_string(), path(&certs.ca)];
+    let full = |host: &str, user: &str| {
+        format!("postgres://{user}@{host}:{port}/elect?sslmode=verify-full")
+    };
+    let client = vec![
+        "--cacert".to_string(),
+        path(&certs.ca),
+        "--cert".into(),
+        path(&certs.client_cert),
+        "--key".into(),
+        path(&certs.client_key),
+    ];
+    let cases: Vec<(&str, String, Vec<String>, i32, &str)> = vec![
+        (
+            "verify-full with the CA",
+            full("127.0.0.1", "elect"),
+            ca.clone(),
+            0,
+            "ran",
+        ),
+        (
+            "verify-full, another CA",
+            full("127.0.0.1", "elect"),
+            vec!["--cacert".into(), path(&certs.other_ca)],
+            78,
+            "certificate",
+        ),
+        (
+            "verify-full, a name the certificate lacks",
+            full("localhost", "elect"),
+            ca.clone(),
+            78,
+            "certificate",
+        ),
+        (
+            "verify-ca, the same name",
+            format!("postgres://elect@localhost:{port}/elect?sslmode=verify-ca"),
+            ca.clone(),
+            0,
+            "ran",
+        ),
+        (
+            "a role that needs a client certificate, without one",
+            full("127.0.0.1", "certified"),
+            ca.clone(),
+            78,
+            "requires a valid client certificate",
+        ),
+        (
+            "with one",
+            full("127.0.0.1", "certified") + "&schema=certified",
+            client,
+            0,
+            "ran",
+        ),
+    ];
+    for (what, url, flags, code, says) in cases {
+        let (got, out, err) = run(url, flags);
+        eprintln!("{what}: exit {got}: {}{}", out.trim(), err.trim());
+        assert_eq!(got, code, "{what}: {err}");
+        assert!(
+            out.contains(says) || err.contains(says),
+            "{what}: {out}{err}"
+        );
+        if code != 0 {
+            assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        }
+    }
+}

@@ -543,6 +543,48 @@ impl Postgres {
         }
     }
 
+    /// Serve TLS with `certs`' server certificate. Role `elect` may still
+    /// connect in the clear; role `certified` (password [`PASSWORD`]) only
+    /// over TLS with a client certificate that `certs`' CA signed.
+    /// Restarts the server.
+    pub fn enable_tls(&self, certs: &super::certs::Certs) {
+        for (from, to) in [
+            (&certs.server_cert, "server.crt"),
+            (&certs.server_key, "server.key"),
+            (&certs.ca, "ca.crt"),
+        ] {
+            write_for_server(
+                &self.data().join(to),
+                &std::fs::read_to_string(from).unwrap(),
+            );
+        }
+        append(
+            &self.data().join("postgresql.conf"),
+            "ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+ssl_ca_file = 'ca.crt'
+",
+        );
+        let hba = self.data().join("pg_hba.conf");
+        let rest = std::fs::read_to_string(&hba).unwrap();
+        write_for_server(
+            &hba,
+            &format!(
+                "hostssl all certified 127.0.0.1/32 scram-sha-256 clientcert=verify-ca
+\
+                 host all certified 127.0.0.1/32 reject
+{rest}"
+            ),
+        );
+        self.psql(&format!(
+            "CREATE ROLE certified LOGIN PASSWORD '{PASSWORD}'; \
+             GRANT CONNECT ON DATABASE elect TO certified; \
+             GRANT CREATE ON DATABASE elect TO certified"
+        ));
+        self.restart("fast");
+    }
+
     /// [`Self::stop`] with `mode`, then [`Self::start_again`].
     pub fn restart(&self, mode: &str) {
         self.stop(mode);
