@@ -788,3 +788,50 @@ fn tls_is_checked_as_sslmode_says_and_client_certificates_work() {
         }
     }
 }
+
+/// The password reaches the database and nothing else: not the command's
+/// environment, not the guard's command line, not elect's messages (even
+/// with -v), not ELECT_STORE.
+#[test]
+fn the_password_stays_out_of_the_command_the_guard_and_every_message() {
+    let pg = Postgres::start();
+    let script = r#"echo "store $ELECT_STORE"; env; tr '\0' ' ' < /proc/$PPID/cmdline; echo"#;
+    for (how, url, env) in [
+        ("PGPASSWORD", pg.url(), vec![("PGPASSWORD", PASSWORD)]),
+        (
+            "ELECT_PASSWORD",
+            pg.url(),
+            vec![("ELECT_PASSWORD", PASSWORD)],
+        ),
+        (
+            "the URL",
+            format!("postgres://elect:{PASSWORD}@127.0.0.1:{}/elect", pg.port()),
+            vec![],
+        ),
+    ] {
+        let mut command = elect_run(&url, "secret", &["-v"], script);
+        command.envs(env);
+        let out = command.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{how}: {said}");
+        assert!(
+            said.contains("__elect-guard"),
+            "{how}: the guard's command line: {said}"
+        );
+        assert!(
+            said.contains(&format!(
+                "store postgres://elect@127.0.0.1:{}/elect",
+                pg.port()
+            )),
+            "{how}: {said}"
+        );
+        assert!(
+            !said.contains(PASSWORD),
+            "{how}: the password shows: {said}"
+        );
+    }
+}

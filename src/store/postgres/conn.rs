@@ -152,6 +152,9 @@ fn config(target: &PgTarget, within: Duration) -> Config {
     if let Some(password) = &target.password {
         config.password(password.expose());
     }
+    if target.read_write {
+        config.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+    }
     for server in &target.servers {
         match server.is_socket() {
             true => config.host_path(&server.host),

@@ -118,13 +118,28 @@ impl Postgres {
         loop {
             tries += 1;
             let client = self.link.client().await?;
-            match client.query_typed(statement, params).await {
-                Ok(rows) => return Ok(rows),
-                Err(e) if is_transient(&e) && tries < 2 => {
+            // A half-open connection would keep a statement waiting for
+            // ever: give it as long as a connection may take.
+            let answer = tokio::time::timeout(self.within, client.query_typed(statement, params));
+            match answer.await {
+                Ok(Ok(rows)) => return Ok(rows),
+                Ok(Err(e)) if is_transient(&e) && tries < 2 => {
                     log::verbose(format_args!("{}; connecting again", describe(&e)));
                     self.link.reset();
                 }
-                Err(e) => return Err(self.failed(&e).await),
+                Ok(Err(e)) => return Err(self.failed(&e).await),
+                Err(_) if tries < 2 => {
+                    log::verbose(format_args!("no answer; connecting again"));
+                    self.link.reset();
+                }
+                Err(_) => {
+                    self.link.reset();
+                    return Err(StoreError::unavailable(format!(
+                        "{} did not answer within {}",
+                        self.target(),
+                        crate::clock::show(self.within)
+                    )));
+                }
             }
         }
     }
@@ -344,10 +359,15 @@ impl Postgres {
         arg: &str,
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let client = self.link.client().await?;
-        match client.query_typed(statement, &[(&arg, Type::TEXT)]).await {
-            Ok(rows) => Ok(rows),
-            Err(e) if missing_tables(&e) => Ok(Vec::new()),
-            Err(_) => self.query(statement, &[(&arg, Type::TEXT)]).await,
+        let params = [(&arg as &(dyn ToSql + Sync), Type::TEXT)];
+        let answer = tokio::time::timeout(self.within, client.query_typed(statement, &params));
+        match answer.await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) if missing_tables(&e) => Ok(Vec::new()),
+            _ => {
+                self.link.reset();
+                self.query(statement, &[(&arg, Type::TEXT)]).await
+            }
         }
     }
 

@@ -68,6 +68,7 @@ const KEYS: &[&str] = &[
     "sslkey",
     "connect_timeout",
     "application_name",
+    "target_session_attrs",
     "schema",
     "listen",
 ];
@@ -158,6 +159,8 @@ pub struct PgTarget {
     pub schema: String,
     /// Whether waiters may LISTEN for releases; off behind a transaction pooler.
     pub listen: bool,
+    /// `target_session_attrs=read-write`: of several hosts, only a primary.
+    pub read_write: bool,
 }
 
 impl PgTarget {
@@ -275,6 +278,15 @@ impl PgTarget {
         let application_name = get("application_name").unwrap_or("elect").to_string();
         let schema = get("schema").unwrap_or("elect").to_string();
         check_schema(&schema)?;
+        let read_write = match get("target_session_attrs") {
+            None | Some("any") => false,
+            Some("read-write") => true,
+            Some(other) => {
+                return Err(format!(
+                    "target_session_attrs must be any or read-write, not '{other}'"
+                ));
+            }
+        };
         let listen = match get("listen") {
             None | Some("on") => true,
             Some("off") => false,
@@ -303,6 +315,7 @@ impl PgTarget {
             application_name,
             schema,
             listen,
+            read_write,
         };
         if target.password.is_none() {
             let file = match get("passfile") {
@@ -668,6 +681,9 @@ impl fmt::Display for PgTarget {
         if !self.listen {
             options.push("listen=off".into());
         }
+        if self.read_write {
+            options.push("target_session_attrs=read-write".into());
+        }
         if self.application_name != "elect" {
             options.push(format!(
                 "application_name={}",
@@ -775,8 +791,15 @@ mod tests {
                 .to_string(),
             "postgres://u@%2Frun%2Fpg:5432/d"
         );
-        let two = parse_with("postgres://u@a:1,[::1]:2/d", &[]).unwrap();
-        assert_eq!(two.to_string(), "postgres://u@a:1,[::1]:2/d");
+        let two = parse_with(
+            "postgres://u@a:1,[::1]:2/d?target_session_attrs=read-write",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            two.to_string(),
+            "postgres://u@a:1,[::1]:2/d?target_session_attrs=read-write"
+        );
     }
 
     #[test]
@@ -792,6 +815,10 @@ mod tests {
             ("postgres://u@h:0/d", "not a port"),
             ("postgres://u@h/d?sslmode=verify-full", "needs the CA"),
             ("postgres://u@h/d?listen=maybe", "listen"),
+            (
+                "postgres://u@h/d?target_session_attrs=standby",
+                "read-write",
+            ),
             ("host=h dbname", "no '='"),
             ("host='h", "closing quote"),
             ("host=a,b port=1,2,3 dbname=d", "ports"),
