@@ -1,4 +1,4 @@
-# Lock names for --lock of status, check, break: asked of the store named on the
+# Lock names for --lock of status, check, break, checkpoint: asked of the store named on the
 # command line (or in ELECT_STORE), within 500ms, quietly.
 _elect_locks() {
     local -a words store=()
@@ -36,7 +36,7 @@ _elect() {
     case "$prev" in
         --lock|-l)
             case "$sub" in
-                status|check|break)
+                status|check|break|checkpoint)
                     COMPREPLY=( $(compgen -W "$(_elect_locks)" -- "$cur") )
                     return 0
                     ;;
@@ -75,6 +75,9 @@ _elect_clap() {
             elect,check)
                 cmd="elect__subcmd__check"
                 ;;
+            elect,checkpoint)
+                cmd="elect__subcmd__checkpoint"
+                ;;
             elect,help)
                 cmd="elect__subcmd__help"
                 ;;
@@ -92,6 +95,9 @@ _elect_clap() {
                 ;;
             elect__subcmd__help,check)
                 cmd="elect__subcmd__help__subcmd__check"
+                ;;
+            elect__subcmd__help,checkpoint)
+                cmd="elect__subcmd__help__subcmd__checkpoint"
                 ;;
             elect__subcmd__help,help)
                 cmd="elect__subcmd__help__subcmd__help"
@@ -112,7 +118,7 @@ _elect_clap() {
 
     case "${cmd}" in
         elect)
-            opts="-q -v -h -V --quiet --verbose --log-format --help --version run status list check break help"
+            opts="-q -v -h -V --quiet --verbose --log-format --help --version run status list check break checkpoint help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -249,8 +255,70 @@ _elect_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        elect__subcmd__checkpoint)
+            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version get put"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --holder-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         elect__subcmd__help)
-            opts="run status list check break help"
+            opts="run status list check break checkpoint help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -278,6 +346,20 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        elect__subcmd__help__subcmd__checkpoint)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -35,6 +35,7 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "status" -d 'Show who ho
 complete -c elect -n "__fish_elect_needs_command" -f -a "list" -d 'List the locks in a store with their holders'
 complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
 complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_needs_command" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
@@ -134,12 +135,30 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Pri
 complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "list" -d 'List the locks in a store with their holders'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l holder-key -d 'The holder\'s key in the store (put)' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l token -d 'The fencing token the holder was given (put)' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l password-file -d 'File whose first line is the user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l json -d 'get: print one JSON object, {value, token, at}'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "list" -d 'List the locks in a store with their holders'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # elect's own: lock names from the store, store URL schemes, and after --
 # the command and its own completions.
@@ -166,5 +185,6 @@ end
 complete -c elect -n "__fish_elect_using_subcommand status; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand check; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand break; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
+complete -c elect -n "__fish_elect_using_subcommand checkpoint; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "not __fish_elect_after_dashes" -l store -x -a "etcd:// etcds:// postgres:// file:"
 complete -c elect -n "__fish_elect_using_subcommand run; and __fish_elect_after_dashes" -x -a "(__fish_elect_command)"

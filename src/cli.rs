@@ -46,6 +46,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "Set for COMMAND: the holder's identity (--identity, else the hostname).",
     ),
     (
+        "ELECT_CHECKPOINT",
+        "Set for COMMAND: the lock's last checkpoint (elect checkpoint), if there is one of at most 4 KiB; never inherited.",
+    ),
+    (
         "ELECT_STORE",
         "Set for COMMAND: the store URL, without credentials.",
     ),
@@ -131,6 +135,15 @@ pub enum Command {
     /// Asks for confirmation on a terminal unless --yes.
     #[command(after_help = crate::exit::help_text("break"))]
     Break(BreakArgs),
+    /// Read or commit the lock's checkpoint: the progress the next holder resumes from.
+    ///
+    /// Run it from COMMAND: it reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN.
+    /// `put` stores VALUE (or stdin) only while the caller still holds the lock with its
+    /// token, checked and written in one atomic step in the store; at most 64 KiB of UTF-8
+    /// text. `get` prints the last one committed. The next holder also finds it in
+    /// ELECT_CHECKPOINT when it is at most 4 KiB.
+    #[command(after_help = crate::exit::help_text("checkpoint"))]
+    Checkpoint(CheckpointArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -303,6 +316,51 @@ pub struct BreakArgs {
     pub store: StoreArgs,
 
     /// Print one JSON object with the outcome on stdout (see the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `elect checkpoint` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckpointAction {
+    /// Print the last checkpoint committed.
+    Get,
+    /// Commit VALUE, or stdin, as the checkpoint.
+    Put,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// get or put.
+    #[arg(value_enum, value_name = "get|put")]
+    pub action: CheckpointAction,
+
+    /// The checkpoint to commit (put); without it, stdin is read to its end.
+    #[arg(value_name = "VALUE")]
+    pub value: Option<String>,
+
+    /// Name of the lock.
+    #[arg(
+        short,
+        long,
+        env = "ELECT_LOCK",
+        value_name = "NAME",
+        hide_env_values = true
+    )]
+    pub lock: String,
+
+    /// The holder's key in the store (put).
+    #[arg(long, env = "ELECT_KEY", value_name = "KEY", hide_env_values = true)]
+    pub holder_key: Option<String>,
+
+    /// The fencing token the holder was given (put).
+    #[arg(long, env = "ELECT_TOKEN", value_name = "T", hide_env_values = true)]
+    pub token: Option<u64>,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// get: print one JSON object, {value, token, at}.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,5 +1,5 @@
 //! What the shells' completions add to clap's generated ones: lock names
-//! from the store for `--lock` of `status`, `check` and `break` (asked of
+//! from the store for `--lock` of `status`, `check`, `break` and `checkpoint` (asked of
 //! `elect list --names-only` with a short `--connect-timeout`, quietly),
 //! the store URL schemes for `--store`, and commands, not files, after
 //! `--`. Signal names come from clap itself (`--signal`'s possible values).
@@ -10,7 +10,7 @@ use clap_complete::Shell;
 const ASK_WITHIN: &str = "500ms";
 
 /// The commands whose `--lock` names an existing lock.
-const LOCK_COMMANDS: &[&str] = &["status", "check", "break"];
+const LOCK_COMMANDS: &[&str] = &["status", "check", "break", "checkpoint"];
 
 /// The store URL schemes offered for `--store`.
 const SCHEMES: &str = "etcd:// etcds:// postgres:// file:";
@@ -110,7 +110,8 @@ fn zsh(script: &str) -> String {
         "[Name of the lock]:NAME:_elect_locks'",
         2 * LOCK_COMMANDS.len(),
     );
-    let script = replace(&script, "]:URL:_default'", "]:URL:_elect_stores'", 5);
+    // --store of each command: run, status, list, check, break, checkpoint.
+    let script = replace(&script, "]:URL:_default'", "]:URL:_elect_stores'", 6);
     let own = format!(
         r#"(( $+functions[_elect_locks] )) ||
 _elect_locks() {{

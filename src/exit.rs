@@ -92,7 +92,16 @@ pub const BREAK: &[(&str, &str)] = &[
     ("the lock was free, or its holder is not `--token`", "1"),
     ("not confirmed at the terminal's prompt", "2"),
 ];
-/// The codes `status`, `list`, `check` and `break` share.
+/// `elect checkpoint`.
+pub const CHECKPOINT: &[(&str, &str)] = &[
+    ("get: the checkpoint was printed; put: it was stored", "0"),
+    ("get: there is no checkpoint", "1"),
+    (
+        "put: the caller no longer holds the lock with its token (stderr names the holder now); nothing was stored",
+        "76",
+    ),
+];
+/// The codes `status`, `list`, `check`, `break` and `checkpoint` share.
 pub const COMMON: &[(&str, &str)] = &[
     ("usage error", "64"),
     (
@@ -112,6 +121,7 @@ pub const INSPECTION: &[(&str, &[(&str, &str)])] = &[
     ("list", LIST),
     ("check", CHECK),
     ("break", BREAK),
+    ("checkpoint", CHECKPOINT),
 ];
 
 /// All the codes of a command, by its name.

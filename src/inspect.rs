@@ -1,15 +1,20 @@
-//! `elect status`, `list`, `check` and `break`: what operators and scripts
-//! ask of a lock from outside.
+//! `elect status`, `list`, `check`, `break` and `checkpoint`: what
+//! operators and scripts ask of a lock from outside, and what a holder's
+//! command commits for the next.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cli::{BreakArgs, CheckArgs, ListArgs, StatusArgs, StoreArgs};
-use crate::exit::{DECLINED, Failure, NO, Outcome, YES};
+use crate::cli::{
+    BreakArgs, CheckArgs, CheckpointAction, CheckpointArgs, ListArgs, StatusArgs, StoreArgs,
+};
+use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
 use crate::log;
-use crate::store::{Broken, Check, Forced, Holder, Location, LockStatus, Store};
+use crate::store::{
+    Broken, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, Location, LockStatus, Put, Store,
+};
 
 /// How long a keep-alive ping may go unanswered: these commands are short.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,17 +34,39 @@ pub async fn status(args: StatusArgs) -> Outcome {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match store.status(&args.lock).await {
-        Ok(status) => {
-            if args.json {
-                println!("{}", to_json(&status, &location));
-            } else {
-                print!("{}", human(&status, &location));
-            }
-            Outcome::Exit(if status.holder.is_some() { YES } else { NO })
+    let (status, checkpoint) = tokio::join!(store.status(&args.lock), store.checkpoint(&args.lock));
+    let (status, checkpoint) = match (status, checkpoint) {
+        (Ok(status), Ok(checkpoint)) => (status, checkpoint),
+        (Err(e), _) | (_, Err(e)) => return Failure::from(e).into(),
+    };
+    if args.json {
+        let mut shown = to_json(&status, &location);
+        shown["checkpoint"] = match &checkpoint {
+            Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
+            None => Value::Null,
+        };
+        println!("{shown}");
+    } else {
+        print!("{}", human(&status, &location));
+        if let Some(c) = &checkpoint {
+            let age = humantime::parse_rfc3339(&c.at)
+                .ok()
+                .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+                .map_or(String::new(), |age| {
+                    format!(
+                        ", {} ago",
+                        crate::clock::show(Duration::from_secs(age.as_secs()))
+                    )
+                });
+            println!(
+                "  checkpoint: token {}, at {}{age} ({} bytes)",
+                c.token,
+                c.at,
+                c.value.len()
+            );
         }
-        Err(e) => Failure::from(e).into(),
     }
+    Outcome::Exit(if status.holder.is_some() { YES } else { NO })
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
@@ -382,6 +409,112 @@ fn shell_words(words: &[String]) -> String {
         }
     };
     words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+/// `elect checkpoint get|put`: the progress a holder commits for the next.
+pub async fn checkpoint(args: CheckpointArgs) -> Outcome {
+    // Everything that can be checked is, before the store is asked.
+    let put = match args.action {
+        CheckpointAction::Get => None,
+        CheckpointAction::Put => match checkpoint_to_put(&args) {
+            Ok(put) => Some(put),
+            Err(failure) => return failure.into(),
+        },
+    };
+    let (location, store) = match open(&args.store, Some(&args.lock)).await {
+        Ok(o) => o,
+        Err(failure) => return failure.into(),
+    };
+    let Some((key, checkpoint)) = put else {
+        return match store.checkpoint(&args.lock).await {
+            Ok(found) => {
+                if args.json {
+                    println!(
+                        "{}",
+                        json!({
+                            "lock": args.lock,
+                            "store": location.to_string(),
+                            "value": found.as_ref().map(|c| &c.value),
+                            "token": found.as_ref().map(|c| c.token),
+                            "at": found.as_ref().map(|c| &c.at),
+                        })
+                    );
+                } else if let Some(found) = &found {
+                    let end = if found.value.ends_with('\n') {
+                        ""
+                    } else {
+                        "\n"
+                    };
+                    print!("{}{end}", found.value);
+                }
+                match found {
+                    Some(_) => Outcome::Exit(YES),
+                    None => {
+                        log::verbose(format_args!("lock {} has no checkpoint", args.lock));
+                        Outcome::Exit(NO)
+                    }
+                }
+            }
+            Err(e) => Failure::from(e).into(),
+        };
+    };
+    match store.put_checkpoint(&args.lock, &key, &checkpoint).await {
+        Ok(Put::Stored) => {
+            log::verbose(format_args!(
+                "stored the checkpoint of lock {} with token {} ({} bytes)",
+                args.lock,
+                checkpoint.token,
+                checkpoint.value.len()
+            ));
+            Outcome::Exit(YES)
+        }
+        Ok(Put::Stale(why)) => {
+            log::error(format_args!(
+                "checkpoint not stored: {why}; the stored one is unchanged"
+            ));
+            Outcome::Exit(Code::Lost.value())
+        }
+        Err(e) => Failure::from(e).into(),
+    }
+}
+
+/// The key and the checkpoint that `put` is to store, checked.
+fn checkpoint_to_put(args: &CheckpointArgs) -> Result<(String, Checkpoint), Failure> {
+    let (Some(key), Some(token)) = (&args.holder_key, args.token) else {
+        return Err(Failure::usage(
+            "elect checkpoint put needs ELECT_KEY and ELECT_TOKEN (run it from the command that \
+             elect run started), or --holder-key and --token",
+        ));
+    };
+    let value = match &args.value {
+        Some(value) => value.clone(),
+        None => {
+            let mut bytes = Vec::new();
+            std::io::Read::take(std::io::stdin().lock(), CHECKPOINT_MAX as u64 + 2)
+                .read_to_end(&mut bytes)
+                .map_err(|e| {
+                    Failure::usage(format!("cannot read the checkpoint from stdin: {e}"))
+                })?;
+            // What `echo` adds is not part of it.
+            if bytes.ends_with(b"\n") {
+                bytes.pop();
+            }
+            String::from_utf8(bytes)
+                .map_err(|_| Failure::usage("the checkpoint is not UTF-8 text"))?
+        }
+    };
+    if value.len() > CHECKPOINT_MAX {
+        return Err(Failure::usage(format!(
+            "the checkpoint is more than {} KiB; store a position to resume from, not the data",
+            CHECKPOINT_MAX / 1024
+        )));
+    }
+    if value.contains('\0') {
+        return Err(Failure::usage(
+            "the checkpoint contains a NUL byte, which no environment variable can hold",
+        ));
+    }
+    Ok((key.clone(), Checkpoint::now(value, token)))
 }
 
 #[cfg(test)]

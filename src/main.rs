@@ -79,6 +79,7 @@ fn main() {
             Command::List(args) => inspect::list(args).await,
             Command::Check(args) => inspect::check(args).await,
             Command::Break(args) => inspect::break_lock(args).await,
+            Command::Checkpoint(args) => inspect::checkpoint(args).await,
         }
     });
     // Drop the runtime first: its blocking threads must not outlive a re-raise.

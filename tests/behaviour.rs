@@ -844,6 +844,97 @@ fn the_child_starts_with_default_signal_handling_whatever_elect_inherited<S: Sto
     );
 }
 
+/// `elect checkpoint` from outside a holder, with a holder's variables.
+fn checkpoint_cmd(
+    store: &str,
+    lock: &str,
+    held: Option<(&str, u64)>,
+    args: &[&str],
+) -> std::process::Output {
+    let mut c = elect();
+    c.arg("checkpoint")
+        .args(args)
+        .env("ELECT_STORE", store)
+        .env("ELECT_LOCK", lock);
+    if let Some((key, token)) = held {
+        c.env("ELECT_KEY", key)
+            .env("ELECT_TOKEN", token.to_string());
+    }
+    c.output().unwrap()
+}
+
+fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
+    let under_test = S::start("checkpoint");
+    let store = &under_test.url();
+    let lock = "resume";
+    let out = checkpoint_cmd(store, lock, None, &["get"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no checkpoint yet: {}",
+        stderr_of(&out)
+    );
+    assert!(out.stdout.is_empty());
+
+    // A commits twice (an argument, then stdin) and stays.
+    let script = r#"echo "start ${ELECT_CHECKPOINT:-none}"; echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; "$ELECT_BIN" checkpoint put 10 && echo 20 | "$ELECT_BIN" checkpoint put && echo stored; read _line"#;
+    let mut command = elect_run(store, lock, &["--ttl", "3s"], script);
+    command.env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"));
+    let mut a = Running::spawn(command);
+    assert_eq!(a.expect_line("start", 10 * SECOND), "none");
+    let a_key = a.expect_line("key", 10 * SECOND);
+    let a_token: u64 = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    a.expect_line("stored", 10 * SECOND);
+    let out = checkpoint_cmd(store, lock, None, &["get"]);
+    assert_eq!(stdout_of(&out), "20");
+    let out = checkpoint_cmd(store, lock, None, &["get", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["value"].as_str(), v["token"].as_u64()),
+        (Some("20"), Some(a_token))
+    );
+    let (_, shown) = status(store, lock, true);
+    let v: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(v["checkpoint"]["token"], a_token, "{shown}");
+    a.send_line("done");
+    assert_eq!(a.wait_code(10 * SECOND), 0);
+
+    // B starts from A's last checkpoint, and holds.
+    let script = r#"echo "start ${ELECT_CHECKPOINT:-none}"; echo "key $ELECT_KEY"; echo "token $ELECT_TOKEN"; read _line"#;
+    let mut b = Running::spawn(elect_run(store, lock, &["--ttl", "3s"], script));
+    assert_eq!(b.expect_line("start", 10 * SECOND), "20");
+    let b_key = b.expect_line("key", 10 * SECOND);
+    let b_token: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+
+    // A, stale, cannot write over B's lock; the value stays.
+    let out = checkpoint_cmd(store, lock, Some((&a_key, a_token)), &["put", "99"]);
+    assert_eq!(out.status.code(), Some(76), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains(&b_token.to_string()) && err.lines().count() == 1,
+        "names B's token {b_token}: {err}"
+    );
+    assert_eq!(
+        stdout_of(&checkpoint_cmd(store, lock, None, &["get"])),
+        "20"
+    );
+
+    // Too large: refused before the store is asked.
+    let big = "x".repeat(64 * 1024 + 1);
+    let out = checkpoint_cmd(store, lock, Some((&b_key, b_token)), &["put", &big]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("64 KiB"));
+
+    let out = checkpoint_cmd(store, lock, Some((&b_key, b_token)), &["put", "30"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    b.send_line("done");
+    assert_eq!(b.wait_code(10 * SECOND), 0);
+    let out = elect_run(store, lock, &[], "echo \"start $ELECT_CHECKPOINT\"")
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(&out), "start 30", "{}", stderr_of(&out));
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -860,6 +951,7 @@ macro_rules! stores {
             ctrl_c_while_waiting_leaves_the_queue_at_once,
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,
+            checkpoints_are_fenced_and_reach_the_next_holder,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

@@ -22,7 +22,7 @@ use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::store::{Lock, Loss, Session};
+use crate::store::{CHECKPOINT_IN_ENV_MAX, Lock, Loss, Session};
 use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
 
@@ -124,17 +124,36 @@ impl Job {
         keeper: &Keeper,
     ) -> Result<Supervisor, Failure> {
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
-        let guard = guard.ready().await.map_err(spawned)?;
+        // The checkpoint comes with the acquisition where the store can
+        // (etcd when first at once, PostgreSQL always); else it is read now,
+        // beside the guard's start.
+        let (guard, checkpoint) = tokio::join!(guard.ready(), lock.checkpoint());
+        let guard = guard.map_err(spawned)?;
+        let checkpoint = checkpoint.map_err(|e| {
+            Failure::from(e).about(format_args!("the checkpoint of lock {}", self.lock))
+        })?;
         timeline::step("guard ready");
         let held = lock
             .hold_fds()
             .map_err(|e| Failure::software(format!("cannot hand the lock to the guard: {e}")))?;
         let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
+        let mut set_env = vec![
+            ("ELECT_KEY".into(), lock.key().to_string()),
+            ("ELECT_LEASE_ID".into(), session.id()),
+        ];
+        match checkpoint {
+            Some(c) if c.value.len() <= CHECKPOINT_IN_ENV_MAX => {
+                set_env.push(("ELECT_CHECKPOINT".into(), c.value));
+            }
+            Some(c) => log::verbose(format_args!(
+                "the checkpoint is {} bytes, more than ELECT_CHECKPOINT takes ({CHECKPOINT_IN_ENV_MAX}); \
+                 the command reads it with elect checkpoint get",
+                c.value.len()
+            )),
+            None => {}
+        }
         let handover = Handover {
-            set_env: vec![
-                ("ELECT_KEY".into(), lock.key().to_string()),
-                ("ELECT_LEASE_ID".into(), session.id()),
-            ],
+            set_env,
             held: &held,
             release_order: self.location.release_order(&session.id()),
         };

@@ -41,6 +41,9 @@ use signals::Signals;
 /// elect's own variable that may carry a secret; each store names its own.
 const OWN_SECRETS: &[&str] = &["ELECT_PASSWORD"];
 
+/// What elect sets for the command only when it applies: never inherited.
+const OWN_WHEN_SET: &[&str] = &["ELECT_CHECKPOINT"];
+
 /// How long to try to revoke the lease on the way out; if the store cannot
 /// be reached, the lease expires on its own.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -253,7 +256,7 @@ impl Job {
                 ("ELECT_IDENTITY".into(), self.identity.clone()),
                 ("ELECT_STORE".into(), self.location.to_string()),
             ],
-            remove_env: secrets.map(|s| s.to_string()).collect(),
+            remove_env: secrets.chain(OWN_WHEN_SET).map(|s| s.to_string()).collect(),
             signal: self.signal,
             grace: self.timing.grace(),
         }

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Broken, Check, HolderRecord, LockStatus};
+use super::holder::{Broken, Check, Checkpoint, HolderRecord, LockStatus, Put};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -49,6 +49,19 @@ pub trait Store {
         token: Option<u64>,
         force: bool,
     ) -> Boxed<'a, Result<Broken, StoreError>>;
+    /// The last checkpoint of `lock`, if any. Kept apart from the queue,
+    /// so that it never looks like a holder or a waiter.
+    fn checkpoint<'a>(&'a self, lock: &'a str)
+    -> Boxed<'a, Result<Option<Checkpoint>, StoreError>>;
+    /// Store `checkpoint` for `lock` if the holder of `key` still holds it
+    /// with `checkpoint.token`: the check and the write are one atomic step
+    /// in the store.
+    fn put_checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> Boxed<'a, Result<Put, StoreError>>;
 }
 
 /// A lease, renewed by its [`Renewer`]s, under which locks are queued for.
@@ -92,6 +105,8 @@ pub trait Lock {
     /// queued for several locks does with the others once one is its own.
     #[allow(dead_code)]
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// The lock's checkpoint as of our turn (call it once the lock is ours).
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>>;
     /// Descriptors that hold the lock and that the guard must keep open until
     /// the command's process group is dead, so that a crash of elect cannot
     /// release the lock while its command still runs.

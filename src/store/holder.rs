@@ -103,6 +103,51 @@ impl HolderRecord {
     }
 }
 
+/// The largest checkpoint a store keeps: a checkpoint is a position to
+/// resume from (an offset, a key, a little JSON), not the work's data.
+pub const CHECKPOINT_MAX: usize = 64 * 1024;
+
+/// The largest checkpoint handed to the command in `ELECT_CHECKPOINT`; a
+/// larger one is read with `elect checkpoint get`.
+pub const CHECKPOINT_IN_ENV_MAX: usize = 4096;
+
+/// The progress a holder committed for the next one to resume from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub value: String,
+    /// The token of the holder that wrote it.
+    pub token: u64,
+    /// When it was written, RFC 3339 UTC.
+    pub at: String,
+}
+
+impl Checkpoint {
+    /// A checkpoint written now by the holder of `token`.
+    pub fn now(value: String, token: u64) -> Checkpoint {
+        Checkpoint {
+            value,
+            token,
+            at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a checkpoint always serializes")
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// What `elect checkpoint put` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    Stored,
+    /// The caller no longer holds the lock, and why (naming the newer token).
+    Stale(String),
+}
+
 /// What `elect break` writes into a holder's record: who asks, and when.
 pub fn break_request() -> String {
     format!(

@@ -20,7 +20,10 @@ mod secret;
 pub use api::{
     Boxed, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn, first_turn,
 };
-pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, check_lock_name};
+pub use holder::{
+    Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,
+    LockStatus, Put, check_lock_name,
+};
 
 use std::fmt;
 use std::path::PathBuf;

@@ -12,7 +12,7 @@ use super::session::EtcdSession;
 use super::{RETRY, changed, deleted, key_exists, own_key, retry};
 use crate::clock::Instant;
 use crate::log;
-use crate::store::{Boxed, HolderRecord, Lock, Loss, StoreError, Turn};
+use crate::store::{Boxed, Checkpoint, HolderRecord, Lock, Loss, StoreError, Turn};
 
 pub struct EtcdLock<'a> {
     pub(super) session: &'a EtcdSession,
@@ -24,6 +24,8 @@ pub struct EtcdLock<'a> {
     pub(super) record: HolderRecord,
     /// The key was the lock's oldest when it was put: the lock is ours.
     pub(super) first: std::cell::Cell<bool>,
+    /// The checkpoint, read with the put when the lock was ours at once.
+    pub(super) checkpoint: std::cell::RefCell<Option<Option<Checkpoint>>>,
 }
 
 /// How long after getting the lock its time is written into the key: never
@@ -49,6 +51,27 @@ impl Lock for EtcdLock<'_> {
 
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(self.delete_own_key())
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move {
+            // Read with the put, or now: after a wait, the last holder may
+            // have written one since.
+            let early = self.checkpoint.borrow_mut().take();
+            match early {
+                Some(checkpoint) => Ok(checkpoint),
+                None => {
+                    let session = self.session;
+                    super::read_checkpoint(
+                        &session.client,
+                        &session.patience,
+                        &session.shown,
+                        &self.lock,
+                    )
+                    .await
+                }
+            }
+        })
     }
 }
 

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    KeyValue, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions,
+    KeyValue, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
 use tokio::time::{sleep, timeout};
 
@@ -29,7 +30,8 @@ mod target;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Broken, Check, Forced, Holder, HolderRecord, LockStatus, Session, Store, StoreError,
+    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Put, Session,
+    Store, StoreError,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -205,6 +207,101 @@ impl Store for Etcd {
         force: bool,
     ) -> Boxed<'a, Result<Broken, StoreError>> {
         Box::pin(self.break_holder(lock, token, force))
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(self.read_checkpoint(lock))
+    }
+
+    fn put_checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(self.write_checkpoint(lock, key, checkpoint))
+    }
+}
+
+/// The checkpoint of `lock`, if any.
+async fn read_checkpoint(
+    client: &Client,
+    patience: &Patience,
+    shown: &str,
+    lock: &str,
+) -> Result<Option<Checkpoint>, StoreError> {
+    let key = checkpoint_key(lock);
+    let mut reply = retry(patience, || {
+        let mut kv = client.kv_client();
+        let key = key.clone();
+        async move { kv.get(key, None).await }
+    })
+    .await
+    .map_err(|e| e.unreachable(shown, patience.within))?;
+    Ok(reply
+        .take_kvs()
+        .first()
+        .and_then(|kv| Checkpoint::from_json(kv.value())))
+}
+
+/// Where the checkpoint of `lock` lives: beside its queue, not in it, so
+/// that `etcdctl lock` never takes it for a contender.
+pub(super) fn checkpoint_key(lock: &str) -> String {
+    format!("{lock}.checkpoint")
+}
+
+impl Etcd {
+    async fn read_checkpoint(&self, lock: &str) -> Result<Option<Checkpoint>, StoreError> {
+        read_checkpoint(&self.client, &self.patience, &self.shown, lock).await
+    }
+
+    /// Put the checkpoint if the holder's key still has the create revision
+    /// that is its token; else name the holder now.
+    async fn write_checkpoint(
+        &self,
+        lock: &str,
+        key: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<Put, StoreError> {
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key,
+                CompareOp::Equal,
+                checkpoint.token as i64,
+            )])
+            .and_then([TxnOp::put(checkpoint_key(lock), checkpoint.to_json(), None)])
+            .or_else([TxnOp::get(format!("{lock}/"), Some(oldest))]);
+        let reply = retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        if reply.succeeded() {
+            return Ok(Put::Stored);
+        }
+        let holder = match reply.op_responses().first() {
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(holder_of),
+            _ => None,
+        };
+        Ok(Put::Stale(match holder {
+            Some(h) => format!(
+                "lock {lock} is held by {h} now, not by token {}",
+                checkpoint.token
+            ),
+            None => format!(
+                "lock {lock} is free: token {} no longer holds it",
+                checkpoint.token
+            ),
+        }))
     }
 }
 

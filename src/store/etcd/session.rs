@@ -14,7 +14,7 @@ use super::lock::EtcdLock;
 use super::{Etcd, Failed, Members, Patience, describe, retry, revoke};
 use crate::clock::Instant;
 use crate::log;
-use crate::store::{Boxed, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
+use crate::store::{Boxed, Checkpoint, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
 
 pub struct EtcdSession {
     pub(super) client: Client,
@@ -25,7 +25,7 @@ pub struct EtcdSession {
     granted_at: Instant,
     /// How long to keep retrying a request before giving up.
     pub(super) patience: Patience,
-    shown: String,
+    pub(super) shown: String,
     /// The grant, on its way while the first key is put (see [`Etcd::grant`]).
     grant: RefCell<Option<Grant>>,
     /// The grant failed: there is no lease to revoke.
@@ -190,6 +190,9 @@ impl EtcdSession {
                     Some(PutOptions::new().with_lease(self.id)),
                 ),
                 TxnOp::get(format!("{lock}/"), Some(oldest)),
+                // And the checkpoint, which a holder that is first at once
+                // needs before its command starts.
+                TxnOp::get(super::checkpoint_key(&lock), None),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
         let send = || {
@@ -234,6 +237,14 @@ impl EtcdSession {
             if get.kvs().first().is_some_and(|kv| {
                 kv.key() == key.as_bytes() && kv.create_revision() == token
             }));
+        let checkpoint = match reply.op_responses().get(2) {
+            Some(TxnOpResponse::Get(get)) if first => Some(
+                get.kvs()
+                    .first()
+                    .and_then(|kv| Checkpoint::from_json(kv.value())),
+            ),
+            _ => None,
+        };
         log::verbose(format_args!(
             "queued for lock {lock} as {key} (token {token})"
         ));
@@ -244,6 +255,7 @@ impl EtcdSession {
             rank: token.unsigned_abs(),
             record: record.clone(),
             first: std::cell::Cell::new(first),
+            checkpoint: std::cell::RefCell::new(checkpoint),
         })
     }
 

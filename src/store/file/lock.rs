@@ -13,7 +13,9 @@ use std::time::Duration;
 use super::{BREAK_REQUEST, Dir, FileHolder, read_nofollow, stem};
 use crate::clock::Instant;
 use crate::log;
-use crate::store::{Boxed, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn};
+use crate::store::{
+    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
+};
 
 /// How often a held lock file is looked at: someone may remove or replace
 /// it (`elect break` does). A stat each second costs nothing; an inotify
@@ -209,6 +211,10 @@ impl Lock for FileLock {
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
         self.let_go();
         Box::pin(async { Ok(()) })
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move { self.dir.checkpoint(&self.stem) })
     }
 
     fn hold_fds(&self) -> std::io::Result<Vec<OwnedFd>> {

@@ -32,8 +32,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Broken, Check, Holder, HolderRecord, Kind, LockStatus, Session, Store, StoreError,
-    Target,
+    Boxed, Broken, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Put, Session, Store,
+    StoreError, Target,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -322,6 +322,22 @@ impl Store for FileStore {
     ) -> Boxed<'a, Result<Broken, StoreError>> {
         Box::pin(self.break_holder(lock, token))
     }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move { self.existing()?.checkpoint(&stem(lock)) })
+    }
+
+    fn put_checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move { self.existing()?.put_checkpoint(lock, key, checkpoint) })
+    }
 }
 
 impl FileStore {
@@ -485,7 +501,83 @@ impl Dir {
         Ok(())
     }
 
-    /// The next token for `stem`, durable before it is returned.
+    /// The checkpoint of `stem`, if any.
+    pub(super) fn checkpoint(&self, stem: &str) -> Result<Option<Checkpoint>, StoreError> {
+        let path = self.path(stem, ".checkpoint");
+        match read_nofollow(&path) {
+            Ok(text) => Checkpoint::from_json(text.as_bytes())
+                .map(Some)
+                .ok_or_else(|| {
+                    StoreError::config(format!("checkpoint {} is corrupt", path.display()))
+                }),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::config(format!(
+                "checkpoint {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Write the checkpoint of `lock` if no token after the writer's was
+    /// handed out: under the counter's own flock, which every new token
+    /// takes too, so that the check and the rename are one step.
+    fn put_checkpoint(
+        &self,
+        lock: &str,
+        key: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<Put, StoreError> {
+        let stem = stem(lock);
+        let path = self.path(&stem, ".token");
+        let fail = |e: std::io::Error| {
+            StoreError::config(format!("token counter {}: {e}", path.display()))
+        };
+        if key != self.path(&stem, ".lock").display().to_string() {
+            return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
+        }
+        let mut counter = loop {
+            let file = match open_nofollow(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == IoKind::NotFound => {
+                    return Ok(Put::Stale(format!("lock {lock} never had a holder")));
+                }
+                Err(e) => return Err(fail(e)),
+            };
+            file.lock().map_err(fail)?;
+            // Replaced meanwhile (a counter rewritten in the new layout):
+            // the lock that counts is the new file's.
+            let ours = file.metadata().map_err(fail)?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => break file,
+                _ => continue,
+            }
+        };
+        let last = match counter::parse(&counter::read(&mut counter).map_err(fail)?) {
+            Ok(Counter::Slots(n) | Counter::Line(n)) => n,
+            Err(Corrupt(what)) => {
+                return Err(StoreError::config(format!(
+                    "token counter {} is corrupt ({what})",
+                    path.display()
+                )));
+            }
+        };
+        if last != checkpoint.token {
+            return Ok(Put::Stale(format!(
+                "a later holder of lock {lock} got token {last}"
+            )));
+        }
+        self.replace(&stem, ".checkpoint", checkpoint.to_json().as_bytes(), true)
+            .map_err(|e| {
+                StoreError::config(format!(
+                    "checkpoint {}: {e}",
+                    self.path(&stem, ".checkpoint").display()
+                ))
+            })?;
+        Ok(Put::Stored)
+    }
+
+    /// The next token for `stem`, durable before it is returned, under the
+    /// counter's flock (see [`Dir::put_checkpoint`]).
     fn next_token(&self, stem: &str) -> Result<u64, StoreError> {
         let path = self.path(stem, ".token");
         let fail = |e: std::io::Error| {
@@ -506,12 +598,14 @@ impl Dir {
             }
             opened => opened.map_err(fail)?,
         };
+        file.lock().map_err(fail)?;
         let last = match counter::parse(&counter::read(&mut file).map_err(fail)?) {
             Ok(Counter::Slots(last)) => last,
             Ok(Counter::Line(last)) => {
                 self.replace(stem, ".token", &counter::fresh(last), true)
                     .map_err(fail)?;
                 file = open().map_err(fail)?;
+                file.lock().map_err(fail)?;
                 last
             }
             Err(Corrupt(what)) => {

@@ -50,7 +50,8 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Check, Forced, Holder, HolderRecord, LockStatus, Session, Store, StoreError,
+    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Put, Session,
+    Store, StoreError,
 };
 use conn::{Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -512,4 +513,69 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<Broken, StoreError>> {
         Box::pin(self.break_holder(lock, token, force))
     }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move {
+            let rows = self.read(&self.sql.checkpoint, lock).await?;
+            Ok(rows.first().and_then(|row| checkpoint_of(row, 0)))
+        })
+    }
+
+    fn put_checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move {
+            let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
+                return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
+            };
+            let fence = checkpoint.token as i64;
+            let rows = self
+                .query(
+                    &self.sql.put_checkpoint,
+                    &[
+                        (&lock, Type::TEXT),
+                        (&tenure, Type::TEXT),
+                        (&fence, Type::INT8),
+                        (&checkpoint.value, Type::TEXT),
+                    ],
+                )
+                .await?;
+            let row = &rows[0];
+            if row.get::<_, bool>(0) {
+                return Ok(Put::Stored);
+            }
+            let now: Option<i64> = row.get(1);
+            let live: Option<bool> = row.get(2);
+            Ok(Put::Stale(match (now, live) {
+                (Some(now), Some(true)) if now as u64 != checkpoint.token => format!(
+                    "lock {lock} is held with token {now} now, not {}",
+                    checkpoint.token
+                ),
+                (Some(now), _) if now as u64 > checkpoint.token => {
+                    format!("a later holder of lock {lock} got token {now}")
+                }
+                _ => format!(
+                    "lock {lock} is free: token {} no longer holds it",
+                    checkpoint.token
+                ),
+            }))
+        })
+    }
+}
+
+/// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
+/// token, time.
+fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Option<Checkpoint> {
+    let value: Option<String> = row.get(at);
+    Some(Checkpoint {
+        value: value?,
+        token: row.get::<_, Option<i64>>(at + 1).unwrap_or(0) as u64,
+        at: row.get::<_, Option<String>>(at + 2).unwrap_or_default(),
+    })
 }

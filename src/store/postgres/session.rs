@@ -23,7 +23,8 @@ use super::{POLL_EVERY, Postgres, missing_tables};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::{
-    Boxed, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
+    Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
+    Turn,
 };
 
 /// How long a holder's command runs before its elect listens for news of
@@ -121,6 +122,7 @@ impl Session for PgSession<'_> {
                 key: key(&lock, &self.shared.tenure),
                 record: record.acquired_now().to_json(),
                 lock,
+                checkpoint: RefCell::new(None),
             });
             Ok(lock)
         })
@@ -194,6 +196,8 @@ struct PgLock<'s> {
     lock: String,
     key: String,
     record: String,
+    /// The checkpoint, as the acquisition found the row.
+    checkpoint: RefCell<Option<Checkpoint>>,
 }
 
 /// Why an acquisition attempt failed.
@@ -238,6 +242,7 @@ impl PgLock<'_> {
         Ok(match fence {
             Some(fence) => {
                 shared.held.borrow_mut().insert(self.lock.clone());
+                *self.checkpoint.borrow_mut() = super::checkpoint_of(&rows[0], 3);
                 Attempt::Ours(fence as u64)
             }
             None => Attempt::Busy(left.map(|ms| Duration::from_millis(ms.max(0) as u64))),
@@ -422,6 +427,10 @@ impl Lock for PgLock<'_> {
 
     fn lost(&self) -> Boxed<'_, Loss> {
         Box::pin(self.watch())
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move { Ok(self.checkpoint.borrow_mut().take()) })
     }
 
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {

@@ -15,6 +15,10 @@ pub const LAYOUT: &[(&str, &str, &str)] = &[
     ("lease", "renewed_at", "timestamp with time zone"),
     ("lease", "acquired_at", "timestamp with time zone"),
     ("lease", "holder", "jsonb"),
+    ("lease", "checkpoint", "text"),
+    ("lease", "checkpoint_fence", "bigint"),
+    ("lease", "checkpoint_at", "timestamp with time zone"),
+    ("lease", "shards", "integer"),
     ("waiter", "name", "text"),
     ("waiter", "tenure", "text"),
     ("waiter", "since", "timestamp with time zone"),
@@ -34,7 +38,8 @@ pub fn create_tables(s: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {s}.lease (name text PRIMARY KEY, tenure text, \
          fence bigint NOT NULL, expires_at timestamptz NOT NULL, renewed_at timestamptz, \
-         acquired_at timestamptz, holder jsonb); \
+         acquired_at timestamptz, holder jsonb, checkpoint text, checkpoint_fence bigint, \
+         checkpoint_at timestamptz, shards integer); \
          CREATE TABLE IF NOT EXISTS {s}.waiter (name text NOT NULL, tenure text NOT NULL, \
          since timestamptz NOT NULL, expires_at timestamptz NOT NULL, holder jsonb, \
          PRIMARY KEY (name, tenure));"
@@ -62,9 +67,16 @@ pub struct Sql {
     pub list: String,
     pub ask: String,
     pub look: String,
+    pub checkpoint: String,
+    pub put_checkpoint: String,
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
+}
+
+/// A timestamp column as RFC 3339 UTC with milliseconds.
+fn rfc3339(column: &str) -> String {
+    format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
 }
 
 /// Milliseconds left until `expires_at`, or NULL once it has passed
@@ -97,7 +109,7 @@ impl Sql {
                      holder = CASE WHEN l.tenure = excluded.tenure THEN l.holder ELSE excluded.holder END, \
                      tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at \
                    WHERE l.expires_at <= clock_timestamp() OR l.tenure = excluded.tenure \
-                   RETURNING l.fence), \
+                   RETURNING l.fence, l.checkpoint, l.checkpoint_fence, l.checkpoint_at), \
                  queued AS ( \
                    INSERT INTO {s}.waiter (name, tenure, since, expires_at, holder) \
                    SELECT $1, $2, clock_timestamp(), clock_timestamp() + {ttl}, $4::jsonb \
@@ -108,8 +120,11 @@ impl Sql {
                    AND (w.tenure = $2 OR w.expires_at < clock_timestamp()) \
                    AND EXISTS (SELECT 1 FROM taken)) \
                  SELECT (SELECT fence FROM taken), \
-                   (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}",
-                left("l.expires_at")
+                   (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}, \
+                   (SELECT checkpoint FROM taken), (SELECT checkpoint_fence FROM taken), \
+                   (SELECT {} FROM taken)",
+                left("l.expires_at"),
+                rfc3339("checkpoint_at")
             ),
             // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: the lease
             // is gone. Also tells of break requests.
@@ -184,6 +199,26 @@ impl Sql {
                 "SELECT tenure, coalesce(expires_at > clock_timestamp(), false), \
                    holder->>'break_request' FROM {s}.lease WHERE name = $1"
             ),
+            // $1 lock: its checkpoint, the token that wrote it, when.
+            checkpoint: format!(
+                "SELECT checkpoint, checkpoint_fence, {} FROM {s}.lease \
+                 WHERE name = $1 AND checkpoint IS NOT NULL",
+                rfc3339("checkpoint_at")
+            ),
+            // $1 lock, $2 tenure, $3 fence, $4 value: store the checkpoint
+            // if the writer still holds the lease with that fence. Returns
+            // whether it did, and the row's fence and liveness for a refusal.
+            put_checkpoint: format!(
+                "WITH put AS ( \
+                   UPDATE {s}.lease SET checkpoint = $4, checkpoint_fence = fence, \
+                     checkpoint_at = clock_timestamp() \
+                   WHERE name = $1 AND tenure = $2 AND fence = $3::bigint \
+                     AND expires_at > clock_timestamp() RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM put), \
+                   (SELECT fence FROM {s}.lease WHERE name = $1), \
+                   (SELECT tenure IS NOT NULL AND expires_at > clock_timestamp() \
+                      FROM {s}.lease WHERE name = $1), {DURABLE}"
+            ),
             // $1 lock, $2 tenure: end a holder's lease now.
             end: format!(
                 "WITH freed AS ( \
@@ -204,6 +239,32 @@ impl Sql {
                  {} COMMIT;",
                 create_tables(&s)
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README gives administrators the very SQL elect would run.
+    #[test]
+    fn the_readme_has_the_setup_sql() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let s = "\"elect\"";
+        let wanted = create_tables(s).replace(" IF NOT EXISTS", "") + " " + &grants(s, "batch");
+        for statement in wanted.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            assert!(
+                readme.contains(&format!("{statement};")),
+                "README.md lacks: {statement};"
+            );
+        }
+        for (table, column, _) in LAYOUT {
+            assert!(
+                create_tables(s).contains(&format!("{column} ")),
+                "{table}.{column} is created"
+            );
         }
     }
 }
