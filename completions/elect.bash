@@ -136,7 +136,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__break)
-            opts="-l -y -q -v -h -V --lock --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-l -y -q -v -h -V --lock --shard --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -147,6 +147,10 @@ _elect_clap() {
                     return 0
                     ;;
                 -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -194,7 +198,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__check)
-            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-l -q -v -h -V --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -205,6 +209,10 @@ _elect_clap() {
                     return 0
                     ;;
                 -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -256,7 +264,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__checkpoint)
-            opts="-l -q -v -h -V --lock --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version get put"
+            opts="-l -q -v -h -V --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version get put"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -267,6 +275,10 @@ _elect_clap() {
                     return 0
                     ;;
                 -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -480,7 +492,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-l -w -n -q -v -h -V --lock --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
+            opts="-l -w -n -q -v -h -V --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -491,6 +503,14 @@ _elect_clap() {
                     return 0
                     ;;
                 -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shards)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefer-shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -38,6 +38,8 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the cur
 complete -c elect -n "__fish_elect_needs_command" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l shards -d 'Split the lock into N shards, each with one owner: take a free one, or wait in every shard\'s queue and keep the first won. COMMAND gets ELECT_SHARD (0..N-1) and ELECT_SHARDS. N is recorded on first use; another N is refused (exit 78)' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l prefer-shard -d 'With --shards: take shard K when it is free [default: the shard this --identity held last]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked)' -r -F
@@ -101,6 +103,7 @@ complete -c elect -n "__fish_elect_using_subcommand list" -s v -l verbose -d 'Sh
 complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
@@ -118,6 +121,7 @@ complete -c elect -n "__fish_elect_using_subcommand check" -s v -l verbose -d 'S
 complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l shard -d 'For a lock run with --shards: the shard to break' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
@@ -136,6 +140,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'S
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l holder-key -d 'The holder\'s key in the store (put)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l token -d 'The fencing token the holder was given (put)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r

@@ -46,6 +46,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "Set for COMMAND: the holder's identity (--identity, else the hostname).",
     ),
     (
+        "ELECT_SHARD, ELECT_SHARDS",
+        "Set for COMMAND with --shards: the shard it owns (0 to N-1), and N; never inherited.",
+    ),
+    (
         "ELECT_CHECKPOINT",
         "Set for COMMAND: the lock's last checkpoint (elect checkpoint), if there is one of at most 4 KiB; never inherited.",
     ),
@@ -276,6 +280,10 @@ pub struct CheckArgs {
     )]
     pub lock: String,
 
+    /// For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets).
+    #[arg(long, env = "ELECT_SHARD", value_name = "K", hide_env_values = true)]
+    pub shard: Option<u32>,
+
     /// The holder's key in the store.
     #[arg(long, env = "ELECT_KEY", value_name = "KEY", hide_env_values = true)]
     pub holder_key: String,
@@ -297,6 +305,10 @@ pub struct BreakArgs {
     /// Name of the lock.
     #[arg(short, long, value_name = "NAME")]
     pub lock: String,
+
+    /// For a lock run with --shards: the shard to break.
+    #[arg(long, value_name = "K")]
+    pub shard: Option<u32>,
 
     /// Only if the holder's token is T: refuse when the holder changed meanwhile.
     #[arg(long, value_name = "T")]
@@ -349,6 +361,10 @@ pub struct CheckpointArgs {
     )]
     pub lock: String,
 
+    /// For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets).
+    #[arg(long, env = "ELECT_SHARD", value_name = "K", hide_env_values = true)]
+    pub shard: Option<u32>,
+
     /// The holder's key in the store (put).
     #[arg(long, env = "ELECT_KEY", value_name = "KEY", hide_env_values = true)]
     pub holder_key: Option<String>,
@@ -370,6 +386,23 @@ pub struct RunArgs {
     /// Name of the lock. Segments of ASCII letters, digits, '.', '_' and '-', separated by '/'.
     #[arg(short, long, value_name = "NAME")]
     pub lock: String,
+
+    /// Split the lock into N shards, each with one owner: take a free one, or wait in every
+    /// shard's queue and keep the first won. COMMAND gets ELECT_SHARD (0..N-1) and
+    /// ELECT_SHARDS. N is recorded on first use; another N is refused (exit 78).
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
+
+    /// With --shards: take shard K when it is free [default: the shard this --identity held
+    /// last].
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "shards",
+        env = "ELECT_PREFER_SHARD",
+        hide_env_values = true
+    )]
+    pub prefer_shard: Option<u32>,
 
     #[command(flatten)]
     pub store: StoreArgs,

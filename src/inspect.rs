@@ -14,6 +14,7 @@ use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
 use crate::log;
 use crate::store::{
     Broken, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, Location, LockStatus, Put, Store,
+    shard_lock,
 };
 
 /// How long a keep-alive ping may go unanswered: these commands are short.
@@ -34,39 +35,86 @@ pub async fn status(args: StatusArgs) -> Outcome {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    let (status, checkpoint) = tokio::join!(store.status(&args.lock), store.checkpoint(&args.lock));
-    let (status, checkpoint) = match (status, checkpoint) {
-        (Ok(status), Ok(checkpoint)) => (status, checkpoint),
-        (Err(e), _) | (_, Err(e)) => return Failure::from(e).into(),
+    let shards = match store.shards(&args.lock, None).await {
+        Ok(shards) => shards,
+        Err(e) => return Failure::from(e).into(),
     };
-    if args.json {
-        let mut shown = to_json(&status, &location);
-        shown["checkpoint"] = match &checkpoint {
+    let locks: Vec<String> = match shards {
+        Some(n) => (0..n).map(|k| shard_lock(&args.lock, k)).collect(),
+        None => vec![args.lock.clone()],
+    };
+    let mut shown = Vec::with_capacity(locks.len());
+    for lock in &locks {
+        let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
+        match (status, checkpoint) {
+            (Ok(status), Ok(checkpoint)) => shown.push((status, checkpoint)),
+            (Err(e), _) | (_, Err(e)) => return Failure::from(e).into(),
+        }
+    }
+    let held = shown.iter().filter(|(s, _)| s.holder.is_some()).count();
+    let status_json = |status: &LockStatus, checkpoint: &Option<Checkpoint>| {
+        let mut one = to_json(status, &location);
+        one["checkpoint"] = match checkpoint {
             Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
             None => Value::Null,
         };
-        println!("{shown}");
-    } else {
-        print!("{}", human(&status, &location));
-        if let Some(c) = &checkpoint {
-            let age = humantime::parse_rfc3339(&c.at)
-                .ok()
-                .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
-                .map_or(String::new(), |age| {
-                    format!(
-                        ", {} ago",
-                        crate::clock::show(Duration::from_secs(age.as_secs()))
-                    )
-                });
+        one
+    };
+    match (shards, args.json) {
+        (None, true) => println!("{}", status_json(&shown[0].0, &shown[0].1)),
+        (Some(n), true) => {
+            let each: Vec<Value> = shown
+                .iter()
+                .enumerate()
+                .map(|(k, (status, checkpoint))| {
+                    let mut one = status_json(status, checkpoint);
+                    one["shard"] = json!(k);
+                    one
+                })
+                .collect();
             println!(
-                "  checkpoint: token {}, at {}{age} ({} bytes)",
-                c.token,
-                c.at,
-                c.value.len()
+                "{}",
+                json!({
+                    "lock": args.lock,
+                    "store": location.to_string(),
+                    "shards": n,
+                    "held": held,
+                    "shard": each,
+                })
             );
         }
+        (shards, false) => {
+            if let Some(n) = shards {
+                println!("lock {} at {location}: {n} shards, {held} held", args.lock);
+            }
+            for (status, checkpoint) in &shown {
+                print!("{}", human(status, &location));
+                if let Some(c) = checkpoint {
+                    println!(
+                        "  checkpoint: token {}, at {}{} ({} bytes)",
+                        c.token,
+                        c.at,
+                        age(&c.at),
+                        c.value.len()
+                    );
+                }
+            }
+        }
     }
-    Outcome::Exit(if status.holder.is_some() { YES } else { NO })
+    Outcome::Exit(if held > 0 { YES } else { NO })
+}
+
+/// ", N ago" for an RFC 3339 time, if it can be read.
+fn age(at: &str) -> String {
+    humantime::parse_rfc3339(at)
+        .ok()
+        .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+        .map_or(String::new(), |age| {
+            format!(
+                ", {} ago",
+                crate::clock::show(Duration::from_secs(age.as_secs()))
+            )
+        })
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
@@ -139,7 +187,10 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
     out
 }
 
-pub async fn check(args: CheckArgs) -> Outcome {
+pub async fn check(mut args: CheckArgs) -> Outcome {
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     let (location, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
@@ -180,7 +231,10 @@ pub async fn check(args: CheckArgs) -> Outcome {
     }
 }
 
-pub async fn break_lock(args: BreakArgs) -> Outcome {
+pub async fn break_lock(mut args: BreakArgs) -> Outcome {
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     let (location, store) = match open(&args.store, Some(&args.lock)).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
@@ -412,7 +466,10 @@ fn shell_words(words: &[String]) -> String {
 }
 
 /// `elect checkpoint get|put`: the progress a holder commits for the next.
-pub async fn checkpoint(args: CheckpointArgs) -> Outcome {
+pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     // Everything that can be checked is, before the store is asked.
     let put = match args.action {
         CheckpointAction::Get => None,

@@ -63,6 +63,10 @@ trait StoreUnderTest: Sized {
     fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str);
     /// How long elect may take to notice an outside end, at this TTL.
     fn notices_outside_end_within(ttl: Duration) -> Duration;
+    /// Contenders for a shard's lock, as for any lock.
+    fn shard_contenders(&self, shard_lock: &str) -> usize {
+        self.contenders(shard_lock)
+    }
 }
 
 impl StoreUnderTest for Etcd {
@@ -935,6 +939,200 @@ fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
     assert_eq!(stdout_of(&out), "start 30", "{}", stderr_of(&out));
 }
 
+/// `elect status --json` of a sharded lock: the token of each shard's
+/// holder, `None` where a shard is free.
+fn shard_tokens(store: &str, lock: &str) -> Vec<Option<u64>> {
+    let (_, out) = status(store, lock, true);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["shard"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not sharded: {out}"))
+        .iter()
+        .map(|s| s["token"].as_u64())
+        .collect()
+}
+
+/// Wait until `held` shards of `lock` are held; their tokens.
+fn wait_shards_held(store: &str, lock: &str, held: usize) -> Vec<Option<u64>> {
+    let give_up = Instant::now() + 20 * SECOND;
+    loop {
+        let tokens = shard_tokens(store, lock);
+        if tokens.iter().flatten().count() == held {
+            return tokens;
+        }
+        assert!(Instant::now() < give_up, "{held} shards held? {tokens:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Three instances for each of eight shards: each shard gets one owner,
+/// each owner its own ELECT_SHARD; when an owner ends (a clean exit, or
+/// SIGKILL of its elect) a standby takes that shard, with a higher token
+/// for that shard only; standbys wait in every queue and leave the others.
+fn each_shard_gets_one_owner_and_a_standby_takes_over<S: StoreUnderTest>() {
+    const SHARDS: u32 = 8;
+    let under_test = S::start("shards");
+    let store = &under_test.url();
+    let lock = "tenants";
+    let script = r#"echo "shard $ELECT_SHARD $ELECT_SHARDS $ELECT_TOKEN"; read _line"#;
+    let flags = ["--shards", "8", "--ttl", "3s"];
+    let mut instances: Vec<Running> = (0..3 * SHARDS)
+        .map(|i| {
+            let id = format!("instance-{i}");
+            let mut args = flags.to_vec();
+            args.extend(["--identity", &id]);
+            Running::spawn(elect_run(store, lock, &args, script))
+        })
+        .collect();
+    wait_shards_held(store, lock, SHARDS as usize);
+    // Each owner said which shard it has.
+    let mut owner_of = vec![None; SHARDS as usize];
+    let give_up = Instant::now() + 10 * SECOND;
+    while owner_of.iter().any(Option::is_none) {
+        assert!(Instant::now() < give_up, "owners {owner_of:?}");
+        for (i, instance) in instances.iter_mut().enumerate() {
+            if let Some(line) = instance.try_line() {
+                let fields: Vec<u64> = line
+                    .split_whitespace()
+                    .skip(1)
+                    .map(|f| f.parse().unwrap())
+                    .collect();
+                let (shard, shards, token) = (fields[0] as usize, fields[1], fields[2]);
+                assert_eq!(shards, u64::from(SHARDS));
+                assert!(owner_of[shard].is_none(), "shard {shard} has two owners");
+                owner_of[shard] = Some((i, token));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Settled: the store names the same owners, one per shard.
+    let tokens = shard_tokens(store, lock);
+    for (shard, owner) in owner_of.iter().enumerate() {
+        assert_eq!(
+            tokens[shard],
+            owner.map(|(_, t)| t),
+            "shard {shard}'s token"
+        );
+    }
+    let owner_of: Vec<usize> = owner_of.into_iter().map(|o| o.unwrap().0).collect();
+
+    // A clean exit: a standby takes that shard at once.
+    let ended_at = now_ns();
+    let owner = owner_of[0];
+    instances[owner].send_line("done");
+    assert_eq!(instances[owner].wait_code(10 * SECOND), 0);
+    let after = wait_new_owner(store, lock, 0, &tokens);
+    eprintln!(
+        "{}: shard 0 changed hands {:.0} ms after a clean exit",
+        S::NAME,
+        ms(after - ended_at)
+    );
+    assert!(
+        after - ended_at < 2_000_000_000,
+        "a standby took shard 0 late"
+    );
+
+    // SIGKILL of an owner's elect: within the TTL.
+    let tokens = shard_tokens(store, lock);
+    let killed_at = now_ns();
+    let owner = owner_of[1];
+    instances[owner].signal(libc::SIGKILL);
+    instances[owner].wait(10 * SECOND);
+    let after = wait_new_owner(store, lock, 1, &tokens);
+    eprintln!(
+        "{}: shard 1 changed hands {:.0} ms after SIGKILL of its elect",
+        S::NAME,
+        ms(after - killed_at)
+    );
+    assert!(after - killed_at < 4_000_000_000, "within the TTL (3 s)");
+    for mut instance in instances {
+        if instance.try_wait_code().is_none() {
+            instance.signal(libc::SIGTERM);
+            instance.wait(10 * SECOND);
+        }
+    }
+}
+
+/// Wait until shard `k` of `lock` has a holder with a higher token than in
+/// `before`, every other shard's token unchanged; when it did.
+fn wait_new_owner(store: &str, lock: &str, k: usize, before: &[Option<u64>]) -> i128 {
+    let give_up = Instant::now() + 15 * SECOND;
+    loop {
+        let now = shard_tokens(store, lock);
+        if let (Some(new), Some(old)) = (now[k], before[k])
+            && new > old
+        {
+            let at = now_ns();
+            for (j, (n, b)) in now.iter().zip(before).enumerate() {
+                if j != k {
+                    assert_eq!(
+                        n, b,
+                        "shard {j}'s token changed when shard {k} changed hands"
+                    );
+                }
+            }
+            return at;
+        }
+        assert!(Instant::now() < give_up, "shard {k}: {before:?} -> {now:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The number of shards is recorded on first use: another is refused (78);
+/// `--prefer-shard` is taken when free; a standby that gives up leaves no
+/// queue entry behind in any shard.
+fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
+    let under_test = S::start("shard-rules");
+    let store = &under_test.url();
+    let lock = "parts";
+    let out = elect_run(
+        store,
+        lock,
+        &["--shards", "4", "--prefer-shard", "2"],
+        "echo shard $ELECT_SHARD",
+    )
+    .output()
+    .unwrap();
+    assert_eq!(stdout_of(&out), "shard 2", "{}", stderr_of(&out));
+    let out = elect_run(store, lock, &["--shards", "3"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("4 shards") && err.contains("--shards 3") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+
+    // All four held; a fifth waits a second in every queue, then gives up.
+    let script = r#"echo "shard $ELECT_SHARD"; read _line"#;
+    let mut owners: Vec<Running> = (0..4)
+        .map(|_| Running::spawn(elect_run(store, lock, &["--shards", "4"], script)))
+        .collect();
+    let mut shards: Vec<String> = owners
+        .iter_mut()
+        .map(|o| o.expect_line("shard", 10 * SECOND))
+        .collect();
+    shards.sort();
+    assert_eq!(shards, ["0", "1", "2", "3"]);
+    let out = elect_run(store, lock, &["--shards", "4", "--wait", "1s"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    for k in 0..4 {
+        assert_eq!(
+            S::shard_contenders(&under_test, &format!("{lock}/shard-{k}")),
+            1,
+            "the one that gave up left shard {k}'s queue"
+        );
+    }
+    for mut owner in owners {
+        owner.send_line("done");
+        assert_eq!(owner.wait_code(10 * SECOND), 0);
+    }
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -952,6 +1150,8 @@ macro_rules! stores {
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,
             checkpoints_are_fenced_and_reach_the_next_holder,
+            each_shard_gets_one_owner_and_a_standby_takes_over,
+            shard_counts_preferences_and_giving_up,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

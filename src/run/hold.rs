@@ -17,12 +17,12 @@ use nix::sys::signal::Signal;
 
 use super::command::{describe_status, exec_failure};
 use super::signals::{Signals, stop_self};
-use super::{Job, TurnEnd};
+use super::{Job, TurnEnd, Won};
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::store::{CHECKPOINT_IN_ENV_MAX, Lock, Loss, Session};
+use crate::store::{CHECKPOINT_IN_ENV_MAX, Loss, Session};
 use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
 
@@ -48,14 +48,14 @@ impl Job {
     /// Run the command while the lease holds.
     pub(super) async fn hold(
         &self,
-        lock: &dyn Lock,
+        won: &Won<'_>,
         session: &dyn Session,
-        token: u64,
         guard: Preparing,
         keeper: &mut Keeper,
         signals: &mut Signals,
     ) -> TurnEnd {
-        let mut child = match self.start(lock, session, token, guard, keeper).await {
+        let lock = &*won.lock;
+        let mut child = match self.start(won, session, guard, keeper).await {
             Ok(child) => child,
             Err(failure) => return TurnEnd::Done(failure.into()),
         };
@@ -117,12 +117,12 @@ impl Job {
     /// `token`, safe until `deadline`, and holds what holds the lock.
     async fn start(
         &self,
-        lock: &dyn Lock,
+        won: &Won<'_>,
         session: &dyn Session,
-        token: u64,
         guard: Preparing,
         keeper: &Keeper,
     ) -> Result<Supervisor, Failure> {
+        let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
@@ -141,6 +141,10 @@ impl Job {
             ("ELECT_KEY".into(), lock.key().to_string()),
             ("ELECT_LEASE_ID".into(), session.id()),
         ];
+        if let (Some(k), Some(n)) = (shard, self.shards) {
+            set_env.push(("ELECT_SHARD".into(), k.to_string()));
+            set_env.push(("ELECT_SHARDS".into(), n.to_string()));
+        }
         match checkpoint {
             Some(c) if c.value.len() <= CHECKPOINT_IN_ENV_MAX => {
                 set_env.push(("ELECT_CHECKPOINT".into(), c.value));

@@ -16,6 +16,7 @@
 mod command;
 mod hold;
 mod live;
+mod shards;
 mod signals;
 
 use std::io::IsTerminal;
@@ -29,8 +30,8 @@ use crate::exit::{Failure, Outcome};
 use crate::lease::{Keeper, Timing};
 use crate::log;
 use crate::store::{
-    ErrorKind, HolderRecord, Location, Lock, LockStatus, Session, Store, StoreError, Turn,
-    first_turn,
+    ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Session, Store, StoreError,
+    Turn, first_turn, shard_lock,
 };
 use crate::supervisor::{Ending, Plan, Supervisor};
 use crate::timeline;
@@ -42,7 +43,7 @@ use signals::Signals;
 const OWN_SECRETS: &[&str] = &["ELECT_PASSWORD"];
 
 /// What elect sets for the command only when it applies: never inherited.
-const OWN_WHEN_SET: &[&str] = &["ELECT_CHECKPOINT"];
+const OWN_WHEN_SET: &[&str] = &["ELECT_CHECKPOINT", "ELECT_SHARD", "ELECT_SHARDS"];
 
 /// How long to try to revoke the lease on the way out; if the store cannot
 /// be reached, the lease expires on its own.
@@ -51,6 +52,9 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Everything `elect run` needs, checked.
 struct Job {
     lock: String,
+    /// `--shards`: how many, and the one to prefer.
+    shards: Option<u32>,
+    prefer_shard: Option<u32>,
     location: Location,
     timing: Timing,
     wait: Wait,
@@ -108,9 +112,28 @@ impl Job {
         command::check_command(&args.command[0])?;
         let location = Location::from_settings(&args.store.settings())?;
         location.check_lock_name(&args.lock).map_err(usage)?;
+        if let Some(n) = args.shards {
+            if !(1..=MAX_SHARDS).contains(&n) {
+                return Err(usage(format!(
+                    "--shards {n} is out of range: 1 to {MAX_SHARDS}"
+                )));
+            }
+            if let Some(k) = args.prefer_shard.filter(|k| *k >= n) {
+                return Err(usage(format!(
+                    "--prefer-shard {k} is not a shard of {n}: 0 to {}",
+                    n - 1
+                )));
+            }
+            // The longest shard name must fit the store too.
+            location
+                .check_lock_name(&shard_lock(&args.lock, n - 1))
+                .map_err(usage)?;
+        }
         let identity = args.identity.clone().unwrap_or_else(hostname);
         Ok(Job {
             lock: args.lock,
+            shards: args.shards,
+            prefer_shard: args.prefer_shard,
             location,
             timing,
             wait,
@@ -144,6 +167,7 @@ impl Job {
             acquired: None,
             grace_ms: u64::try_from(self.timing.grace().as_millis()).ok(),
             break_request: None,
+            shard: None,
         }
     }
 
@@ -211,13 +235,19 @@ impl Job {
                 .queue(store, &*session, &mut keeper, give_up, signals)
                 .await
             {
-                Queued::First { lock, token } => {
-                    log::verbose(format_args!(
-                        "acquired lock {} with token {token}",
-                        self.lock
-                    ));
+                Queued::First(won) => {
+                    match won.shard {
+                        Some(k) => log::verbose(format_args!(
+                            "acquired shard {k} of lock {} with token {}",
+                            self.lock, won.token
+                        )),
+                        None => log::verbose(format_args!(
+                            "acquired lock {} with token {}",
+                            self.lock, won.token
+                        )),
+                    }
                     let guard = guard.take().expect("one guard per turn");
-                    self.hold(&*lock, &*session, token, guard, &mut keeper, signals)
+                    self.hold(&won, &*session, guard, &mut keeper, signals)
                         .await
                 }
                 Queued::Again(reason) => {
@@ -271,6 +301,11 @@ impl Job {
         give_up: Option<Instant>,
         signals: &mut Signals,
     ) -> Queued<'s> {
+        if let Some(shards) = self.shards {
+            return self
+                .queue_for_shards(store, session, keeper, give_up, signals, shards)
+                .await;
+        }
         let record = self.record();
         let joined = tokio::select! {
             joined = session.join(self.lock.clone(), record) => joined,
@@ -295,10 +330,11 @@ impl Job {
             timeline::step("first in line");
         }
         match turn {
-            Ok((i, Turn::First(token))) => Queued::First {
+            Ok((i, Turn::First(token))) => Queued::First(Won {
                 lock: locks.swap_remove(i),
                 token,
-            },
+                shard: None,
+            }),
             Ok((_, Turn::Busy)) => Queued::Done(self.busy(store).await),
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
             Err(e) => Queued::Done(self.store_failed(e)),
@@ -389,6 +425,15 @@ impl Job {
     }
 }
 
+/// The lock that came our turn.
+pub struct Won<'s> {
+    pub lock: Box<dyn Lock + 's>,
+    /// Its fencing token.
+    pub token: u64,
+    /// With `--shards`: which shard it is.
+    pub shard: Option<u32>,
+}
+
 /// How a turn ended.
 enum TurnEnd {
     /// The lease was lost and elect stopped the command.
@@ -415,10 +460,7 @@ impl TurnEnd {
 /// How waiting in the queue ended.
 enum Queued<'s> {
     /// The lock is ours, with this token.
-    First {
-        lock: Box<dyn Lock + 's>,
-        token: u64,
-    },
+    First(Won<'s>),
     /// Our place was lost before our turn came; queue again.
     Again(String),
     Done(Outcome),

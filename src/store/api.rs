@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Broken, Check, Checkpoint, HolderRecord, LockStatus, Put};
+use super::holder::{Broken, Check, Checkpoint, HolderRecord, LockStatus, Owner, Put};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -49,6 +49,17 @@ pub trait Store {
         token: Option<u64>,
         force: bool,
     ) -> Boxed<'a, Result<Broken, StoreError>>;
+    /// The number of shards recorded for `lock`, if any; with `count`,
+    /// record that first unless a number is recorded already (atomically:
+    /// the first to record wins).
+    fn shards<'a>(
+        &'a self,
+        lock: &'a str,
+        count: Option<u32>,
+    ) -> Boxed<'a, Result<Option<u32>, StoreError>>;
+    /// For each of `locks` (the shards of one lock), in one look: held or
+    /// not, and who held it last.
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>>;
     /// The last checkpoint of `lock`, if any. Kept apart from the queue,
     /// so that it never looks like a holder or a waiter.
     fn checkpoint<'a>(&'a self, lock: &'a str)

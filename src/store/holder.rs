@@ -74,6 +74,9 @@ pub struct HolderRecord {
     /// Set by `elect break`: who asked the holder to let go, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub break_request: Option<String>,
+    /// For a shard of a lock run with `--shards`: which one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 impl HolderRecord {
@@ -101,6 +104,23 @@ impl HolderRecord {
     pub fn from_json(bytes: &[u8]) -> Option<Self> {
         serde_json::from_slice(bytes).ok()
     }
+}
+
+/// The most shards a lock may have.
+pub const MAX_SHARDS: u32 = 1024;
+
+/// The lock of shard `k` of `lock`: an independent lock under its name.
+pub fn shard_lock(lock: &str, k: u32) -> String {
+    format!("{lock}/shard-{k}")
+}
+
+/// What a store knows of one shard before an instance picks one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Someone holds it now.
+    pub held: bool,
+    /// The identity of its last holder, where the store keeps it.
+    pub last: Option<String>,
 }
 
 /// The largest checkpoint a store keeps: a checkpoint is a position to
@@ -269,6 +289,7 @@ mod tests {
             acquired: None,
             grace_ms: Some(5000),
             break_request: None,
+            shard: Some(3),
         };
         assert_eq!(HolderRecord::from_json(r.to_json().as_bytes()), Some(r));
         assert_eq!(HolderRecord::from_json(b""), None);

@@ -22,7 +22,7 @@ pub use api::{
 };
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,
-    LockStatus, Put, check_lock_name,
+    LockStatus, MAX_SHARDS, Owner, Put, check_lock_name, shard_lock,
 };
 
 use std::fmt;

@@ -202,6 +202,15 @@ impl EtcdLock<'_> {
     /// Write when we got the lock into our key, a second from now, if the
     /// key is still as we put it (a break request is never overwritten).
     fn record_acquisition(&self) {
+        if self.record.shard.is_some() {
+            // Who held this shard last: an instance prefers its own shard
+            // when it starts again. At once, beside the command's start.
+            let client = self.session.client.clone();
+            let (key, identity) = (super::last_key(&self.lock), self.record.identity.clone());
+            tokio::spawn(async move {
+                let _ = client.kv_client().put(key, identity, None).await;
+            });
+        }
         let client = self.session.client.clone();
         let key = self.key.clone();
         let value = self.record.acquired_now().to_json();

@@ -30,8 +30,8 @@ mod target;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Put, Session,
-    Store, StoreError,
+    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
+    Session, Store, StoreError,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -216,6 +216,18 @@ impl Store for Etcd {
         Box::pin(self.read_checkpoint(lock))
     }
 
+    fn shards<'a>(
+        &'a self,
+        lock: &'a str,
+        count: Option<u32>,
+    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(self.record_shards(lock, count))
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(self.read_owners(locks))
+    }
+
     fn put_checkpoint<'a>(
         &'a self,
         lock: &'a str,
@@ -224,6 +236,16 @@ impl Store for Etcd {
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(self.write_checkpoint(lock, key, checkpoint))
     }
+}
+
+/// Where the number of shards of `lock` is recorded, beside its prefix.
+fn shards_key(lock: &str) -> String {
+    format!("{lock}.shards")
+}
+
+/// Where the identity of the last holder of a shard is kept.
+pub(super) fn last_key(lock: &str) -> String {
+    format!("{lock}.last")
 }
 
 /// The checkpoint of `lock`, if any.
@@ -254,6 +276,89 @@ pub(super) fn checkpoint_key(lock: &str) -> String {
 }
 
 impl Etcd {
+    /// Record `count` shards for `lock` unless a number is recorded; the
+    /// number recorded.
+    async fn record_shards(
+        &self,
+        lock: &str,
+        count: Option<u32>,
+    ) -> Result<Option<u32>, StoreError> {
+        let key = shards_key(lock);
+        let txn = match count {
+            Some(n) => Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), n.to_string(), None)])
+                .or_else([TxnOp::get(key.as_str(), None)]),
+            None => Txn::new().and_then([TxnOp::get(key.as_str(), None)]),
+        };
+        let reply = retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        if count.is_some() && reply.succeeded() {
+            return Ok(count);
+        }
+        let value = match reply.op_responses().first() {
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        };
+        match value {
+            None => Ok(None),
+            Some(value) => String::from_utf8_lossy(&value)
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| StoreError::config(format!("{key} does not hold a number of shards"))),
+        }
+    }
+
+    /// Held or not, and the last holder, for each of `locks`: one
+    /// transaction per 64 (etcd takes at most 128 operations in one).
+    async fn read_owners(&self, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
+        let mut owners = Vec::with_capacity(locks.len());
+        for chunk in locks.chunks(64) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .flat_map(|lock| {
+                    [
+                        TxnOp::get(
+                            format!("{lock}/"),
+                            Some(GetOptions::new().with_prefix().with_count_only()),
+                        ),
+                        TxnOp::get(last_key(lock), None),
+                    ]
+                })
+                .collect();
+            let txn = Txn::new().and_then(ops);
+            let reply = retry(&self.patience, || {
+                let mut kv = self.client.kv_client();
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            let answers = reply.op_responses();
+            for pair in answers.chunks(2) {
+                let (Some(TxnOpResponse::Get(queue)), Some(TxnOpResponse::Get(last))) =
+                    (pair.first(), pair.get(1))
+                else {
+                    return Err(StoreError::unavailable("etcd answered out of turn"));
+                };
+                owners.push(Owner {
+                    held: queue.count() > 0,
+                    last: last
+                        .kvs()
+                        .first()
+                        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                });
+            }
+        }
+        Ok(owners)
+    }
+
     async fn read_checkpoint(&self, lock: &str) -> Result<Option<Checkpoint>, StoreError> {
         read_checkpoint(&self.client, &self.patience, &self.shown, lock).await
     }

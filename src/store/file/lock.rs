@@ -5,9 +5,13 @@
 use std::cell::{Cell, RefCell};
 use std::fs::{File, TryLockError};
 use std::io::ErrorKind as IoKind;
+use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::thread::JoinHandleExt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{BREAK_REQUEST, Dir, FileHolder, read_nofollow, stem};
@@ -170,6 +174,14 @@ impl FileLock {
             if let Err(e) = self.dir.replace(&self.stem, ".holder", &holder, false) {
                 log::verbose(format_args!("could not write the holder record: {e}"));
             }
+            // Who held this shard last: an instance prefers its own shard
+            // when it starts again.
+            if self.record.shard.is_some() {
+                let identity = self.record.identity.as_bytes();
+                if let Err(e) = self.dir.replace(&self.stem, ".last", identity, false) {
+                    log::verbose(format_args!("could not record the shard's holder: {e}"));
+                }
+            }
             self.held.set(true);
             return Ok(Turn::First(token));
         }
@@ -251,13 +263,100 @@ impl Drop for FileLock {
 /// wakes exactly one waiter's call when the lock is free, with no polling.
 /// `file` is a duplicate of our descriptor, i.e. the same open file
 /// description, so the lock it gets is ours.
+///
+/// A wait given up (dropped: `--wait` ran out, or another shard was won)
+/// stops the thread, so that no forgotten waiter stays queued in the
+/// kernel: it is interrupted with [`WAKE_SIGNAL`] until it has gone.
 pub(super) async fn lock_blocking(file: File) -> std::io::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
+    let given_up = Arc::new(AtomicBool::new(false));
+    let stop = given_up.clone();
+    install_wake_handler();
+    let thread = std::thread::Builder::new()
         .name("elect-flock".into())
         .spawn(move || {
-            let _ = tx.send(file.lock());
+            let fd = file.as_raw_fd();
+            let result = loop {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                // SAFETY: flock(2) on a descriptor this thread owns.
+                if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
+                    break Ok(());
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    break Err(e);
+                }
+            };
+            let _ = tx.send(result);
         })?;
-    rx.await
-        .unwrap_or_else(|_| Err(std::io::Error::other("the waiting thread died")))
+    let waiting = Waiting {
+        thread: Some(thread),
+        given_up,
+    };
+    let result = rx
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("the waiting thread died")));
+    drop(waiting);
+    result
+}
+
+/// The signal that interrupts a waiting thread's flock(2).
+fn wake_signal() -> i32 {
+    libc::SIGRTMIN()
+}
+
+/// A handler that does nothing, installed without SA_RESTART: its only
+/// effect is that a blocked flock(2) returns EINTR.
+fn install_wake_handler() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        extern "C" fn wake(_: libc::c_int) {}
+        // SAFETY: a zeroed sigaction with a handler that does nothing is
+        // valid; sigaction(2) has no safe wrapper for a plain function.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(wake_signal(), &action, std::ptr::null_mut()) != 0 {
+                crate::log::verbose(format_args!(
+                    "cannot install the flock wake-up handler: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    });
+}
+
+/// A waiting thread, stopped when given up.
+struct Waiting {
+    thread: Option<std::thread::JoinHandle<()>>,
+    given_up: Arc<AtomicBool>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if thread.is_finished() {
+            return;
+        }
+        self.given_up.store(true, Ordering::SeqCst);
+        // Interrupt it until it is gone: a signal sent just before it
+        // entered flock(2) would be missed. From a thread of its own, so
+        // that giving up never waits.
+        let target = thread.as_pthread_t();
+        let _ = std::thread::Builder::new()
+            .name("elect-unflock".into())
+            .spawn(move || {
+                while !thread.is_finished() {
+                    // SAFETY: the thread is alive (not finished, not joined),
+                    // so its pthread_t is valid.
+                    unsafe { libc::pthread_kill(target, wake_signal()) };
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            });
+    }
 }

@@ -32,8 +32,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Broken, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Put, Session, Store,
-    StoreError, Target,
+    Boxed, Broken, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Session,
+    Store, StoreError, Target,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -330,6 +330,34 @@ impl Store for FileStore {
         Box::pin(async move { self.existing()?.checkpoint(&stem(lock)) })
     }
 
+    fn shards<'a>(
+        &'a self,
+        lock: &'a str,
+        count: Option<u32>,
+    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(async move {
+            if count.is_some() {
+                self.create_dir()?;
+            }
+            self.existing()?.shards(&stem(lock), count)
+        })
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(async move {
+            let dir = self.existing()?;
+            locks
+                .iter()
+                .map(|lock| {
+                    Ok(Owner {
+                        held: dir.status(lock)?.holder.is_some(),
+                        last: read_nofollow(&dir.path(&stem(lock), ".last")).ok(),
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn put_checkpoint<'a>(
         &'a self,
         lock: &'a str,
@@ -499,6 +527,38 @@ impl Dir {
             File::open(&self.0)?.sync_all()?;
         }
         Ok(())
+    }
+
+    /// The number of shards recorded in `stem.shards`; with `count`,
+    /// recorded first unless one is: written aside and linked into place,
+    /// so that of two first runs one wins and nobody reads half a file.
+    fn shards(&self, stem: &str, count: Option<u32>) -> Result<Option<u32>, StoreError> {
+        let path = self.path(stem, ".shards");
+        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", path.display()));
+        if let Some(n) = count {
+            let tmp = self.path(stem, &format!(".shards.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            let mut file = self.create_new(&tmp).map_err(fail)?;
+            file.write_all(format!("{n}\n").as_bytes()).map_err(fail)?;
+            file.sync_all().map_err(fail)?;
+            let linked = std::fs::hard_link(&tmp, &path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => return Ok(Some(n)),
+                Err(e) if e.kind() == IoKind::AlreadyExists => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        match read_nofollow(&path) {
+            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+                StoreError::config(format!(
+                    "{} does not hold a number of shards",
+                    path.display()
+                ))
+            }),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+            Err(e) => Err(fail(e)),
+        }
     }
 
     /// The checkpoint of `stem`, if any.

@@ -50,8 +50,8 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Put, Session,
-    Store, StoreError,
+    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
+    Session, Store, StoreError,
 };
 use conn::{Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -205,6 +205,17 @@ impl Postgres {
             }
         }
         None
+    }
+
+    /// Whether elect's tables are missing here.
+    async fn tables_missing(&self) -> bool {
+        let schema = &self.target().schema;
+        self.query(
+            "SELECT to_regclass(quote_ident($1) || '.lease') IS NULL",
+            &[(schema, Type::TEXT)],
+        )
+        .await
+        .is_ok_and(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0)))
     }
 
     /// Create the schema and tables, as far as they are missing.
@@ -512,6 +523,56 @@ impl Store for Postgres {
         force: bool,
     ) -> Boxed<'a, Result<Broken, StoreError>> {
         Box::pin(self.break_holder(lock, token, force))
+    }
+
+    fn shards<'a>(
+        &'a self,
+        lock: &'a str,
+        count: Option<u32>,
+    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(async move {
+            let Some(n) = count else {
+                let rows = self.read(&self.sql.shards, lock).await?;
+                return Ok(rows
+                    .first()
+                    .and_then(|row| row.get::<_, Option<i32>>(0))
+                    .map(|n| n as u32));
+            };
+            let n = n as i32;
+            let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
+            let rows = match self.query(&self.sql.record_shards, &args).await {
+                Err(_) if self.tables_missing().await => {
+                    self.set_up().await?;
+                    self.query(&self.sql.record_shards, &args).await?
+                }
+                rows => rows?,
+            };
+            Ok(rows
+                .first()
+                .and_then(|row| row.get::<_, Option<i32>>(0))
+                .map(|n| n as u32))
+        })
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(async move {
+            let rows = match self
+                .query(&self.sql.owners, &[(&locks, Type::TEXT_ARRAY)])
+                .await
+            {
+                Err(_) if self.tables_missing().await => Vec::new(),
+                rows => rows?,
+            };
+            let mut owners: Vec<Owner> = rows
+                .iter()
+                .map(|row| Owner {
+                    held: row.get(0),
+                    last: row.get(1),
+                })
+                .collect();
+            owners.resize(locks.len(), Owner::default());
+            Ok(owners)
+        })
     }
 
     fn checkpoint<'a>(

@@ -69,6 +69,9 @@ pub struct Sql {
     pub look: String,
     pub checkpoint: String,
     pub put_checkpoint: String,
+    pub record_shards: String,
+    pub shards: String,
+    pub owners: String,
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
@@ -140,10 +143,11 @@ impl Sql {
                  SELECT name, asked, {DURABLE} FROM held"
             ),
             // $1 tenure. One transaction: free our rows, leave every queue,
-            // and wake the waiters.
+            // and wake the waiters. The holder record stays, as the last
+            // holder's (shards go back to it), shown only while a tenure lives.
             release: format!(
                 "WITH freed AS ( \
-                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                   UPDATE {s}.lease SET tenure = NULL, expires_at = '-infinity', \
                      renewed_at = NULL, acquired_at = NULL \
                    WHERE tenure = $1 RETURNING name), \
                  unqueued AS (DELETE FROM {s}.waiter WHERE tenure = $1) \
@@ -152,7 +156,7 @@ impl Sql {
             // $1 lock, $2 tenure: as release, for one lock.
             leave: format!(
                 "WITH freed AS ( \
-                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                   UPDATE {s}.lease SET tenure = NULL, expires_at = '-infinity', \
                      renewed_at = NULL, acquired_at = NULL \
                    WHERE name = $1 AND tenure = $2 RETURNING name), \
                  unqueued AS (DELETE FROM {s}.waiter WHERE name = $1 AND tenure = $2) \
@@ -218,6 +222,23 @@ impl Sql {
                    (SELECT fence FROM {s}.lease WHERE name = $1), \
                    (SELECT tenure IS NOT NULL AND expires_at > clock_timestamp() \
                       FROM {s}.lease WHERE name = $1), {DURABLE}"
+            ),
+            // $1 lock, $2 count: record the number of shards in the lock's
+            // own row unless one is; the number recorded.
+            record_shards: format!(
+                "INSERT INTO {s}.lease AS l (name, fence, expires_at, shards) \
+                 VALUES ($1, 0, '-infinity', $2::integer) \
+                 ON CONFLICT (name) DO UPDATE SET shards = coalesce(l.shards, excluded.shards) \
+                 RETURNING l.shards"
+            ),
+            // $1 lock: the number of shards recorded.
+            shards: format!("SELECT shards FROM {s}.lease WHERE name = $1"),
+            // $1 locks: for each, held now, and its last holder's identity.
+            owners: format!(
+                "SELECT coalesce(l.tenure IS NOT NULL AND l.expires_at > clock_timestamp(), false), \
+                   l.holder->>'identity' \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
+                 LEFT JOIN {s}.lease l ON l.name = u.name ORDER BY u.i"
             ),
             // $1 lock, $2 tenure: end a holder's lease now.
             end: format!(

@@ -1,0 +1,141 @@
+//! `--shards N`: N independent locks under one name, one owner each.
+//!
+//! An instance takes a free shard if there is one, the one it prefers
+//! first (`--prefer-shard`, else the one its identity held last, so that a
+//! restart does not reshuffle owners); if none is free, it waits in every
+//! shard's queue at once under its one session, keeps the first shard that
+//! is its turn and leaves the other queues. A held shard is never taken
+//! away while its lease lives.
+
+use super::{Job, Queued, Won};
+use crate::clock::Instant;
+use crate::exit::Outcome;
+use crate::lease::Keeper;
+use crate::log;
+use crate::store::{
+    ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Turn, first_turn, shard_lock,
+};
+use crate::timeline;
+
+use super::signals::Signals;
+
+/// The shard won: its lock, its number and its token.
+type Shard<'s> = (Box<dyn Lock + 's>, u32, u64);
+
+impl Job {
+    /// Queue for a shard of the lock, as [`Job::queue`] does for a lock.
+    pub(super) async fn queue_for_shards<'s>(
+        &self,
+        store: &dyn Store,
+        session: &'s dyn Session,
+        keeper: &mut Keeper,
+        give_up: Option<Instant>,
+        signals: &mut Signals,
+        shards: u32,
+    ) -> Queued<'s> {
+        let raced = tokio::select! {
+            raced = self.race(store, session, shards, give_up) => raced,
+            loss = keeper.lost() => return Queued::Again(loss.to_string()),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+        };
+        match raced {
+            Ok(Some((lock, shard, token))) => Queued::First(Won {
+                lock,
+                token,
+                shard: Some(shard),
+            }),
+            Ok(None) => {
+                log::notice(format_args!(
+                    "every shard of lock {} ({shards}) is held",
+                    self.lock
+                ));
+                Queued::Done(Outcome::Exit(self.busy_code))
+            }
+            Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
+            Err(e) => Queued::Done(self.store_failed(e)),
+        }
+    }
+
+    /// Take a free shard, else wait for the first one whose turn comes;
+    /// `None` if none came before `give_up`.
+    async fn race<'s>(
+        &self,
+        store: &dyn Store,
+        session: &'s dyn Session,
+        shards: u32,
+        give_up: Option<Instant>,
+    ) -> Result<Option<Shard<'s>>, StoreError> {
+        match store.shards(&self.lock, Some(shards)).await? {
+            Some(recorded) if recorded != shards => {
+                return Err(StoreError::config(format!(
+                    "it has {recorded} shards, recorded on its first use; this instance asks \
+                     for --shards {shards} (to change the number, stop every instance and \
+                     remove the record: see the README)"
+                )));
+            }
+            _ => {}
+        }
+        let names: Vec<String> = (0..shards).map(|k| shard_lock(&self.lock, k)).collect();
+        let owners = store.owners(&names).await?;
+        let order = self.preference(&owners.iter().map(|o| o.last.as_deref()).collect::<Vec<_>>());
+        timeline::step("queued");
+
+        // A free shard, the most preferred first: alone, without waiting.
+        if let Some(&k) = order.iter().find(|&&k| !owners[k as usize].held) {
+            let lock = session
+                .join(names[k as usize].clone(), self.shard_record(k))
+                .await?;
+            match lock.wait_turn(Some(Instant::now())).await? {
+                Turn::First(token) => return Ok(Some((lock, k, token))),
+                // Taken meanwhile.
+                Turn::Busy => lock.leave().await?,
+            }
+        }
+
+        // Every shard's queue at once; keep the first won, leave the rest.
+        let mut locks = Vec::with_capacity(order.len());
+        for &k in &order {
+            locks.push(
+                session
+                    .join(names[k as usize].clone(), self.shard_record(k))
+                    .await?,
+            );
+        }
+        log::verbose(format_args!(
+            "every shard of lock {} is held; waiting in all {shards} queues",
+            self.lock
+        ));
+        let (i, turn) = first_turn(&locks, give_up).await?;
+        let won = match turn {
+            Turn::First(token) => Some((locks.swap_remove(i), order[i], token)),
+            Turn::Busy => None,
+        };
+        for other in &locks {
+            if let Err(e) = other.leave().await {
+                log::verbose(format_args!("could not leave a shard's queue ({e})"));
+            }
+        }
+        Ok(won)
+    }
+
+    /// The shards in the order to try them: `--prefer-shard`, then those
+    /// this identity held last, then the rest, each in number order.
+    fn preference(&self, last: &[Option<&str>]) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..last.len() as u32).collect();
+        order.sort_by_key(|&k| {
+            (
+                Some(k) != self.prefer_shard,
+                last[k as usize] != Some(self.identity.as_str()),
+                k,
+            )
+        });
+        order
+    }
+
+    fn shard_record(&self, shard: u32) -> HolderRecord {
+        HolderRecord {
+            shard: Some(shard),
+            ..self.record()
+        }
+    }
+}
