@@ -81,13 +81,13 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use harness::etcd_http::{self, Metrics};
 use harness::floor;
 use harness::locker::{self, Locker, Pair};
 use harness::process::{self, Quiet, Talking};
 use harness::procfs::{self, Usage};
 use harness::report::{self, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
+use support::etcd_http::{self, Metrics};
 use support::{Etcd, PgBouncer, Postgres};
 
 /// Counts and durations for one run.

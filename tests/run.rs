@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use support::proxy::{Mode, Proxy};
 use support::{Death, Etcd, Running, SECOND, elect, elect_run, find_child, ms, now_ns};
 
@@ -477,4 +479,67 @@ fn every_run_option_comes_from_the_environment_too() {
     }
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// A standby waiting on every shard of a lock costs etcd one watch per
+/// shard and no request while idle (lease keep-alives aside); when it wins
+/// a shard it leaves the other queues, so each holds only its owner's key.
+#[test]
+fn a_waiter_on_every_shard_costs_only_its_watches_and_leaves_the_other_queues() {
+    use support::etcd_http::Metrics;
+    const SHARDS: usize = 8;
+    let etcd = Etcd::start();
+    let shards = SHARDS.to_string();
+    let flags = ["--shards", shards.as_str(), "--ttl", "3s"];
+    let script = r#"echo "shard $ELECT_SHARD"; read _line"#;
+    let mut owners: Vec<(usize, Running)> = (0..SHARDS)
+        .map(|_| {
+            let mut owner = Running::spawn(elect_run(&etcd.url(), "parts", &flags, script));
+            let shard = owner.expect_line("shard", 10 * SECOND).parse().unwrap();
+            (shard, owner)
+        })
+        .collect();
+    let scrape = || Metrics::scrape(&etcd.endpoint).unwrap();
+    let requests = |m: &Metrics| {
+        m.sum("grpc_server_msg_received_total", |labels| {
+            !labels.contains("LeaseKeepAlive")
+        })
+    };
+    let watchers = |m: &Metrics| m.sum("etcd_debugging_mvcc_watcher_total", |_| true);
+    // The owners' acquisitions recorded (a second after each), settled.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = scrape();
+
+    let mut standby = Running::spawn(elect_run(&etcd.url(), "parts", &flags, script));
+    for k in 0..SHARDS {
+        etcd.wait_keys(&format!("parts/shard-{k}/"), 2);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let waiting = scrape();
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = scrape();
+    let joined = requests(&waiting) - requests(&before);
+    let while_idle = requests(&idle) - requests(&waiting);
+    let watches = watchers(&idle) - watchers(&before);
+    eprintln!(
+        "a standby on {SHARDS} shards: {joined} requests to join, {watches} watches, \
+         {while_idle} requests in 3 s idle (keep-alives aside)"
+    );
+    assert_eq!(watches as usize, SHARDS, "one watch per shard");
+    assert_eq!(while_idle, 0.0, "nothing but keep-alives while idle");
+
+    // Shard 5's owner ends: the standby takes shard 5 and leaves the rest.
+    let (_, owner) = owners.iter_mut().find(|(k, _)| *k == 5).unwrap();
+    owner.send_line("done");
+    assert_eq!(owner.wait_code(10 * SECOND), 0);
+    assert_eq!(standby.expect_line("shard", 10 * SECOND), "5");
+    for k in 0..SHARDS {
+        etcd.wait_keys(&format!("parts/shard-{k}/"), 1);
+    }
+    standby.send_line("done");
+    assert_eq!(standby.wait_code(10 * SECOND), 0);
+    for (k, mut owner) in owners.into_iter().filter(|(k, _)| *k != 5) {
+        owner.send_line("done");
+        assert_eq!(owner.wait_code(10 * SECOND), 0, "shard {k}");
+    }
 }

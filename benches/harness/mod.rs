@@ -1,7 +1,6 @@
-//! The benchmark harness: processes, /proc readings, etcd over HTTP,
+//! The benchmark harness: processes, /proc readings,
 //! statistics, the tools compared, and the report.
 
-pub mod etcd_http;
 pub mod floor;
 pub mod locker;
 pub mod process;

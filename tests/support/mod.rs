@@ -1,7 +1,7 @@
 //! Test support: real stores started per test, elect as a process, a TCP
 //! fault proxy, terminals and process watching. No mocks.
 //!
-//! - stores: [`etcd`] (one member or a cluster), [`postgres`] (a server,
+//! - stores: [`etcd`] (one member or a cluster; [`etcd_http`] for its metrics), [`postgres`] (a server,
 //!   and a PgBouncer in front of it), [`tempdir`] (the `file:` store's
 //!   directory, and any test's files), [`certs`] for TLS;
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
@@ -17,6 +17,7 @@ pub mod certs;
 pub mod clock;
 pub mod contender;
 pub mod etcd;
+pub mod etcd_http;
 pub mod history;
 pub mod inspect;
 pub mod nemesis;
