@@ -63,6 +63,9 @@ trait StoreUnderTest: Sized {
     fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str);
     /// How long elect may take to notice an outside end, at this TTL.
     fn notices_outside_end_within(ttl: Duration) -> Duration;
+    /// Stop the store and start it again, as a crash and a reboot would
+    /// (a directory needs nothing).
+    fn restart(&mut self);
     /// Contenders for a shard's lock, as for any lock.
     fn shard_contenders(&self, shard_lock: &str) -> usize {
         self.contenders(shard_lock)
@@ -126,6 +129,12 @@ impl StoreUnderTest for Etcd {
     /// At once, by a watch: well within the lease.
     fn notices_outside_end_within(ttl: Duration) -> Duration {
         ttl / 2
+    }
+
+    fn restart(&mut self) {
+        self.kill(0);
+        self.restart(0);
+        self.wait_healthy();
     }
 }
 
@@ -207,6 +216,8 @@ impl StoreUnderTest for FileStore {
     fn notices_outside_end_within(_ttl: Duration) -> Duration {
         Duration::from_millis(1500)
     }
+
+    fn restart(&mut self) {}
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
@@ -271,6 +282,11 @@ impl StoreUnderTest for Postgres {
     /// At the next renewal, which comes every TTL/3.
     fn notices_outside_end_within(ttl: Duration) -> Duration {
         ttl / 2
+    }
+
+    /// A crash (immediate shutdown) and recovery.
+    fn restart(&mut self) {
+        Postgres::restart(self, "immediate");
     }
 }
 
@@ -1133,6 +1149,31 @@ fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
     }
 }
 
+/// A checkpoint outlives a break of its writer and a restart of the store.
+fn checkpoints_survive_a_break_and_a_store_restart<S: StoreUnderTest>() {
+    let mut under_test = S::start("checkpoint-kept");
+    let store = &under_test.url();
+    let lock = "kept";
+    let script = r#""$ELECT_BIN" checkpoint put 7 && echo stored; read _line"#;
+    let mut command = elect_run(store, lock, &["--ttl", "3s"], script);
+    command.env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"));
+    let mut holder = Running::spawn(command);
+    holder.expect_line("stored", 10 * SECOND);
+    let out = elect()
+        .args(["break", "--store", store, "--lock", lock, "--yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(holder.wait_code(10 * SECOND), 76);
+    assert_eq!(stdout_of(&checkpoint_cmd(store, lock, None, &["get"])), "7");
+    under_test.restart();
+    assert_eq!(stdout_of(&checkpoint_cmd(store, lock, None, &["get"])), "7");
+    let out = elect_run(store, lock, &[], "echo \"start $ELECT_CHECKPOINT\"")
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(&out), "start 7", "{}", stderr_of(&out));
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -1150,6 +1191,7 @@ macro_rules! stores {
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,
             checkpoints_are_fenced_and_reach_the_next_holder,
+            checkpoints_survive_a_break_and_a_store_restart,
             each_shard_gets_one_owner_and_a_standby_takes_over,
             shard_counts_preferences_and_giving_up,
         ]);)*

@@ -835,3 +835,129 @@ fn the_password_stays_out_of_the_command_the_guard_and_every_message() {
         );
     }
 }
+
+/// The duplicate-invoice exercise, end to end: a billing script bills
+/// customers in order and commits a checkpoint after each batch. A is
+/// paused (its elect, guard and command all stopped) past its lease; B
+/// takes over and resumes from A's last checkpoint; A wakes, its late batch
+/// meets the unique constraint, and its checkpoint is refused. Every
+/// customer is billed exactly once.
+#[test]
+fn the_duplicate_invoice_exercise_bills_every_customer_exactly_once() {
+    const CUSTOMERS: u32 = 300;
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE TABLE invoice (customer int PRIMARY KEY, token bigint NOT NULL, \
+           at timestamptz NOT NULL DEFAULT clock_timestamp()); \
+         GRANT ALL ON invoice TO elect",
+    );
+    // The README's worked example, with a short pause per batch so that
+    // the run is long enough to be paused in.
+    let bill = format!(
+        r#"last=${{ELECT_CHECKPOINT:-0}}; echo "resume $last $ELECT_TOKEN"
+while [ "$last" -lt {CUSTOMERS} ]; do
+  next=$((last + 10))
+  added=$(psql -X -qAt -h '{socket}' -p {port} -U elect elect -c "WITH i AS (INSERT INTO invoice (customer, token) SELECT c, $ELECT_TOKEN FROM generate_series($((last + 1)), $next) c ON CONFLICT (customer) DO NOTHING RETURNING 1) SELECT count(*) FROM i") || exit 1
+  echo "billed $((last + 1))-$next: $added new"
+  "$ELECT_BIN" checkpoint put "$next" || {{ echo "refused $next"; exit 1; }}
+  last=$next
+  sleep 0.05
+done
+echo "done $last""#,
+        socket = pg.socket_dir().display(),
+        port = pg.port(),
+    );
+    // The password in a file, whose name the command inherits: its own
+    // `elect checkpoint` needs it too (a password itself never reaches it).
+    let dir = TempDir::new("pg-invoices");
+    let password_file = dir.join("password");
+    std::fs::write(&password_file, PASSWORD).unwrap();
+    let contender = |label: &str| {
+        let mut command = elect_run(&pg.url(), "billing", &["--ttl", "1s"], &bill);
+        command
+            .env("ELECT_PASSWORD_FILE", &password_file)
+            .env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"))
+            .env("LABEL", label)
+            .process_group(0);
+        Running::spawn(command)
+    };
+    let log = |who: &str, line: &str| eprintln!("{who}: {line}");
+    let mut a = contender("A");
+    let resume_a = a.expect_line("resume", 10 * SECOND);
+    log("A", &format!("resume {resume_a}"));
+    let a_token: u64 = resume_a.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // A few of A's batches.
+    for _ in 0..5 {
+        log("A", &a.expect_line("billed", 10 * SECOND));
+    }
+    let mut b = contender("B");
+    wait_contenders(&pg, "billing", 2);
+
+    // The pause: A's elect, its guard and its command, all stopped.
+    let guard = find_child(a.pid(), "elect-guard");
+    let command = find_child(guard, "sh");
+    for group in [a.pid(), guard, command] {
+        // SAFETY: killpg(2) of groups our own descendants lead.
+        assert_eq!(unsafe { libc::killpg(group, libc::SIGSTOP) }, 0);
+    }
+    let stored: u32 = pg
+        .psql("SELECT checkpoint FROM elect.lease WHERE name = 'billing'")
+        .parse()
+        .unwrap();
+    log("A", &format!("paused; its last checkpoint is {stored}"));
+    let resume_b = b.expect_line("resume", 15 * SECOND);
+    log("B", &format!("resume {resume_b}"));
+    let (from, b_token) = resume_b.split_once(' ').unwrap();
+    assert_eq!(
+        from.parse::<u32>().unwrap(),
+        stored,
+        "B resumes from A's last checkpoint"
+    );
+    assert!(b_token.parse::<u64>().unwrap() > a_token);
+    log("B", &b.expect_line("billed", 10 * SECOND));
+
+    // A wakes: its command first, as a resumed VM may run it first.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::killpg(command, libc::SIGCONT) }, 0);
+    let mut refused = false;
+    while let Some(line) = a.next_line(10 * SECOND) {
+        log("A", &line);
+        if line.starts_with("refused") {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "A's late checkpoint was refused");
+    for group in [guard, a.pid()] {
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::killpg(group, libc::SIGCONT) }, 0);
+    }
+    let a_code = a.wait_code(10 * SECOND);
+    log(
+        "A",
+        &format!("exit {a_code}; {}", a.stderr_seen.join(" | ")),
+    );
+    assert!(matches!(a_code, 1 | 76), "A stops: {a_code}");
+    loop {
+        let line = b.expect_line("", 30 * SECOND);
+        log("B", &line);
+        if line.starts_with("done") {
+            break;
+        }
+    }
+    assert_eq!(b.wait_code(10 * SECOND), 0);
+    let billed = pg.psql(&format!(
+        "SELECT count(*), count(DISTINCT customer), min(customer), max(customer), \
+           count(*) FILTER (WHERE token = {a_token}) FROM invoice"
+    ));
+    log(
+        "invoices",
+        &format!("rows|customers|first|last|by A = {billed}"),
+    );
+    let fields: Vec<u32> = billed.split('|').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(
+        &fields[..4],
+        &[CUSTOMERS, CUSTOMERS, 1, CUSTOMERS],
+        "each customer once"
+    );
+}
