@@ -1031,17 +1031,26 @@ fn each_shard_gets_one_owner_and_a_standby_takes_over<S: StoreUnderTest>() {
         );
     }
     let owner_of: Vec<usize> = owner_of.into_iter().map(|o| o.unwrap().0).collect();
+    eprintln!(
+        "{}: {} instances, {SHARDS} shards: owners (instance per shard) {owner_of:?}, tokens {:?}",
+        S::NAME,
+        instances.len(),
+        tokens.iter().map(|t| t.unwrap()).collect::<Vec<_>>()
+    );
 
     // A clean exit: a standby takes that shard at once.
+    let before = shard_tokens(store, lock);
     let ended_at = now_ns();
     let owner = owner_of[0];
     instances[owner].send_line("done");
     assert_eq!(instances[owner].wait_code(10 * SECOND), 0);
-    let after = wait_new_owner(store, lock, 0, &tokens);
+    let after = wait_new_owner(store, lock, 0, &before);
     eprintln!(
-        "{}: shard 0 changed hands {:.0} ms after a clean exit",
+        "{}: shard 0 changed hands {:.0} ms after a clean exit, token {:?} -> {:?}",
         S::NAME,
-        ms(after - ended_at)
+        ms(after - ended_at),
+        before[0],
+        shard_tokens(store, lock)[0]
     );
     assert!(
         after - ended_at < 2_000_000_000,
@@ -1056,9 +1065,11 @@ fn each_shard_gets_one_owner_and_a_standby_takes_over<S: StoreUnderTest>() {
     instances[owner].wait(10 * SECOND);
     let after = wait_new_owner(store, lock, 1, &tokens);
     eprintln!(
-        "{}: shard 1 changed hands {:.0} ms after SIGKILL of its elect",
+        "{}: shard 1 changed hands {:.0} ms after SIGKILL of its elect, token {:?} -> {:?}",
         S::NAME,
-        ms(after - killed_at)
+        ms(after - killed_at),
+        tokens[1],
+        shard_tokens(store, lock)[1]
     );
     assert!(after - killed_at < 4_000_000_000, "within the TTL (3 s)");
     for mut instance in instances {
