@@ -1121,6 +1121,11 @@ fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
     .output()
     .unwrap();
     assert_eq!(stdout_of(&out), "shard 2", "{}", stderr_of(&out));
+    // Without a preference, this identity goes back to the shard it held.
+    let out = elect_run(store, lock, &["--shards", "4"], "echo shard $ELECT_SHARD")
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(&out), "shard 2", "sticky: {}", stderr_of(&out));
     let out = elect_run(store, lock, &["--shards", "3"], "echo ran")
         .output()
         .unwrap();

@@ -127,7 +127,8 @@ impl Job {
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
         // beside the guard's start.
-        let (guard, checkpoint) = tokio::join!(guard.ready(), lock.checkpoint());
+        let (guard, checkpoint, ()) =
+            tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired());
         let guard = guard.map_err(spawned)?;
         let checkpoint = checkpoint.map_err(|e| {
             Failure::from(e).about(format_args!("the checkpoint of lock {}", self.lock))

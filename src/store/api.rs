@@ -116,6 +116,11 @@ pub trait Lock {
     /// queued for several locks does with the others once one is its own.
     #[allow(dead_code)]
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// Record what the store keeps of a holder beyond its turn (etcd: who
+    /// held a shard last), once the lock is ours; beside the command's start.
+    fn acquired(&self) -> Boxed<'_, ()> {
+        Box::pin(async {})
+    }
     /// The lock's checkpoint as of our turn (call it once the lock is ours).
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>>;
     /// Descriptors that hold the lock and that the guard must keep open until

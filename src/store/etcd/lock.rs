@@ -53,6 +53,24 @@ impl Lock for EtcdLock<'_> {
         Box::pin(self.delete_own_key())
     }
 
+    fn acquired(&self) -> Boxed<'_, ()> {
+        Box::pin(async move {
+            // Who held this shard last: an instance prefers its own shard
+            // when it starts again.
+            if self.record.shard.is_some() {
+                let key = super::last_key(&self.lock);
+                let put = retry(&self.session.patience, || {
+                    let mut kv = self.session.client.kv_client();
+                    let (key, identity) = (key.clone(), self.record.identity.clone());
+                    async move { kv.put(key, identity, None).await }
+                });
+                if let Err(e) = put.await {
+                    log::verbose(format_args!("could not record the shard's holder: {e}"));
+                }
+            }
+        })
+    }
+
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
         Box::pin(async move {
             // Read with the put, or now: after a wait, the last holder may
@@ -202,15 +220,6 @@ impl EtcdLock<'_> {
     /// Write when we got the lock into our key, a second from now, if the
     /// key is still as we put it (a break request is never overwritten).
     fn record_acquisition(&self) {
-        if self.record.shard.is_some() {
-            // Who held this shard last: an instance prefers its own shard
-            // when it starts again. At once, beside the command's start.
-            let client = self.session.client.clone();
-            let (key, identity) = (super::last_key(&self.lock), self.record.identity.clone());
-            tokio::spawn(async move {
-                let _ = client.kv_client().put(key, identity, None).await;
-            });
-        }
         let client = self.session.client.clone();
         let key = self.key.clone();
         let value = self.record.acquired_now().to_json();
