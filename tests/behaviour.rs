@@ -1137,15 +1137,21 @@ fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
     );
     assert!(out.stdout.is_empty());
 
-    // All four held; a fifth waits a second in every queue, then gives up.
-    let script = r#"echo "shard $ELECT_SHARD"; read _line"#;
+    // All four held, each owner checks its own shard from inside; a fifth
+    // waits a second in every queue, then gives up.
+    let script = r#""$ELECT_BIN" check && echo "shard $ELECT_SHARD"; read _line"#;
     let mut owners: Vec<Running> = (0..4)
-        .map(|_| Running::spawn(elect_run(store, lock, &["--shards", "4"], script)))
+        .map(|_| {
+            let mut command = elect_run(store, lock, &["--shards", "4", "--ttl", "3s"], script);
+            command.env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"));
+            Running::spawn(command)
+        })
         .collect();
     let mut shards: Vec<String> = owners
         .iter_mut()
         .map(|o| o.expect_line("shard", 10 * SECOND))
         .collect();
+    let owner_of_3 = shards.iter().position(|s| s == "3").unwrap();
     shards.sort();
     assert_eq!(shards, ["0", "1", "2", "3"]);
     let out = elect_run(store, lock, &["--shards", "4", "--wait", "1s"], "echo ran")
@@ -1159,9 +1165,21 @@ fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
             "the one that gave up left shard {k}'s queue"
         );
     }
-    for mut owner in owners {
-        owner.send_line("done");
-        assert_eq!(owner.wait_code(10 * SECOND), 0);
+    // One shard broken: its owner stops, the others hold on.
+    let out = elect()
+        .args([
+            "break", "--store", store, "--lock", lock, "--shard", "3", "--yes",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(owners[owner_of_3].wait_code(10 * SECOND), 76);
+    assert_eq!(shard_tokens(store, lock).iter().flatten().count(), 3);
+    for (i, mut owner) in owners.into_iter().enumerate() {
+        if i != owner_of_3 {
+            owner.send_line("done");
+            assert_eq!(owner.wait_code(10 * SECOND), 0);
+        }
     }
 }
 
