@@ -39,7 +39,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "ELECT_LEASE_ID",
-        "Set for COMMAND: etcd: the lease id, in hexadecimal; PostgreSQL: the holder's tenure id (32 hex digits); file: the pid of the elect that holds the lock.",
+        "Set for COMMAND: etcd: the lease id, in hexadecimal; PostgreSQL: the holder's tenure id (32 hex digits); ZooKeeper: the session id, in hexadecimal; file: the pid of the elect that holds the lock.",
     ),
     (
         "ELECT_IDENTITY",
@@ -162,7 +162,8 @@ pub enum LogFormat {
 #[derive(Debug, Args)]
 pub struct StoreArgs {
     /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS,
-    /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words), or file:DIR
+    /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words),
+    /// zk://HOST:PORT[,HOST:PORT...][/CHROOT], or file:DIR
     /// for locks on this host only ("file" alone: /var/lib/elect for root, else
     /// ~/.local/state/elect).
     ///

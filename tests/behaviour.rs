@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::inspect::{check, holder_and_waiter, status};
 use support::{
-    Death, Etcd, Postgres, Running, SECOND, TempDir, alive, elect, elect_run, hold, ms, now_ns,
+    Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
+    now_ns,
 };
 
 /// What a scenario knows of a holder whose lease it ends from outside: its
@@ -53,8 +54,9 @@ trait StoreUnderTest: Sized {
     fn unrelated_write(&self);
     /// Assert that the store holds nothing at all.
     fn assert_empty(&self);
-    /// The ELECT_KEY of a holder of `lock` whose ELECT_LEASE_ID is `lease`.
-    fn key(&self, lock: &str, lease: &str) -> String;
+    /// Whether `key` is what ELECT_KEY should be for a holder of `lock`
+    /// whose ELECT_LEASE_ID is `lease`.
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool;
     /// Whether `lease` is what ELECT_LEASE_ID should be for a holder whose
     /// elect has the pid `elect`.
     fn lease_id_fits(lease: &str, elect: i32) -> bool;
@@ -104,8 +106,8 @@ impl StoreUnderTest for Etcd {
         );
     }
 
-    fn key(&self, lock: &str, lease: &str) -> String {
-        format!("{lock}/{lease}")
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool {
+        key == format!("{lock}/{lease}")
     }
 
     /// The lease's id, in hex.
@@ -190,8 +192,8 @@ impl StoreUnderTest for FileStore {
     }
 
     /// The lock file.
-    fn key(&self, lock: &str, _lease: &str) -> String {
-        self.lock_file(lock).display().to_string()
+    fn key_fits(&self, lock: &str, _lease: &str, key: &str) -> bool {
+        key == self.lock_file(lock).display().to_string()
     }
 
     /// elect's pid.
@@ -259,8 +261,8 @@ impl StoreUnderTest for Postgres {
         );
     }
 
-    fn key(&self, lock: &str, lease: &str) -> String {
-        format!("{lock}/{lease}")
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool {
+        key == format!("{lock}/{lease}")
     }
 
     /// The tenure: 128 random bits in hex.
@@ -287,6 +289,68 @@ impl StoreUnderTest for Postgres {
     /// A crash (immediate shutdown) and recovery.
     fn restart(&mut self) {
         Postgres::restart(self, "immediate");
+    }
+}
+
+/// ZooKeeper: one server.
+impl StoreUnderTest for ZooKeeper {
+    const NAME: &'static str = "zookeeper";
+    const OUTSIDE_ENDS: &'static [&'static str] = &["delete the lock node"];
+    /// Tokens are czxids: zxids of the whole ensemble.
+    const CONSECUTIVE_TOKENS: bool = false;
+
+    fn start(_scenario: &str) -> ZooKeeper {
+        ZooKeeper::start()
+    }
+
+    fn url(&self) -> String {
+        ZooKeeper::url(self)
+    }
+
+    /// The lock node's children of the recipe (`…lock-NNN`).
+    fn contenders(&self, lock: &str) -> usize {
+        self.children(&format!("/{}", lock.trim_start_matches('/')))
+            .iter()
+            .filter(|c| c.contains("lock-"))
+            .count()
+    }
+
+    fn unrelated_write(&self) {
+        self.create("/unrelated", b"x", true);
+        self.delete("/unrelated");
+    }
+
+    fn assert_empty(&self) {
+        assert_eq!(self.children("/"), ["zookeeper"], "no node was created");
+    }
+
+    /// `/<lock>/_c_<uuid>-lock-<seq>`, as Curator's protected mode names it.
+    fn key_fits(&self, lock: &str, _lease: &str, key: &str) -> bool {
+        key.strip_prefix(&format!("/{lock}/_c_"))
+            .is_some_and(|rest| rest.len() == 36 + 16 && rest[36..].starts_with("-lock-"))
+    }
+
+    /// The session id, in hex.
+    fn lease_id_fits(lease: &str, _elect: i32) -> bool {
+        i64::from_str_radix(lease, 16).is_ok()
+    }
+
+    fn end_lease_from_outside(&self, _lock: &str, holder: &Held, how: &str) {
+        match how {
+            "delete the lock node" => self.delete(&holder.key),
+            _ => unreachable!("{how}"),
+        }
+    }
+
+    /// At once, by a watch on the node.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 2
+    }
+
+    fn restart(&mut self) {
+        self.kill(0);
+        ZooKeeper::restart(self, 0);
+        self.wait_ready();
     }
 }
 
@@ -825,7 +889,8 @@ fn the_child_sees_its_lock_token_and_store_and_no_secrets<S: StoreUnderTest>() {
         S::lease_id_fits(lease, child.pid()),
         "ELECT_LEASE_ID {lease}"
     );
-    assert_eq!(var("ELECT_KEY"), store.key("env-check", lease));
+    let key = var("ELECT_KEY");
+    assert!(store.key_fits("env-check", lease, key), "ELECT_KEY {key}");
     assert!(
         !env.contains_key("ELECT_PASSWORD"),
         "secrets never reach the child"
@@ -1247,4 +1312,5 @@ stores! {
     etcd: Etcd,
     file: FileStore,
     postgres: Postgres,
+    zookeeper: ZooKeeper,
 }

@@ -160,7 +160,7 @@ impl Job {
         let handover = Handover {
             set_env,
             held: &held,
-            release_order: self.location.release_order(&session.id()),
+            release_order: self.location.release_order(&session.release_token()),
         };
         guard
             .start(token, keeper.deadline(), handover)

@@ -79,6 +79,12 @@ pub trait Store {
 pub trait Session {
     /// The lease as shown in `ELECT_LEASE_ID`.
     fn id(&self) -> String;
+    /// What a release from another process needs to end this session
+    /// ([`crate::store::Target::release_order`]): its id, unless the store
+    /// says otherwise (ZooKeeper: the paths of its lock nodes).
+    fn release_token(&self) -> String {
+        self.id()
+    }
     /// The time-to-live the store granted; `None` if the lease does not
     /// expire by time (it ends when the holder releases it or dies).
     fn ttl(&self) -> Option<Duration>;

@@ -16,6 +16,7 @@ pub mod file;
 mod holder;
 pub mod postgres;
 mod secret;
+pub mod zk;
 
 pub use api::{
     Boxed, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn, first_turn,
@@ -30,7 +31,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Every store elect knows. Registering a store is one line here.
-const KINDS: &[&Kind] = &[&etcd::KIND, &file::KIND, &postgres::KIND];
+const KINDS: &[&Kind] = &[&etcd::KIND, &file::KIND, &postgres::KIND, &zk::KIND];
 
 /// The store used when neither `--store`, `ELECT_STORE` nor a store's own
 /// environment names one.
@@ -280,12 +281,14 @@ mod tests {
     fn each_url_finds_its_store_and_others_are_refused() {
         assert_eq!(parse("etcd://a:1").unwrap(), "etcd://a:1");
         assert_eq!(parse("file:/var/x").unwrap(), "file:/var/x");
-        for bad in ["", "zk://a", "a:1", "http//x"] {
+        assert_eq!(parse("zk://a/x").unwrap(), "zk://a:2181/x");
+        assert_eq!(parse("postgres://u@h/d").unwrap(), "postgres://u@h:5432/d");
+        for bad in ["", "consul://a", "a:1", "http//x"] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.kind, ErrorKind::Config, "{bad}");
             assert!(err.message.contains("file:DIR"), "{}", err.message);
         }
-        let err = parse("zk://u:secret@a").unwrap_err();
+        let err = parse("consul://u:secret@a").unwrap_err();
         assert!(!err.message.contains("secret"), "{}", err.message);
         let err = parse("etcd:127.0.0.1:2379").unwrap_err();
         assert!(

@@ -2,10 +2,12 @@
 //! fault proxy, terminals and process watching. No mocks.
 //!
 //! - stores: [`etcd`] (one member or a cluster; [`etcd_http`] for its metrics), [`postgres`] (a server,
-//!   and a PgBouncer in front of it), [`tempdir`] (the `file:` store's
-//!   directory, and any test's files), [`certs`] for TLS;
+//!   and a PgBouncer in front of it), [`zookeeper`] (one server or an
+//!   ensemble), [`tempdir`] (the `file:` store's directory, and any test's
+//!   files), [`certs`] for TLS;
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
-//!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`);
+//!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`),
+//!   [`curator`] (Apache Curator's lock, a Java program on ZooKeeper);
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
 //! - the fault suite: [`proxy`], [`contender`], [`register`], [`history`],
 //!   [`nemesis`], [`ticker`].
@@ -16,6 +18,7 @@
 pub mod certs;
 pub mod clock;
 pub mod contender;
+pub mod curator;
 pub mod etcd;
 pub mod etcd_http;
 pub mod history;
@@ -29,10 +32,13 @@ pub mod register;
 pub mod tempdir;
 pub mod ticker;
 pub mod tools;
+pub mod zookeeper;
 
 pub use clock::{SECOND, ms, now_ns};
+pub use curator::Curator;
 pub use etcd::{Etcd, EtcdOptions};
 pub use postgres::{PgBouncer, Postgres};
 pub use process::{Death, HOLD, Running, alive, elect, elect_run, find_child, hold, state};
 pub use pty::Pty;
 pub use tempdir::TempDir;
+pub use zookeeper::ZooKeeper;

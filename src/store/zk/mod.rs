@@ -1,0 +1,587 @@
+//! The ZooKeeper store: the standard lock recipe, as Apache Curator's
+//! `InterProcessMutex` keeps it, so that elect and Java services lock each
+//! other out.
+//!
+//! - Under `<chroot>/<lock>`, each contender creates an ephemeral
+//!   sequential node named as Curator's protected mode names it,
+//!   `_c_<uuid>-lock-<seq>`: a create whose reply was lost is found again by
+//!   its uuid instead of leaving a ghost that blocks everyone. Parents are
+//!   container nodes, which the server removes once empty.
+//! - The holder is the lowest sequence; each waiter watches only the node
+//!   just before it, so a release wakes one waiter.
+//! - The token is the czxid of our node: cluster-wide and rising with
+//!   creation order. Not the sequence, a per-parent counter that starts
+//!   again when a container parent is removed and created anew.
+//! - The session is the lease: its timeout is `--ttl`, as the servers
+//!   negotiate it. elect judges loss itself from the send time of the last
+//!   request the servers answered (a read every TTL/3), so its command is
+//!   dead before the session could expire.
+//!
+//! Checkpoints, shard counts and a shard's last holder live in persistent
+//! nodes beside the lock's node (`<lock>.checkpoint`, `.shards`, `.last`),
+//! never among its children, where Curator would take them for contenders.
+
+mod session;
+mod target;
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
+
+use crate::clock::Instant;
+use crate::log;
+use crate::store::{
+    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
+    Session, Store, StoreError,
+};
+pub use target::{KIND, ZkTarget};
+
+/// The ZooKeeper session of `status`, `list`, `check` and `break`.
+const INSPECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What it takes to end a dead elect's session from another process: its
+/// lock nodes, deleted by path.
+#[derive(Serialize, Deserialize)]
+struct ReleaseOrder {
+    target: ZkTarget,
+    nodes: Vec<String>,
+}
+
+/// A ZooKeeper store; its session is made on first use (for `elect run`,
+/// with the lease's timeout).
+pub struct ZooKeeper {
+    target: ZkTarget,
+    within: Duration,
+    client: RefCell<Option<Client>>,
+}
+
+impl ZooKeeper {
+    pub fn new(target: ZkTarget, within: Duration) -> ZooKeeper {
+        ZooKeeper {
+            target,
+            within,
+            client: RefCell::new(None),
+        }
+    }
+
+    /// A new session with `timeout`, and the timeout the servers granted.
+    async fn connect(&self, timeout: Duration) -> Result<Client, StoreError> {
+        connect(&self.target, timeout, self.within).await
+    }
+
+    /// The session for reads and writes outside a lock.
+    async fn client(&self) -> Result<Client, StoreError> {
+        if let Some(client) = self.client.borrow().as_ref()
+            && !client.state().is_terminated()
+        {
+            return Ok(client.clone());
+        }
+        let client = self.connect(INSPECTION_TIMEOUT).await?;
+        *self.client.borrow_mut() = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Delete the nodes of a dead elect's session, for its guard.
+    pub async fn release_nodes(
+        target: &ZkTarget,
+        nodes: &[String],
+        within: Duration,
+    ) -> Result<(), StoreError> {
+        let client = connect(target, INSPECTION_TIMEOUT, within).await?;
+        for node in nodes {
+            match client.delete(node, None).await {
+                Ok(()) | Err(ZkError::NoNode) => {}
+                Err(e) => return Err(failed(&e, "delete", node)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The contenders for `lock`: (node name, sequence), in queue order.
+    async fn contenders(
+        &self,
+        client: &Client,
+        lock: &str,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let path = lock_path(lock);
+        match client.list_children(&path).await {
+            Ok(children) => Ok(queue(children)),
+            Err(ZkError::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(failed(&e, "list", &path)),
+        }
+    }
+
+    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
+        let client = self.client().await?;
+        let path = lock_path(lock);
+        // The holder may leave between the list and the read: look again.
+        for _ in 0..3 {
+            let nodes = self.contenders(&client, lock).await?;
+            let Some((first, _)) = nodes.first() else {
+                return Ok(LockStatus {
+                    lock: lock.to_string(),
+                    holder: None,
+                    waiting: 0,
+                    ranks: Vec::new(),
+                });
+            };
+            let key = format!("{path}/{first}");
+            match client.get_data(&key).await {
+                Ok((data, stat)) => {
+                    return Ok(LockStatus {
+                        lock: lock.to_string(),
+                        holder: Some(Holder {
+                            key,
+                            token: stat.czxid as u64,
+                            record: HolderRecord::from_json(&data),
+                            lease: Some(format!("{:x}", stat.ephemeral_owner)),
+                            ttl_left: None,
+                        }),
+                        waiting: nodes.len() - 1,
+                        ranks: nodes.iter().skip(1).map(|(_, seq)| *seq as u64).collect(),
+                    });
+                }
+                Err(ZkError::NoNode) => continue,
+                Err(e) => return Err(failed(&e, "read", &key)),
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "lock {lock} kept changing hands"
+        )))
+    }
+
+    /// Every lock under the root whose name starts with `prefix`: nodes
+    /// with contenders among their children.
+    async fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+        let client = self.client().await?;
+        let mut found = Vec::new();
+        let mut frontier = vec![String::new()];
+        // Lock names have at most a few segments; ZooKeeper's own tree is not ours.
+        for _ in 0..16 {
+            let mut next = Vec::new();
+            for name in frontier {
+                let path = match name.is_empty() {
+                    true => "/".to_string(),
+                    false => format!("/{name}"),
+                };
+                let children = match client.list_children(&path).await {
+                    Ok(children) => children,
+                    Err(ZkError::NoNode) => continue,
+                    Err(e) => return Err(failed(&e, "list", &path)),
+                };
+                if !queue(children.clone()).is_empty() && name.starts_with(prefix) {
+                    found.push(name.clone());
+                }
+                for child in children {
+                    if is_contender(&child) || (name.is_empty() && child == "zookeeper") {
+                        continue;
+                    }
+                    next.push(match name.is_empty() {
+                        true => child,
+                        false => format!("{name}/{child}"),
+                    });
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        found.sort();
+        let mut statuses = Vec::new();
+        for lock in found {
+            statuses.push(self.read_status(&lock).await?);
+        }
+        Ok(statuses)
+    }
+
+    async fn break_holder(
+        &self,
+        lock: &str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Result<Broken, StoreError> {
+        let client = self.client().await?;
+        let status = self.read_status(lock).await?;
+        let Some(holder) = status.holder else {
+            return Ok(Broken::Free);
+        };
+        if token.is_some_and(|t| t != holder.token) {
+            return Ok(Broken::Changed(holder));
+        }
+        let end = |key: String| {
+            let client = client.clone();
+            async move {
+                match client.delete(&key, None).await {
+                    Ok(()) | Err(ZkError::NoNode) => Ok(()),
+                    Err(e) => Err(failed(&e, "delete", &key)),
+                }
+            }
+        };
+        // A holder that is not elect's (Curator) cannot be asked.
+        let Some(record) = holder.record.clone().filter(|_| !force) else {
+            end(holder.key.clone()).await?;
+            let why = match force {
+                true => Forced::Asked,
+                false => Forced::NoAnswer(Duration::ZERO),
+            };
+            return Ok(Broken::Forced { holder, why });
+        };
+        let asked = Instant::now();
+        let request = HolderRecord {
+            break_request: Some(crate::store::holder::break_request()),
+            ..record.clone()
+        };
+        match client
+            .set_data(&holder.key, request.to_json().as_bytes(), None)
+            .await
+        {
+            Ok(_) => {}
+            Err(ZkError::NoNode) => return Ok(Broken::Free),
+            Err(e) => return Err(failed(&e, "ask", &holder.key)),
+        }
+        // Its elect stops the command within its grace and deletes its
+        // node; one that does not answer gets three graces and some.
+        let patience =
+            Duration::from_millis(record.grace_ms.unwrap_or(5000)) * 3 + Duration::from_secs(2);
+        let gone = async {
+            loop {
+                match client.check_and_watch_stat(&holder.key).await {
+                    Ok((None, _)) | Err(ZkError::NoNode) => return,
+                    Ok((Some(_), watcher)) => {
+                        watcher.changed().await;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        };
+        match tokio::time::timeout(patience, gone).await {
+            Ok(()) => Ok(Broken::Stopped {
+                holder,
+                after: asked.elapsed(),
+            }),
+            Err(_) => {
+                end(holder.key.clone()).await?;
+                Ok(Broken::Forced {
+                    holder,
+                    why: Forced::NoAnswer(patience),
+                })
+            }
+        }
+    }
+
+    /// Read a small persistent node beside a lock, if it exists.
+    async fn read_beside(&self, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let client = self.client().await?;
+        match client.get_data(path).await {
+            Ok((data, _)) => Ok(Some(data)),
+            Err(ZkError::NoNode) => Ok(None),
+            Err(e) => Err(failed(&e, "read", path)),
+        }
+    }
+
+    async fn write_checkpoint(
+        &self,
+        lock: &str,
+        key: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<Put, StoreError> {
+        let client = self.client().await?;
+        let path = format!("{}.checkpoint", lock_path(lock));
+        let data = checkpoint.to_json();
+        ensure_parent(&client, &path).await?;
+        // The holder's node still there, and the write, in one multi-op.
+        for create in [false, true, false] {
+            let mut multi = client.new_multi_writer();
+            let added = multi
+                .add_check_version(key, -1)
+                .and_then(|()| match create {
+                    false => multi.add_set_data(&path, data.as_bytes(), None),
+                    true => multi.add_create(
+                        &path,
+                        data.as_bytes(),
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    ),
+                });
+            added.map_err(|e| failed(&e, "write", &path))?;
+            match multi.commit().await {
+                Ok(_) => return Ok(Put::Stored),
+                Err(MultiWriteError::OperationFailed { index: 0, .. }) => {
+                    let now = self.read_status(lock).await?;
+                    return Ok(Put::Stale(match now.holder {
+                        Some(h) => format!(
+                            "lock {lock} is held by {h} now, not by token {}",
+                            checkpoint.token
+                        ),
+                        None => format!(
+                            "lock {lock} is free: token {} no longer holds it",
+                            checkpoint.token
+                        ),
+                    }));
+                }
+                // Not there yet (create it), or created meanwhile (set it).
+                Err(MultiWriteError::OperationFailed {
+                    source: ZkError::NoNode | ZkError::NodeExists,
+                    ..
+                }) => continue,
+                Err(e) => return Err(failed(&ZkError::from(e), "write", &path)),
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "the checkpoint {path} kept changing"
+        )))
+    }
+
+    async fn record_shards(
+        &self,
+        lock: &str,
+        count: Option<u32>,
+    ) -> Result<Option<u32>, StoreError> {
+        let path = format!("{}.shards", lock_path(lock));
+        if let Some(n) = count {
+            let client = self.client().await?;
+            ensure_parent(&client, &path).await?;
+            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            match client
+                .create(&path, n.to_string().as_bytes(), &options)
+                .await
+            {
+                Ok(_) => return Ok(Some(n)),
+                Err(ZkError::NodeExists) => {}
+                Err(e) => return Err(failed(&e, "create", &path)),
+            }
+        }
+        match self.read_beside(&path).await? {
+            None => Ok(None),
+            Some(data) => String::from_utf8_lossy(&data)
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| {
+                    StoreError::config(format!("{path} does not hold a number of shards"))
+                }),
+        }
+    }
+
+    async fn read_owners(&self, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
+        let client = self.client().await?;
+        let mut owners = Vec::with_capacity(locks.len());
+        for lock in locks {
+            let held = !self.contenders(&client, lock).await?.is_empty();
+            let last = self
+                .read_beside(&format!("{}.last", lock_path(lock)))
+                .await?
+                .map(|d| String::from_utf8_lossy(&d).into_owned());
+            owners.push(Owner { held, last });
+        }
+        Ok(owners)
+    }
+}
+
+/// Connect a session of `timeout` to `target`, trying for `within`.
+async fn connect(
+    target: &ZkTarget,
+    timeout: Duration,
+    within: Duration,
+) -> Result<Client, StoreError> {
+    let mut connector = Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(within.min(timeout).max(Duration::from_millis(500)));
+    if let (Some(user), Some(password)) = (&target.user, &target.password) {
+        connector =
+            connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
+    }
+    let give_up = Instant::now() + within;
+    let shown = target.to_string();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let attempt = tokio::time::timeout(
+            give_up.remaining().max(Duration::from_millis(100)),
+            connector.clone().connect(&target.connect_string()),
+        )
+        .await;
+        let error = match attempt {
+            Ok(Ok(client)) => return chrooted(client, target).await,
+            Ok(Err(e)) => e,
+            Err(_) => ZkError::Timeout,
+        };
+        match error {
+            ZkError::AuthFailed | ZkError::NoAuth => {
+                return Err(StoreError::unavailable(format!(
+                    "{shown} refused us: authentication failed for user {}",
+                    target.user.as_deref().unwrap_or("(none)")
+                )));
+            }
+            e if give_up.remaining().is_zero() => {
+                return Err(StoreError::unavailable(format!(
+                    "cannot reach {shown} within {}: {e}; is ZooKeeper running there? (--store, ELECT_STORE)",
+                    crate::clock::show(within)
+                )));
+            }
+            e => log::verbose(format_args!("connecting to {shown}: {e}; trying again")),
+        }
+        tokio::time::sleep(backoff.min(give_up.remaining())).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// A chroot must exist: elect never creates one (a typo would silently
+/// split the locks in two).
+async fn chrooted(client: Client, target: &ZkTarget) -> Result<Client, StoreError> {
+    if target.chroot.is_empty() {
+        return Ok(client);
+    }
+    match client.check_stat("/").await {
+        Ok(Some(_)) => Ok(client),
+        Ok(None) | Err(ZkError::NoNode) => Err(StoreError::config(format!(
+            "{target}: the chroot {} does not exist; create it, or leave it out of the URL",
+            target.chroot
+        ))),
+        Err(e) => Err(failed(&e, "read", "/")),
+    }
+}
+
+/// The node of `lock`: its contenders are its children.
+pub(super) fn lock_path(lock: &str) -> String {
+    format!("/{}", lock.trim_start_matches('/'))
+}
+
+/// Create the parents of `path` as container nodes, as far as missing.
+async fn ensure_parent(client: &Client, path: &str) -> Result<(), StoreError> {
+    let Some((parent, _)) = path.rsplit_once('/') else {
+        return Ok(());
+    };
+    if parent.is_empty() {
+        return Ok(());
+    }
+    match client
+        .mkdir(parent, &CreateMode::Container.with_acls(Acls::anyone_all()))
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(ZkError::NoNode) => Err(StoreError::config(
+            "the chroot does not exist; create it, or leave it out of the URL",
+        )),
+        Err(e) => Err(failed(&e, "create", parent)),
+    }
+}
+
+/// Is `name` a contender of the recipe (ours: `_c_<uuid>-lock-N`; Curator's
+/// without protection: `lock-N`)?
+fn is_contender(name: &str) -> bool {
+    sequence(name).is_some()
+}
+
+/// The sequence of a contender's node: the digits after the last `lock-`,
+/// as Curator sorts them.
+fn sequence(name: &str) -> Option<i64> {
+    let at = name.rfind("lock-")?;
+    name[at + 5..].parse().ok()
+}
+
+/// The contenders among `children`, in queue order.
+fn queue(children: Vec<String>) -> Vec<(String, i64)> {
+    let mut nodes: Vec<(String, i64)> = children
+        .into_iter()
+        .filter_map(|name| sequence(&name).map(|seq| (name, seq)))
+        .collect();
+    nodes.sort_by_key(|(_, seq)| *seq);
+    nodes
+}
+
+/// A failed request, for the user.
+fn failed(e: &ZkError, what: &str, path: &str) -> StoreError {
+    match e {
+        ZkError::NoAuth | ZkError::AuthFailed => {
+            StoreError::unavailable(format!("ZooKeeper refused to {what} {path}: no permission"))
+        }
+        ZkError::SessionExpired => StoreError::gone(format!("{what} {path}: the session expired")),
+        e => StoreError::unavailable(format!("cannot {what} {path}: {e}")),
+    }
+}
+
+impl Store for ZooKeeper {
+    fn open_session(
+        &self,
+        ttl: Duration,
+        _within: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
+        Box::pin(async move {
+            let session: Box<dyn Session + '_> =
+                Box::new(session::ZkSession::open(self, ttl).await?);
+            Ok(session)
+        })
+    }
+
+    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
+        Box::pin(self.read_status(lock))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
+        Box::pin(self.read_list(prefix.trim_start_matches('/')))
+    }
+
+    fn check<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        token: u64,
+    ) -> Boxed<'a, Result<Check, StoreError>> {
+        Box::pin(async move {
+            let status = self.read_status(lock).await?;
+            Ok(match status.holder {
+                Some(h) if h.key == key && h.token == token => Check::Holder,
+                Some(h) if h.key == key => Check::NotHolder(format!(
+                    "{key} holds the lock with token {}, not {token}",
+                    h.token
+                )),
+                Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
+                None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
+            })
+        })
+    }
+
+    fn break_lock<'a>(
+        &'a self,
+        lock: &'a str,
+        token: Option<u64>,
+        force: bool,
+    ) -> Boxed<'a, Result<Broken, StoreError>> {
+        Box::pin(self.break_holder(lock, token, force))
+    }
+
+    fn shards<'a>(
+        &'a self,
+        lock: &'a str,
+        count: Option<u32>,
+    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(self.record_shards(lock, count))
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(self.read_owners(locks))
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move {
+            let data = self
+                .read_beside(&format!("{}.checkpoint", lock_path(lock)))
+                .await?;
+            Ok(data.and_then(|d| Checkpoint::from_json(&d)))
+        })
+    }
+
+    fn put_checkpoint<'a>(
+        &'a self,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(self.write_checkpoint(lock, key, checkpoint))
+    }
+}

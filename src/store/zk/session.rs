@@ -1,0 +1,427 @@
+//! A ZooKeeper session as elect's lease, and a place in one lock's queue.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, EventType, SessionState};
+
+use super::{ZooKeeper, ensure_parent, failed, lock_path, queue};
+use crate::clock::{Instant, sleep_until};
+use crate::log;
+use crate::store::{
+    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
+};
+
+pub struct ZkSession {
+    client: Client,
+    /// As the servers negotiated it.
+    ttl: Duration,
+    granted_at: Instant,
+    /// The nodes we created, for a release from another process.
+    nodes: RefCell<Vec<String>>,
+}
+
+impl ZkSession {
+    /// A session whose timeout is `ttl`, or refused (78) when the servers'
+    /// bounds make it shorter: elect's deadline must fit the session.
+    pub async fn open(store: &ZooKeeper, ttl: Duration) -> Result<ZkSession, StoreError> {
+        let granted_at = Instant::now();
+        let client = store.connect(ttl).await?;
+        let granted = client.session_timeout();
+        if granted + Duration::from_millis(1) < ttl {
+            return Err(StoreError::config(format!(
+                "the ZooKeeper servers grant sessions of at most {} (their maxSessionTimeout), \
+                 shorter than --ttl {}: lower --ttl, or raise maxSessionTimeout",
+                crate::clock::show(granted),
+                crate::clock::show(ttl)
+            )));
+        }
+        if granted > ttl {
+            log::verbose(format_args!(
+                "the ZooKeeper servers granted a {} session (their minSessionTimeout); \
+                 elect still keeps --ttl {}",
+                crate::clock::show(granted),
+                crate::clock::show(ttl)
+            ));
+        }
+        // Later reads and writes of this run go through this session too.
+        *store.client.borrow_mut() = Some(client.clone());
+        Ok(ZkSession {
+            client,
+            ttl,
+            granted_at,
+            nodes: RefCell::default(),
+        })
+    }
+}
+
+impl Session for ZkSession {
+    fn id(&self) -> String {
+        format!("{:x}", self.client.session_id().0)
+    }
+
+    fn release_token(&self) -> String {
+        self.nodes.borrow().join("\n")
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        Box::new(ZkRenewer {
+            client: self.client.clone(),
+            ttl: self.ttl,
+        })
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        Box::pin(async move {
+            let lock: Box<dyn Lock + '_> = Box::new(ZkLock::create(self, lock, record).await?);
+            Ok(lock)
+        })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            // The nodes at once, so that the next waiter goes ahead; the
+            // session closes when elect's last client is dropped.
+            let nodes = self.nodes.borrow().clone();
+            for node in nodes {
+                match self.client.delete(&node, None).await {
+                    Ok(()) | Err(ZkError::NoNode) => {}
+                    Err(e) => return Err(failed(&e, "delete", &node)),
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A cheap read answered by the servers: the session lives, counted from
+/// its send time.
+struct ZkRenewer {
+    client: Client,
+    ttl: Duration,
+}
+
+impl Renewer for ZkRenewer {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
+        Box::pin(async move {
+            match self.client.check_stat("/").await {
+                Ok(_) => Ok(Renewal::Alive(self.ttl)),
+                Err(ZkError::SessionExpired) => {
+                    Ok(Renewal::Gone("the ZooKeeper session expired".into()))
+                }
+                Err(e) => Err(StoreError::unavailable(e.to_string())),
+            }
+        })
+    }
+
+    /// One session, one connection: the client reconnects by itself.
+    fn reset(&mut self) {}
+}
+
+/// Our node in one lock's queue.
+struct ZkLock<'s> {
+    session: &'s ZkSession,
+    lock: String,
+    /// The lock's node.
+    path: String,
+    /// Our node: `<path>/_c_<uuid>-lock-<seq>`.
+    key: String,
+    seq: i64,
+    /// Our node's czxid: the token.
+    czxid: i64,
+    record: HolderRecord,
+}
+
+impl<'s> ZkLock<'s> {
+    /// Create our node, as Curator's protected mode does: a create whose
+    /// reply was lost is found again by its uuid.
+    async fn create(
+        session: &'s ZkSession,
+        lock: String,
+        record: HolderRecord,
+    ) -> Result<ZkLock<'s>, StoreError> {
+        let client = &session.client;
+        let path = lock_path(&lock);
+        let prefix = format!("_c_{}-lock-", uuid());
+        let node = format!("{path}/{prefix}");
+        let data = record.to_json();
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let mut made_parents = false;
+        loop {
+            match client.create(&node, data.as_bytes(), &options).await {
+                Ok((stat, sequence)) => {
+                    let key = format!("{node}{sequence}");
+                    session.nodes.borrow_mut().push(key.clone());
+                    return Ok(ZkLock {
+                        session,
+                        lock,
+                        path,
+                        seq: sequence.into_i64(),
+                        czxid: stat.czxid,
+                        key,
+                        record,
+                    });
+                }
+                Err(ZkError::NoNode) if !made_parents => {
+                    made_parents = true;
+                    ensure_parent(client, &node).await?;
+                }
+                Err(ZkError::ConnectionLoss) => {
+                    // Made or not? Our uuid says.
+                    if let Some((key, seq, czxid)) = Self::find(session, &path, &prefix).await? {
+                        session.nodes.borrow_mut().push(key.clone());
+                        return Ok(ZkLock {
+                            session,
+                            lock,
+                            path,
+                            key,
+                            seq,
+                            czxid,
+                            record,
+                        });
+                    }
+                }
+                Err(e) => return Err(failed(&e, "create", &node)),
+            }
+        }
+    }
+
+    /// Our node under `path`, by its protected prefix, if the create took:
+    /// its path, sequence and czxid.
+    async fn find(
+        session: &ZkSession,
+        path: &str,
+        prefix: &str,
+    ) -> Result<Option<(String, i64, i64)>, StoreError> {
+        let client = &session.client;
+        loop {
+            let children = match client.list_children(path).await {
+                Ok(children) => children,
+                Err(ZkError::NoNode) => return Ok(None),
+                Err(ZkError::ConnectionLoss) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(e) => return Err(failed(&e, "list", path)),
+            };
+            let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+                return Ok(None);
+            };
+            let key = format!("{path}/{name}");
+            let (_, stat) = client
+                .get_data(&key)
+                .await
+                .map_err(|e| failed(&e, "read", &key))?;
+            let seq = super::sequence(&name).unwrap_or(0);
+            return Ok(Some((key, seq, stat.czxid)));
+        }
+    }
+
+    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
+        let client = &self.session.client;
+        let name = self.key.rsplit_once('/').map_or("", |(_, n)| n);
+        loop {
+            let children = match client.list_children(&self.path).await {
+                Ok(children) => children,
+                Err(ZkError::ConnectionLoss) => {
+                    self.pause(until).await;
+                    if until.is_some_and(|at| at.remaining().is_zero()) {
+                        return Ok(Turn::Busy);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(failed(&e, "list", &self.path)),
+            };
+            let nodes = queue(children);
+            let Some(at) = nodes.iter().position(|(n, _)| n == name) else {
+                return Err(StoreError::gone(format!(
+                    "{} vanished (session expired, or deleted)",
+                    self.key
+                )));
+            };
+            if at == 0 {
+                return Ok(Turn::First(self.czxid as u64));
+            }
+            if until.is_some_and(|at| at.remaining().is_zero()) {
+                return Ok(Turn::Busy);
+            }
+            // Watch only the one just ahead of us.
+            let ahead = format!("{}/{}", self.path, nodes[at - 1].0);
+            let watcher = match client.check_and_watch_stat(&ahead).await {
+                Ok((None, _)) => continue,
+                Ok((Some(_), watcher)) => watcher,
+                Err(ZkError::ConnectionLoss) => {
+                    self.pause(until).await;
+                    continue;
+                }
+                Err(e) => return Err(failed(&e, "watch", &ahead)),
+            };
+            match until {
+                None => {
+                    watcher.changed().await;
+                }
+                Some(at) => {
+                    tokio::select! {
+                        _ = watcher.changed() => {}
+                        () = sleep_until(at) => return Ok(Turn::Busy),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pause(&self, until: Option<Instant>) {
+        let wake = Instant::now() + Duration::from_millis(100);
+        sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+    }
+
+    /// Watch our node: deleted (a break, or the session expired), or asked
+    /// to let go (a break request in its data). After a reconnect, look
+    /// that it is still there and still ours.
+    async fn watch(&self) -> Loss {
+        let client = &self.session.client;
+        let mut states = client.state_watcher();
+        loop {
+            let watcher = match client.get_and_watch_data(&self.key).await {
+                Ok((data, stat, watcher)) => {
+                    if stat.ephemeral_owner != client.session_id().0 {
+                        return Loss::Gone(format!("{} is no longer our node", self.key));
+                    }
+                    if let Some(why) = HolderRecord::from_json(&data).and_then(|r| r.break_request)
+                    {
+                        return Loss::Asked(format!("{why} asked it to let go"));
+                    }
+                    watcher
+                }
+                Err(ZkError::NoNode) => {
+                    return Loss::Gone(format!("{} was deleted from ZooKeeper", self.key));
+                }
+                Err(ZkError::SessionExpired) => {
+                    return Loss::Gone("the ZooKeeper session expired".into());
+                }
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            tokio::select! {
+                event = watcher.changed() => match event.event_type {
+                    EventType::NodeDeleted => {
+                        return Loss::Gone(format!("{} was deleted from ZooKeeper", self.key));
+                    }
+                    _ if event.session_state == SessionState::Expired => {
+                        return Loss::Gone("the ZooKeeper session expired".into());
+                    }
+                    _ => {}
+                },
+                state = states.changed() => {
+                    if state == SessionState::Expired {
+                        return Loss::Gone("the ZooKeeper session expired".into());
+                    }
+                    // Reconnected (or lost): look again at the top of the loop.
+                }
+            }
+        }
+    }
+}
+
+/// A random uuid (version 4), as Curator's protected mode names nodes.
+fn uuid() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b.copy_from_slice(&now.to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h[..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..].concat()
+    )
+}
+
+impl Lock for ZkLock<'_> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn rank(&self) -> u64 {
+        self.seq as u64
+    }
+
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
+        Box::pin(self.wait(until))
+    }
+
+    fn lost(&self) -> Boxed<'_, Loss> {
+        Box::pin(self.watch())
+    }
+
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self.session.client.delete(&self.key, None).await {
+                Ok(()) | Err(ZkError::NoNode) => {
+                    self.session.nodes.borrow_mut().retain(|n| n != &self.key);
+                    Ok(())
+                }
+                Err(e) => Err(failed(&e, "delete", &self.key)),
+            }
+        })
+    }
+
+    fn acquired(&self) -> Boxed<'_, ()> {
+        Box::pin(async move {
+            if self.record.shard.is_none() {
+                return;
+            }
+            let client = &self.session.client;
+            let path = format!("{}.last", lock_path(&self.lock));
+            let identity = self.record.identity.as_bytes();
+            let written = match client.set_data(&path, identity, None).await {
+                Err(ZkError::NoNode) => client
+                    .create(
+                        &path,
+                        identity,
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    )
+                    .await
+                    .map(drop),
+                other => other.map(drop),
+            };
+            if let Err(e) = written {
+                log::verbose(format_args!("could not record the shard's holder: {e}"));
+            }
+        })
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move {
+            let path = format!("{}.checkpoint", lock_path(&self.lock));
+            match self.session.client.get_data(&path).await {
+                Ok((data, _)) => Ok(Checkpoint::from_json(&data)),
+                Err(ZkError::NoNode) => Ok(None),
+                Err(e) => Err(failed(&e, "read", &path)),
+            }
+        })
+    }
+}

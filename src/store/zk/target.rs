@@ -1,0 +1,222 @@
+//! How to reach ZooKeeper: `zk://HOST:PORT[,HOST:PORT...][/CHROOT]`, with
+//! digest authentication from `--user` and `--password-file` (or
+//! `ELECT_PASSWORD`). TLS (`zks://`) and certificates are refused: the
+//! client elect is built with speaks plaintext only, and a setting it
+//! cannot honour must never be ignored.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ZooKeeper;
+use crate::store::secret::{Secret, read_password};
+use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
+
+/// ZooKeeper's URLs.
+pub const KIND: Kind = Kind {
+    name: "zookeeper",
+    forms: &["zk://HOST:PORT[,HOST:PORT...][/CHROOT]"],
+    claims: |url| {
+        url.split_once("://")
+            .is_some_and(|(scheme, _)| matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zks"))
+    },
+    parse: |url, settings| {
+        let shown = redact(url);
+        let target = ZkTarget::parse(url, settings)
+            .map_err(|e| StoreError::config(format!("store URL '{shown}': {e}")))?;
+        Ok(Box::new(target))
+    },
+    from_env: || None,
+    release: Some(|order, within| {
+        let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
+        Box::pin(async move {
+            let order =
+                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
+            ZooKeeper::release_nodes(&order.target, &order.nodes, within).await
+        })
+    }),
+};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZkTarget {
+    /// `host:port` of each server.
+    pub servers: Vec<String>,
+    /// Where elect's nodes live: `""` for the root, else `/a/b`.
+    pub chroot: String,
+    pub user: Option<String>,
+    pub password: Option<Secret>,
+}
+
+impl ZkTarget {
+    fn parse(url: &str, settings: &Settings) -> Result<ZkTarget, String> {
+        let (scheme, rest) = url.split_once("://").expect("claimed");
+        if scheme.eq_ignore_ascii_case("zks") {
+            return Err(
+                "zks:// (TLS) is not supported: this elect speaks plaintext to \
+                        ZooKeeper; use zk:// on a trusted network"
+                    .into(),
+            );
+        }
+        for (flag, given) in [
+            ("--cacert", settings.cacert.is_some()),
+            ("--cert", settings.cert.is_some()),
+            ("--key", settings.key.is_some()),
+        ] {
+            if given {
+                return Err(format!(
+                    "{flag} needs TLS, which this elect does not speak to ZooKeeper"
+                ));
+            }
+        }
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((userinfo, rest)) => (Some(userinfo), rest),
+            None => (None, rest),
+        };
+        let (list, chroot) = match rest.find('/') {
+            Some(at) => (&rest[..at], rest[at..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if !chroot.is_empty() {
+            crate::store::check_lock_name(chroot).map_err(|e| format!("chroot: {e}"))?;
+        }
+        let mut servers = Vec::new();
+        for item in list.split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                return Err("an empty server".into());
+            }
+            let bad = || format!("'{item}' is not HOST:PORT");
+            let (host, port) = match item.strip_prefix('[') {
+                Some(v6) => {
+                    let (addr, after) = v6.split_once(']').ok_or_else(bad)?;
+                    if addr.is_empty() || !addr.chars().all(|c| c.is_ascii_hexdigit() || c == ':') {
+                        return Err(bad());
+                    }
+                    let port = match after {
+                        "" => None,
+                        after => Some(after.strip_prefix(':').ok_or_else(bad)?),
+                    };
+                    (format!("[{addr}]"), port)
+                }
+                None => {
+                    let (host, port) = match item.split_once(':') {
+                        Some((host, port)) => (host, Some(port)),
+                        None => (item, None),
+                    };
+                    let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+                    if host.is_empty() || !host.chars().all(name) {
+                        return Err(bad());
+                    }
+                    (host.to_string(), port)
+                }
+            };
+            let port = match port {
+                None => 2181,
+                Some(p) => p
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| format!("'{item}' has a bad port"))?,
+            };
+            servers.push(format!("{host}:{port}"));
+        }
+        let (url_user, url_password) = match userinfo.map(|u| u.split_once(':')) {
+            None => (None, None),
+            Some(Some((user, pw))) => (Some(user.to_string()), Some(Secret(pw.to_string()))),
+            Some(None) => (userinfo.map(str::to_string), None),
+        };
+        let user = settings.user.clone().or(url_user);
+        let password = match (&user, &settings.password_file) {
+            (None, Some(_)) => return Err("--password-file needs --user".into()),
+            (_, Some(file)) => Some(read_password(file).map_err(|e| e.message)?),
+            (Some(_), None) => url_password.or_else(|| {
+                std::env::var("ELECT_PASSWORD")
+                    .ok()
+                    .filter(|p| !p.is_empty())
+                    .map(Secret)
+            }),
+            (None, None) => None,
+        };
+        if let (Some(user), None) = (&user, &password) {
+            return Err(format!(
+                "ZooKeeper user {user} needs a password: give --password-file or ELECT_PASSWORD"
+            ));
+        }
+        Ok(ZkTarget {
+            servers,
+            chroot: chroot.to_string(),
+            user,
+            password,
+        })
+    }
+
+    /// The connection string: servers, then the chroot.
+    pub fn connect_string(&self) -> String {
+        format!("{}{}", self.servers.join(","), self.chroot)
+    }
+}
+
+impl fmt::Display for ZkTarget {
+    /// Without credentials: what the command sees in `ELECT_STORE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "zk://{}{}", self.servers.join(","), self.chroot)
+    }
+}
+
+impl Target for ZkTarget {
+    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
+        serde_json::to_vec(&super::ReleaseOrder {
+            target: self.clone(),
+            nodes: id.lines().map(str::to_string).collect(),
+        })
+        .ok()
+    }
+
+    fn open(
+        &self,
+        _ping_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
+        Box::pin(async move {
+            let store: Box<dyn Store> = Box::new(ZooKeeper::new(self.clone(), connect_timeout));
+            Ok(store)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Result<ZkTarget, String> {
+        ZkTarget::parse(url, &Settings::default())
+    }
+
+    #[test]
+    fn urls() {
+        let t = parse("zk://a,b:2182/jobs/locks").unwrap();
+        assert_eq!(t.servers, ["a:2181", "b:2182"]);
+        assert_eq!(t.chroot, "/jobs/locks");
+        assert_eq!(t.to_string(), "zk://a:2181,b:2182/jobs/locks");
+        assert_eq!(t.connect_string(), "a:2181,b:2182/jobs/locks");
+        let t = parse("zk://u:s3cret@a").unwrap();
+        assert_eq!(t.to_string(), "zk://a:2181", "never the password");
+        assert!(!format!("{t:?}").contains("s3cret"));
+        for (bad, says) in [
+            ("zks://a", "TLS"),
+            ("zk://a:0", "bad port"),
+            ("zk://a,,b", "empty"),
+            ("zk://a/../x", "chroot"),
+            ("zk://u@a", "needs a password"),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let certs = Settings {
+            cacert: Some("/ca".into()),
+            ..Settings::default()
+        };
+        assert!(ZkTarget::parse("zk://a", &certs).is_err());
+    }
+}

@@ -1,0 +1,588 @@
+//! A real Apache ZooKeeper on free loopback ports, in its own temp dir: one
+//! server (standalone) or an ensemble of several (a quorum), whose servers
+//! can be killed and restarted: a server crash, the leader's included, and
+//! the loss of quorum are faults a lock must live through (or fail safely
+//! in). A server keeps its data directory, `myid` and ports across a
+//! restart, as a real server that reboots does, so it rejoins its ensemble.
+//!
+//! The server is Debian's `zookeeper` package (3.8), run straight with java
+//! rather than through zkServer.sh, so that the child the tests hold, and
+//! kill, is the server itself. Its classpath is Debian's (zkEnv.sh:
+//! `/usr/share/java/zookeeper.jar`, whose manifest names the jars it needs)
+//! plus slf4j's log4j 1.2 binding and log4j 1.2 (both among
+//! libzookeeper-java's dependencies), without which the server logs nothing;
+//! ELECT_TEST_ZOOKEEPER_CLASSPATH replaces it, ELECT_TEST_JAVA names java.
+//! Time is short (`tickTime=100`: a session may be as short as 200 ms) and
+//! the log is not fsynced (a killed server loses nothing by that: only a
+//! machine crash would).
+//!
+//! Readiness is asked with the four-letter words (`ruok`, `srvr`, all
+//! allowed); the tree is looked at and changed without a JVM per call,
+//! through the `zookeeper-client` crate on a small runtime of its own (see
+//! [`ZooKeeper::children`] and its neighbours). The directory, with each
+//! server's log, is kept when a test panics.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zookeeper_client::{Acls, Client, CreateMode, Error};
+
+use super::tools::{free_port, tool};
+
+/// How long a server (or the ensemble) may take to serve.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+/// Starts on other ports when one is taken meanwhile.
+const ATTEMPTS: usize = 5;
+/// How long an inspection may keep trying through lost connections and
+/// elections.
+const INSPECT_WITHIN: Duration = Duration::from_secs(15);
+
+/// Debian's jars, all in /usr/share/java.
+const JARS: &str = "/usr/share/java";
+
+/// `JARS/name`, which must exist; panics naming the Debian package.
+pub(crate) fn jar(name: &str, package: &str) -> String {
+    let path = Path::new(JARS).join(name);
+    assert!(
+        path.is_file(),
+        "{} not found: install Debian's {package} package (apt-get install {package})",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// java: ELECT_TEST_JAVA, else on the PATH.
+pub(crate) fn java() -> PathBuf {
+    tool("ELECT_TEST_JAVA", "java", "default-jre-headless")
+}
+
+/// The server's classpath (see the module's doc).
+fn server_classpath() -> String {
+    if let Some(classpath) = std::env::var_os("ELECT_TEST_ZOOKEEPER_CLASSPATH") {
+        return classpath.to_string_lossy().into_owned();
+    }
+    [
+        jar("zookeeper.jar", "zookeeper"),
+        jar("slf4j-log4j12.jar", "libslf4j-java"),
+        jar("log4j-1.2.jar", "liblog4j1.2-java"),
+    ]
+    .join(":")
+}
+
+/// Settings of every test server.
+const SETTINGS: &str = "\
+# elect's tests
+tickTime=100
+initLimit=20
+syncLimit=10
+minSessionTimeout=200
+maxSessionTimeout=60000
+clientPortAddress=127.0.0.1
+4lw.commands.whitelist=*
+admin.enableServer=false
+forceSync=no
+";
+
+/// The servers' log, on stdout (into each server's `server.log`).
+const LOG4J: &str = "\
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
+";
+
+/// A four-letter word to the server on `port`: its answer, or None if it
+/// does not answer (down, or starting).
+fn four_letter(port: u16, word: &str) -> Option<String> {
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+struct Server {
+    /// Its `myid`, from 1.
+    id: usize,
+    client_port: u16,
+    /// Its ports for followers and for leader election (ensembles only).
+    peer_port: u16,
+    election_port: u16,
+    /// Holds `zoo.cfg`, `data/` (with `myid`) and `server.log`.
+    dir: PathBuf,
+    process: Option<Child>,
+}
+
+pub struct ZooKeeper {
+    servers: Vec<Server>,
+    dir: PathBuf,
+    /// Made on the first inspection.
+    inspector: OnceLock<Inspector>,
+}
+
+impl ZooKeeper {
+    /// One server, standalone.
+    pub fn start() -> ZooKeeper {
+        ZooKeeper::start_servers(1)
+    }
+
+    /// `n` servers in a quorum (`n` = 1 is a standalone server).
+    pub fn ensemble(n: usize) -> ZooKeeper {
+        ZooKeeper::start_servers(n)
+    }
+
+    /// Start every server and wait until each serves. A server that exits
+    /// while starting (a port taken meanwhile) makes it start again on
+    /// other ports.
+    fn start_servers(n: usize) -> ZooKeeper {
+        assert!(n > 0, "a ZooKeeper of no servers");
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        for attempt in 1..=ATTEMPTS {
+            let k = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir()
+                .join(format!("elect-test-zookeeper-{}-{k}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("log4j.properties"), LOG4J).unwrap();
+            let servers: Vec<Server> = (1..=n)
+                .map(|id| Server {
+                    id,
+                    client_port: free_port(),
+                    peer_port: free_port(),
+                    election_port: free_port(),
+                    dir: dir.join(format!("zk{id}")),
+                    process: None,
+                })
+                .collect();
+            let ensemble: String = match n {
+                1 => String::new(),
+                _ => servers
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "server.{}=127.0.0.1:{}:{}\n",
+                            s.id, s.peer_port, s.election_port
+                        )
+                    })
+                    .collect(),
+            };
+            for s in &servers {
+                let data = s.dir.join("data");
+                std::fs::create_dir_all(&data).unwrap();
+                std::fs::write(data.join("myid"), format!("{}\n", s.id)).unwrap();
+                std::fs::write(
+                    s.dir.join("zoo.cfg"),
+                    format!(
+                        "{SETTINGS}dataDir={}\nclientPort={}\n{ensemble}",
+                        data.display(),
+                        s.client_port
+                    ),
+                )
+                .unwrap();
+            }
+            let mut zk = ZooKeeper {
+                servers,
+                dir,
+                inspector: OnceLock::new(),
+            };
+            for i in 0..n {
+                zk.launch(i);
+            }
+            match zk.ready_within(READY_WITHIN) {
+                Ok(()) => return zk,
+                // The logs stay: dropped while panicking.
+                Err(e) if attempt == ATTEMPTS => panic!("ZooKeeper did not start: {e}"),
+                // Dropped: killed, its directory removed; try other ports.
+                Err(_) => continue,
+            }
+        }
+        unreachable!()
+    }
+
+    fn launch(&mut self, i: usize) {
+        let java = java();
+        let classpath = server_classpath();
+        let s = &self.servers[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(s.dir.join("server.log"))
+            .unwrap();
+        let process = Command::new(&java)
+            .args(["-Xmx96m", "-Xshare:auto", "-XX:TieredStopAtLevel=1"])
+            .args(["-XX:+UseSerialGC", "-cp", &classpath])
+            .arg(format!("-Dzookeeper.log.dir={}", s.dir.display()))
+            .arg(format!(
+                "-Dlog4j.configuration=file:{}",
+                self.dir.join("log4j.properties").display()
+            ))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(s.dir.join("zoo.cfg"))
+            .current_dir(&s.dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", java.display()));
+        self.servers[i].process = Some(process);
+    }
+
+    pub fn size(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// The directory of every server's files (`zkN/`, N = i + 1).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Server `i`'s client address, `127.0.0.1:PORT`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.servers[i].client_port)
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,...`: every server, for a ZooKeeper client.
+    pub fn connect_string(&self) -> String {
+        (0..self.size())
+            .map(|i| self.endpoint(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `zk://127.0.0.1:P1,127.0.0.1:P2,...`: the store URL.
+    pub fn url(&self) -> String {
+        format!("zk://{}", self.connect_string())
+    }
+
+    /// The pid of server `i`'s JVM.
+    pub fn pid(&self, i: usize) -> i32 {
+        let process = self.servers[i].process.as_ref();
+        process.expect("the server is down").id() as i32
+    }
+
+    pub fn is_up(&self, i: usize) -> bool {
+        self.servers[i].process.is_some()
+    }
+
+    pub fn up(&self) -> Vec<usize> {
+        (0..self.size()).filter(|&i| self.is_up(i)).collect()
+    }
+
+    /// SIGKILL server `i`: a crash, no goodbye to its peers or its clients.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut process) = self.servers[i].process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+
+    /// Start server `i` again on its old configuration, data and ports; do
+    /// not wait (see [`ZooKeeper::wait_ready`]).
+    pub fn restart(&mut self, i: usize) {
+        if !self.is_up(i) {
+            self.launch(i);
+        }
+    }
+
+    /// Server `i`'s `Mode:` by `srvr` (`standalone`, `leader`, `follower`),
+    /// None while it does not serve (down, starting, or without a quorum).
+    pub fn mode(&self, i: usize) -> Option<String> {
+        if !self.is_up(i) {
+            return None;
+        }
+        let srvr = four_letter(self.servers[i].client_port, "srvr")?;
+        srvr.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_string())
+    }
+
+    /// Server `i` says it is fine (`ruok`) and serves clients (`srvr`).
+    fn serving(&self, i: usize) -> bool {
+        four_letter(self.servers[i].client_port, "ruok").as_deref() == Some("imok")
+            && self.mode(i).is_some()
+    }
+
+    /// The index of the server that is the leader, by its own `srvr`.
+    pub fn leader(&self) -> Option<usize> {
+        self.up()
+            .into_iter()
+            .find(|&i| self.mode(i).as_deref() == Some("leader"))
+    }
+
+    /// Poll for the leader.
+    pub fn wait_leader(&self) -> usize {
+        let give_up = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(i) = self.leader() {
+                return i;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "no ZooKeeper leader within {READY_WITHIN:?}; logs in {}",
+                self.dir.display()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Poll until every server that is up serves; Err if one exits.
+    fn ready_within(&mut self, within: Duration) -> Result<(), String> {
+        let give_up = Instant::now() + within;
+        loop {
+            for s in &mut self.servers {
+                if let Some(p) = &mut s.process
+                    && let Ok(Some(status)) = p.try_wait()
+                {
+                    return Err(format!(
+                        "ZooKeeper server {} exited ({status}); see {}",
+                        s.id,
+                        s.dir.join("server.log").display()
+                    ));
+                }
+            }
+            if self.up().iter().all(|&i| self.serving(i)) {
+                return Ok(());
+            }
+            if Instant::now() >= give_up {
+                let modes: Vec<_> = self.up().iter().map(|&i| (i, self.mode(i))).collect();
+                return Err(format!(
+                    "ZooKeeper servers not all serving within {within:?} (modes {modes:?}); \
+                     logs in {}",
+                    self.dir.display()
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Poll until every server that is up serves (which, in an ensemble,
+    /// needs a quorum).
+    pub fn wait_ready(&mut self) {
+        if let Err(e) = self.ready_within(READY_WITHIN) {
+            panic!("{e}");
+        }
+    }
+
+    fn inspector(&self) -> &Inspector {
+        self.inspector
+            .get_or_init(|| Inspector::new(self.connect_string()))
+    }
+
+    /// The children's names of `path`, sorted; none if it does not exist.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let mut names = self.inspector().call("list", path, |c, p| async move {
+            match c.list_children(&p).await {
+                Err(Error::NoNode) => Ok(Vec::new()),
+                r => r,
+            }
+        });
+        names.sort();
+        names
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.inspector().call("stat", path, |c, p| async move {
+            c.check_stat(&p).await.map(|s| s.is_some())
+        })
+    }
+
+    /// The data of `path`, None if it does not exist.
+    pub fn data(&self, path: &str) -> Option<Vec<u8>> {
+        self.inspector().call("get", path, |c, p| async move {
+            match c.get_data(&p).await {
+                Ok((data, _)) => Ok(Some(data)),
+                Err(Error::NoNode) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// The zxid of the transaction that created `path`, None if it does not
+    /// exist.
+    pub fn czxid(&self, path: &str) -> Option<i64> {
+        self.inspector().call("stat", path, |c, p| async move {
+            c.check_stat(&p).await.map(|s| s.map(|s| s.czxid))
+        })
+    }
+
+    /// Delete `path`, whatever its version; fine if it does not exist;
+    /// panics if it has children.
+    pub fn delete(&self, path: &str) {
+        self.inspector().call("delete", path, |c, p| async move {
+            match c.delete(&p, None).await {
+                Err(Error::NoNode) => Ok(()),
+                r => r,
+            }
+        })
+    }
+
+    /// Delete `path` and everything below it; fine if it does not exist.
+    pub fn delete_all(&self, path: &str) {
+        let give_up = Instant::now() + INSPECT_WITHIN;
+        loop {
+            for child in self.children(path) {
+                self.delete_all(&format!("{}/{child}", path.trim_end_matches('/')));
+            }
+            // A child created meanwhile: round again.
+            let deleted = self.inspector().call("delete", path, |c, p| async move {
+                match c.delete(&p, None).await {
+                    Err(Error::NoNode) => Ok(true),
+                    Err(Error::NotEmpty) => Ok(false),
+                    r => r.map(|()| true),
+                }
+            });
+            if deleted {
+                return;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "zookeeper: {path} keeps getting children"
+            );
+        }
+    }
+
+    /// Create `path` with `data`: persistent, or ephemeral (on the
+    /// inspection's session, which lasts as long as this ZooKeeper unless
+    /// every server is down for 10 s), with any missing parent made
+    /// persistent and empty. Panics if it exists.
+    pub fn create(&self, path: &str, data: &[u8], persistent: bool) {
+        let data = data.to_vec();
+        self.inspector().call("create", path, move |c, p| {
+            let data = data.clone();
+            async move {
+                let mode = match persistent {
+                    true => CreateMode::Persistent,
+                    false => CreateMode::Ephemeral,
+                };
+                if let Some((parent, _)) = p.rsplit_once('/')
+                    && !parent.is_empty()
+                {
+                    c.mkdir(
+                        parent,
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    )
+                    .await?;
+                }
+                c.create(&p, &data, &mode.with_acls(Acls::anyone_all()))
+                    .await
+                    .map(|_| ())
+            }
+        })
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        // Its runtime stops: no session of its goes on trying the servers.
+        drop(self.inspector.take());
+        for i in 0..self.size() {
+            self.kill(i);
+        }
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A ZooKeeper session for looking at the tree, on a current-thread tokio
+/// runtime that a thread of its own drives (so that the session keeps
+/// pinging between calls), called into from the tests' blocking code.
+struct Inspector {
+    connect: String,
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+    client: Mutex<Option<Client>>,
+}
+
+impl Inspector {
+    fn new(connect: String) -> Inspector {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("zk-inspector".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                })
+            })
+            .unwrap();
+        Inspector {
+            connect,
+            runtime: handle,
+            stop: Some(stop),
+            thread: Some(thread),
+            client: Mutex::new(None),
+        }
+    }
+
+    /// `op` on `path` with the session, through lost connections, elections
+    /// and an expired session (a new one), for up to [`INSPECT_WITHIN`];
+    /// panics with the last error then, or at once on any other error.
+    fn call<T, F>(&self, what: &str, path: &str, op: impl Fn(Client, String) -> F) -> T
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        let give_up = Instant::now() + INSPECT_WITHIN;
+        // A test that panicked in a call before is no reason to panic here.
+        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            // Each try within what is left, give or take.
+            let patience = give_up
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(200), Duration::from_secs(5));
+            let result = self.runtime.block_on(async {
+                if client.is_none() {
+                    let connect = Client::connector()
+                        .with_session_timeout(Duration::from_secs(10))
+                        .connect(&self.connect);
+                    *client = Some(
+                        tokio::time::timeout(patience, connect)
+                            .await
+                            .unwrap_or(Err(Error::Timeout))?,
+                    );
+                }
+                let c = client.clone().unwrap();
+                tokio::time::timeout(patience, op(c, path.to_string()))
+                    .await
+                    .unwrap_or(Err(Error::Timeout))
+            });
+            let error = match result {
+                Ok(value) => return value,
+                Err(e) => e,
+            };
+            match error {
+                Error::SessionExpired | Error::ClientClosed | Error::NoHosts => *client = None,
+                Error::ConnectionLoss | Error::Timeout => {}
+                e => panic!("zookeeper: {what} {path}: {e}"),
+            }
+            assert!(
+                Instant::now() < give_up,
+                "zookeeper: {what} {path}: {error} for {INSPECT_WITHIN:?}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Inspector {
+    fn drop(&mut self) {
+        drop(self.client.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let _ = self.stop.take().map(|stop| stop.send(()));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
