@@ -181,7 +181,11 @@ fn bad_input_is_a_usage_or_configuration_error() {
             64,
             "cannot be used",
         ),
-        (&["--lock", "x", "--store", "consul://a:1"], 78, "unknown store"),
+        (
+            &["--lock", "x", "--store", "consul://a:1"],
+            78,
+            "unknown store",
+        ),
         (&["--lock", "x", "--store", "etcd://a:notaport"], 78, "port"),
     ];
     for (args, code, text) in cases {

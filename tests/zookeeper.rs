@@ -1,4 +1,8 @@
-//! The ZooKeeper store.
+//! The ZooKeeper store beyond the behaviour suite (tests/behaviour.rs):
+//! elect and Apache Curator's InterProcessMutex exclude each other both
+//! ways, tokens (czxids) keep rising when the lock's parent node is removed
+//! and made again, a partitioned holder stops before its session can
+//! expire, and bad input.
 //!
 //! First, the test ZooKeeper and Curator themselves
 //! (tests/support/zookeeper.rs, tests/support/curator.rs), before any store
@@ -9,9 +13,12 @@
 
 mod support;
 
-use std::time::Instant;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
 
-use support::{Curator, SECOND, ZooKeeper};
+use support::proxy::{Mode, Proxy};
+use support::ticker::{Ticks, group_alive, group_members};
+use support::{Curator, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, hold};
 
 #[test]
 fn the_test_servers_start() {
@@ -68,4 +75,207 @@ fn the_test_servers_start() {
     first.expect_line("released", 10 * SECOND);
     assert_eq!(first.wait_code(10 * SECOND), 0);
     assert_eq!(zk.children("/locks/smoke"), Vec::<String>::new());
+}
+
+/// elect and Curator's InterProcessMutex on the same path exclude each
+/// other, both ways; `elect status` shows Curator's holder (no record, a
+/// token all the same).
+#[test]
+fn elect_and_curator_exclude_each_other_both_ways() {
+    let zk = ZooKeeper::start();
+    let url = zk.url();
+
+    // Curator holds: elect waits, then goes once Curator lets go.
+    let mut curator = Curator::spawn(&zk.connect_string(), "/interop", None);
+    curator.expect_line("held", 30 * SECOND);
+    let out = elect_run(&url, "interop", &["-n"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not written by elect"), "{err}");
+    let (code, shown) = support::inspect::status(&url, "interop", true);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert!(
+        v["holder"].is_null() && v["token"].as_u64() > Some(0),
+        "{shown}"
+    );
+    let mut waiting = Running::spawn(elect_run(&url, "interop", &[], "echo ran $ELECT_TOKEN"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(waiting.try_line(), None, "elect waits while Curator holds");
+    curator.send_line("go");
+    curator.expect_line("released", 10 * SECOND);
+    assert!(
+        waiting
+            .expect_line("ran", 10 * SECOND)
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(waiting.wait_code(10 * SECOND), 0);
+
+    // elect holds: Curator gives up after half a second; then takes it.
+    let (mut holder, _) = hold(&url, "interop", &[]);
+    let mut refused = Curator::spawn(&zk.connect_string(), "/interop", Some(500));
+    refused.expect_line("busy", 30 * SECOND);
+    let mut curator = Curator::spawn(&zk.connect_string(), "/interop", None);
+    std::thread::sleep(Duration::from_millis(1500));
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    curator.expect_line("held", 30 * SECOND);
+    curator.send_line("go");
+    curator.expect_line("released", 10 * SECOND);
+    eprintln!("Curator and elect excluded each other both ways on /interop");
+}
+
+/// The token is the node's czxid: it rises when the lock's parent node is
+/// removed and made again, where the sequence number starts over.
+#[test]
+fn tokens_keep_rising_after_the_parent_node_is_made_again() {
+    let zk = ZooKeeper::start();
+    let run = || {
+        let out = elect_run(&zk.url(), "jobs/x", &[], "echo $ELECT_TOKEN $ELECT_KEY")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (token, key) = text.trim().split_once(' ').unwrap();
+        (token.parse::<u64>().unwrap(), key.to_string())
+    };
+    let (first, first_key) = run();
+    let (second, _) = run();
+    zk.delete_all("/jobs/x");
+    let (third, third_key) = run();
+    eprintln!(
+        "tokens {first}, {second}, then {third} after /jobs/x was made again ({first_key} -> {third_key})"
+    );
+    assert!(first < second && second < third);
+    assert!(
+        first_key.ends_with("lock-0000000000") && third_key.ends_with("lock-0000000000"),
+        "the sequence started over: {first_key}, {third_key}"
+    );
+}
+
+/// A holder cut off from ZooKeeper, silently or loudly, stops its command
+/// before its session can expire; the next holder starts after it, on one
+/// monotonic clock; nothing of the old command's group is left.
+#[test]
+fn a_partitioned_holder_stops_before_its_session_can_expire() {
+    let zk = ZooKeeper::start();
+    let dir = TempDir::new("zk-partition");
+    for (mode, name) in [(Mode::Blackhole, "blackhole"), (Mode::Reset, "reset")] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        let ticks = Ticks::new(&dir.join(name));
+        let proxy = Proxy::start(&zk.endpoint(0));
+        let via = format!("zk://127.0.0.1:{}", proxy.port);
+        let lock = format!("cut-{name}");
+        let ticking = |url: &str, label: &str| {
+            let mut command = elect_run(url, &lock, &["--ttl", "2s"], &ticks.script(label, false));
+            command.process_group(0);
+            Running::spawn(command)
+        };
+        let mut a = ticking(&via, "A");
+        a.expect_line("token", 10 * SECOND);
+        let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        ticks.first("A", 10 * SECOND);
+        let mut b = ticking(&zk.url(), "B");
+        let give_up = Instant::now() + 10 * SECOND;
+        while zk.children(&format!("/{lock}")).len() < 2 {
+            assert!(Instant::now() < give_up, "B queued");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cut = support::ticker::monotonic_ns();
+        proxy.set(mode);
+        let overlap = ticks.overlap_ms("A", a_group, "B");
+        let (last_a, first_b) = (ticks.last("A").unwrap(), ticks.first("B", SECOND));
+        eprintln!(
+            "{name}, TTL 2s: A's last tick {:.0} ms after the cut, B's first {:.0} ms after; overlap {overlap:.1} ms",
+            (last_a - cut) as f64 / 1e6,
+            (first_b - cut) as f64 / 1e6
+        );
+        assert!(overlap < 0.0, "{name}: A ran {overlap:.1} ms beside B");
+        assert!(
+            !group_alive(a_group),
+            "{name}: {:?}",
+            group_members(a_group)
+        );
+        assert_eq!(a.wait_code(15 * SECOND), 76, "{name}: {:?}", a.stderr_seen);
+        b.signal(libc::SIGTERM);
+        b.wait(10 * SECOND);
+    }
+}
+
+/// Bad input: one line naming the problem, the documented exit code, the
+/// command never run, nothing left in ZooKeeper.
+#[test]
+fn bad_input_gets_one_line_and_leaves_nothing() {
+    let zk = ZooKeeper::start();
+    let port = zk.endpoint(0).rsplit_once(':').unwrap().1.to_string();
+    let nothing_listens = support::tools::free_port();
+    let dir = TempDir::new("zk-bad");
+    let password = dir.join("password");
+    std::fs::write(&password, "pw\n").unwrap();
+    let cases: Vec<(&str, String, Vec<String>, i32, &str)> = vec![
+        ("TLS", format!("zks://127.0.0.1:{port}"), vec![], 78, "TLS"),
+        (
+            "a bad port",
+            format!("zk://127.0.0.1:{port}x"),
+            vec![],
+            78,
+            "bad port",
+        ),
+        (
+            "a chroot that does not exist",
+            format!("zk://127.0.0.1:{port}/no/such/chroot"),
+            vec![],
+            78,
+            "does not exist",
+        ),
+        (
+            "an unreachable ensemble",
+            format!("zk://127.0.0.1:{nothing_listens}"),
+            vec!["--connect-timeout".into(), "1s".into()],
+            69,
+            "cannot reach",
+        ),
+        (
+            "a session longer than the servers allow",
+            zk.url(),
+            vec!["--ttl".into(), "90s".into()],
+            78,
+            "maxSessionTimeout",
+        ),
+        (
+            "a user without its password",
+            format!("zk://alice@127.0.0.1:{port}"),
+            vec![],
+            78,
+            "needs a password",
+        ),
+    ];
+    for (what, url, flags, code, says) in cases {
+        let mut command = elect();
+        command
+            .args(["run", "--store", &url, "--lock", "bad"])
+            .args(&flags)
+            .args(["--", "echo", "ran"]);
+        let out = command.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{what}: exit {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
+        assert!(out.stdout.is_empty(), "{what}: the command ran");
+        assert!(err.contains(says), "{what}: {err:?} lacks {says:?}");
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+    }
+    assert_eq!(zk.children("/"), ["zookeeper"], "nothing was created");
 }
