@@ -279,3 +279,113 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
     }
     assert_eq!(zk.children("/"), ["zookeeper"], "nothing was created");
 }
+
+/// On a three-server ensemble: the leader killed, then a follower: the lock
+/// holds while a quorum lives (two of three, then, with the old leader
+/// back, again); quorum lost: the command is stopped before the session
+/// could expire, and no other holder runs meanwhile.
+#[test]
+fn the_lock_holds_while_a_quorum_lives_and_the_command_stops_in_time_when_it_does_not() {
+    let mut zk = ZooKeeper::ensemble(3);
+    let dir = TempDir::new("zk-quorum");
+    let ticks = Ticks::new(&dir.0);
+    let mut command = elect_run(
+        &zk.url(),
+        "quorum",
+        &["--ttl", "5s"],
+        &ticks.script("A", false),
+    );
+    command.process_group(0);
+    let mut a = Running::spawn(command);
+    a.expect_line("token", 15 * SECOND);
+    let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    ticks.first("A", 10 * SECOND);
+
+    let leader = zk.wait_leader();
+    zk.kill(leader);
+    let new_leader = zk.wait_leader();
+    eprintln!("killed the leader {leader}; {new_leader} leads");
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        group_alive(a_group),
+        "the lock held through the leader's death"
+    );
+    assert_eq!(a.try_wait_code(), None);
+    zk.restart(leader);
+    zk.wait_ready();
+    let follower = (0..3).find(|&i| i != zk.wait_leader()).unwrap();
+    zk.kill(follower);
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(group_alive(a_group), "the lock held with two of three");
+
+    // Quorum lost: only one server left.
+    let leader = zk.wait_leader();
+    let lost_at = support::ticker::monotonic_ns();
+    zk.kill(leader);
+    let code = a.wait_code(15 * SECOND);
+    let last = ticks.last("A").unwrap();
+    eprintln!(
+        "quorum lost: A's command's last tick {:.0} ms after, elect exited {code}",
+        (last - lost_at) as f64 / 1e6
+    );
+    assert_eq!(code, 76, "{:?}", a.stderr_seen);
+    assert!(!group_alive(a_group), "{:?}", group_members(a_group));
+    assert!(
+        last - lost_at < 5_000_000_000,
+        "stopped within the session timeout (5 s)"
+    );
+}
+
+/// `mntr`'s count of packets the server received.
+fn packets_received(zk: &ZooKeeper) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(zk.endpoint(0)).unwrap();
+    stream.write_all(b"mntr").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("mntr gives zk_packets_received")
+}
+
+/// Each release wakes one waiter: the requests per handover stay the same
+/// with 10 waiters and with 100 (a herd woken at once would cost one
+/// request per waiter at every handover).
+#[test]
+fn a_release_wakes_one_waiter_whatever_the_queue() {
+    let zk = ZooKeeper::start();
+    let mut per_handover = Vec::new();
+    for waiters in [10usize, 100] {
+        let lock = format!("herd-{waiters}");
+        let ttl = ["--ttl", "60s"];
+        let (mut holder, _) = hold(&zk.url(), &lock, &ttl);
+        let mut queued: Vec<Running> = (0..waiters)
+            .map(|_| Running::spawn(elect_run(&zk.url(), &lock, &ttl, "true")))
+            .collect();
+        let give_up = Instant::now() + 60 * SECOND;
+        while zk.children(&format!("/{lock}")).len() < waiters + 1 {
+            assert!(Instant::now() < give_up, "{waiters} waiters queued");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = packets_received(&zk);
+        let started = Instant::now();
+        holder.send_line("done");
+        assert_eq!(holder.wait_code(10 * SECOND), 0);
+        for waiter in &mut queued {
+            assert_eq!(waiter.wait_code(60 * SECOND), 0);
+        }
+        let took = started.elapsed();
+        // Less this test's own look (one connection, one request).
+        let requests = (packets_received(&zk) - before) as f64 / waiters as f64;
+        eprintln!(
+            "{waiters} waiters: {requests:.1} requests per handover, {:.1} ms per handover",
+            took.as_secs_f64() * 1e3 / waiters as f64
+        );
+        per_handover.push(requests);
+    }
+    assert!(
+        per_handover[1] <= per_handover[0] * 1.3 + 1.0,
+        "requests per handover grow with the queue: {per_handover:?}"
+    );
+}

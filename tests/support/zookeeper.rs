@@ -83,6 +83,8 @@ initLimit=20
 syncLimit=10
 minSessionTimeout=200
 maxSessionTimeout=60000
+# Every contender of a test is a client on 127.0.0.1: no limit per address.
+maxClientCnxns=0
 clientPortAddress=127.0.0.1
 4lw.commands.whitelist=*
 admin.enableServer=false
