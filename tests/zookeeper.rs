@@ -389,3 +389,64 @@ fn a_release_wakes_one_waiter_whatever_the_queue() {
         "requests per handover grow with the queue: {per_handover:?}"
     );
 }
+
+/// Digest authentication: a chroot that only alice may use; with her
+/// password elect takes the lock, with another it is refused (69, one
+/// line) and leaves nothing behind.
+#[test]
+fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refused() {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let zk = ZooKeeper::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let alice = Client::connector()
+            .with_auth("digest", b"alice:right")
+            .connect(&zk.connect_string())
+            .await
+            .unwrap();
+        alice
+            .create(
+                "/secure",
+                b"",
+                &CreateMode::Persistent.with_acls(Acls::creator_all()),
+            )
+            .await
+            .unwrap();
+    });
+    let dir = TempDir::new("zk-auth");
+    let url = format!("{}/secure", zk.url());
+    for (password, code, says) in [("wrong", 69, "no permission"), ("right", 0, "ran")] {
+        let file = dir.join(password);
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        let out = elect()
+            .args([
+                "run", "--store", &url, "--lock", "jobs/x", "--user", "alice",
+            ])
+            .arg("--password-file")
+            .arg(&file)
+            .args(["--", "echo", "ran"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprintln!(
+            "password {password}: exit {:?}: {}{}",
+            out.status.code(),
+            stdout.trim(),
+            stderr.trim()
+        );
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(
+            stdout.contains(says) || stderr.contains(says),
+            "{stdout}{stderr}"
+        );
+        if code != 0 {
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        }
+    }
+}
