@@ -55,6 +55,11 @@
 //!   (through PgBouncer in transaction mode); failover after SIGKILL of
 //!   elect (its guard releases) and of elect, guard and command at once (the
 //!   row expires: TTL + how much, TTL 2 s).
+//! - `zookeeper`: the ZooKeeper store, on one server started for the
+//!   purpose: the uncontended cycle, the handover after a clean exit, and
+//!   failover after SIGKILL of elect (its guard deletes the node) and of
+//!   elect, guard and command at once (the session expires: TTL + how much,
+//!   TTL 2 s).
 //! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
 //!   a fixed time; acquisitions per second, elect against etcdctl lock.
 //! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
@@ -88,7 +93,7 @@ use harness::procfs::{self, Usage};
 use harness::report::{self, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
 use support::etcd_http::{self, Metrics};
-use support::{Etcd, PgBouncer, Postgres};
+use support::{Etcd, PgBouncer, Postgres, ZooKeeper};
 
 /// Counts and durations for one run.
 struct Mode {
@@ -120,13 +125,14 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 8] = [
+const ALL_FIGURES: [&str; 9] = [
     "cycle",
     "handover",
     "failover",
     "revoke",
     "idle",
     "postgres",
+    "zookeeper",
     "contention",
     "scale",
 ];
@@ -975,6 +981,112 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     ));
 }
 
+/// Figure `zookeeper`: cycle, handover and failover on ZooKeeper.
+fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    let zk = ZooKeeper::start();
+    let elect = Locker::elect_zookeeper(&zk.url());
+    let info = |figure: String, elect: String, reference: String| Row {
+        figure,
+        elect,
+        reference,
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    };
+    let wait_waiters = |lock: &str, n: usize| {
+        let give_up = Instant::now() + PATIENCE;
+        while zk.children(&format!("/{lock}")).len() < n {
+            assert!(Instant::now() < give_up, "{lock}: {n} contenders");
+            thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    let mut times = Samples::default();
+    for round in 0..=mode.cycles {
+        let mut command = elect.command("bench-cycle", None, &["true"]);
+        command.stdout(std::process::Stdio::null());
+        let start = Instant::now();
+        let mut p = Quiet::spawn(command).expect("cannot start");
+        let status = p.wait_within(PATIENCE).expect("still running");
+        assert!(status.success(), "cycle: {status}");
+        if round > 0 {
+            times.push(start.elapsed());
+        }
+    }
+    table.row(info(
+        format!("cycle -- true [zookeeper], median / p99, n={}", mode.cycles),
+        median_p99(&times),
+        String::new(),
+    ));
+
+    let lock = "bench-handover";
+    let mut holder = Holder::queue(&elect, lock, scratch, "zk-0");
+    holder.started(PATIENCE);
+    let mut times = Samples::default();
+    for round in 1..=mode.handovers {
+        let mut waiter = Holder::queue(&elect, lock, scratch, &format!("zk-{round}"));
+        wait_waiters(lock, 2);
+        thread::sleep(SETTLE);
+        let released = release(&holder.fifo);
+        let started = waiter.started(PATIENCE);
+        times.push(started - released);
+        holder = waiter;
+    }
+    drop(holder);
+    table.row(info(
+        format!(
+            "handover after clean exit [zookeeper], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+
+    let ttl = mode.failover_ttl;
+    let script = "echo started; exec sleep 60";
+    let mut after = [Samples::default(), Samples::default()];
+    for round in 0..mode.failovers {
+        for (i, whole) in [false, true].into_iter().enumerate() {
+            let lock = format!("bench-failover-{i}-{round}");
+            let cmd = || elect.command(&lock, Some(ttl), &["sh", "-c", script]);
+            let mut holder = Talking::spawn(cmd());
+            holder
+                .line("started", PATIENCE)
+                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+            let mut waiter = Talking::spawn(cmd());
+            wait_waiters(&lock, 2);
+            let killed = Instant::now();
+            match whole {
+                true => procfs::kill_tree(holder.pid()),
+                false => holder.crash(),
+            }
+            let (_, started) = waiter
+                .line("started", PATIENCE + Duration::from_secs(ttl))
+                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
+            after[i].push(started - killed);
+        }
+    }
+    table.row(info(
+        format!(
+            "failover after SIGKILL of elect [zookeeper], median / max, n={}",
+            mode.failovers
+        ),
+        format!("{} / {}", ms(after[0].median()), ms(after[0].max())),
+        "its guard deletes the node".into(),
+    ));
+    table.row(info(
+        format!(
+            "failover after SIGKILL of elect, guard and command [zookeeper] - TTL ({ttl} s), median / max"
+        ),
+        format!(
+            "{:+.0} / {:+.0} ms",
+            after[1].median() - (ttl * 1000) as f64,
+            after[1].max() - (ttl * 1000) as f64
+        ),
+        "the session expires on the server".into(),
+    ));
+}
+
 fn main() {
     let mode = Mode::from_env();
     process::clean_up_on_interrupt();
@@ -1009,6 +1121,9 @@ fn main() {
     }
     if mode.runs("postgres") {
         postgres(&mode, &scratch, &mut table);
+    }
+    if mode.runs("zookeeper") {
+        zookeeper(&mode, &scratch, &mut table);
     }
     if mode.runs("contention") {
         contention(&mode, on_etcd, &mut table);

@@ -13,6 +13,7 @@ enum Kind {
     EtcdctlLock { endpoint: String },
     ElectFile { dir: PathBuf },
     ElectPostgres { url: String },
+    ElectZooKeeper { url: String },
     Flock { dir: PathBuf },
 }
 
@@ -59,6 +60,16 @@ impl Locker {
         }
     }
 
+    /// elect on ZooKeeper at `url`.
+    pub fn elect_zookeeper(url: &str) -> Locker {
+        Locker {
+            name: "elect (zookeeper)",
+            kind: Kind::ElectZooKeeper {
+                url: url.to_string(),
+            },
+        }
+    }
+
     pub fn flock(dir: &Path) -> Locker {
         Locker {
             name: "flock",
@@ -75,6 +86,7 @@ impl Locker {
             Kind::EtcdctlLock { .. } => "etcdctl",
             Kind::ElectFile { .. } => "elect-file",
             Kind::ElectPostgres { .. } => "elect-postgres",
+            Kind::ElectZooKeeper { .. } => "elect-zookeeper",
             Kind::Flock { .. } => "flock",
         }
     }
@@ -87,6 +99,7 @@ impl Locker {
             Kind::ElectFile { dir } => {
                 elect_run(&format!("file:{}", dir.display()), lock, None, argv)
             }
+            Kind::ElectZooKeeper { url } => elect_run(url, lock, ttl_secs, argv),
             Kind::ElectPostgres { url } => {
                 let mut c = elect_run(url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);
