@@ -214,6 +214,22 @@ pub enum Check {
     NotHolder(String),
 }
 
+impl Check {
+    /// Whether the holder of `key` with `token` is `holder`, the holder of
+    /// `lock` by an up-to-date read.
+    pub fn of(lock: &str, key: &str, token: u64, holder: Option<Holder>) -> Check {
+        match holder {
+            Some(h) if h.key == key && h.token == token => Check::Holder,
+            Some(h) if h.key == key => Check::NotHolder(format!(
+                "{key} holds the lock with token {}, not {token}",
+                h.token
+            )),
+            Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
+            None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
+        }
+    }
+}
+
 /// What `elect break` did.
 #[derive(Clone, Debug)]
 pub enum Broken {

@@ -454,15 +454,7 @@ impl Etcd {
         // One linearizable read, so that a check before each step stays cheap.
         let kvs = self.read(&format!("{lock}/")).await?;
         let holder = kvs.iter().find(|kv| own_key(lock, kv)).map(holder_of);
-        Ok(match holder {
-            Some(h) if h.key == key && h.token == token => Check::Holder,
-            Some(h) if h.key == key => Check::NotHolder(format!(
-                "{key} holds the lock with token {}, not {token}",
-                h.token
-            )),
-            Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
-            None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
-        })
+        Ok(Check::of(lock, key, token, holder))
     }
 
     async fn break_holder(

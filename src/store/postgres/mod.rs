@@ -504,15 +504,7 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<Check, StoreError>> {
         Box::pin(async move {
             let status = self.read_status(lock).await?;
-            Ok(match status.holder {
-                Some(h) if h.key == key && h.token == token => Check::Holder,
-                Some(h) if h.key == key => Check::NotHolder(format!(
-                    "{key} holds the lock with token {}, not {token}",
-                    h.token
-                )),
-                Some(h) => Check::NotHolder(format!("the lock is held by {h}")),
-                None => Check::NotHolder(format!("lock {lock} is free; {key} is gone")),
-            })
+            Ok(Check::of(lock, key, token, status.holder))
         })
     }
 
