@@ -450,3 +450,44 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
         }
     }
 }
+
+/// Connections cut at moments spread over connecting, creating the lock
+/// node and releasing it:
+/// a create whose reply was lost is found again by its protected name, so
+/// no ghost node is left to block the queue. After every run the lock has
+/// no node, and the next run takes it without waiting.
+#[test]
+fn a_lost_create_reply_leaves_no_ghost_node() {
+    let zk = ZooKeeper::start();
+    let proxy = Proxy::start(&zk.endpoint(0));
+    let via = format!("zk://127.0.0.1:{}", proxy.port);
+    let mut found_again = 0;
+    const RUNS: u64 = 60;
+    for run in 0..RUNS {
+        let mut command = elect_run(&via, "ghost", &["-n", "-v", "--ttl", "10s"], "true");
+        command.env("ELECT_CONNECT_TIMEOUT", "5s");
+        let mut elect = Running::spawn(command);
+        // Somewhere in connecting, creating and releasing.
+        std::thread::sleep(Duration::from_millis(5 + run));
+        proxy.set(Mode::Reset);
+        std::thread::sleep(Duration::from_millis(20));
+        proxy.set(Mode::Forward);
+        let code = elect.wait_code(20 * SECOND);
+        let said = elect.drain_stderr();
+        if said.contains("found our node") {
+            found_again += 1;
+        }
+        // A cut of 20 ms is nothing to a 10 s session: every run goes on.
+        assert_eq!(code, 0, "run {run}: {said}");
+        let left = zk.children("/ghost");
+        assert!(
+            left.is_empty(),
+            "run {run}: a ghost node is left: {left:?}; {said}"
+        );
+    }
+    eprintln!(
+        "{RUNS} runs cut 5 to {} ms after their start, all done: {found_again} found their \
+         node again after a lost create reply, no ghost left",
+        4 + RUNS
+    );
+}

@@ -94,11 +94,16 @@ impl Session for ZkSession {
         Box::pin(async move {
             // The nodes at once, so that the next waiter goes ahead; the
             // session closes when elect's last client is dropped.
+            // A lost connection comes back within the session: try again
+            // (the caller bounds how long).
             let nodes = self.nodes.borrow().clone();
             for node in nodes {
-                match self.client.delete(&node, None).await {
-                    Ok(()) | Err(ZkError::NoNode) => {}
-                    Err(e) => return Err(failed(&e, "delete", &node)),
+                loop {
+                    match self.client.delete(&node, None).await {
+                        Ok(()) | Err(ZkError::NoNode) => break,
+                        Err(e) if definite(&e) => return Err(failed(&e, "delete", &node)),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
                 }
             }
             Ok(())
@@ -159,7 +164,7 @@ impl<'s> ZkLock<'s> {
         let data = record.to_json();
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let mut made_parents = false;
-        loop {
+        for _ in 0..10 {
             match client.create(&node, data.as_bytes(), &options).await {
                 Ok((stat, sequence)) => {
                     let key = format!("{node}{sequence}");
@@ -178,9 +183,14 @@ impl<'s> ZkLock<'s> {
                     made_parents = true;
                     ensure_parent(client, &node).await?;
                 }
-                Err(ZkError::ConnectionLoss) => {
+                Err(e) if definite(&e) => return Err(failed(&e, "create", &node)),
+                Err(e) => {
                     // Made or not? Our uuid says.
+                    log::verbose(format_args!("creating {node}: {e}; looking for it"));
                     if let Some((key, seq, czxid)) = Self::find(session, &path, &prefix).await? {
+                        log::verbose(format_args!(
+                            "the reply to our create was lost; found our node {key} again"
+                        ));
                         session.nodes.borrow_mut().push(key.clone());
                         return Ok(ZkLock {
                             session,
@@ -193,9 +203,11 @@ impl<'s> ZkLock<'s> {
                         });
                     }
                 }
-                Err(e) => return Err(failed(&e, "create", &node)),
             }
         }
+        Err(StoreError::unavailable(format!(
+            "cannot create {node}: ZooKeeper keeps failing"
+        )))
     }
 
     /// Our node under `path`, by its protected prefix, if the create took:
@@ -206,15 +218,24 @@ impl<'s> ZkLock<'s> {
         prefix: &str,
     ) -> Result<Option<(String, i64, i64)>, StoreError> {
         let client = &session.client;
+        // As long as the session could live without us: then it is gone,
+        // and with it any node it made.
+        let give_up = Instant::now() + session.ttl;
         loop {
+            if give_up.remaining().is_zero() {
+                return Err(StoreError::unavailable(format!(
+                    "cannot look for our node under {path}: not connected again"
+                )));
+            }
             let children = match client.list_children(path).await {
                 Ok(children) => children,
                 Err(ZkError::NoNode) => return Ok(None),
-                Err(ZkError::ConnectionLoss) => {
+                Err(e) if definite(&e) => return Err(failed(&e, "list", path)),
+                // Not connected again yet: the session lives on meanwhile.
+                Err(_) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                Err(e) => return Err(failed(&e, "list", path)),
             };
             let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
                 return Ok(None);
@@ -235,11 +256,9 @@ impl<'s> ZkLock<'s> {
         loop {
             let children = match client.list_children(&self.path).await {
                 Ok(children) => children,
-                Err(ZkError::ConnectionLoss) => {
-                    self.pause(until).await;
-                    if until.is_some_and(|at| at.remaining().is_zero()) {
-                        return Ok(Turn::Busy);
-                    }
+                // Busy only after a full look: try again, connected again.
+                Err(e) if !definite(&e) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
                 Err(e) => return Err(failed(&e, "list", &self.path)),
@@ -262,7 +281,7 @@ impl<'s> ZkLock<'s> {
             let watcher = match client.check_and_watch_stat(&ahead).await {
                 Ok((None, _)) => continue,
                 Ok((Some(_), watcher)) => watcher,
-                Err(ZkError::ConnectionLoss) => {
+                Err(e) if !definite(&e) => {
                     self.pause(until).await;
                     continue;
                 }
@@ -335,6 +354,23 @@ impl<'s> ZkLock<'s> {
             }
         }
     }
+}
+
+/// An answer that says what happened: anything else (a connection lost or
+/// reset, a timeout) leaves open whether the request took effect.
+fn definite(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::NoNode
+            | ZkError::NodeExists
+            | ZkError::NoAuth
+            | ZkError::AuthFailed
+            | ZkError::InvalidAcl
+            | ZkError::BadArguments(_)
+            | ZkError::NoChildrenForEphemerals
+            | ZkError::SessionExpired
+            | ZkError::ClientClosed
+    )
 }
 
 /// A random uuid (version 4), as Curator's protected mode names nodes.
@@ -417,10 +453,17 @@ impl Lock for ZkLock<'_> {
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
         Box::pin(async move {
             let path = format!("{}.checkpoint", lock_path(&self.lock));
-            match self.session.client.get_data(&path).await {
-                Ok((data, _)) => Ok(Checkpoint::from_json(&data)),
-                Err(ZkError::NoNode) => Ok(None),
-                Err(e) => Err(failed(&e, "read", &path)),
+            let give_up = Instant::now() + self.session.ttl;
+            loop {
+                match self.session.client.get_data(&path).await {
+                    Ok((data, _)) => return Ok(Checkpoint::from_json(&data)),
+                    Err(ZkError::NoNode) => return Ok(None),
+                    Err(e) if definite(&e) || give_up.remaining().is_zero() => {
+                        return Err(failed(&e, "read", &path));
+                    }
+                    // Connected again within the session, or not at all.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
             }
         })
     }
