@@ -44,7 +44,7 @@ _elect() {
             ;;
         --store)
             compopt -o nospace 2>/dev/null
-            COMPREPLY=( $(compgen -W "etcd:// etcds:// postgres:// zk:// file:" -- "$cur") )
+            COMPREPLY=( $(compgen -W "etcd:// etcds:// postgres:// zk:// zks:// file:" -- "$cur") )
             return 0
             ;;
     esac

@@ -163,7 +163,7 @@ pub enum LogFormat {
 pub struct StoreArgs {
     /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS,
     /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words),
-    /// zk://HOST:PORT[,HOST:PORT...][/CHROOT], or file:DIR
+    /// zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR
     /// for locks on this host only ("file" alone: /var/lib/elect for root, else
     /// ~/.local/state/elect).
     ///
@@ -185,7 +185,7 @@ pub struct StoreArgs {
     pub connect_timeout: Duration,
 
     /// CA certificate (PEM) that signed the servers' certificates (etcd: else the system's;
-    /// PostgreSQL: as sslrootcert, and the chain is checked).
+    /// PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://).
     #[arg(
         long,
         env = "ELECT_CACERT",

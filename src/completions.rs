@@ -13,7 +13,7 @@ const ASK_WITHIN: &str = "500ms";
 const LOCK_COMMANDS: &[&str] = &["status", "check", "break", "checkpoint"];
 
 /// The store URL schemes offered for `--store`.
-const SCHEMES: &str = "etcd:// etcds:// postgres:// zk:// file:";
+const SCHEMES: &str = "etcd:// etcds:// postgres:// zk:// zks:// file:";
 
 /// clap's script for `shell`, with elect's additions.
 pub fn extend(shell: Shell, script: &str) -> String {

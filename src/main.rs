@@ -27,6 +27,9 @@ use crate::exit::{Failure, Outcome};
 
 fn main() {
     timeline::start();
+    // Two TLS providers are built in (ring, and aws-lc for the ZooKeeper
+    // client): clients that take the process's default get ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervisor::guard::ARG) {
         supervisor::guard::main(&args[1..]);

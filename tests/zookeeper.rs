@@ -226,7 +226,13 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
     let password = dir.join("password");
     std::fs::write(&password, "pw\n").unwrap();
     let cases: Vec<(&str, String, Vec<String>, i32, &str)> = vec![
-        ("TLS", format!("zks://127.0.0.1:{port}"), vec![], 78, "TLS"),
+        (
+            "TLS without its CA",
+            format!("zks://127.0.0.1:{port}"),
+            vec![],
+            78,
+            "needs --cacert",
+        ),
         (
             "a bad port",
             format!("zk://127.0.0.1:{port}x"),
@@ -490,4 +496,88 @@ fn a_lost_create_reply_leaves_no_ghost_node() {
          node again after a lost create reply, no ghost left",
         4 + RUNS
     );
+}
+
+/// TLS: `zks://` with the CA and a client certificate takes the lock; a
+/// server certificate from another CA, or no client certificate where the
+/// server wants one, is refused in one line; certificates without TLS are
+/// refused before anything is sent.
+#[test]
+fn tls_with_client_certificates() {
+    let certs = support::certs::generate("zk-tls");
+    let zk = ZooKeeper::start_tls(&certs);
+    let path = |p: &std::path::Path| p.display().to_string();
+    let client = vec![
+        "--cacert".to_string(),
+        path(&certs.ca),
+        "--cert".into(),
+        path(&certs.client_cert),
+        "--key".into(),
+        path(&certs.client_key),
+    ];
+    let cases: Vec<(&str, String, Vec<String>, i32, &str)> = vec![
+        (
+            "the CA and a client certificate",
+            zk.tls_url(),
+            client.clone(),
+            0,
+            "ran",
+        ),
+        (
+            "another CA",
+            zk.tls_url(),
+            vec![
+                "--cacert".into(),
+                path(&certs.other_ca),
+                "--cert".into(),
+                path(&certs.client_cert),
+                "--key".into(),
+                path(&certs.client_key),
+            ],
+            69,
+            "--cacert signed",
+        ),
+        (
+            "no client certificate",
+            zk.tls_url(),
+            vec!["--cacert".into(), path(&certs.ca)],
+            69,
+            "client certificate",
+        ),
+        ("certificates without TLS", zk.url(), client, 78, "zks://"),
+    ];
+    for (what, url, flags, code, says) in cases {
+        let out = elect()
+            .args([
+                "run",
+                "--store",
+                &url,
+                "--lock",
+                "tls",
+                "--connect-timeout",
+                "2s",
+            ])
+            .args(&flags)
+            .args(["--", "sh", "-c", "echo ran $ELECT_TOKEN"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprintln!(
+            "{what}: exit {:?}: {}{}",
+            out.status.code(),
+            stdout.trim(),
+            stderr.trim()
+        );
+        assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+        assert!(
+            stdout.contains(says) || stderr.contains(says),
+            "{what}: {stdout}{stderr}"
+        );
+        if code != 0 {
+            assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+        }
+    }
 }

@@ -71,6 +71,8 @@ fn server_classpath() -> String {
         jar("zookeeper.jar", "zookeeper"),
         jar("slf4j-log4j12.jar", "libslf4j-java"),
         jar("log4j-1.2.jar", "liblog4j1.2-java"),
+        // TLS is served by Netty, whose codecs zookeeper.jar does not name.
+        jar("netty-codec.jar", "libnetty-java"),
     ]
     .join(":")
 }
@@ -124,6 +126,8 @@ struct Server {
 }
 
 pub struct ZooKeeper {
+    /// The TLS port of the first server, when it serves TLS.
+    secure_port: Option<u16>,
     servers: Vec<Server>,
     dir: PathBuf,
     /// Made on the first inspection.
@@ -133,18 +137,32 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// One server, standalone.
     pub fn start() -> ZooKeeper {
-        ZooKeeper::start_servers(1)
+        ZooKeeper::start_servers(1, None)
     }
 
     /// `n` servers in a quorum (`n` = 1 is a standalone server).
     pub fn ensemble(n: usize) -> ZooKeeper {
-        ZooKeeper::start_servers(n)
+        ZooKeeper::start_servers(n, None)
+    }
+
+    /// One server that also serves TLS with `certs`' server certificate,
+    /// and requires a client certificate that `certs`' CA signed.
+    pub fn start_tls(certs: &super::certs::Certs) -> ZooKeeper {
+        ZooKeeper::start_servers(1, Some(certs))
+    }
+
+    /// `zks://127.0.0.1:PORT`, the TLS port.
+    pub fn tls_url(&self) -> String {
+        format!(
+            "zks://127.0.0.1:{}",
+            self.secure_port.expect("started with start_tls")
+        )
     }
 
     /// Start every server and wait until each serves. A server that exits
     /// while starting (a port taken meanwhile) makes it start again on
     /// other ports.
-    fn start_servers(n: usize) -> ZooKeeper {
+    fn start_servers(n: usize, certs: Option<&super::certs::Certs>) -> ZooKeeper {
         assert!(n > 0, "a ZooKeeper of no servers");
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         for attempt in 1..=ATTEMPTS {
@@ -176,6 +194,25 @@ impl ZooKeeper {
                     })
                     .collect(),
             };
+            let secure_port = certs.map(|_| free_port());
+            let tls = match (certs, secure_port) {
+                (Some(certs), Some(port)) => {
+                    let pem = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+                    let keystore = dir.join("server.pem");
+                    std::fs::write(&keystore, pem(&certs.server_key) + &pem(&certs.server_cert))
+                        .unwrap();
+                    format!(
+                        "secureClientPort={port}\n\
+                         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                         ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                         ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                         ssl.clientAuth=need\n",
+                        keystore.display(),
+                        certs.ca.display()
+                    )
+                }
+                _ => String::new(),
+            };
             for s in &servers {
                 let data = s.dir.join("data");
                 std::fs::create_dir_all(&data).unwrap();
@@ -183,7 +220,7 @@ impl ZooKeeper {
                 std::fs::write(
                     s.dir.join("zoo.cfg"),
                     format!(
-                        "{SETTINGS}dataDir={}\nclientPort={}\n{ensemble}",
+                        "{SETTINGS}dataDir={}\nclientPort={}\n{ensemble}{tls}",
                         data.display(),
                         s.client_port
                     ),
@@ -191,6 +228,7 @@ impl ZooKeeper {
                 .unwrap();
             }
             let mut zk = ZooKeeper {
+                secure_port,
                 servers,
                 dir,
                 inspector: OnceLock::new(),

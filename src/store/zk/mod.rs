@@ -393,15 +393,30 @@ async fn connect(
         connector =
             connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
     }
+    if let Some(tls) = &target.tls {
+        let mut options = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&tls.ca)
+            .map_err(|e| StoreError::config(format!("--cacert: {e}")))?;
+        if let Some((cert, key)) = &tls.identity {
+            options = options
+                .with_pem_identity(cert, key.expose())
+                .map_err(|e| StoreError::config(format!("--cert and --key: {e}")))?;
+        }
+        connector = connector.with_tls(options);
+    }
     let give_up = Instant::now() + within;
     let shown = target.to_string();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let attempt = tokio::time::timeout(
-            give_up.remaining().max(Duration::from_millis(100)),
-            connector.clone().connect(&target.connect_string()),
-        )
-        .await;
+        let attempt =
+            tokio::time::timeout(give_up.remaining().max(Duration::from_millis(100)), async {
+                let connector = connector.clone();
+                match target.tls.is_some() {
+                    true => connector.secure_connect(&target.connect_string()).await,
+                    false => connector.connect(&target.connect_string()).await,
+                }
+            })
+            .await;
         let error = match attempt {
             Ok(Ok(client)) => return chrooted(client, target).await,
             Ok(Err(e)) => e,
@@ -414,9 +429,24 @@ async fn connect(
                     target.user.as_deref().unwrap_or("(none)")
                 )));
             }
-            e if give_up.remaining().is_zero() => {
+            // A certificate refused is not going to pass.
+            e if e.to_string().to_ascii_lowercase().contains("certificate") => {
                 return Err(StoreError::unavailable(format!(
-                    "cannot reach {shown} within {}: {e}; is ZooKeeper running there? (--store, ELECT_STORE)",
+                    "{shown} refused the TLS handshake: {e}"
+                )));
+            }
+            e if give_up.remaining().is_zero() => {
+                // A TLS handshake that fails says nothing: the client only
+                // tries again.
+                let hint = match target.tls {
+                    Some(_) => {
+                        "is ZooKeeper serving TLS there, with a certificate that --cacert \
+                                signed, and does it accept this client certificate (--cert, --key)?"
+                    }
+                    None => "is ZooKeeper running there? (--store, ELECT_STORE)",
+                };
+                return Err(StoreError::unavailable(format!(
+                    "cannot reach {shown} within {}: {e}; {hint}",
                     crate::clock::show(within)
                 )));
             }

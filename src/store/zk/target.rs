@@ -1,8 +1,7 @@
-//! How to reach ZooKeeper: `zk://HOST:PORT[,HOST:PORT...][/CHROOT]`, with
-//! digest authentication from `--user` and `--password-file` (or
-//! `ELECT_PASSWORD`). TLS (`zks://`) and certificates are refused: the
-//! client elect is built with speaks plaintext only, and a setting it
-//! cannot honour must never be ignored.
+//! How to reach ZooKeeper: `zk://HOST:PORT[,HOST:PORT...][/CHROOT]`, or
+//! `zks://` for TLS (with `--cacert`, and `--cert`/`--key` for servers that
+//! want a client certificate), with digest authentication from `--user`
+//! and `--password-file` (or `ELECT_PASSWORD`).
 
 use std::fmt;
 use std::time::Duration;
@@ -16,7 +15,10 @@ use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
 /// ZooKeeper's URLs.
 pub const KIND: Kind = Kind {
     name: "zookeeper",
-    forms: &["zk://HOST:PORT[,HOST:PORT...][/CHROOT]"],
+    forms: &[
+        "zk://HOST:PORT[,HOST:PORT...][/CHROOT]",
+        "zks://HOST:PORT (TLS)",
+    ],
     claims: |url| {
         url.split_once("://")
             .is_some_and(|(scheme, _)| matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zks"))
@@ -46,29 +48,59 @@ pub struct ZkTarget {
     pub chroot: String,
     pub user: Option<String>,
     pub password: Option<Secret>,
+    /// TLS: the CA's certificates (PEM), and a client certificate and key.
+    pub tls: Option<ZkTls>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZkTls {
+    pub ca: String,
+    pub identity: Option<(String, Secret)>,
 }
 
 impl ZkTarget {
     fn parse(url: &str, settings: &Settings) -> Result<ZkTarget, String> {
         let (scheme, rest) = url.split_once("://").expect("claimed");
-        if scheme.eq_ignore_ascii_case("zks") {
-            return Err(
-                "zks:// (TLS) is not supported: this elect speaks plaintext to \
-                        ZooKeeper; use zk:// on a trusted network"
-                    .into(),
-            );
-        }
-        for (flag, given) in [
-            ("--cacert", settings.cacert.is_some()),
-            ("--cert", settings.cert.is_some()),
-            ("--key", settings.key.is_some()),
-        ] {
-            if given {
-                return Err(format!(
-                    "{flag} needs TLS, which this elect does not speak to ZooKeeper"
-                ));
+        let pem = |path: &std::path::Path, flag: &str, kind: &str| {
+            crate::store::secret::read_pem(path, flag, kind)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .map_err(|e| e.message)
+        };
+        let tls = match scheme.eq_ignore_ascii_case("zks") {
+            false => {
+                if let Some(flag) = [
+                    ("--cacert", settings.cacert.is_some()),
+                    ("--cert", settings.cert.is_some()),
+                    ("--key", settings.key.is_some()),
+                ]
+                .iter()
+                .find_map(|(flag, given)| given.then_some(flag))
+                {
+                    return Err(format!("{flag} needs TLS: use zks://"));
+                }
+                None
             }
-        }
+            true => {
+                let ca = match &settings.cacert {
+                    Some(path) => pem(path, "--cacert", "CERTIFICATE")?,
+                    None => {
+                        return Err("zks:// needs --cacert, the CA that signed the servers' \
+                                    certificates"
+                            .into());
+                    }
+                };
+                let identity = match (&settings.cert, &settings.key) {
+                    (Some(cert), Some(key)) => Some((
+                        pem(cert, "--cert", "CERTIFICATE")?,
+                        Secret(pem(key, "--key", "PRIVATE KEY")?),
+                    )),
+                    (None, None) => None,
+                    (Some(_), None) => return Err("--cert needs --key".into()),
+                    (None, Some(_)) => return Err("--key needs --cert".into()),
+                };
+                Some(ZkTls { ca, identity })
+            }
+        };
         let (userinfo, rest) = match rest.rsplit_once('@') {
             Some((userinfo, rest)) => (Some(userinfo), rest),
             None => (None, rest),
@@ -148,6 +180,7 @@ impl ZkTarget {
             chroot: chroot.to_string(),
             user,
             password,
+            tls,
         })
     }
 
@@ -160,7 +193,8 @@ impl ZkTarget {
 impl fmt::Display for ZkTarget {
     /// Without credentials: what the command sees in `ELECT_STORE`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "zk://{}{}", self.servers.join(","), self.chroot)
+        let scheme = if self.tls.is_some() { "zks" } else { "zk" };
+        write!(f, "{scheme}://{}{}", self.servers.join(","), self.chroot)
     }
 }
 
@@ -204,7 +238,7 @@ mod tests {
         assert_eq!(t.to_string(), "zk://a:2181", "never the password");
         assert!(!format!("{t:?}").contains("s3cret"));
         for (bad, says) in [
-            ("zks://a", "TLS"),
+            ("zks://a", "--cacert"),
             ("zk://a:0", "bad port"),
             ("zk://a,,b", "empty"),
             ("zk://a/../x", "chroot"),
@@ -217,6 +251,7 @@ mod tests {
             cacert: Some("/ca".into()),
             ..Settings::default()
         };
-        assert!(ZkTarget::parse("zk://a", &certs).is_err());
+        let err = ZkTarget::parse("zk://a", &certs).unwrap_err();
+        assert!(err.contains("zks://"), "{err}");
     }
 }
