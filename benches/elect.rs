@@ -834,22 +834,106 @@ fn scale(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     });
 }
 
-/// Wait until `lock` on `pg` has a live holder row and `waiters` live waiter rows.
-fn wait_pg_waiters(pg: &Postgres, lock: &str, waiters: usize) {
+/// A row that only informs: no reference, no target.
+fn info_row(figure: String, elect: String, reference: String) -> Row {
+    Row {
+        figure,
+        elect,
+        reference,
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    }
+}
+
+/// Wait until `waiting()` says the waiter is queued.
+fn wait_queued(lock: &str, waiting: &dyn Fn(&str) -> bool) {
     let give_up = Instant::now() + PATIENCE;
-    loop {
-        let found = pg
-            .try_psql(&format!(
-                "SELECT count(*) FROM elect.waiter WHERE name = '{lock}' \
-                 AND expires_at > clock_timestamp()"
-            ))
-            .map_or(0, |n| n.parse().unwrap());
-        if found == waiters {
-            return;
-        }
-        assert!(Instant::now() < give_up, "{lock}: {found} waiters");
+    while !waiting(lock) {
+        assert!(Instant::now() < give_up, "{lock}: the waiter never queued");
         thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Clean-exit handovers on `lock` with `elect`, as the `handover` figure
+/// measures them; `waiting` tells when the waiter is queued.
+fn handovers(
+    mode: &Mode,
+    elect: &Locker,
+    lock: &str,
+    scratch: &Scratch,
+    waiting: &dyn Fn(&str) -> bool,
+) -> Samples {
+    let mut holder = Holder::queue(elect, lock, scratch, &format!("{lock}-0"));
+    holder.started(PATIENCE);
+    let mut times = Samples::default();
+    for round in 1..=mode.handovers {
+        let mut waiter = Holder::queue(elect, lock, scratch, &format!("{lock}-{round}"));
+        wait_queued(lock, waiting);
+        thread::sleep(SETTLE);
+        let released = release(&holder.fifo);
+        let started = waiter.started(PATIENCE);
+        times.push(started - released);
+        holder = waiter;
+    }
+    times
+}
+
+/// Failovers with `elect` on `store`: SIGKILL of elect alone (its guard
+/// ends the lease, as `released` says), and of elect, guard and command at
+/// once (the lease expires); a row for each.
+fn failovers(
+    mode: &Mode,
+    table: &mut Table,
+    store: &str,
+    elect: &Locker,
+    waiting: &dyn Fn(&str) -> bool,
+    released: &str,
+) {
+    let ttl = mode.failover_ttl;
+    let script = "echo started; exec sleep 60";
+    let mut after = [Samples::default(), Samples::default()];
+    for round in 0..mode.failovers {
+        for (i, whole) in [false, true].into_iter().enumerate() {
+            let lock = format!("bench-failover-{i}-{round}");
+            let cmd = || elect.command(&lock, Some(ttl), &["sh", "-c", script]);
+            let mut holder = Talking::spawn(cmd());
+            holder
+                .line("started", PATIENCE)
+                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+            let mut waiter = Talking::spawn(cmd());
+            wait_queued(&lock, waiting);
+            let killed = Instant::now();
+            match whole {
+                // elect, its guard and the command, all at once.
+                true => procfs::kill_tree(holder.pid()),
+                false => holder.crash(),
+            }
+            let (_, started) = waiter
+                .line("started", PATIENCE + Duration::from_secs(ttl))
+                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
+            after[i].push(started - killed);
+        }
+    }
+    table.row(info_row(
+        format!(
+            "failover after SIGKILL of elect [{store}], median / max, n={}",
+            mode.failovers
+        ),
+        format!("{} / {}", ms(after[0].median()), ms(after[0].max())),
+        released.into(),
+    ));
+    table.row(info_row(
+        format!(
+            "failover after SIGKILL of elect, guard and command [{store}] - TTL ({ttl} s), median / max"
+        ),
+        format!(
+            "{:+.0} / {:+.0} ms",
+            after[1].median() - (ttl * 1000) as f64,
+            after[1].max() - (ttl * 1000) as f64
+        ),
+        "the lease expires on the server".into(),
+    ));
 }
 
 /// Figure `postgres`: cycle, handover and failover on PostgreSQL.
@@ -858,13 +942,13 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     let bouncer = PgBouncer::start(&pg, "transaction");
     let tcp = pg.url();
     let socket = pg.socket_url();
-    let info = |figure: String, elect: String, reference: String| Row {
-        figure,
-        elect,
-        reference,
-        ratio: "-".into(),
-        target: "-".into(),
-        verdict: Verdict::Info,
+    // A waiter's row, live.
+    let waiting = |lock: &str| {
+        pg.try_psql(&format!(
+            "SELECT count(*) FROM elect.waiter WHERE name = '{lock}' \
+             AND expires_at > clock_timestamp()"
+        ))
+        .is_ok_and(|n| n == "1")
     };
 
     for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
@@ -905,26 +989,13 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         });
     }
 
-    for (how, url) in [
-        ("LISTEN", tcp.clone()),
-        ("polling, PgBouncer", bouncer.url()),
+    for (how, url, lock) in [
+        ("LISTEN", tcp.clone(), "bench-handover-listen"),
+        ("polling, PgBouncer", bouncer.url(), "bench-handover-poll"),
     ] {
         let elect = Locker::elect_postgres(&url, "elect (postgres)");
-        let lock = format!("bench-handover-{}", how.len());
-        let mut holder = Holder::queue(&elect, &lock, scratch, &format!("pg-{}-0", how.len()));
-        holder.started(PATIENCE);
-        let mut times = Samples::default();
-        for round in 1..=mode.handovers {
-            let mut waiter =
-                Holder::queue(&elect, &lock, scratch, &format!("pg-{}-{round}", how.len()));
-            wait_pg_waiters(&pg, &lock, 1);
-            thread::sleep(SETTLE);
-            let released = release(&holder.fifo);
-            let started = waiter.started(PATIENCE);
-            times.push(started - released);
-            holder = waiter;
-        }
-        table.row(info(
+        let times = handovers(mode, &elect, lock, scratch, &waiting);
+        table.row(info_row(
             format!(
                 "handover after clean exit [postgres, {how}], median / p99, n={}",
                 mode.handovers
@@ -934,72 +1005,23 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         ));
     }
 
-    let ttl = mode.failover_ttl;
     let elect = Locker::elect_postgres(&tcp, "elect (postgres)");
-    let script = "echo started; exec sleep 60";
-    let mut after = [Samples::default(), Samples::default()];
-    for round in 0..mode.failovers {
-        for (i, whole) in [false, true].into_iter().enumerate() {
-            let lock = format!("bench-failover-{i}-{round}");
-            let cmd = || elect.command(&lock, Some(ttl), &["sh", "-c", script]);
-            let mut holder = Talking::spawn(cmd());
-            holder
-                .line("started", PATIENCE)
-                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
-            let mut waiter = Talking::spawn(cmd());
-            wait_pg_waiters(&pg, &lock, 1);
-            let killed = Instant::now();
-            match whole {
-                // elect, its guard and the command, all at once.
-                true => procfs::kill_tree(holder.pid()),
-                false => holder.crash(),
-            }
-            let (_, started) = waiter
-                .line("started", PATIENCE + Duration::from_secs(ttl))
-                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
-            after[i].push(started - killed);
-        }
-    }
-    table.row(info(
-        format!(
-            "failover after SIGKILL of elect [postgres], median / max, n={}",
-            mode.failovers
-        ),
-        format!("{} / {}", ms(after[0].median()), ms(after[0].max())),
-        "its guard releases".into(),
-    ));
-    table.row(info(
-        format!(
-            "failover after SIGKILL of elect, guard and command [postgres] - TTL ({ttl} s), median / max"
-        ),
-        format!(
-            "{:+.0} / {:+.0} ms",
-            after[1].median() - (ttl * 1000) as f64,
-            after[1].max() - (ttl * 1000) as f64
-        ),
-        "the row expires by the database's clock".into(),
-    ));
+    failovers(
+        mode,
+        table,
+        "postgres",
+        &elect,
+        &waiting,
+        "its guard releases",
+    );
 }
 
 /// Figure `zookeeper`: cycle, handover and failover on ZooKeeper.
 fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     let zk = ZooKeeper::start();
     let elect = Locker::elect_zookeeper(&zk.url());
-    let info = |figure: String, elect: String, reference: String| Row {
-        figure,
-        elect,
-        reference,
-        ratio: "-".into(),
-        target: "-".into(),
-        verdict: Verdict::Info,
-    };
-    let wait_waiters = |lock: &str, n: usize| {
-        let give_up = Instant::now() + PATIENCE;
-        while zk.children(&format!("/{lock}")).len() < n {
-            assert!(Instant::now() < give_up, "{lock}: {n} contenders");
-            thread::sleep(Duration::from_millis(10));
-        }
-    };
+    // The holder's node and the waiter's.
+    let waiting = |lock: &str| zk.children(&format!("/{lock}")).len() >= 2;
 
     let mut times = Samples::default();
     for round in 0..=mode.cycles {
@@ -1013,27 +1035,14 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
             times.push(start.elapsed());
         }
     }
-    table.row(info(
+    table.row(info_row(
         format!("cycle -- true [zookeeper], median / p99, n={}", mode.cycles),
         median_p99(&times),
         String::new(),
     ));
 
-    let lock = "bench-handover";
-    let mut holder = Holder::queue(&elect, lock, scratch, "zk-0");
-    holder.started(PATIENCE);
-    let mut times = Samples::default();
-    for round in 1..=mode.handovers {
-        let mut waiter = Holder::queue(&elect, lock, scratch, &format!("zk-{round}"));
-        wait_waiters(lock, 2);
-        thread::sleep(SETTLE);
-        let released = release(&holder.fifo);
-        let started = waiter.started(PATIENCE);
-        times.push(started - released);
-        holder = waiter;
-    }
-    drop(holder);
-    table.row(info(
+    let times = handovers(mode, &elect, "bench-handover", scratch, &waiting);
+    table.row(info_row(
         format!(
             "handover after clean exit [zookeeper], median / p99, n={}",
             mode.handovers
@@ -1041,50 +1050,14 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         median_p99(&times),
         String::new(),
     ));
-
-    let ttl = mode.failover_ttl;
-    let script = "echo started; exec sleep 60";
-    let mut after = [Samples::default(), Samples::default()];
-    for round in 0..mode.failovers {
-        for (i, whole) in [false, true].into_iter().enumerate() {
-            let lock = format!("bench-failover-{i}-{round}");
-            let cmd = || elect.command(&lock, Some(ttl), &["sh", "-c", script]);
-            let mut holder = Talking::spawn(cmd());
-            holder
-                .line("started", PATIENCE)
-                .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
-            let mut waiter = Talking::spawn(cmd());
-            wait_waiters(&lock, 2);
-            let killed = Instant::now();
-            match whole {
-                true => procfs::kill_tree(holder.pid()),
-                false => holder.crash(),
-            }
-            let (_, started) = waiter
-                .line("started", PATIENCE + Duration::from_secs(ttl))
-                .unwrap_or_else(|| panic!("waiter did not take over: {}", waiter.stderr()));
-            after[i].push(started - killed);
-        }
-    }
-    table.row(info(
-        format!(
-            "failover after SIGKILL of elect [zookeeper], median / max, n={}",
-            mode.failovers
-        ),
-        format!("{} / {}", ms(after[0].median()), ms(after[0].max())),
-        "its guard deletes the node".into(),
-    ));
-    table.row(info(
-        format!(
-            "failover after SIGKILL of elect, guard and command [zookeeper] - TTL ({ttl} s), median / max"
-        ),
-        format!(
-            "{:+.0} / {:+.0} ms",
-            after[1].median() - (ttl * 1000) as f64,
-            after[1].max() - (ttl * 1000) as f64
-        ),
-        "the session expires on the server".into(),
-    ));
+    failovers(
+        mode,
+        table,
+        "zookeeper",
+        &elect,
+        &waiting,
+        "its guard deletes the node",
+    );
 }
 
 fn main() {

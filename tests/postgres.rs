@@ -241,24 +241,9 @@ fn a_partitioned_holder_stops_before_its_row_expires() {
         ticks.first("A", 10 * SECOND);
         let mut b = ticking(&pg.url(), &lock, "B", &["--ttl", "2s"], &ticks);
         wait_contenders(&pg, &lock, 2);
-        let cut_at = now_ns();
+        let cut = support::ticker::monotonic_ns();
         proxy.set(mode);
-        let cut_mono = support::ticker::monotonic_ns() - (now_ns() - cut_at);
-        let overlap = ticks.overlap_ms("A", a_group, "B");
-        let a_last = ticks.last("A").unwrap();
-        let b_first = ticks.first("B", SECOND);
-        eprintln!(
-            "{name}, TTL 2s: A's last tick {:.0} ms after the cut, B's first {:.0} ms after; \
-             A's last tick {overlap:.1} ms after B's first",
-            (a_last - cut_mono) as f64 / 1e6,
-            (b_first - cut_mono) as f64 / 1e6
-        );
-        assert!(overlap < 0.0, "{name}: A ran {overlap:.1} ms beside B");
-        assert!(
-            !group_alive(a_group),
-            "{name}: {:?}",
-            group_members(a_group)
-        );
+        ticks.assert_handed_over_after_cut(&format!("{name}, TTL 2s"), cut, a_group);
         assert_eq!(a.wait_code(10 * SECOND), 76, "{name}: {:?}", a.stderr_seen);
         b.signal(libc::SIGTERM);
         b.wait(10 * SECOND);

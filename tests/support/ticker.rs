@@ -106,6 +106,25 @@ impl Ticks {
         let last_old = self.last(old).expect("the old holder never ticked");
         (last_old - first_new) as f64 / 1e6
     }
+
+    /// After a cut of the old holder's link at `cut` (monotonic ns): the
+    /// old one's command must end before the new one's begins, with nothing
+    /// of its group left. Says when each happened, for `what`.
+    pub fn assert_handed_over_after_cut(&self, what: &str, cut: i128, old_group: i32) {
+        let overlap = self.overlap_ms("A", old_group, "B");
+        let (last_a, first_b) = (self.last("A").unwrap(), self.first("B", SECOND));
+        eprintln!(
+            "{what}: A's last tick {:.0} ms after the cut, B's first {:.0} ms after; overlap {overlap:.1} ms",
+            (last_a - cut) as f64 / 1e6,
+            (first_b - cut) as f64 / 1e6
+        );
+        assert!(overlap < 0.0, "{what}: A ran {overlap:.1} ms beside B");
+        assert!(
+            !group_alive(old_group),
+            "{what}: {:?}",
+            group_members(old_group)
+        );
+    }
 }
 
 /// Whether any process of group `pgid` can still run (exists and is not a zombie).
