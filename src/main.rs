@@ -25,6 +25,12 @@ mod usage;
 use crate::cli::Command;
 use crate::exit::{Failure, Outcome};
 
+/// What `main` runs once the command line is parsed.
+enum Work {
+    Run(run::Ready),
+    Other(Command),
+}
+
 fn main() {
     timeline::start();
     // Two TLS providers are built in (ring, and aws-lc for the ZooKeeper
@@ -64,6 +70,14 @@ fn main() {
     {
         supervisor::reaper::main(&args[1..]);
     }
+    // `elect run` forks its guard now, while elect has one thread.
+    let command = match cli.command {
+        Command::Run(args) => match run::prepare(args) {
+            Ok(ready) => Work::Run(ready),
+            Err(outcome) => outcome.finish(),
+        },
+        other => Work::Other(other),
+    };
     // One thread: the runtime never forks from a thread that may exit, and
     // nothing here is CPU-bound. Deadlines are enforced by the guard process.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -76,13 +90,14 @@ fn main() {
         }
     };
     let outcome = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Status(args) => inspect::status(args).await,
-            Command::List(args) => inspect::list(args).await,
-            Command::Check(args) => inspect::check(args).await,
-            Command::Break(args) => inspect::break_lock(args).await,
-            Command::Checkpoint(args) => inspect::checkpoint(args).await,
+        match command {
+            Work::Run(ready) => run::run(ready).await,
+            Work::Other(Command::Run(_)) => unreachable!("prepared above"),
+            Work::Other(Command::Status(args)) => inspect::status(args).await,
+            Work::Other(Command::List(args)) => inspect::list(args).await,
+            Work::Other(Command::Check(args)) => inspect::check(args).await,
+            Work::Other(Command::Break(args)) => inspect::break_lock(args).await,
+            Work::Other(Command::Checkpoint(args)) => inspect::checkpoint(args).await,
         }
     });
     // Drop the runtime first: its blocking threads must not outlive a re-raise.

@@ -60,12 +60,12 @@ fn command() -> clap::Command {
 
 /// Parse the command line, or say in one line what is wrong with it.
 pub fn parse(args: &[OsString]) -> Result<Cli, Outcome> {
-    let cmd = command();
-    let matches = match cmd.clone().try_get_matches_from(args) {
+    // Built again for an error only: a copy costs more than the parse.
+    let matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
-        Err(e) => return Err(failed(&e, args, &cmd)),
+        Err(e) => return Err(failed(&e, args, &command())),
     };
-    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| failed(&e, args, &cmd))?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| failed(&e, args, &command()))?;
     settle(&mut cli, &matches)?;
     Ok(cli)
 }

@@ -2,10 +2,11 @@
 //! measured in the same run as the cycle itself.
 //!
 //! A cycle of `elect run -- true` must at least exec two programs (elect
-//! and the command; the guard's exec overlaps the talk with the store) and
-//! wait for the store's writes: on etcd, the grant with the queue
-//! transaction (sent side by side, committed together) and the revoke, each
-//! a disk write on etcd's side; on one host, one synced counter update.
+//! and the command; the guard is forked, and overlaps the talk with the
+//! store) and wait for the store's writes: on etcd, the grant with the
+//! queue transaction (sent side by side, committed together) on the new
+//! process's new connection, and the revoke, each a disk write on etcd's
+//! side; on one host, one synced counter update.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -55,14 +56,18 @@ pub fn fsync(dir: &Path, n: usize) -> Samples {
     times
 }
 
-/// What one request costs on a warm connection to etcd.
+/// What one request costs on a warm connection to etcd, and the first one
+/// on a new connection.
 pub struct EtcdWrites {
+    /// A new client's connection (TCP, HTTP/2) and its first request, a grant.
+    pub first: Samples,
     pub grant: Samples,
     pub txn: Samples,
     pub revoke: Samples,
 }
 
-/// Grant, queue (the put of the lock recipe, guarded), revoke: `n` each.
+/// A grant on a new connection; then grant, queue (the put of the lock
+/// recipe, guarded), revoke on a warm one: `n` each.
 pub fn etcd(endpoint: &str, n: usize) -> EtcdWrites {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -73,12 +78,21 @@ pub fn etcd(endpoint: &str, n: usize) -> EtcdWrites {
             .await
             .expect("cannot connect to etcd");
         let mut writes = EtcdWrites {
+            first: Samples::default(),
             grant: Samples::default(),
             txn: Samples::default(),
             revoke: Samples::default(),
         };
         let elapsed = |start: Instant| -> Duration { start.elapsed() };
         for i in 0..=n {
+            let start = Instant::now();
+            let mut fresh = Client::connect([endpoint], None)
+                .await
+                .expect("cannot connect to etcd");
+            let lease = fresh.lease_grant(15, None).await.expect("grant").id();
+            let first = elapsed(start);
+            fresh.lease_revoke(lease).await.expect("revoke");
+            drop(fresh);
             let start = Instant::now();
             let lease = client.lease_grant(15, None).await.expect("grant").id();
             let grant = elapsed(start);
@@ -97,6 +111,7 @@ pub fn etcd(endpoint: &str, n: usize) -> EtcdWrites {
             client.lease_revoke(lease).await.expect("revoke");
             let revoke = elapsed(start);
             if i > 0 {
+                writes.first.push(first);
                 writes.grant.push(grant);
                 writes.txn.push(txn);
                 writes.revoke.push(revoke);

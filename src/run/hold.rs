@@ -45,7 +45,9 @@ struct Watch {
 }
 
 impl Job {
-    /// Run the command while the lease holds.
+    /// Run the command while the lease holds. How the turn ended, and the
+    /// guard if it reported the end of the command's group: it is reaped
+    /// while the lease is released, which need not wait for it to exit.
     pub(super) async fn hold(
         &self,
         won: &Won<'_>,
@@ -53,11 +55,11 @@ impl Job {
         guard: Preparing,
         keeper: &mut Keeper,
         signals: &mut Signals,
-    ) -> TurnEnd {
+    ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
         let mut child = match self.start(won, session, guard, keeper).await {
             Ok(child) => child,
-            Err(failure) => return TurnEnd::Done(failure.into()),
+            Err(failure) => return (TurnEnd::Done(failure.into()), None),
         };
         timeline::step("command started");
         log::verbose(format_args!(
@@ -80,7 +82,7 @@ impl Job {
                 event = child.event() => match event {
                     Event::Ended(ending) => break ending,
                     Event::Stopping(why) => self.guard_stops(&mut watch, why),
-                    Event::GuardLost => return self.guard_lost(child).await,
+                    Event::GuardLost => return (self.guard_lost(child).await, None),
                 },
                 kept = keeper.next(), if !watch.lost => match kept {
                     Kept::Extended(at) => child.extend(at).await,
@@ -105,12 +107,12 @@ impl Job {
             }
         };
         timeline::step("command ended");
-        child.reap().await;
-        match (watch.lost, watch.told_to_stop) {
+        let end = match (watch.lost, watch.told_to_stop) {
             (true, _) => TurnEnd::Lost,
             (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
             (false, false) => TurnEnd::Ended(ending),
-        }
+        };
+        (end, Some(child))
     }
 
     /// Hand the lock to the waiting guard: it starts the command with

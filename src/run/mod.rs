@@ -33,7 +33,7 @@ use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Session, Store, StoreError,
     Turn, first_turn, shard_lock,
 };
-use crate::supervisor::{Ending, Plan, Supervisor};
+use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
 pub use hold::GONE_GRACE;
 use live::LiveLine;
@@ -67,12 +67,26 @@ struct Job {
     command: Vec<std::ffi::OsString>,
 }
 
-pub async fn run(args: RunArgs) -> Outcome {
-    let job = match Job::check(args) {
-        Ok(job) => job,
-        Err(failure) => return failure.into(),
-    };
+/// `elect run`, checked, with the first turn's guard forked.
+pub struct Ready {
+    job: Job,
+    guard: Preparing,
+}
+
+/// Check the arguments and fork the first turn's guard. Called by `main`
+/// before the runtime starts, while elect has one thread (see
+/// [`Supervisor::fork`]).
+pub fn prepare(args: RunArgs) -> Result<Ready, Outcome> {
+    let job = Job::check(args).map_err(Outcome::from)?;
     timeline::step("arguments checked");
+    // SAFETY: called before the runtime, or anything else, starts a thread.
+    let guard = unsafe { Supervisor::fork(job.plan()) };
+    Ok(Ready { job, guard })
+}
+
+pub async fn run(ready: Ready) -> Outcome {
+    let Ready { job, guard } = ready;
+    let mut guard = Some(guard);
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
@@ -84,7 +98,7 @@ pub async fn run(args: RunArgs) -> Outcome {
     {
         Ok(store) => {
             timeline::step("connected");
-            let outcome = job.run_on(&*store, &mut signals).await;
+            let outcome = job.run_on(&*store, &mut signals, &mut guard).await;
             timeline::step("exit");
             outcome
         }
@@ -173,13 +187,22 @@ impl Job {
 
     /// Run, and with `--rejoin`, go back to the queue after a loss (or a
     /// failure, with `--rejoin=always`) and run a new command with a new token.
-    async fn run_on(&self, store: &dyn Store, signals: &mut Signals) -> Outcome {
+    /// `first_guard`: the guard forked at the start, for the first turn.
+    async fn run_on(
+        &self,
+        store: &dyn Store,
+        signals: &mut Signals,
+        first_guard: &mut Option<Preparing>,
+    ) -> Outcome {
         const FIRST_BACKOFF: Duration = Duration::from_secs(1);
         const MAX_BACKOFF: Duration = Duration::from_secs(60);
         let mut backoff = FIRST_BACKOFF;
         loop {
             let started = Instant::now();
-            let end = self.take_turn(store, signals).await;
+            let guard = first_guard
+                .take()
+                .unwrap_or_else(|| Supervisor::prepare(self.plan()));
+            let end = self.take_turn(store, signals, guard).await;
             let why = match (&end, self.rejoin) {
                 (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
                 (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
@@ -210,15 +233,18 @@ impl Job {
     /// One turn: a session, a place in the queue, the command, the release.
     /// If the lease is lost while queued (a long partition), queue again
     /// under a new one.
-    async fn take_turn(&self, store: &dyn Store, signals: &mut Signals) -> TurnEnd {
+    async fn take_turn(
+        &self,
+        store: &dyn Store,
+        signals: &mut Signals,
+        guard: Preparing,
+    ) -> TurnEnd {
         let give_up = match self.wait {
             Wait::Forever => None,
             Wait::For(d) => Some(Instant::now() + d),
         };
-        // The guard starts now, in a thread of its own, so that its fork
-        // and exec overlap the talk with the store: a handover need not
-        // wait for it.
-        let mut guard = Some(Supervisor::prepare(self.plan()));
+        // The guard is ready or on its way: a handover need not wait for it.
+        let mut guard = Some(guard);
         loop {
             let opened = tokio::select! {
                 opened = store.open_session(self.timing.ttl(), self.connect_timeout) => opened,
@@ -231,7 +257,7 @@ impl Job {
             };
             timeline::step("lease granted");
             let mut keeper = Keeper::start(&*session, self.timing);
-            let end = match self
+            let (end, guard_to_reap) = match self
                 .queue(store, &*session, &mut keeper, give_up, signals)
                 .await
             {
@@ -265,10 +291,17 @@ impl Job {
                     }
                     continue;
                 }
-                Queued::Done(outcome) => TurnEnd::Done(outcome),
+                Queued::Done(outcome) => (TurnEnd::Done(outcome), None),
             };
             drop(keeper);
-            release(&*session).await;
+            // The command's group is gone: the guard exits while the lease
+            // is released.
+            let reaped = async {
+                if let Some(guard) = guard_to_reap {
+                    guard.reap().await;
+                }
+            };
+            tokio::join!(release(&*session), reaped);
             timeline::step("lease released");
             log::verbose(format_args!("released lock {}", self.lock));
             return end;

@@ -1,7 +1,8 @@
 //! The guard: a small synchronous process between elect and the command.
 //!
-//! elect execs itself as the guard, and the guard forks the command. The
-//! guard exists for three reasons:
+//! elect forks the guard at its start, before it has a second thread (a
+//! later turn of `--rejoin` execs elect again as the guard instead), and
+//! the guard forks the command. The guard exists for three reasons:
 //!
 //! - If elect dies, even by SIGKILL, the guard sees its end of the socket
 //!   close and kills the command's whole process group, grandchildren
@@ -80,12 +81,16 @@ const IGNORED: [Signal; 10] = [
     Signal::SIGTTOU,
 ];
 
-/// What the guard is told on its command line.
-struct Orders {
-    socket: RawFd,
-    signal: Signal,
-    grace: Duration,
-    command: Vec<OsString>,
+/// What the guard is told when it starts.
+pub struct Orders {
+    pub signal: Signal,
+    pub grace: Duration,
+    pub command: Vec<OsString>,
+    /// Variables to set in the command's environment, over inherited ones
+    /// (a guard started by exec has them in its own environment already).
+    pub set_env: Vec<(String, String)>,
+    /// Inherited variables the command must not see.
+    pub remove_env: Vec<String>,
 }
 
 /// `__elect-guard FD SIGNAL GRACE_NS -- COMMAND...`
@@ -102,42 +107,95 @@ pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
     .collect()
 }
 
-fn parse(args: &[OsString]) -> Option<Orders> {
+fn parse(args: &[OsString]) -> Option<(RawFd, Orders)> {
     let text = |i: usize| args.get(i)?.to_str();
     if text(0)? != ARG || text(4)? != "--" || args.len() < 6 {
         return None;
     }
-    Some(Orders {
-        socket: text(1)?.parse().ok()?,
+    let orders = Orders {
         signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
         grace: Duration::from_nanos(text(3)?.parse().ok()?),
         command: args[5..].to_vec(),
-    })
+        set_env: Vec::new(),
+        remove_env: Vec::new(),
+    };
+    Some((text(1)?.parse().ok()?, orders))
 }
 
-/// Run as the guard; `args` start with [`ARG`]. Never returns.
+/// Run as the guard started by exec; `args` start with [`ARG`]. Never returns.
 pub fn main(args: &[OsString]) -> ! {
     // Started as /proc/self/exe; be recognisable in ps and top.
     set_name(c"elect-guard");
-    let Some(orders) = parse(args) else {
+    let Some((socket, orders)) = parse(args) else {
         eprintln!("elect: {ARG} is for elect's own use");
         std::process::exit(crate::exit::Code::Software.value().into());
     };
     // SAFETY: elect passed us this descriptor and nothing else owns it.
-    let socket = unsafe { UnixStream::from_raw_fd(orders.socket) };
+    let socket = unsafe { UnixStream::from_raw_fd(socket) };
+    std::process::exit(serve(socket, orders))
+}
+
+/// Run as the guard in the child of elect's fork. Never returns: not even
+/// a panic may unwind into the copy of elect's `main` above this frame.
+pub fn forked(socket: OwnedFd, orders: Orders) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        set_name(c"elect-guard");
+        retitle();
+        serve(UnixStream::from(socket), orders)
+    }))
+    .unwrap_or_else(|_| crate::exit::Code::Software.value().into());
+    std::process::exit(code)
+}
+
+/// Wait for the lock, then run the command under watch; the exit code.
+fn serve(socket: UnixStream, orders: Orders) -> i32 {
     // Started while elect waits for the lock: wait for the word to go.
     let Some(lock) = wait_for_the_lock(&socket) else {
         // elect gave up waiting (or died): nothing to start.
-        std::process::exit(0);
+        return 0;
     };
-    let code = match Guard::start(socket, orders, lock) {
+    match Guard::start(socket, orders, lock) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
             crate::exit::Code::Software.value().into()
         }
+    }
+}
+
+/// What `ps` shows as the forked guard's command line: `elect
+/// __elect-guard`, written over our copy of elect's argument strings, so
+/// that the guard is told apart from elect and shows nothing elect's
+/// arguments carried (a password in a store URL). Best effort.
+fn retitle() {
+    // The 48th and 49th fields of /proc/self/stat: where the kernel keeps
+    // the argument strings it shows as /proc/self/cmdline.
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
     };
-    std::process::exit(code)
+    let Some((_, after_name)) = stat.rsplit_once(')') else {
+        return;
+    };
+    // Fields from the third (state) on; arg_start is field 48.
+    let mut fields = after_name.split_whitespace().skip(45);
+    let (Some(Ok(start)), Some(Ok(end))) = (
+        fields.next().map(str::parse::<usize>),
+        fields.next().map(str::parse::<usize>),
+    ) else {
+        return;
+    };
+    let Some(len) = end.checked_sub(start).filter(|&n| n > 0) else {
+        return;
+    };
+    let title = b"elect\0__elect-guard\0";
+    // SAFETY: [start, end) is this process's own argument area, mapped and
+    // writable (it lies in the initial stack); after the fork it is our
+    // private copy, and nothing in the guard reads the arguments again.
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+    let n = title.len().min(len);
+    area[..n].copy_from_slice(&title[..n]);
+    area[n..].fill(0);
+    area[len - 1] = 0;
 }
 
 /// The terminal an interactive command runs on.
@@ -641,8 +699,12 @@ fn spawn(orders: &Orders, lock: &Lock, interactive: bool) -> std::io::Result<Pid
     let guard_pid = nix::unistd::getpid().as_raw();
     let rt_max = libc::SIGRTMAX();
     let mut command = Command::new(&orders.command[0]);
+    command.args(&orders.command[1..]);
+    for name in &orders.remove_env {
+        command.env_remove(name);
+    }
     command
-        .args(&orders.command[1..])
+        .envs(orders.set_env.iter().map(|(k, v)| (k, v)))
         .envs(lock.env.iter().map(|(k, v)| (k, v)))
         .env("ELECT_TOKEN", lock.token.to_string());
     // SAFETY: only async-signal-safe calls between fork and exec, each
@@ -766,9 +828,9 @@ mod tests {
         let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500));
         a.push("sh".into());
         a.push("-c".into());
-        let o = parse(&a).unwrap();
+        let (socket, o) = parse(&a).unwrap();
         assert_eq!(
-            (o.socket, o.signal, o.grace),
+            (socket, o.signal, o.grace),
             (7, Signal::SIGINT, Duration::from_millis(1500))
         );
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
