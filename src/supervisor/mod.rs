@@ -211,6 +211,11 @@ impl Supervisor {
     /// allocates, it takes std's locks), which is sound after a fork only
     /// if no thread that the fork left behind could have held a lock.
     pub unsafe fn fork(plan: Plan) -> Preparing {
+        #[cfg(debug_assertions)]
+        {
+            let threads = std::fs::read_dir("/proc/self/task").map_or(1, Iterator::count);
+            assert_eq!(threads, 1, "the guard is forked before any thread starts");
+        }
         let fail = |e: Errno| SpawnError::Guard(e.into());
         let forked = || -> Result<Forked, SpawnError> {
             let (ours, theirs) = socketpair(

@@ -5,6 +5,7 @@
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 use tokio::time::sleep;
 
@@ -24,7 +25,8 @@ pub struct EtcdLock<'a> {
     pub(super) record: HolderRecord,
     /// The key was the lock's oldest when it was put: the lock is ours.
     pub(super) first: std::cell::Cell<bool>,
-    /// The checkpoint, read with the put when the lock was ours at once.
+    /// The checkpoint, read with the put when the lock was ours at once, or
+    /// with the look at the queue that found it ours.
     pub(super) checkpoint: std::cell::RefCell<Option<Option<Checkpoint>>>,
 }
 
@@ -73,8 +75,8 @@ impl Lock for EtcdLock<'_> {
 
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
         Box::pin(async move {
-            // Read with the put, or now: after a wait, the last holder may
-            // have written one since.
+            // Read with the put, or with the look that found the lock ours;
+            // else now.
             let early = self.checkpoint.borrow_mut().take();
             match early {
                 Some(checkpoint) => Ok(checkpoint),
@@ -96,8 +98,14 @@ impl Lock for EtcdLock<'_> {
 impl EtcdLock<'_> {
     /// The keys of `lock` created at or before revision `mine`, newest
     /// first: usually just ours and the one ahead of it. Returns them with
-    /// the revision of the read.
-    async fn newest_up_to(&self, mine: i64) -> Result<(Vec<KeyValue>, i64), StoreError> {
+    /// the revision of the read, and the lock's checkpoint as of that read:
+    /// when the keys say the lock is ours, that is the checkpoint our
+    /// command starts from (a holder before us wrote it before it let go;
+    /// one after us must hold our token), so the turn needs no second read.
+    async fn newest_up_to(
+        &self,
+        mine: i64,
+    ) -> Result<(Vec<KeyValue>, i64, Option<Checkpoint>), StoreError> {
         let lock = self.lock.as_str();
         let session = self.session;
         let read = |limit: i64| {
@@ -107,19 +115,40 @@ impl EtcdLock<'_> {
                 .with_max_create_revision(mine)
                 .with_sort(SortTarget::Create, SortOrder::Descend)
                 .with_limit(limit);
+            let txn = Txn::new().and_then([
+                TxnOp::get(format!("{lock}/"), Some(options)),
+                TxnOp::get(super::checkpoint_key(lock), None),
+            ]);
             retry(&session.patience, move || {
                 let mut kv = session.client.kv_client();
-                let options = options.clone();
-                async move { kv.get(format!("{lock}/"), Some(options)).await }
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
             })
         };
-        let mut reply = read(2).await.map_err(StoreError::unavailable)?;
+        let gets = |reply: TxnResponse| {
+            let revision = reply.header().map_or(0, |h| h.revision());
+            let mut gets = reply.op_responses().into_iter().map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            });
+            match (gets.next().flatten(), gets.next().flatten()) {
+                (Some(queue), Some(checkpoint)) => Ok((queue, checkpoint, revision)),
+                _ => Err(StoreError::unavailable(format!(
+                    "etcd answered the read of the queue of {lock} with something else"
+                ))),
+            }
+        };
+        let (mut queue, mut checkpoint, mut revision) =
+            gets(read(2).await.map_err(StoreError::unavailable)?)?;
         // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
-        if reply.more() && reply.kvs().iter().any(|kv| !own_key(lock, kv)) {
-            reply = read(0).await.map_err(StoreError::unavailable)?;
+        if queue.more() && queue.kvs().iter().any(|kv| !own_key(lock, kv)) {
+            (queue, checkpoint, revision) = gets(read(0).await.map_err(StoreError::unavailable)?)?;
         }
-        let revision = reply.header().map_or(0, |h| h.revision());
-        Ok((reply.take_kvs(), revision))
+        let checkpoint = checkpoint
+            .take_kvs()
+            .first()
+            .and_then(|kv| Checkpoint::from_json(kv.value()));
+        Ok((queue.take_kvs(), revision, checkpoint))
     }
 
     async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
@@ -134,7 +163,7 @@ impl EtcdLock<'_> {
             // One read answers both questions: is our key still there (a
             // lease that expired while we queued leaves none, and etcd 3.4's
             // own recipe reports success anyway), and who is just ahead of us.
-            let (reply, revision) = match self.newest_up_to(mine).await {
+            let (reply, revision, checkpoint) = match self.newest_up_to(mine).await {
                 Ok(found) => found,
                 Err(e) => {
                     log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
@@ -153,6 +182,7 @@ impl EtcdLock<'_> {
                 }
             }
             let Some(ahead) = own.next() else {
+                *self.checkpoint.borrow_mut() = Some(checkpoint);
                 self.record_acquisition();
                 return Ok(Turn::First(self.rank));
             };
