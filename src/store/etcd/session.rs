@@ -41,8 +41,8 @@ impl Etcd {
     /// elect chooses the lease's id, so the grant need not be answered
     /// before the key that uses it is put: the grant goes out as soon as
     /// this task next waits, and [`EtcdSession::join_queue`] sends the
-    /// queue transaction beside it, so etcd can commit both with one write
-    /// to its disk.
+    /// queue transaction beside it, so both take one round trip (etcd may
+    /// still write them to its disk one after the other).
     pub(super) async fn grant(
         &self,
         ttl: Duration,
