@@ -21,7 +21,8 @@ use support::postgres::{PASSWORD, READER_PASSWORD, psql_url};
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive, group_members};
 use support::{
-    PgBouncer, Postgres, Running, SECOND, TempDir, elect, elect_run, find_child, ms, now_ns,
+    PgBouncer, Postgres, Running, SECOND, TempDir, assert_outcome, elect, elect_run, find_child,
+    ms, now_ns,
 };
 
 /// `elect run` on PostgreSQL, with the role's password in PGPASSWORD.
@@ -486,12 +487,8 @@ fn bad_input_gets_one_line_the_right_code_and_leaves_nothing() {
             .env("PGPASSWORD", password)
             .output()
             .unwrap();
+        assert_outcome(what, &out, code, says);
         let err = String::from_utf8_lossy(&out.stderr);
-        eprintln!("{what}: exit {:?}: {}", out.status.code(), err.trim());
-        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
-        assert!(out.stdout.is_empty(), "{what}: the command ran");
-        assert!(err.contains(says), "{what}: {err:?} lacks {says:?}");
-        assert_eq!(err.lines().count(), 1, "{what}: {err}");
         assert!(!err.contains(PASSWORD), "{what}: the password shows");
     }
     assert_eq!(
@@ -697,12 +694,7 @@ fn tls_is_checked_as_sslmode_says_and_client_certificates_work() {
             .args(&flags)
             .args(["--", "sh", "-c", "echo ran $ELECT_TOKEN"])
             .env("PGPASSWORD", PASSWORD);
-        let out = command.output().unwrap();
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        command.output().unwrap()
     };
     let ca = vec!["--cacert".to_string(), path(&certs.ca)];
     let full = |host: &str, user: &str| {
@@ -761,16 +753,7 @@ fn tls_is_checked_as_sslmode_says_and_client_certificates_work() {
         ),
     ];
     for (what, url, flags, code, says) in cases {
-        let (got, out, err) = run(url, flags);
-        eprintln!("{what}: exit {got}: {}{}", out.trim(), err.trim());
-        assert_eq!(got, code, "{what}: {err}");
-        assert!(
-            out.contains(says) || err.contains(says),
-            "{what}: {out}{err}"
-        );
-        if code != 0 {
-            assert_eq!(err.lines().count(), 1, "{what}: {err}");
-        }
+        assert_outcome(what, &run(url, flags), code, says);
     }
 }
 

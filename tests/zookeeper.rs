@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive, group_members};
-use support::{Curator, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, hold};
+use support::{
+    Curator, Running, SECOND, TempDir, ZooKeeper, assert_outcome, elect, elect_run, hold,
+};
 
 #[test]
 fn the_test_servers_start() {
@@ -260,13 +262,7 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
             .args(["run", "--store", &url, "--lock", "bad"])
             .args(&flags)
             .args(["--", "echo", "ran"]);
-        let out = command.output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        eprintln!("{what}: exit {:?}: {}", out.status.code(), err.trim());
-        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
-        assert!(out.stdout.is_empty(), "{what}: the command ran");
-        assert!(err.contains(says), "{what}: {err:?} lacks {says:?}");
-        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert_outcome(what, &command.output().unwrap(), code, says);
     }
     assert_eq!(zk.children("/"), ["zookeeper"], "nothing was created");
 }
@@ -421,24 +417,7 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
             .args(["--", "echo", "ran"])
             .output()
             .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        eprintln!(
-            "password {password}: exit {:?}: {}{}",
-            out.status.code(),
-            stdout.trim(),
-            stderr.trim()
-        );
-        assert_eq!(out.status.code(), Some(code), "{stderr}");
-        assert!(
-            stdout.contains(says) || stderr.contains(says),
-            "{stdout}{stderr}"
-        );
-        if code != 0 {
-            assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        }
+        assert_outcome(&format!("password {password}"), &out, code, says);
     }
 }
 
@@ -546,23 +525,6 @@ fn tls_with_client_certificates() {
             .args(["--", "sh", "-c", "echo ran $ELECT_TOKEN"])
             .output()
             .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        eprintln!(
-            "{what}: exit {:?}: {}{}",
-            out.status.code(),
-            stdout.trim(),
-            stderr.trim()
-        );
-        assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
-        assert!(
-            stdout.contains(says) || stderr.contains(says),
-            "{what}: {stdout}{stderr}"
-        );
-        if code != 0 {
-            assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
-        }
+        assert_outcome(what, &out, code, says);
     }
 }

@@ -31,13 +31,19 @@ pub trait Store {
     fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>>;
     /// Every lock under `prefix` ("" for all) that has a holder or waiters.
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>>;
-    /// Does the holder of `lock` still have `key` and `token`?
+    /// Does the holder of `lock` still have `key` and `token`? By the
+    /// lock's status, unless the store has a cheaper read.
     fn check<'a>(
         &'a self,
         lock: &'a str,
         key: &'a str,
         token: u64,
-    ) -> Boxed<'a, Result<Check, StoreError>>;
+    ) -> Boxed<'a, Result<Check, StoreError>> {
+        Box::pin(async move {
+            let status = self.status(lock).await?;
+            Ok(Check::of(lock, key, token, status.holder))
+        })
+    }
     /// Make the current holder let go, if its token is `token` (when given):
     /// ask its elect to stop its command and release, and wait until it has,
     /// at most until its lease could have expired anyway; then, or at once

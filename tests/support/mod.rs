@@ -38,7 +38,9 @@ pub use clock::{SECOND, ms, now_ns};
 pub use curator::Curator;
 pub use etcd::{Etcd, EtcdOptions};
 pub use postgres::{PgBouncer, Postgres};
-pub use process::{Death, HOLD, Running, alive, elect, elect_run, find_child, hold, state};
+pub use process::{
+    Death, HOLD, Running, alive, assert_outcome, elect, elect_run, find_child, hold, state,
+};
 pub use pty::Pty;
 pub use tempdir::TempDir;
 pub use zookeeper::ZooKeeper;

@@ -27,6 +27,31 @@ pub fn elect_run(store: &str, lock: &str, extra: &[&str], script: &str) -> Comma
     c
 }
 
+/// How a run of elect ended, against what a table of cases expects: exit
+/// `code`, and `says` in its output; a failure is one line on stderr and
+/// never ran the command.
+pub fn assert_outcome(what: &str, out: &std::process::Output, code: i32, says: &str) {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!(
+        "{what}: exit {:?}: {}{}",
+        out.status.code(),
+        stdout.trim(),
+        stderr.trim()
+    );
+    assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+    assert!(
+        stdout.contains(says) || stderr.contains(says),
+        "{what}: {stdout}{stderr} lacks {says:?}"
+    );
+    if code != 0 {
+        assert!(stdout.is_empty(), "{what}: the command ran");
+        assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+    }
+}
+
 /// A running process whose stdout and stderr lines arrive on channels.
 pub struct Running {
     pub child: Child,

@@ -50,8 +50,8 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
-    Session, Store, StoreError,
+    Boxed, Broken, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put, Session,
+    Store, StoreError,
 };
 use conn::{Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -493,18 +493,6 @@ impl Store for Postgres {
         Box::pin(async move {
             let rows = self.read(&self.sql.list, prefix).await?;
             Ok(Self::statuses(&rows))
-        })
-    }
-
-    fn check<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        token: u64,
-    ) -> Boxed<'a, Result<Check, StoreError>> {
-        Box::pin(async move {
-            let status = self.read_status(lock).await?;
-            Ok(Check::of(lock, key, token, status.holder))
         })
     }
 

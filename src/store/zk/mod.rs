@@ -33,8 +33,8 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
-    Session, Store, StoreError,
+    Boxed, Broken, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put, Session,
+    Store, StoreError,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -551,18 +551,6 @@ impl Store for ZooKeeper {
 
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
         Box::pin(self.read_list(prefix.trim_start_matches('/')))
-    }
-
-    fn check<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        token: u64,
-    ) -> Boxed<'a, Result<Check, StoreError>> {
-        Box::pin(async move {
-            let status = self.read_status(lock).await?;
-            Ok(Check::of(lock, key, token, status.holder))
-        })
     }
 
     fn break_lock<'a>(
