@@ -480,6 +480,9 @@ impl Etcd {
                     why: Forced::Asked,
                 });
             }
+            // Read the TTL first: a holder that lets go at once takes its
+            // lease with it, and a lease gone has no TTL left to read.
+            let patience = self.granted_ttl(kv).await;
             let asked = Instant::now();
             let Some(revision) = self.ask_to_let_go(kv, &holder).await? else {
                 continue;
@@ -487,7 +490,6 @@ impl Etcd {
             // Its elect stops the command within its grace and revokes its
             // lease; a holder that does not answer would have lost the lease
             // within its TTL anyway.
-            let patience = self.granted_ttl(kv).await;
             return match timeout(patience, self.gone(kv.key(), revision)).await {
                 Ok(()) => Ok(Broken::Stopped {
                     holder,
@@ -583,13 +585,13 @@ impl Etcd {
     /// without a lease if it is still that holder's.
     async fn end(&self, kv: &KeyValue) -> Result<(), StoreError> {
         if kv.lease() != 0 {
-            let id = kv.lease();
-            retry(&self.patience, || {
-                let mut lease = self.client.lease_client();
-                async move { lease.revoke(id).await }
-            })
-            .await
-            .map_err(|e| StoreError::unavailable(format!("cannot revoke lease {id:x}: {e}")))?;
+            // A lease already gone is what we came for: its holder let go
+            // (or expired) between our read and this request.
+            revoke(&self.client, kv.lease(), &self.patience)
+                .await
+                .map_err(|e| {
+                    StoreError::unavailable(format!("cannot revoke lease {:x}: {e}", kv.lease()))
+                })?;
         } else {
             let txn = Txn::new()
                 .when([Compare::create_revision(
