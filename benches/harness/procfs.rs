@@ -15,12 +15,20 @@ pub struct Usage {
     pub switches: u64,
     /// Peak resident set size (VmHWM), KiB.
     pub peak_rss_kib: u64,
+    /// Proportional set size now, KiB: each page shared with other
+    /// processes counted in parts, so that two processes that share pages
+    /// (elect and its forked guard) are not charged twice for them.
+    pub pss_kib: u64,
 }
 
 impl Usage {
     pub fn read(pid: i32) -> Option<Usage> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let peak_rss_kib = field(&status, "VmHWM:")?;
+        let pss_kib = field(
+            &fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?,
+            "Pss:",
+        )?;
         let mut cpu = Duration::ZERO;
         let mut switches = 0;
         for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
@@ -39,15 +47,18 @@ impl Usage {
             cpu,
             switches,
             peak_rss_kib,
+            pss_kib,
         })
     }
 
-    /// What was used between `self` (earlier) and `later`; the peak is the later one.
+    /// What was used between `self` (earlier) and `later`; the memory
+    /// figures are the later ones.
     pub fn until(self, later: Usage) -> Usage {
         Usage {
             cpu: later.cpu.saturating_sub(self.cpu),
             switches: later.switches.saturating_sub(self.switches),
             peak_rss_kib: later.peak_rss_kib,
+            pss_kib: later.pss_kib,
         }
     }
 
@@ -56,6 +67,7 @@ impl Usage {
             cpu: self.cpu + other.cpu,
             switches: self.switches + other.switches,
             peak_rss_kib: self.peak_rss_kib + other.peak_rss_kib,
+            pss_kib: self.pss_kib + other.pss_kib,
         }
     }
 }
