@@ -547,3 +547,65 @@ fn a_waiter_on_every_shard_costs_only_its_watches_and_leaves_the_other_queues() 
         assert_eq!(owner.wait_code(10 * SECOND), 0, "shard {k}");
     }
 }
+
+/// The guard forks the command's process while elect waits, and that
+/// process execs only at the word to go: one killed while it waits is
+/// forked again at the word, and one whose elect gives up leaves with it.
+#[test]
+fn the_command_process_forked_while_waiting_runs_only_with_the_lock() {
+    let etcd = Etcd::start();
+    let gone = |pid: i32, what: &str| {
+        let give_up = std::time::Instant::now() + 5 * SECOND;
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "{what} {pid} is still there"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let (mut holder, token) = hold(&etcd, "early", &[]);
+    let mut waiter = Running::spawn(elect_run(
+        &etcd.url(),
+        "early",
+        &[],
+        "echo \"ran $ELECT_TOKEN\"",
+    ));
+    let guard = find_child(waiter.pid(), "elect-guard");
+    let early = find_child(guard, "elect-guard");
+    // Waiting: still the guard's copy, in a process group of its own.
+    let pid = nix::unistd::Pid::from_raw(early);
+    assert_eq!(
+        nix::unistd::getpgid(Some(pid)),
+        Ok(pid),
+        "the waiting process leads its own group"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    let ran: u64 = waiter.expect_line("ran", 10 * SECOND).parse().unwrap();
+    assert!(ran > token, "token {ran} after {token}");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0, "{:?}", waiter.stderr_seen);
+    gone(early, "the killed waiting process");
+
+    // An elect that gives up waiting takes its waiting process with it.
+    let (mut holder, _) = hold(&etcd, "early", &[]);
+    let mut waiter = Running::spawn(elect_run(
+        &etcd.url(),
+        "early",
+        &["--wait", "2s"],
+        "echo ran",
+    ));
+    let guard = find_child(waiter.pid(), "elect-guard");
+    let early = find_child(guard, "elect-guard");
+    assert_eq!(
+        waiter.wait_code(10 * SECOND),
+        75,
+        "{:?}",
+        waiter.stderr_seen
+    );
+    gone(early, "the waiting process of an elect that gave up");
+    gone(guard, "the guard of an elect that gave up");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}

@@ -2,7 +2,9 @@
 //!
 //! elect forks the guard at its start, before it has a second thread (a
 //! later turn of `--rejoin` execs elect again as the guard instead), and
-//! the guard forks the command. The guard exists for three reasons:
+//! the guard forks the command's process at once, which execs the command
+//! when the lock is ours ([`super::launch`]). The guard exists for three
+//! reasons:
 //!
 //! - If elect dies, even by SIGKILL, the guard sees its end of the socket
 //!   close and kills the command's whole process group, grandchildren
@@ -53,6 +55,7 @@ use nix::unistd::Pid;
 use nix::sys::memfd::MFdFlags;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
+use super::launch::Launch;
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use crate::clock::Instant;
 
@@ -149,12 +152,20 @@ pub fn forked(socket: OwnedFd, orders: Orders) -> ! {
 
 /// Wait for the lock, then run the command under watch; the exit code.
 fn serve(socket: UnixStream, orders: Orders) -> i32 {
-    // Started while elect waits for the lock: wait for the word to go.
+    // Neither the command nor its process waiting to become it may hold
+    // our end of the socket: elect learns of our death by its closing.
+    if let Err(e) = set_cloexec(socket.as_fd()) {
+        eprintln!("elect: guard: {e}");
+        return crate::exit::Code::Software.value().into();
+    }
+    // Started while elect waits for the lock: fork the command's process
+    // now, and wait for the word to go.
+    let launch = Launch::fork(&orders);
     let Some(lock) = wait_for_the_lock(&socket) else {
         // elect gave up waiting (or died): nothing to start.
         return 0;
     };
-    match Guard::start(socket, orders, lock) {
+    match Guard::start(socket, orders, lock, launch) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
@@ -341,9 +352,12 @@ enum ChildState {
 }
 
 impl Guard {
-    fn start(mut socket: UnixStream, orders: Orders, lock: Lock) -> std::io::Result<Guard> {
-        // The command must not inherit our end of the socket.
-        set_cloexec(socket.as_fd())?;
+    fn start(
+        mut socket: UnixStream,
+        orders: Orders,
+        lock: Lock,
+        launch: std::io::Result<Launch>,
+    ) -> std::io::Result<Guard> {
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
@@ -356,7 +370,7 @@ impl Guard {
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
         let terminal = interactive_terminal(job);
-        let child = match spawn(&orders, &lock, terminal.is_some()) {
+        let child = match start_command(&orders, &lock, terminal.is_some(), launch) {
             Ok(child) => child,
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
@@ -692,71 +706,24 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
     }
 }
 
-/// Fork and exec the command as the leader of a new process group, with
-/// the lock's token and variables, the default signal dispositions and an
-/// empty signal mask.
-fn spawn(orders: &Orders, lock: &Lock, interactive: bool) -> std::io::Result<Pid> {
-    let guard_pid = nix::unistd::getpid().as_raw();
-    let rt_max = libc::SIGRTMAX();
-    let mut command = Command::new(&orders.command[0]);
-    command.args(&orders.command[1..]);
-    for name in &orders.remove_env {
-        command.env_remove(name);
+/// Start the command as the leader of a new process group, with the
+/// lock's token and variables, the default signal dispositions and an empty
+/// signal mask: in the process forked while elect waited, or, if that one
+/// is gone, in a new one.
+fn start_command(
+    orders: &Orders,
+    lock: &Lock,
+    interactive: bool,
+    launch: std::io::Result<Launch>,
+) -> std::io::Result<Pid> {
+    let go = |launch: Launch| launch.go(lock.token, &lock.env, interactive);
+    if let Ok(launch) = launch
+        && let Some(pid) = go(launch)?
+    {
+        return Ok(pid);
     }
-    command
-        .envs(orders.set_env.iter().map(|(k, v)| (k, v)))
-        .envs(lock.env.iter().map(|(k, v)| (k, v)))
-        .env("ELECT_TOKEN", lock.token.to_string());
-    // SAFETY: only async-signal-safe calls between fork and exec, each
-    // checked; a failure is named on stderr and fails the spawn.
-    unsafe {
-        command.pre_exec(move || {
-            // Lead a new process group, so every signal reaches the whole job.
-            if libc::setpgid(0, 0) != 0 {
-                return Err(failed(b"setpgid"));
-            }
-            // Take the foreground; SIGTTOU is ignored until the reset below.
-            if interactive && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid()) != 0 {
-                return Err(failed(b"tcsetpgrp"));
-            }
-            // If the guard dies, the command dies; and if the guard died
-            // before this line, the signal will never come: give up.
-            if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
-                return Err(failed(b"prctl(PR_SET_PDEATHSIG)"));
-            }
-            if libc::getppid() != guard_pid {
-                libc::_exit(crate::exit::Code::Software as i32);
-            }
-            // Default dispositions and an empty mask, whatever elect's
-            // parent or elect itself ignored or blocked.
-            for sig in 1..=rt_max {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP && !reset_disposition(sig) {
-                    return Err(failed(b"rt_sigaction"));
-                }
-            }
-            if SigSet::empty().thread_set_mask().is_err() {
-                return Err(failed(b"sigprocmask"));
-            }
-            Ok(())
-        });
-    }
-    let child = command.spawn()?;
-    Ok(Pid::from_raw(child.id() as i32))
-}
-
-/// In the forked child: say which call failed, with write(2) alone
-/// (async-signal-safe), and return its error for the spawn to report.
-fn failed(call: &[u8]) -> std::io::Error {
-    let error = std::io::Error::last_os_error();
-    for part in [
-        b"elect: guard: ".as_slice(),
-        call,
-        b" failed in the command's process\n",
-    ] {
-        // SAFETY: write(2) of a valid buffer; nothing to do if stderr is gone.
-        unsafe { libc::write(libc::STDERR_FILENO, part.as_ptr().cast(), part.len()) };
-    }
-    error
+    go(Launch::fork(orders)?)?
+        .ok_or_else(|| std::io::Error::other("the command's process died before its start"))
 }
 
 /// Set `sig` to its default action with the raw system call: glibc's
@@ -767,7 +734,7 @@ fn failed(call: &[u8]) -> std::io::Error {
     target_arch = "aarch64",
     target_arch = "riscv64"
 ))]
-fn reset_disposition(sig: i32) -> bool {
+pub(super) fn reset_disposition(sig: i32) -> bool {
     /// The kernel's `struct sigaction` on these architectures.
     #[repr(C)]
     struct KernelSigaction {
@@ -802,7 +769,7 @@ fn reset_disposition(sig: i32) -> bool {
     target_arch = "aarch64",
     target_arch = "riscv64"
 )))]
-fn reset_disposition(sig: i32) -> bool {
+pub(super) fn reset_disposition(sig: i32) -> bool {
     // SAFETY: SIG_DFL installs no handler code.
     let result = unsafe { libc::signal(sig, libc::SIG_DFL) };
     result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)

@@ -11,6 +11,7 @@
 //! [`kill_group`] if the guard is stopped or dead.
 
 pub mod guard;
+mod launch;
 mod protocol;
 pub mod reaper;
 

@@ -1,0 +1,230 @@
+//! The command's process, forked by the guard before the lock is ours.
+//!
+//! A fork of the guard costs a copy of its page tables, and the new process
+//! must lead a group and ask for its parent-death signal before it execs.
+//! All of that can happen while elect still waits for the store: the
+//! process then waits on a pipe, and the word to go (the token and the
+//! variables that name the holder) leaves only the exec for the moment the
+//! lock is ours. It never execs without that word: if the guard closes the
+//! pipe first, or dies, it exits.
+//!
+//! Over a second, close-on-exec pipe the process answers the word: `+`
+//! when it has it, then `!` and an errno if the command could not be
+//! started, or nothing (the pipe closes at the exec). Silence without `+`
+//! means it died before the word, and the guard forks another.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::fcntl::OFlag;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{ForkResult, Pid};
+
+use super::guard::Orders;
+
+/// The command's process, forked and waiting for the word to go.
+pub struct Launch {
+    /// Until it has exec'd the command (or been reaped).
+    pid: Option<Pid>,
+    /// The word goes here; closing it unsent makes the process exit.
+    go: Option<std::fs::File>,
+    /// Its answer.
+    answer: std::fs::File,
+}
+
+/// What the process answers when told to go.
+const READY: u8 = b'+';
+const FAILED: u8 = b'!';
+
+impl Launch {
+    /// Fork the command's process. The guard must have one thread.
+    pub fn fork(orders: &Orders) -> std::io::Result<Launch> {
+        let (go_read, go_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (answer_read, answer_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let guard = nix::unistd::getpid();
+        // SAFETY: the guard is single-threaded (forked from elect before its
+        // runtime, or exec'd), so the child may allocate and use std freely.
+        match unsafe { nix::unistd::fork() }? {
+            ForkResult::Child => {
+                drop(go_write);
+                drop(answer_read);
+                let mut answer = std::fs::File::from(answer_write);
+                let errno = match wait_and_exec(orders, guard, go_read, &mut answer) {
+                    Waited::Closed => 0,
+                    Waited::Failed(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+                };
+                if errno != 0 {
+                    let mut report = [FAILED; 5];
+                    report[1..].copy_from_slice(&errno.to_le_bytes());
+                    let _ = answer.write_all(&report);
+                }
+                // SAFETY: _exit skips the guard's exit handlers and buffers,
+                // which are the guard's, not ours.
+                unsafe { libc::_exit(if errno == 0 { 0 } else { 127 }) }
+            }
+            ForkResult::Parent { child } => Ok(Launch {
+                pid: Some(child),
+                go: Some(std::fs::File::from(go_write)),
+                answer: std::fs::File::from(answer_read),
+            }),
+        }
+    }
+
+    /// Give the word to go. `Ok(Some(pid))` once the command has been
+    /// exec'd, `Err` if it could not be (the process is reaped), `Ok(None)`
+    /// if the process was gone before it heard the word.
+    pub fn go(
+        mut self,
+        token: u64,
+        env: &[(OsString, OsString)],
+        interactive: bool,
+    ) -> std::io::Result<Option<Pid>> {
+        let mut word = vec![u8::from(interactive)];
+        word.extend_from_slice(&token.to_le_bytes());
+        for (name, value) in env {
+            word.extend_from_slice(name.as_bytes());
+            word.push(b'=');
+            word.extend_from_slice(value.as_bytes());
+            word.push(0);
+        }
+        // One stopped by a stray SIGSTOP to its group would never answer.
+        if let Some(pid) = self.pid {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+        }
+        // A process gone already makes this fail (EPIPE: the guard ignores
+        // SIGPIPE) or go unread; either way its answer is silence. Closing
+        // the pipe ends the word.
+        if let Some(mut go) = self.go.take() {
+            let _ = go.write_all(&word);
+        }
+        let mut tag = [0u8; 1];
+        if read_full(&mut self.answer, &mut tag)? == 0 {
+            self.reap();
+            return Ok(None);
+        }
+        let mut errno = [0u8; 4];
+        if tag[0] == READY {
+            let mut next = [0u8; 1];
+            if read_full(&mut self.answer, &mut next)? == 0 {
+                return Ok(self.pid.take());
+            }
+        }
+        read_full(&mut self.answer, &mut errno)?;
+        self.reap();
+        Err(std::io::Error::from_raw_os_error(i32::from_le_bytes(errno)))
+    }
+
+    fn reap(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = waitpid(pid, None);
+        }
+    }
+}
+
+impl Drop for Launch {
+    /// Not started: close the pipe, so the process exits, and reap it.
+    fn drop(&mut self) {
+        self.go = None;
+        self.reap();
+    }
+}
+
+/// How the wait for the word ended, if not in an exec.
+enum Waited {
+    /// The guard closed the pipe without a word.
+    Closed,
+    Failed(std::io::Error),
+}
+
+/// In the forked process: lead a new group, die with the guard, wait for
+/// the word, then take the terminal if told to, reset every signal to its
+/// default and exec the command. Returns only if it cannot.
+fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs::File) -> Waited {
+    let failed = |call: &str, e: nix::Error| {
+        eprintln!("elect: guard: {call} failed in the command's process: {e}");
+        Waited::Failed(std::io::Error::from(e))
+    };
+    // Lead a new process group, so every signal reaches the whole job.
+    if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
+        return failed("setpgid", e);
+    }
+    // If the guard dies, this process dies; and if the guard died before
+    // this line, the signal will never come: give up.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+        return failed("prctl(PR_SET_PDEATHSIG)", e);
+    }
+    if nix::unistd::getppid() != guard {
+        return Waited::Closed;
+    }
+    let mut word = Vec::new();
+    if let Err(e) = std::fs::File::from(go).read_to_end(&mut word) {
+        return Waited::Failed(e);
+    }
+    let Some((&interactive, rest)) = word.split_first() else {
+        return Waited::Closed;
+    };
+    let Some((token, env)) = rest.split_first_chunk::<8>() else {
+        return Waited::Closed;
+    };
+    if let Err(e) = answer.write_all(&[READY]) {
+        return Waited::Failed(e);
+    }
+    if interactive == 1 {
+        // Take the foreground: SIGTTOU would stop a background group that
+        // asks, so it is ignored until the reset below.
+        // SAFETY: SIG_IGN installs no handler code.
+        if let Err(e) = unsafe {
+            nix::sys::signal::signal(Signal::SIGTTOU, nix::sys::signal::SigHandler::SigIgn)
+        } {
+            return failed("rt_sigaction", e);
+        }
+        if let Err(e) = nix::unistd::tcsetpgrp(std::io::stdin(), nix::unistd::getpid()) {
+            return failed("tcsetpgrp", e);
+        }
+    }
+    // Default dispositions and an empty mask, whatever elect's parent or
+    // elect itself ignored or blocked.
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP && !super::guard::reset_disposition(sig) {
+            return failed("rt_sigaction", nix::Error::last());
+        }
+    }
+    if let Err(e) = SigSet::empty().thread_set_mask() {
+        return failed("sigprocmask", e);
+    }
+    let mut command = Command::new(&orders.command[0]);
+    command.args(&orders.command[1..]);
+    for name in &orders.remove_env {
+        command.env_remove(name);
+    }
+    command.envs(orders.set_env.iter().map(|(k, v)| (k, v)));
+    for pair in env.split(|&b| b == 0).filter(|p| !p.is_empty()) {
+        let at = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+        let value = pair.get(at + 1..).unwrap_or_default();
+        command.env(
+            OsString::from_vec(pair[..at].to_vec()),
+            OsString::from_vec(value.to_vec()),
+        );
+    }
+    command.env("ELECT_TOKEN", u64::from_le_bytes(*token).to_string());
+    Waited::Failed(command.exec())
+}
+
+/// Read until `buf` is full or the pipe closes; how much was read.
+fn read_full(from: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match from.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
