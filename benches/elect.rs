@@ -17,7 +17,8 @@
 //!   `elect run --store etcd://… --lock L -- true` against
 //!   `etcdctl lock L true`. Median and p99. Target: at most 0.3x etcdctl.
 //!   Every store in [`harness::locker::pairs`] gets this figure (the file
-//!   store against `flock FILE true`, target at most 2x).
+//!   store against `flock FILE true`, target at most 2x). Every tool runs
+//!   without the LD_LIBRARY_PATH that cargo sets for its build directories.
 //! - `floor` (with `cycle`): what the cycle's unavoidable parts cost, in
 //!   the same run: spawning `true`; an etcd grant on a new connection (what
 //!   a new process pays to connect, beside which the queue transaction
@@ -1083,6 +1084,12 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
 }
 
 fn main() {
+    // cargo points the dynamic loader at its build directories; no user's
+    // elect, `true`, flock or psql runs with that, and each exec of a
+    // dynamically linked program (not of etcdctl, which is static) would
+    // pay for looking through them.
+    // SAFETY: nothing else runs yet: no thread reads the environment.
+    unsafe { std::env::remove_var("LD_LIBRARY_PATH") };
     let mode = Mode::from_env();
     process::clean_up_on_interrupt();
     println!("{}\n", report::machine(mode.name));
