@@ -53,19 +53,22 @@ impl Launch {
             ForkResult::Child => {
                 drop(go_write);
                 drop(answer_read);
-                let mut answer = std::fs::File::from(answer_write);
-                let errno = match wait_and_exec(orders, guard, go_read, &mut answer) {
-                    Waited::Closed => 0,
-                    Waited::Failed(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
-                };
-                if errno != 0 {
+                // Not even a panic may unwind into the guard's frames above.
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut answer = std::fs::File::from(answer_write);
+                    let errno = match wait_and_exec(orders, guard, go_read, &mut answer) {
+                        Waited::Closed => return 0,
+                        Waited::Failed(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+                    };
                     let mut report = [FAILED; 5];
                     report[1..].copy_from_slice(&errno.to_le_bytes());
                     let _ = answer.write_all(&report);
-                }
+                    127
+                }))
+                .unwrap_or(127);
                 // SAFETY: _exit skips the guard's exit handlers and buffers,
                 // which are the guard's, not ours.
-                unsafe { libc::_exit(if errno == 0 { 0 } else { 127 }) }
+                unsafe { libc::_exit(code) }
             }
             ForkResult::Parent { child } => Ok(Launch {
                 pid: Some(child),
