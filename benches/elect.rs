@@ -610,31 +610,35 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
     let theirs = used[2];
     let per_minute = 60.0 / mode.idle.as_secs_f64();
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    let memory = |kib: fn(&Usage) -> u64| {
+        (
+            format!(
+                "{} ({} + {})",
+                mib(kib(&ours)),
+                mib(kib(&used[0])),
+                mib(kib(&used[1]))
+            ),
+            format!("{}: {}", pair.reference.name, mib(kib(&theirs))),
+            ratio(kib(&ours) as f64, kib(&theirs) as f64),
+        )
+    };
+    let (elect, reference, peak_ratio) = memory(|u| u.peak_rss_kib);
     table.row(Row {
         figure: "peak RSS holding a lock (elect + guard)".into(),
-        elect: format!(
-            "{} ({} + {})",
-            mib(ours.peak_rss_kib),
-            mib(used[0].peak_rss_kib),
-            mib(used[1].peak_rss_kib)
-        ),
-        reference: format!("{}: {}", pair.reference.name, mib(theirs.peak_rss_kib)),
-        ratio: ratio(ours.peak_rss_kib as f64, theirs.peak_rss_kib as f64),
+        elect,
+        reference,
+        ratio: peak_ratio,
         target: "< 8 MiB".into(),
         verdict: verdict(ours.peak_rss_kib < 8 * 1024),
     });
     // The guard is a fork of elect: most of its resident pages are elect's
     // own (the binary's code, above all), counted in both peaks above.
+    let (elect, reference, pss_ratio) = memory(|u| u.pss_kib);
     table.row(Row {
         figure: "proportional memory holding a lock, Pss (elect + guard)".into(),
-        elect: format!(
-            "{} ({} + {})",
-            mib(ours.pss_kib),
-            mib(used[0].pss_kib),
-            mib(used[1].pss_kib)
-        ),
-        reference: format!("{}: {}", pair.reference.name, mib(theirs.pss_kib)),
-        ratio: ratio(ours.pss_kib as f64, theirs.pss_kib as f64),
+        elect,
+        reference,
+        ratio: pss_ratio,
         target: "-".into(),
         verdict: Verdict::Info,
     });

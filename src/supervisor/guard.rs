@@ -378,13 +378,6 @@ impl Guard {
                 std::process::exit(0);
             }
         };
-        // Also from this side, so no signal can reach a group that does not
-        // exist yet, and no keystroke goes to a group that is not the command's.
-        // Either may fail only if the child already did it (or already died).
-        let _ = nix::unistd::setpgid(child, child);
-        if terminal.is_some() {
-            let _ = nix::unistd::tcsetpgrp(std::io::stdin(), child);
-        }
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
@@ -709,7 +702,8 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
 /// Start the command as the leader of a new process group, with the
 /// lock's token and variables, the default signal dispositions and an empty
 /// signal mask: in the process forked while elect waited, or, if that one
-/// is gone, in a new one.
+/// is gone, in a new one. Once it returns, the group exists and holds the
+/// terminal if `interactive`: the process did both before its exec.
 fn start_command(
     orders: &Orders,
     lock: &Lock,
