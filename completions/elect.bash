@@ -136,12 +136,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__break)
-            opts="-l -y -q -v -h -V --lock --shard --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-q -v -l -y -h -V --quiet --verbose --log-format --lock --shard --token --yes --force --store --connect-timeout --cacert --cert --key --user --password-file --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -184,10 +188,6 @@ _elect_clap() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -198,12 +198,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__check)
-            opts="-l -q -v -h -V --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-q -v -l -h -V --quiet --verbose --log-format --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -250,10 +254,6 @@ _elect_clap() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -264,12 +264,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__checkpoint)
-            opts="-l -q -v -h -V --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version get put"
+            opts="-q -v -l -h -V --quiet --verbose --log-format --lock --shard --holder-key --token --store --connect-timeout --cacert --cert --key --user --password-file --json --help --version get put"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -316,10 +320,6 @@ _elect_clap() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -442,12 +442,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__list)
-            opts="-q -v -h -V --prefix --store --connect-timeout --cacert --cert --key --user --password-file --json --names-only --quiet --verbose --log-format --help --version"
+            opts="-q -v -h -V --quiet --verbose --log-format --prefix --store --connect-timeout --cacert --cert --key --user --password-file --json --names-only --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -480,10 +484,6 @@ _elect_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -492,12 +492,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-l -w -n -q -v -h -V --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --quiet --verbose --log-format --help --version"
+            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -578,10 +582,6 @@ _elect_clap() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -590,12 +590,16 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__status)
-            opts="-l -q -v -h -V --lock --store --connect-timeout --cacert --cert --key --user --password-file --json --quiet --verbose --log-format --help --version"
+            opts="-q -v -l -h -V --quiet --verbose --log-format --lock --store --connect-timeout --cacert --cert --key --user --password-file --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --lock)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -630,10 +634,6 @@ _elect_clap() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -37,6 +37,8 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only 
 complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_needs_command" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l shards -d 'Split the lock into N shards, each with one owner: take a free one, or wait in every shard\'s queue and keep the first won. COMMAND gets ELECT_SHARD (0..N-1) and ELECT_SHARDS. N is recorded on first use; another N is refused (exit 78)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l prefer-shard -d 'With --shards: take shard K when it is free [default: the shard this --identity held last]' -r
@@ -63,14 +65,14 @@ complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'E
 complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns. The value needs \'=\': --rejoin=always' -r -f -a "lost\t'After the lease was lost'
 always\t'Also after COMMAND exited non-zero or was killed by a signal'"
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0; wins over ELECT_WAIT)'
-complete -c elect -n "__fish_elect_using_subcommand run" -l subreaper -d 'Reap orphaned processes, as elect does when it is PID 1 (a container\'s entrypoint)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand run" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand run" -s n -l no-wait -d 'Do not wait: exit at once if the lock is held (same as --wait 0; wins over ELECT_WAIT)'
+complete -c elect -n "__fish_elect_using_subcommand run" -l subreaper -d 'Reap orphaned processes, as elect does when it is PID 1 (a container\'s entrypoint)'
 complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
@@ -79,13 +81,13 @@ complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client c
 complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
 complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand status" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
 complete -c elect -n "__fish_elect_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
@@ -94,14 +96,14 @@ complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client cer
 complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l password-file -d 'File whose first line is the user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
-complete -c elect -n "__fish_elect_using_subcommand list" -l names-only -d 'Print only the names, one a line, and nothing on stderr: for shell completion'
 complete -c elect -n "__fish_elect_using_subcommand list" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand list" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand list" -l json -d 'Print a JSON array of the objects `elect status --json` prints'
+complete -c elect -n "__fish_elect_using_subcommand list" -l names-only -d 'Print only the names, one a line, and nothing on stderr: for shell completion'
 complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
@@ -113,13 +115,13 @@ complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client ce
 complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
 complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand check" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
 complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l shard -d 'For a lock run with --shards: the shard to break' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
@@ -130,15 +132,15 @@ complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client ce
 complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
+complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
 complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the lease at once instead of asking the holder to stop its command first: the command may run on for up to its grace while the next holder starts. (file: always waits for the holder.)'
 complete -c elect -n "__fish_elect_using_subcommand break" -l json -d 'Print one JSON object with the outcome on stdout (see the README)'
-complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
-complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l holder-key -d 'The holder\'s key in the store (put)' -r
@@ -150,11 +152,9 @@ complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l cert -d 'Clie
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l password-file -d 'File whose first line is the user\'s password' -r -F
-complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
-json\t'One JSON object per line: {"time", "level", "message"}'"
-complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l json -d 'get: print one JSON object, {value, token, at}'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l json -d 'get: print one JSON object, {value, token, at}'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'

@@ -109,45 +109,160 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+/// What elect was asked to do.
+///
+/// Written out rather than derived so that each subcommand's arguments are
+/// built only when it is the one given: building all of them took longer
+/// than parsing the one, at every start of every cycle.
+#[derive(Debug)]
 pub enum Command {
-    /// Take the lock, run COMMAND while holding it, release it when COMMAND ends.
-    #[command(
-        after_help = run_after_help(),
-        override_usage = "elect run --lock NAME [OPTIONS] -- COMMAND [ARG...]"
-    )]
     Run(RunArgs),
-    /// Show who holds a lock, since when, with which token, and how many wait.
-    #[command(after_help = crate::exit::help_text("status"))]
     Status(StatusArgs),
-    /// List the locks in a store with their holders.
-    ///
-    /// One line per lock: its name, its holder (or "free") and how many wait, separated by
-    /// tabs; on a terminal, in columns under a header. With no locks, stdout stays empty and
-    /// stderr says so (unless -q).
-    #[command(after_help = crate::exit::help_text("list"))]
     List(ListArgs),
-    /// Exit 0 only if the caller still holds its lock with its token (run it from COMMAND).
-    ///
-    /// Reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN, which elect run gives COMMAND.
-    /// A cheap way to shrink the window before a significant step; never a substitute for
-    /// checking the token where the work is done.
-    #[command(after_help = crate::exit::help_text("check"))]
     Check(CheckArgs),
-    /// Make the current holder let go: its command is stopped and the next waiter proceeds.
-    ///
-    /// Asks for confirmation on a terminal unless --yes.
-    #[command(after_help = crate::exit::help_text("break"))]
     Break(BreakArgs),
-    /// Read or commit the lock's checkpoint: the progress the next holder resumes from.
-    ///
-    /// Run it from COMMAND: it reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN.
-    /// `put` stores VALUE (or stdin) only while the caller still holds the lock with its
-    /// token, checked and written in one atomic step in the store; at most 64 KiB of UTF-8
-    /// text. `get` prints the last one committed. The next holder also finds it in
-    /// ELECT_CHECKPOINT when it is at most 4 KiB.
-    #[command(after_help = crate::exit::help_text("checkpoint"))]
     Checkpoint(CheckpointArgs),
+}
+
+impl Subcommand for Command {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        use crate::exit::help_text;
+        use clap::Command as Sub;
+        cmd.subcommands([
+            Sub::new("run")
+                .about("Take the lock, run COMMAND while holding it, release it when COMMAND ends")
+                .override_usage("elect run --lock NAME [OPTIONS] -- COMMAND [ARG...]")
+                .defer(|c| with_args::<RunArgs>(c.after_help(run_after_help()))),
+            Sub::new("status")
+                .about("Show who holds a lock, since when, with which token, and how many wait")
+                .defer(|c| {
+                    with_args::<StatusArgs>(c.after_help(help_text("status")))
+                }),
+            Sub::new("list")
+                .about("List the locks in a store with their holders")
+                .long_about(
+                    "List the locks in a store with their holders.\n\n\
+                     One line per lock: its name, its holder (or \"free\") and how many wait, \
+                     separated by tabs; on a terminal, in columns under a header. With no locks, \
+                     stdout stays empty and stderr says so (unless -q).",
+                )
+                .defer(|c| with_args::<ListArgs>(c.after_help(help_text("list")))),
+            Sub::new("check")
+                .about(
+                    "Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)",
+                )
+                .long_about(
+                    "Exit 0 only if the caller still holds its lock with its token (run it from \
+                     COMMAND).\n\n\
+                     Reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and ELECT_TOKEN, which elect run \
+                     gives COMMAND. A cheap way to shrink the window before a significant step; \
+                     never a substitute for checking the token where the work is done.",
+                )
+                .defer(|c| {
+                    with_args::<CheckArgs>(c.after_help(help_text("check")))
+                }),
+            Sub::new("break")
+                .about(
+                    "Make the current holder let go: its command is stopped and the next waiter proceeds",
+                )
+                .long_about(
+                    "Make the current holder let go: its command is stopped and the next waiter \
+                     proceeds.\n\n\
+                     Asks for confirmation on a terminal unless --yes.",
+                )
+                .defer(|c| {
+                    with_args::<BreakArgs>(c.after_help(help_text("break")))
+                }),
+            Sub::new("checkpoint")
+                .about("Read or commit the lock's checkpoint: the progress the next holder resumes from")
+                .long_about(
+                    "Read or commit the lock's checkpoint: the progress the next holder resumes \
+                     from.\n\n\
+                     Run it from COMMAND: it reads ELECT_STORE, ELECT_LOCK, ELECT_KEY and \
+                     ELECT_TOKEN. `put` stores VALUE (or stdin) only while the caller still holds \
+                     the lock with its token, checked and written in one atomic step in the store; \
+                     at most 64 KiB of UTF-8 text. `get` prints the last one committed. The next \
+                     holder also finds it in ELECT_CHECKPOINT when it is at most 4 KiB.",
+                )
+                .defer(|c| {
+                    with_args::<CheckpointArgs>(
+                        c.after_help(help_text("checkpoint")),
+                    )
+                }),
+        ])
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        matches!(
+            name,
+            "run" | "status" | "list" | "check" | "break" | "checkpoint"
+        )
+    }
+}
+
+impl clap::FromArgMatches for Command {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Self::from_arg_matches_mut(&mut matches.clone())
+    }
+
+    fn from_arg_matches_mut(matches: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        use clap::error::ErrorKind;
+        let Some((name, mut sub)) = matches.remove_subcommand() else {
+            return Err(clap::Error::raw(
+                ErrorKind::MissingSubcommand,
+                "a command is required",
+            ));
+        };
+        let sub = &mut sub;
+        Ok(match name.as_str() {
+            "run" => Command::Run(RunArgs::from_arg_matches_mut(sub)?),
+            "status" => Command::Status(StatusArgs::from_arg_matches_mut(sub)?),
+            "list" => Command::List(ListArgs::from_arg_matches_mut(sub)?),
+            "check" => Command::Check(CheckArgs::from_arg_matches_mut(sub)?),
+            "break" => Command::Break(BreakArgs::from_arg_matches_mut(sub)?),
+            "checkpoint" => Command::Checkpoint(CheckpointArgs::from_arg_matches_mut(sub)?),
+            other => {
+                return Err(clap::Error::raw(
+                    ErrorKind::InvalidSubcommand,
+                    format!("unknown command '{other}'"),
+                ));
+            }
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+/// A subcommand with its arguments. A flattened struct's doc comment would
+/// become the subcommand's about: the subcommand's own is kept.
+fn with_args<A: Args>(cmd: clap::Command) -> clap::Command {
+    let (about, long_about) = (cmd.get_about().cloned(), cmd.get_long_about().cloned());
+    let mut cmd = A::augment_args(cmd).long_about(None);
+    if let Some(about) = about {
+        cmd = cmd.about(about);
+    }
+    if let Some(long_about) = long_about {
+        cmd = cmd.long_about(long_about);
+    }
+    without_empty_env(cmd)
+}
+
+/// A variable that is set but empty counts as unset (a unit file's
+/// `Environment=ELECT_GRACE=`): its flag forgets the variable.
+pub fn without_empty_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| match arg.get_env() {
+        Some(name) if std::env::var_os(name).is_some_and(|v| v.is_empty()) => {
+            arg.env(None::<&'static str>)
+        }
+        _ => arg,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -37,35 +37,25 @@ pub fn json_requested(args: &[OsString]) -> bool {
 }
 
 /// The command definition, with variables that are set but empty treated
-/// as unset (a unit file's `Environment=ELECT_GRACE=`).
+/// as unset (each subcommand's own flags when it is built).
 fn command() -> clap::Command {
-    fn drop_empty(cmd: clap::Command) -> clap::Command {
-        cmd.mut_args(|arg| match arg.get_env() {
-            Some(name) if std::env::var_os(name).is_some_and(|v| v.is_empty()) => {
-                arg.env(None::<&'static str>)
-            }
-            _ => arg,
-        })
-    }
-    let mut cmd = drop_empty(Cli::command());
-    let names: Vec<String> = cmd
-        .get_subcommands()
-        .map(|s| s.get_name().to_string())
-        .collect();
-    for name in names {
-        cmd = cmd.mut_subcommand(name, drop_empty);
-    }
-    cmd
+    crate::cli::without_empty_env(Cli::command())
 }
 
 /// Parse the command line, or say in one line what is wrong with it.
 pub fn parse(args: &[OsString]) -> Result<Cli, Outcome> {
-    // Built again for an error only: a copy costs more than the parse.
+    // Built again, whole, for an error only: a copy costs more than the
+    // parse, and the parse builds only the subcommand given.
+    let whole = || {
+        let mut cmd = command();
+        cmd.build();
+        cmd
+    };
     let matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
-        Err(e) => return Err(failed(&e, args, &command())),
+        Err(e) => return Err(failed(&e, args, &whole())),
     };
-    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| failed(&e, args, &command()))?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| failed(&e, args, &whole()))?;
     settle(&mut cli, &matches)?;
     Ok(cli)
 }
