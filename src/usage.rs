@@ -180,10 +180,10 @@ fn text(e: &clap::Error, kind: ContextKind) -> Option<String> {
     }
 }
 
-/// `--ttl <DUR>` → `--ttl`.
+/// `--ttl <DUR>` → `--ttl`; `--rejoin[=<WHEN>]` → `--rejoin`.
 fn flag_of(display: &str) -> &str {
     display
-        .split([' ', '='])
+        .split([' ', '=', '['])
         .next()
         .unwrap_or(display)
         .trim_matches(['<', '>', '.'])
@@ -217,14 +217,19 @@ fn given(
                     })
             })
     };
+    // As it must be typed: `--rejoin=bogus` for a value that needs '='.
+    let typed = match arg {
+        Some(a) if a.is_require_equals_set() => format!("{flag}={value}"),
+        _ => format!("{flag} {value}"),
+    };
     match arg {
         Some(a) if !on_line(a) => match a.get_env() {
             Some(env) if std::env::var_os(env).is_some() => {
                 format!("{}={value}", env.to_string_lossy())
             }
-            _ => format!("{flag} {value}"),
+            _ => typed,
         },
-        _ => format!("{flag} {value}"),
+        _ => typed,
     }
 }
 
@@ -401,6 +406,10 @@ mod tests {
             (
                 "elect run --lock x --rejoin always -- true",
                 "--rejoin takes its value after '=': --rejoin=always",
+            ),
+            (
+                "elect run --lock x --rejoin=sometimes -- true",
+                "--rejoin=sometimes: write one of lost, always",
             ),
             ("elect run --lock x", "put it after --"),
             ("elect stauts --lock x", "did you mean 'status'?"),
