@@ -26,6 +26,10 @@
 //!   bytes fdatasync'd. Each cycle against 2 execs + the grant on a new
 //!   connection + revoke (etcd) or 2 execs + fdatasync (file). Target: at
 //!   most 1.3x the floor.
+//! - `timeline` (with `cycle`): where a cycle's time goes, from elect's own
+//!   `-v` lines (`step +N ms NAME`, from the start of `main`): the median of
+//!   each step over 40 cycles (10 quick) of each store, run after the
+//!   cycle figure with nothing beside them.
 //! - `handover`: the holder's command exits and the next waiter's command
 //!   starts. The waiter is queued first (its key is in etcd), then the
 //!   holder's command is released through a FIFO it blocks on (100 ms after
@@ -399,6 +403,67 @@ fn floor(mode: &Mode, etcd: &Etcd, scratch: &Scratch, cycles: &[(String, f64)], 
             verdict: verdict(*cycle <= 1.3 * floor),
         });
     }
+}
+
+/// Figure `timeline`: the median of each step of an uncontended cycle,
+/// from elect's `-v` lines, one row per step with each store's median.
+fn timeline(mode: &Mode, pairs: &[Pair], table: &mut Table) {
+    let runs = if mode.cycles >= 200 { 40 } else { 10 };
+    // Step names in the order elect logs them, and each store's samples.
+    let mut steps: Vec<(String, Vec<Samples>)> = Vec::new();
+    for (p, pair) in pairs.iter().enumerate() {
+        let lock = format!("bench-timeline-{}", pair.elect.tag());
+        for _ in 0..runs {
+            let mut command = pair.elect.command(&lock, None, &["true"]);
+            let out = command
+                .env("ELECT_VERBOSE", "1")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", pair.elect.name));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{}: {stderr}", pair.elect.name);
+            for (at, name) in stderr.lines().filter_map(step_of) {
+                let i = match steps.iter().position(|(n, _)| *n == name) {
+                    Some(i) => i,
+                    None => {
+                        steps.push((name, pairs.iter().map(|_| Samples::default()).collect()));
+                        steps.len() - 1
+                    }
+                };
+                steps[i].1[p].push_ms(at);
+            }
+        }
+    }
+    assert!(!steps.is_empty(), "elect -v logged no steps");
+    let stores: Vec<&str> = pairs.iter().map(|p| p.store).collect();
+    for (name, samples) in steps {
+        let medians: Vec<String> = samples
+            .iter()
+            .map(|s| match s.median() {
+                m if m.is_nan() => "-".into(),
+                m => ms3(m),
+            })
+            .collect();
+        table.row(info_row(
+            format!(
+                "timeline: {name}, median of {runs} [{}]",
+                stores.join(" / ")
+            ),
+            medians.join(" / "),
+            String::new(),
+        ));
+    }
+}
+
+/// `elect: TIME step +1.234ms NAME` → (1.234, NAME): ms from the start of `main`.
+fn step_of(line: &str) -> Option<(f64, String)> {
+    let (_, rest) = line.split_once(" step +")?;
+    let (at, name) = rest.split_once("ms ")?;
+    Some((at.parse().ok()?, name.to_string()))
+}
+
+fn ms3(v: f64) -> String {
+    format!("{v:.2} ms")
 }
 
 /// A contender whose command prints `started`, then blocks on its FIFO.
@@ -1112,6 +1177,7 @@ fn main() {
             cycles.push((pair.store.to_string(), cycle(&mode, pair, &mut table)));
         }
         floor(&mode, &etcd, &scratch, &cycles, &mut table);
+        timeline(&mode, &pairs, &mut table);
     }
     if mode.runs("handover") {
         handover(&mode, &etcd, on_etcd, &scratch, &mut table);
