@@ -8,10 +8,54 @@ mod support;
 use std::time::Duration;
 
 use support::proxy::{Mode, Proxy};
-use support::{Death, Etcd, Running, SECOND, elect, elect_run, find_child, ms, now_ns};
+use support::{
+    Death, Etcd, EtcdOptions, Running, SECOND, elect, elect_run, find_child, ms, now_ns,
+};
 
 fn hold(etcd: &Etcd, lock: &str, extra: &[&str]) -> (Running, u64) {
     support::hold(&etcd.url(), lock, extra)
+}
+
+/// A request that reaches a member just as its leader stops answering is
+/// answered only after etcd's own request timeout (5 s plus two election
+/// timeouts): elect sends it again after a third of its patience, and once
+/// the other members have a new leader, the lock is taken, well within
+/// --connect-timeout.
+#[test]
+fn a_request_caught_in_a_leader_change_is_sent_again() {
+    // A long election timeout keeps the members leaderless while elect's
+    // first requests go out (a new leader comes 1 to 2 s after the pause),
+    // and etcd's answer to them (5 s on) past elect's patience (4 s):
+    // without a second attempt, elect would give up with 69.
+    let etcd = Etcd::start_with(EtcdOptions {
+        members: 3,
+        heartbeat_ms: 100,
+        election_ms: 1000,
+        ..EtcdOptions::default()
+    });
+    let leader = etcd.wait_leader();
+    let followers: Vec<String> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| etcd.endpoints()[i].clone())
+        .collect();
+    etcd.pause(leader);
+    let out = elect()
+        .args([
+            "-v",
+            "run",
+            "--connect-timeout",
+            "6s",
+            "--lock",
+            "leader-change",
+        ])
+        .args(["--store", &format!("etcd://{}", followers.join(","))])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    etcd.resume(leader);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("sending it again"), "{err}");
 }
 
 #[test]

@@ -218,6 +218,23 @@ impl Etcd {
         }
     }
 
+    /// SIGSTOP member `i`: alive to TCP, deaf to its peers and clients.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONT member `i` after [`Etcd::pause`].
+    pub fn resume(&self, i: usize) {
+        self.signal(i, nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, signal: nix::sys::signal::Signal) {
+        let process = self.members[i].process.as_ref();
+        let pid = process.unwrap_or_else(|| panic!("member {i} is down")).id();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+            .unwrap_or_else(|e| panic!("{signal} to member {i}: {e}"));
+    }
+
     /// Start member `i` again on its old data and ports; do not wait.
     pub fn restart(&mut self, i: usize) {
         if !self.is_up(i) {

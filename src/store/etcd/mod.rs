@@ -695,6 +695,7 @@ fn unreachable_hint(tls: bool) -> &'static str {
 
 /// Run `op` until it succeeds, fails in a way retrying cannot fix, or
 /// `patience` has passed. With several endpoints, a retry may reach another.
+/// An attempt that gets no answer within [`Patience::attempt`] goes again.
 async fn retry<T, F, Fut>(patience: &Patience, mut op: F) -> Result<T, Failed>
 where
     F: FnMut() -> Fut,
@@ -712,7 +713,7 @@ where
                 text: last,
             });
         }
-        match timeout(left, op()).await {
+        match timeout(left.min(patience.attempt()), op()).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e)) if is_refusal(&e) => {
                 return Err(Failed {
@@ -737,6 +738,12 @@ where
                 log::verbose(format_args!("etcd request failed, retrying: {last}"));
                 sleep(backoff.min(give_up.remaining())).await;
                 backoff = (backoff * 2).min(RETRY);
+            }
+            Err(_) if !give_up.remaining().is_zero() => {
+                log::verbose(format_args!(
+                    "etcd request unanswered after {}, sending it again",
+                    crate::clock::show(patience.attempt())
+                ));
             }
             Err(_) => {}
         }
@@ -765,6 +772,15 @@ struct Patience {
 }
 
 impl Patience {
+    /// How long one attempt may wait for its answer: a third of the
+    /// patience, at least a second. A request that reached a member just as
+    /// its leader died is answered only after etcd's own request timeout
+    /// (5 s plus two election timeouts), long after a new leader could have
+    /// taken it; sent again, it is.
+    fn attempt(&self) -> Duration {
+        (self.within / 3).max(Duration::from_secs(1))
+    }
+
     /// The same endpoints, with another time limit.
     fn for_(&self, within: Duration) -> Patience {
         Patience {

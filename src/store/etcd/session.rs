@@ -207,11 +207,12 @@ impl EtcdSession {
         // If etcd takes the transaction first, it says the lease does not
         // exist: then put again once the grant is in. Retrying is safe: a
         // second attempt finds our key and its place.
-        let (beside, granted) = tokio::join!(send(), self.granted());
+        let beside = tokio::time::timeout(self.patience.attempt(), send());
+        let (beside, granted) = tokio::join!(beside, self.granted());
         granted?;
         let tried = match beside {
-            Ok(reply) => Ok(reply),
-            Err(_) => retry(&self.patience, send).await,
+            Ok(Ok(reply)) => Ok(reply),
+            _ => retry(&self.patience, send).await,
         };
         let reply = tried.map_err(|e| {
             let hint = match e.text.contains("permission denied") {
