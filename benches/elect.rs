@@ -441,7 +441,7 @@ fn timeline(mode: &Mode, pairs: &[Pair], table: &mut Table) {
             .iter()
             .map(|s| match s.median() {
                 m if m.is_nan() => "-".into(),
-                m => ms3(m),
+                m => ms_fine(m),
             })
             .collect();
         table.row(info_row(
@@ -462,7 +462,8 @@ fn step_of(line: &str) -> Option<(f64, String)> {
     Some((at.parse().ok()?, name.to_string()))
 }
 
-fn ms3(v: f64) -> String {
+/// Two decimals: steps a tenth of a millisecond apart stay apart.
+fn ms_fine(v: f64) -> String {
     format!("{v:.2} ms")
 }
 

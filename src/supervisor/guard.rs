@@ -227,8 +227,9 @@ struct Lock {
     _held: Vec<OwnedFd>,
     /// How to end the session from here if elect dies while the command runs.
     release_order: Option<Vec<u8>>,
-    /// Variables that name the holder, for the command's environment.
-    env: Vec<(OsString, OsString)>,
+    /// Variables that name the holder, for the command's environment, as
+    /// elect sent them (`NAME=VALUE\0`…): passed on to the command's process.
+    env: Vec<u8>,
 }
 
 /// Read elect's orders until it says the lock is ours: the deadline, then
@@ -248,18 +249,7 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
         match Message::decode(&record)? {
             Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
             Message::Order(len) => release_order = Some(bytes(len)?),
-            Message::Env(len) => {
-                use std::os::unix::ffi::OsStrExt;
-                env = bytes(len)?
-                    .split(|&b| b == 0)
-                    .filter_map(|pair| {
-                        let at = pair.iter().position(|&b| b == b'=')?;
-                        let name = std::ffi::OsStr::from_bytes(&pair[..at]).to_os_string();
-                        let value = std::ffi::OsStr::from_bytes(&pair[at + 1..]).to_os_string();
-                        Some((name, value))
-                    })
-                    .collect();
-            }
+            Message::Env(len) => env = bytes(len)?,
             Message::Token(token) => {
                 return Some(Lock {
                     deadline: deadline?,

@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -78,23 +78,14 @@ impl Launch {
         }
     }
 
-    /// Give the word to go. `Ok(Some(pid))` once the command has been
-    /// exec'd, `Err` if it could not be (the process is reaped), `Ok(None)`
-    /// if the process was gone before it heard the word.
-    pub fn go(
-        mut self,
-        token: u64,
-        env: &[(OsString, OsString)],
-        interactive: bool,
-    ) -> std::io::Result<Option<Pid>> {
+    /// Give the word to go, with the variables that name the holder as
+    /// elect sent them (`NAME=VALUE\0`…). `Ok(Some(pid))` once the command
+    /// has been exec'd, `Err` if it could not be (the process is reaped),
+    /// `Ok(None)` if the process was gone before it heard the word.
+    pub fn go(mut self, token: u64, env: &[u8], interactive: bool) -> std::io::Result<Option<Pid>> {
         let mut word = vec![u8::from(interactive)];
         word.extend_from_slice(&token.to_le_bytes());
-        for (name, value) in env {
-            word.extend_from_slice(name.as_bytes());
-            word.push(b'=');
-            word.extend_from_slice(value.as_bytes());
-            word.push(0);
-        }
+        word.extend_from_slice(env);
         // One stopped by a stray SIGSTOP to its group would never answer.
         if let Some(pid) = self.pid {
             let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
