@@ -8,6 +8,7 @@
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
 //!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`),
 //!   [`curator`] (Apache Curator's lock, a Java program on ZooKeeper);
+//! - [`stores`]: every store as the shared suites see it;
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
 //! - the fault suite: [`proxy`], [`contender`], [`register`], [`history`],
 //!   [`nemesis`], [`ticker`].
@@ -29,6 +30,7 @@ pub mod process;
 pub mod proxy;
 pub mod pty;
 pub mod register;
+pub mod stores;
 pub mod tempdir;
 pub mod ticker;
 pub mod tools;
