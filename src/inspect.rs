@@ -20,18 +20,28 @@ use crate::store::{
 /// How long a keep-alive ping may go unanswered: these commands are short.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Choose, check and connect the store; `lock`, if given, is checked for it.
-async fn open(args: &StoreArgs, lock: Option<&str>) -> Result<(Location, Box<dyn Store>), Failure> {
+/// Choose, check and connect the store; `lock`, if given, is checked for it
+/// (the lock's own name, and that of its shard `shard` if given).
+async fn open(
+    args: &StoreArgs,
+    lock: Option<&str>,
+    shard: Option<u32>,
+) -> Result<(Location, Box<dyn Store>), Failure> {
     let location = Location::from_settings(&args.settings())?;
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
+        if let Some(k) = shard {
+            location
+                .check_shard_names(lock, k.saturating_add(1))
+                .map_err(Failure::usage)?;
+        }
     }
     let store = location.open(PING_TIMEOUT, args.connect_timeout).await?;
     Ok((location, store))
 }
 
 pub async fn status(args: StatusArgs) -> Outcome {
-    let (location, store) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock), None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -118,7 +128,7 @@ fn age(at: &str) -> String {
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
-    let (location, store) = match open(&args.store, None).await {
+    let (location, store) = match open(&args.store, None, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -188,13 +198,13 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
 }
 
 pub async fn check(mut args: CheckArgs) -> Outcome {
-    if let Some(k) = args.shard {
-        args.lock = shard_lock(&args.lock, k);
-    }
-    let (location, store) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     let answer = |why: Option<&str>| {
         if args.json {
             println!(
@@ -232,13 +242,13 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
 }
 
 pub async fn break_lock(mut args: BreakArgs) -> Outcome {
-    if let Some(k) = args.shard {
-        args.lock = shard_lock(&args.lock, k);
-    }
-    let (location, store) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     break_on(&*store, &args, &location).await
 }
 
@@ -467,9 +477,6 @@ fn shell_words(words: &[String]) -> String {
 
 /// `elect checkpoint get|put`: the progress a holder commits for the next.
 pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
-    if let Some(k) = args.shard {
-        args.lock = shard_lock(&args.lock, k);
-    }
     // Everything that can be checked is, before the store is asked.
     let put = match args.action {
         CheckpointAction::Get => None,
@@ -478,10 +485,13 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
             Err(failure) => return failure.into(),
         },
     };
-    let (location, store) = match open(&args.store, Some(&args.lock)).await {
+    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
+    if let Some(k) = args.shard {
+        args.lock = shard_lock(&args.lock, k);
+    }
     let Some((key, checkpoint)) = put else {
         return match store.checkpoint(&args.lock).await {
             Ok(found) => {

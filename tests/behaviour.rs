@@ -481,6 +481,62 @@ fn commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind<S: StoreUnd
     store.assert_empty();
 }
 
+/// A lock's own records (`NAME.checkpoint`, `.shards`, `.last`) and its
+/// shards (`NAME/shard-K`) are never a lock of their own, nor under one:
+/// every command refuses such a name with 64 before it touches the store.
+fn reserved_lock_names_exit_64_and_leave_nothing_behind<S: StoreUnderTest>() {
+    let store = S::start("reserved");
+    let url = store.url();
+    for name in [
+        "x.checkpoint",
+        "x.shards",
+        "x.last",
+        "x/shard-0",
+        "x.last/y",
+        "x/shard-3/y",
+    ] {
+        let mut runs = vec![
+            ("run", elect_run(&url, name, &[], "echo ran")),
+            ("status", elect()),
+            ("break", elect()),
+            ("check", elect()),
+        ];
+        runs[1].1.args(["status", "--store", &url, "--lock", name]);
+        runs[2]
+            .1
+            .args(["break", "--store", &url, "--lock", name, "--yes"]);
+        runs[3].1.args([
+            "check",
+            "--store",
+            &url,
+            "--lock",
+            name,
+            "--holder-key",
+            "k",
+            "--token",
+            "1",
+        ]);
+        let mut outs: Vec<(&str, std::process::Output)> = runs
+            .into_iter()
+            .map(|(what, mut c)| (what, c.output().unwrap()))
+            .collect();
+        outs.push((
+            "checkpoint put",
+            checkpoint_cmd(&url, name, Some(("k", 1)), &["put", "7"]),
+        ));
+        for (what, out) in outs {
+            let err = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(64), "{what} --lock {name}: {err}");
+            assert!(out.stdout.is_empty(), "{what} --lock {name}: nothing ran");
+            assert!(
+                err.contains(&format!("'{name}' is reserved")) && err.lines().count() == 1,
+                "{what} --lock {name}: one line that names the reserved name: {err}"
+            );
+        }
+    }
+    store.assert_empty();
+}
+
 fn ctrl_c_while_waiting_leaves_the_queue_at_once<S: StoreUnderTest>() {
     let store = S::start("ctrl-c");
     let (mut holder, _) = hold(&store.url(), "queue", &[]);
@@ -928,6 +984,7 @@ macro_rules! stores {
             an_outside_end_of_the_lease_stops_the_command_with_76,
             status_check_and_break_agree,
             commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind,
+            reserved_lock_names_exit_64_and_leave_nothing_behind,
             ctrl_c_while_waiting_leaves_the_queue_at_once,
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,

@@ -31,7 +31,7 @@ use crate::lease::{Keeper, Timing};
 use crate::log;
 use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Session, Store, StoreError,
-    Turn, first_turn, shard_lock,
+    Turn, first_turn,
 };
 use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
@@ -138,10 +138,7 @@ impl Job {
                     n - 1
                 )));
             }
-            // The longest shard name must fit the store too.
-            location
-                .check_lock_name(&shard_lock(&args.lock, n - 1))
-                .map_err(usage)?;
+            location.check_shard_names(&args.lock, n).map_err(usage)?;
         }
         let identity = args.identity.clone().unwrap_or_else(hostname);
         Ok(Job {

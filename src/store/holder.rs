@@ -7,11 +7,52 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// What a store keeps of a lock beside its queue, named after the lock:
+/// `NAME.checkpoint`, `NAME.shards`, `NAME.last`.
+pub const RECORD_SUFFIXES: [&str; 3] = [".checkpoint", ".shards", ".last"];
+
 /// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
 /// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.
 /// The name is used as a key prefix in every store, so it must mean the same
-/// thing everywhere and never escape its place.
+/// thing everywhere and never escape its place. Nor may it be, or sit under,
+/// another lock's record or shard (a ZooKeeper container at `/x.checkpoint`
+/// would be reaped with the checkpoint of `x` in it): no segment ends in a
+/// record's suffix or is a shard's (`shard-K`).
 pub fn check_lock_name(name: &str) -> Result<(), String> {
+    check_syntax(name)?;
+    let body = name.strip_prefix('/').unwrap_or(name);
+    for segment in body.split('/') {
+        if let Some(suffix) = RECORD_SUFFIXES.iter().find(|s| segment.ends_with(*s)) {
+            return Err(format!(
+                "the lock name '{name}' is reserved: a segment ending in '{suffix}' names a lock's record; choose another name"
+            ));
+        }
+        if shard_segment(segment) {
+            return Err(format!(
+                "the lock name '{name}' is reserved: '{segment}' names a shard; use --shard with the lock's own name"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A lock as elect names it: one a user may name, or a shard of one.
+pub fn is_lock_or_shard(name: &str) -> bool {
+    match name.rsplit_once('/') {
+        Some((lock, last)) if shard_segment(last) => check_lock_name(lock).is_ok(),
+        _ => check_lock_name(name).is_ok(),
+    }
+}
+
+/// `shard-K`, as [`shard_lock`] names shard K.
+fn shard_segment(segment: &str) -> bool {
+    segment
+        .strip_prefix("shard-")
+        .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The characters and segments every store can take.
+fn check_syntax(name: &str) -> Result<(), String> {
     const MAX: usize = 200;
     if name.is_empty() {
         return Err("the lock name is empty".into());
@@ -289,6 +330,28 @@ mod tests {
             assert!(check_lock_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_lock_name(&"x".repeat(201)).is_err());
+        for reserved in [
+            "x.checkpoint",
+            "x.shards",
+            "x.last",
+            "x/shard-0",
+            "/a/x.last/b",
+            "x/shard-12/y",
+        ] {
+            let err = check_lock_name(reserved).unwrap_err();
+            assert!(err.contains("is reserved"), "{reserved}: {err}");
+        }
+        for fine in [
+            "x.checkpoints",
+            "last",
+            "x/shard",
+            "x/shard-a",
+            "x/shards-0",
+        ] {
+            assert!(check_lock_name(fine).is_ok(), "{fine}");
+        }
+        assert!(is_lock_or_shard("x/shard-3") && is_lock_or_shard("x"));
+        assert!(!is_lock_or_shard("x/shard-3/shard-1") && !is_lock_or_shard("x.last"));
         let err = check_lock_name("überweisung").unwrap_err();
         assert!(err.contains("'überweisung' contains 'ü'"), "{err}");
         let err = check_lock_name("a\nb").unwrap_err();

@@ -23,7 +23,7 @@ pub use api::{
 };
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,
-    LockStatus, MAX_SHARDS, Owner, Put, check_lock_name, shard_lock,
+    LockStatus, MAX_SHARDS, Owner, Put, check_lock_name, is_lock_or_shard, shard_lock,
 };
 
 use std::fmt;
@@ -196,6 +196,13 @@ impl Location {
     pub fn check_lock_name(&self, name: &str) -> Result<(), String> {
         check_lock_name(name)?;
         self.target.check_lock_name(name)
+    }
+
+    /// Check that the names of `shards` shards of `lock` fit this store.
+    pub fn check_shard_names(&self, lock: &str, shards: u32) -> Result<(), String> {
+        // The longest name is the last shard's.
+        self.target
+            .check_lock_name(&shard_lock(lock, shards.saturating_sub(1)))
     }
 
     /// What it takes to end session `id` from another process, headed by

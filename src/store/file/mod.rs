@@ -381,7 +381,7 @@ impl FileStore {
                     .strip_suffix(".lock")
                     .map(|s| s.replace("%2F", "/"))
             })
-            .filter(|lock| lock.starts_with(prefix) && super::check_lock_name(lock).is_ok())
+            .filter(|lock| lock.starts_with(prefix) && super::is_lock_or_shard(lock))
             .collect();
         locks.sort();
         locks.iter().map(|lock| self.dir.status(lock)).collect()
