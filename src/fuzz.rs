@@ -173,7 +173,7 @@ proptest! {
     #[test]
     fn holder_records(bytes in any::<Vec<u8>>(), identity in any::<String>(), pid in any::<u32>(), command in any::<Vec<String>>()) {
         holder_record_ok(&bytes);
-        let record = HolderRecord { identity, hostname: "h".into(), pid, command, started: "2026-01-01T00:00:00Z".into(), acquired: None, grace_ms: None, break_request: None, shard: None };
+        let record = HolderRecord { identity, hostname: "h".into(), pid, command, started: "2026-01-01T00:00:00Z".into(), acquired: None, grace_ms: None, ttl_ms: None, break_request: None, shard: None };
         prop_assert_eq!(HolderRecord::from_json(record.to_json().as_bytes()), Some(record));
     }
 }

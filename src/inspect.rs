@@ -309,7 +309,7 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         };
         log::notice(format_args!("lock {lock} is held by {holder}; {how}"));
     }
-    let broken = store.break_lock(lock, Some(token), args.force).await;
+    let broken = crate::store::breaking::break_lock(store, lock, Some(token), args.force).await;
     report_break(args, location, token, broken)
 }
 

@@ -15,12 +15,14 @@
 
 mod support;
 
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::contender::children;
 use support::inspect::{check, holder_and_waiter, status};
 use support::stores::{FileStore, Held, StoreUnderTest, assert_rising, wait_contenders};
+use support::ticker::{Ticks, group_alive, group_members};
 use support::{
     Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
     now_ns,
@@ -537,6 +539,66 @@ fn reserved_lock_names_exit_64_and_leave_nothing_behind<S: StoreUnderTest>() {
     store.assert_empty();
 }
 
+/// `elect break` on a holder whose elect, or whose guard, is frozen
+/// (SIGSTOP): one that cannot answer. The break waits at most the holder's
+/// TTL, by when its command is dead, then ends its tenure; the next holder
+/// never runs beside the old command.
+fn a_break_of_a_frozen_holder_ends_within_its_ttl_and_never_overlaps<S: StoreUnderTest>() {
+    let store = S::start("frozen-break");
+    let url = store.url();
+    let ttl = 2 * SECOND;
+    let extra = ["--ttl", "2s", "--grace", "500ms"];
+    for frozen in ["elect", "its guard"] {
+        let lock = format!("frozen-{}", frozen.len());
+        let dir = TempDir::new(&format!("{}-frozen-{}", S::NAME, frozen.len()));
+        let ticks = Ticks::new(&dir.0);
+        let mut command = elect_run(&url, &lock, &extra, &ticks.script("A", true));
+        // Its own job, as a shell would start it: the stop hits no one else.
+        command.process_group(0);
+        let mut a = Running::spawn(command);
+        let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        ticks.first("A", 10 * SECOND);
+        let mut b = Running::spawn(elect_run(&url, &lock, &extra, &ticks.script("B", true)));
+        wait_contenders(&store, &lock, 2);
+        let target = match frozen {
+            "elect" => a.pid(),
+            _ => *children(a.pid()).first().expect("elect has its guard"),
+        };
+        signal(target, libc::SIGSTOP);
+        let began = Instant::now();
+        let out = elect()
+            .args(["break", "--store", &url, "--lock", &lock, "--yes"])
+            .output()
+            .unwrap();
+        let took = began.elapsed();
+        let overlap = ticks.overlap_ms("A", a_group, "B");
+        eprintln!(
+            "{}, break with {frozen} frozen: took {took:?}, exit {:?}; A's last tick {overlap:.1} ms after B's first",
+            S::NAME,
+            out.status.code()
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert!(
+            took < ttl + 2 * SECOND,
+            "{frozen} frozen: break took {took:?}, longer than the TTL"
+        );
+        assert!(
+            overlap < 0.0,
+            "{frozen} frozen: A's command ran {overlap:.1} ms beside B's"
+        );
+        assert!(!group_alive(a_group), "{:?}", group_members(a_group));
+        signal(target, libc::SIGCONT);
+        a.wait(10 * SECOND);
+        b.signal(libc::SIGKILL);
+        b.wait(10 * SECOND);
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: plain kill(2) of a process this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
 fn ctrl_c_while_waiting_leaves_the_queue_at_once<S: StoreUnderTest>() {
     let store = S::start("ctrl-c");
     let (mut holder, _) = hold(&store.url(), "queue", &[]);
@@ -985,6 +1047,7 @@ macro_rules! stores {
             status_check_and_break_agree,
             commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind,
             reserved_lock_names_exit_64_and_leave_nothing_behind,
+            a_break_of_a_frozen_holder_ends_within_its_ttl_and_never_overlaps,
             ctrl_c_while_waiting_leaves_the_queue_at_once,
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,

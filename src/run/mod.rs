@@ -177,6 +177,7 @@ impl Job {
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             acquired: None,
             grace_ms: u64::try_from(self.timing.grace().as_millis()).ok(),
+            ttl_ms: u64::try_from(self.timing.ttl().as_millis()).ok(),
             break_request: None,
             shard: None,
         }

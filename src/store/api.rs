@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Broken, Check, Checkpoint, HolderRecord, LockStatus, Owner, Put};
+use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -44,17 +44,24 @@ pub trait Store {
             Ok(Check::of(lock, key, token, status.holder))
         })
     }
-    /// Make the current holder let go, if its token is `token` (when given):
-    /// ask its elect to stop its command and release, and wait until it has,
-    /// at most until its lease could have expired anyway; then, or at once
-    /// with `force`, end its lease. A store where a lease cannot be ended
-    /// from outside always waits.
-    fn break_lock<'a>(
+    /// Begin to break `holder`'s tenure of `lock`: with `ask`, write the
+    /// request to let go where its elect watches (nothing for a holder
+    /// elect did not start). `None` if that holder no longer holds the lock.
+    /// The policy (how long to wait, when to end the tenure) is
+    /// [`super::breaking`]'s, the same for every store.
+    fn begin_break<'a>(
         &'a self,
         lock: &'a str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Boxed<'a, Result<Broken, StoreError>>;
+        holder: &'a Holder,
+        ask: bool,
+    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>>;
+    /// The TTL of `holder`'s lease as the store knows it, for a holder that
+    /// recorded none (one elect did not start); `None` if it has none.
+    fn lease_ttl<'a>(
+        &'a self,
+        lock: &'a str,
+        holder: &'a Holder,
+    ) -> Boxed<'a, Result<Option<Duration>, StoreError>>;
     /// The number of shards recorded for `lock`, if any; with `count`,
     /// record that first unless a number is recorded already (atomically:
     /// the first to record wins).
@@ -79,6 +86,16 @@ pub trait Store {
         key: &'a str,
         checkpoint: &'a Checkpoint,
     ) -> Boxed<'a, Result<Put, StoreError>>;
+}
+
+/// A break begun on one holder's tenure ([`Store::begin_break`]).
+pub trait Breaking {
+    /// Return once the holder's tenure has ended: it let go, or its lease
+    /// ended.
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// End the holder's tenure now, so that the next in line may go ahead
+    /// (its command may still run until its elect notices).
+    fn end(&self) -> Boxed<'_, Result<(), StoreError>>;
 }
 
 /// A lease, renewed by its [`Renewer`]s, under which locks are queued for.
@@ -220,8 +237,6 @@ impl fmt::Display for Loss {
 pub enum Renewal {
     /// The lease lives on; the store's time-to-live for it.
     Alive(Duration),
-    /// The lock is still ours, and does not expire by time.
-    Held,
     /// The lease is gone, and why.
     Gone(String),
 }

@@ -112,6 +112,11 @@ pub struct HolderRecord {
     /// after its lease was ended by force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
+    /// The holder's `--ttl`, in ms: by then after its last renewal its
+    /// command is dead, whether or not its elect answers (`elect break`
+    /// waits that long at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
     /// Set by `elect break`: who asked the holder to let go, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub break_request: Option<String>,
@@ -367,6 +372,7 @@ mod tests {
             started: "2026-01-01T00:00:00Z".into(),
             acquired: None,
             grace_ms: Some(5000),
+            ttl_ms: Some(15000),
             break_request: None,
             shard: Some(3),
         };

@@ -11,6 +11,7 @@
 //! flags it accepts all live in that module.
 
 mod api;
+pub mod breaking;
 pub mod etcd;
 pub mod file;
 mod holder;
@@ -19,7 +20,8 @@ mod secret;
 pub mod zk;
 
 pub use api::{
-    Boxed, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn, first_turn,
+    Boxed, Breaking, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn,
+    first_turn,
 };
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,

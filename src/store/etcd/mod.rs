@@ -30,8 +30,8 @@ mod target;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Broken, Check, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put,
-    Session, Store, StoreError,
+    Boxed, Breaking, Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session,
+    Store, StoreError,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -200,13 +200,44 @@ impl Store for Etcd {
         Box::pin(self.read_check(lock, key, token))
     }
 
-    fn break_lock<'a>(
+    fn begin_break<'a>(
         &'a self,
-        lock: &'a str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Boxed<'a, Result<Broken, StoreError>> {
-        Box::pin(self.break_holder(lock, token, force))
+        _lock: &'a str,
+        holder: &'a Holder,
+        ask: bool,
+    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
+        Box::pin(async move {
+            let Some(kv) = self.holder_key(holder).await? else {
+                return Ok(None);
+            };
+            let after = match ask {
+                true => match self.ask_to_let_go(&kv, holder).await? {
+                    Some(revision) => revision,
+                    None => return Ok(None),
+                },
+                false => kv.mod_revision(),
+            };
+            let breaking: Box<dyn Breaking + 'a> = Box::new(EtcdBreaking {
+                etcd: self,
+                kv,
+                after,
+            });
+            Ok(Some(breaking))
+        })
+    }
+
+    fn lease_ttl<'a>(
+        &'a self,
+        _lock: &'a str,
+        holder: &'a Holder,
+    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
+        Box::pin(async move {
+            match self.holder_key(holder).await? {
+                Some(kv) => self.granted_ttl(&kv).await,
+                // Gone already: nothing to wait for.
+                None => Ok(Some(Duration::ZERO)),
+            }
+        })
     }
 
     fn checkpoint<'a>(
@@ -457,56 +488,41 @@ impl Etcd {
         Ok(Check::of(lock, key, token, holder))
     }
 
-    async fn break_holder(
-        &self,
-        lock: &str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Result<Broken, StoreError> {
-        // A holder can change between our read and our request: look again.
-        for _ in 0..3 {
-            let kvs = self.read(&format!("{lock}/")).await?;
-            let Some(kv) = kvs.iter().find(|kv| own_key(lock, kv)) else {
-                return Ok(Broken::Free);
-            };
-            let holder = holder_of(kv);
-            if token.is_some_and(|t| t != holder.token) {
-                return Ok(Broken::Changed(holder));
-            }
-            if force {
-                self.end(kv).await?;
-                return Ok(Broken::Forced {
-                    holder,
-                    why: Forced::Asked,
-                });
-            }
-            // Read the TTL first: a holder that lets go at once takes its
-            // lease with it, and a lease gone has no TTL left to read.
-            let patience = self.granted_ttl(kv).await;
-            let asked = Instant::now();
-            let Some(revision) = self.ask_to_let_go(kv, &holder).await? else {
-                continue;
-            };
-            // Its elect stops the command within its grace and revokes its
-            // lease; a holder that does not answer would have lost the lease
-            // within its TTL anyway.
-            return match timeout(patience, self.gone(kv.key(), revision)).await {
-                Ok(()) => Ok(Broken::Stopped {
-                    holder,
-                    after: asked.elapsed(),
-                }),
-                Err(_) => {
-                    self.end(kv).await?;
-                    Ok(Broken::Forced {
-                        holder,
-                        why: Forced::NoAnswer(patience),
-                    })
-                }
-            };
-        }
-        Err(StoreError::unavailable(format!(
-            "lock {lock} kept changing hands; nothing broken"
-        )))
+    /// The key of `holder`, if it still holds its place (same create
+    /// revision: same token).
+    async fn holder_key(&self, holder: &Holder) -> Result<Option<KeyValue>, StoreError> {
+        let key = holder.key.as_str();
+        let mut reply = retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            async move { kv.get(key, None).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        Ok(reply
+            .take_kvs()
+            .into_iter()
+            .find(|kv| kv.create_revision() as u64 == holder.token))
+    }
+}
+
+/// A break begun on the holder of `kv`.
+struct EtcdBreaking<'a> {
+    etcd: &'a Etcd,
+    kv: KeyValue,
+    /// The revision from which on its key's deletion is watched.
+    after: i64,
+}
+
+impl Breaking for EtcdBreaking<'_> {
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.etcd.gone(self.kv.key(), self.after).await;
+            Ok(())
+        })
+    }
+
+    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(self.etcd.end(&self.kv))
     }
 }
 
@@ -547,19 +563,22 @@ impl Etcd {
             .then(|| reply.header().map_or(0, |h| h.revision())))
     }
 
-    /// The TTL the holder's lease was granted with (zero for a key without
-    /// a lease, which never expires).
-    async fn granted_ttl(&self, kv: &KeyValue) -> Duration {
+    /// The TTL the holder's lease was granted with: `None` for a key
+    /// without a lease, which never expires; zero for a lease gone.
+    async fn granted_ttl(&self, kv: &KeyValue) -> Result<Option<Duration>, StoreError> {
         if kv.lease() == 0 {
-            return Duration::ZERO;
+            return Ok(None);
         }
-        let mut lease = self.client.lease_client();
-        match timeout(self.patience.within, lease.time_to_live(kv.lease(), None)).await {
-            Ok(Ok(reply)) if reply.granted_ttl() > 0 => {
-                Duration::from_secs(reply.granted_ttl().unsigned_abs())
-            }
-            _ => Duration::ZERO,
-        }
+        let id = kv.lease();
+        let reply = retry(&self.patience, || {
+            let mut lease = self.client.lease_client();
+            async move { lease.time_to_live(id, None).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        Ok(Some(Duration::from_secs(
+            reply.granted_ttl().max(0).unsigned_abs(),
+        )))
     }
 
     /// Return once `key` no longer exists, looking from revision `after` on.

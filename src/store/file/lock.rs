@@ -30,6 +30,10 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// when their files are closed.
 pub struct FileSession {
     pub(super) dir: Dir,
+    /// `--ttl`: a file lock does not expire, but elect keeps its deadline
+    /// all the same, so that its guard stops the command of an elect that
+    /// stopped answering (frozen, say) and `elect break` can bound its wait.
+    pub(super) ttl: Duration,
     pub(super) granted_at: Instant,
 }
 
@@ -39,7 +43,7 @@ impl Session for FileSession {
     }
 
     fn ttl(&self) -> Option<Duration> {
-        None
+        Some(self.ttl)
     }
 
     fn granted_at(&self) -> Instant {
@@ -47,7 +51,7 @@ impl Session for FileSession {
     }
 
     fn renewer(&self) -> Box<dyn Renewer> {
-        Box::new(Unexpiring)
+        Box::new(Unexpiring(self.ttl))
     }
 
     fn join(
@@ -68,12 +72,22 @@ impl Session for FileSession {
     }
 }
 
-/// Nothing expires: a renewal always finds the lease alive.
-struct Unexpiring;
+/// How a wait for the lock file's lock ended.
+enum Waited {
+    Locked(std::io::Result<()>),
+    Busy,
+    /// The file was removed or replaced, and why.
+    Moved(String),
+}
+
+/// Nothing expires: a renewal always finds the lease alive, for its TTL
+/// from now. It is elect's own proof of life, answered at once.
+struct Unexpiring(Duration);
 
 impl Renewer for Unexpiring {
     fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
-        Box::pin(async { Ok(Renewal::Held) })
+        let ttl = self.0;
+        Box::pin(async move { Ok(Renewal::Alive(ttl)) })
     }
 
     fn reset(&mut self) {}
@@ -142,16 +156,23 @@ impl FileLock {
                 }
                 log::verbose(format_args!("waiting for the lock on {}", self.key));
                 let file = self.file.borrow().try_clone().map_err(locked)?;
-                let waited = match until {
-                    None => Some(lock_blocking(file).await),
-                    Some(at) => tokio::select! {
-                        r = lock_blocking(file) => Some(r),
-                        () = crate::clock::sleep_until(at) => None,
-                    },
+                let forever = crate::lease::NEVER;
+                // A file replaced while we wait (elect break) is looked for
+                // too: its old holder may never let go of the old one.
+                let waited = tokio::select! {
+                    r = lock_blocking(file) => Waited::Locked(r),
+                    () = crate::clock::sleep_until(until.unwrap_or(forever)) => Waited::Busy,
+                    why = self.moved() => Waited::Moved(why),
                 };
                 match waited {
-                    None => return Ok(Turn::Busy),
-                    Some(r) => r.map_err(locked)?,
+                    Waited::Busy => return Ok(Turn::Busy),
+                    Waited::Locked(r) => r.map_err(locked)?,
+                    Waited::Moved(why) => {
+                        log::verbose(format_args!("{why}; opening it again"));
+                        let file = self.dir.open_lock(&self.path).map_err(locked)?;
+                        *self.file.borrow_mut() = file;
+                        continue;
+                    }
                 }
             }
             // Locked. But if the file was removed or replaced meanwhile, we
@@ -187,18 +208,25 @@ impl FileLock {
         }
     }
 
-    /// Look at the lock file every [`LOOK_EVERY`] until it is no longer ours.
-    async fn watch(&self) -> Loss {
+    /// Look at the lock file every [`LOOK_EVERY`] until it is no longer the
+    /// one we have open; why.
+    async fn moved(&self) -> String {
         loop {
             tokio::time::sleep(LOOK_EVERY).await;
             if let Err(why) = self.still_in_place() {
-                return match read_nofollow(&self.path) {
-                    Ok(text) if text.starts_with(BREAK_REQUEST) => {
-                        Loss::Asked(format!("{} asked it to let go", text.trim()))
-                    }
-                    _ => Loss::Gone(why),
-                };
+                return why;
             }
+        }
+    }
+
+    /// Look at the lock file every [`LOOK_EVERY`] until it is no longer ours.
+    async fn watch(&self) -> Loss {
+        let why = self.moved().await;
+        match read_nofollow(&self.path) {
+            Ok(text) if text.starts_with(BREAK_REQUEST) => {
+                Loss::Asked(format!("{} asked it to let go", text.trim()))
+            }
+            _ => Loss::Gone(why),
         }
     }
 }

@@ -17,7 +17,10 @@
 //!
 //! A `/` in a lock name becomes `%2F` in the file names. The lock never
 //! expires by time; it is lost only if someone removes or replaces the lock
-//! file or its directory, which the holder looks for every second.
+//! file or its directory, which the holder looks for every second. elect
+//! keeps a deadline of `--ttl` all the same (its renewals are its own, and
+//! answered at once), so that the guard stops the command of an elect that
+//! stopped answering, as on every store.
 
 mod counter;
 mod lock;
@@ -32,8 +35,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Broken, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Session,
-    Store, StoreError, Target,
+    Boxed, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Session, Store,
+    StoreError, Target,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -286,12 +289,13 @@ impl FileStore {
 impl Store for FileStore {
     fn open_session(
         &self,
-        _ttl: Duration,
+        ttl: Duration,
         _within: Duration,
     ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
         let created = self.create_dir();
         let session: Box<dyn Session> = Box::new(FileSession {
             dir: self.dir.clone(),
+            ttl,
             granted_at: Instant::now(),
         });
         Box::pin(async move { created.map(|()| session) })
@@ -314,13 +318,24 @@ impl Store for FileStore {
         Box::pin(async move { self.read_check(lock, key, token) })
     }
 
-    fn break_lock<'a>(
+    fn begin_break<'a>(
         &'a self,
         lock: &'a str,
-        token: Option<u64>,
-        _force: bool,
-    ) -> Boxed<'a, Result<Broken, StoreError>> {
-        Box::pin(self.break_holder(lock, token))
+        holder: &'a Holder,
+        _ask: bool,
+    ) -> Boxed<'a, Result<Option<Box<dyn super::Breaking + 'a>>, StoreError>> {
+        let begun = self.replace_lock_file(lock, holder);
+        Box::pin(async move { Ok(begun?.map(|b| Box::new(b) as Box<dyn super::Breaking + 'a>)) })
+    }
+
+    /// Only elect's own `--ttl`, recorded by the holder: a file lock does
+    /// not expire.
+    fn lease_ttl<'a>(
+        &'a self,
+        _lock: &'a str,
+        _holder: &'a Holder,
+    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
+        Box::pin(async { Ok(None) })
     }
 
     fn checkpoint<'a>(
@@ -402,28 +417,32 @@ impl FileStore {
         })
     }
 
-    async fn break_holder(&self, lock: &str, token: Option<u64>) -> Result<Broken, StoreError> {
-        let Some(holder) = self.existing()?.status(lock)?.holder else {
-            return Ok(Broken::Free);
-        };
-        if token.is_some_and(|t| t != holder.token) {
-            return Ok(Broken::Changed(holder));
+    /// Put a new lock file, locked by us, in place of the old one, with
+    /// the request to let go in it: a file lock cannot be taken from its
+    /// holder. The holder's next look at its lock file (every second) finds
+    /// the replacement and stops its command; newcomers queue on the new
+    /// file behind us. `None` if `holder` no longer holds the lock.
+    fn replace_lock_file(
+        &self,
+        lock: &str,
+        holder: &Holder,
+    ) -> Result<Option<FileBreaking>, StoreError> {
+        let dir = self.existing()?;
+        if dir
+            .status(lock)?
+            .holder
+            .is_none_or(|h| h.token != holder.token)
+        {
+            return Ok(None);
         }
-        // A file lock cannot be taken from its holder, so there is nothing
-        // to force: put a new lock file, locked by us, in place of the old
-        // one. The holder's next renewal sees the replacement, and in it who
-        // asked, and stops its command; newcomers queue on the new file
-        // behind us; we let go only once we hold the old file's lock too,
-        // i.e. once the old holder is gone.
-        let asked = Instant::now();
         let stem = stem(lock);
-        let path = self.dir.path(&stem, ".lock");
+        let path = dir.path(&stem, ".lock");
         let fail =
             |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", path.display()));
         let old = open_nofollow(&path).map_err(fail)?;
-        let fresh = self.dir.path(&stem, ".lock.new");
+        let fresh = dir.path(&stem, ".lock.new");
         let _ = std::fs::remove_file(&fresh);
-        let new = self.dir.create_new(&fresh).map_err(fail)?;
+        let new = dir.create_new(&fresh).map_err(fail)?;
         match new.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -438,16 +457,45 @@ impl FileStore {
         );
         (&new).write_all(request.as_bytes()).map_err(fail)?;
         std::fs::rename(&fresh, &path).map_err(fail)?;
-        // Waiters on the old file may get its lock before us, find it
-        // replaced and move on to the new one; once we have it, nobody runs
-        // under the old file any more.
-        lock::lock_blocking(old).await.map_err(fail)?;
-        let _ = std::fs::remove_file(self.dir.path(&stem, ".holder"));
-        drop(new);
-        Ok(Broken::Stopped {
-            holder,
-            after: asked.elapsed(),
+        Ok(Some(FileBreaking {
+            old,
+            new: std::cell::RefCell::new(Some(new)),
+            holder_record: dir.path(&stem, ".holder"),
+            shown: path.display().to_string(),
+        }))
+    }
+}
+
+/// A break begun: the old lock file, and the new one we hold in its place
+/// until the old holder is gone or its tenure is ended.
+struct FileBreaking {
+    old: File,
+    new: std::cell::RefCell<Option<File>>,
+    holder_record: PathBuf,
+    shown: String,
+}
+
+impl super::Breaking for FileBreaking {
+    /// Once we hold the old file's lock too, nobody runs under it any more.
+    /// Waiters on the old file may get it before us, find it replaced and
+    /// move on to the new one.
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let fail =
+                |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", self.shown));
+            let old = self.old.try_clone().map_err(fail)?;
+            lock::lock_blocking(old).await.map_err(fail)?;
+            let _ = std::fs::remove_file(&self.holder_record);
+            self.new.borrow_mut().take();
+            Ok(())
         })
+    }
+
+    /// Let the next in line have the new file, while the old holder may
+    /// still run under the old one until its elect notices.
+    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
+        self.new.borrow_mut().take();
+        Box::pin(async { Ok(()) })
     }
 }
 

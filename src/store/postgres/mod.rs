@@ -47,11 +47,10 @@ use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put, Session,
-    Store, StoreError,
+    Boxed, Breaking, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session, Store,
+    StoreError,
 };
 use conn::{Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -394,77 +393,55 @@ impl Postgres {
     }
 
     /// The lease TTL of the holder of `lock`, from its last renewal.
-    async fn holder_ttl(&self, lock: &str) -> Duration {
-        let rows = self.read(&self.sql.status, lock).await.unwrap_or_default();
-        rows.first()
+    async fn holder_ttl(&self, lock: &str) -> Result<Option<Duration>, StoreError> {
+        let rows = self.read(&self.sql.status, lock).await?;
+        Ok(rows
+            .first()
             .and_then(|row| row.get::<_, Option<i64>>(4))
-            .map_or(Duration::from_secs(15), |ms| {
-                Duration::from_millis(ms.max(0) as u64)
-            })
+            .map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 
-    async fn break_holder(
-        &self,
-        lock: &str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Result<Broken, StoreError> {
+    /// Whether the row of `lock` is still held by `tenure`.
+    async fn held_by(&self, lock: &str, tenure: &str) -> Result<bool, StoreError> {
         let status = self.read_status(lock).await?;
-        let Some(holder) = status.holder else {
-            return Ok(Broken::Free);
-        };
-        if token.is_some_and(|t| t != holder.token) {
-            return Ok(Broken::Changed(holder));
-        }
-        let tenure = holder.lease.clone().unwrap_or_default();
-        let args = [
-            (&lock as &(dyn ToSql + Sync), Type::TEXT),
-            (&tenure, Type::TEXT),
-        ];
-        if force {
-            self.query(&self.sql.end, &args).await?;
-            return Ok(Broken::Forced {
-                holder,
-                why: Forced::Asked,
-            });
-        }
-        let asked = Instant::now();
-        let patience = self.holder_ttl(lock).await;
-        let request = crate::store::holder::break_request();
-        self.query(
-            &self.sql.ask,
-            &[
-                (&lock, Type::TEXT),
-                (&tenure, Type::TEXT),
-                (&request, Type::TEXT),
-            ],
-        )
-        .await?;
-        // Its elect sees the request at its next renewal (TTL/3), stops the
-        // command within its grace and releases; one that does not answer
-        // would have lost the row within its TTL anyway.
-        let gone = async {
+        Ok(status
+            .holder
+            .is_some_and(|h| h.lease.as_deref() == Some(tenure)))
+    }
+}
+
+/// A break begun on the holder of `lock` with `tenure`.
+struct PgBreaking<'a> {
+    pg: &'a Postgres,
+    lock: &'a str,
+    tenure: String,
+}
+
+impl Breaking for PgBreaking<'_> {
+    /// Its elect sees the request at once when it listens, else at its next
+    /// renewal (TTL/3), stops the command within its grace and releases.
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
             loop {
-                let now = self.read_status(lock).await;
-                if now.is_ok_and(|s| s.holder.is_none_or(|h| h.lease.as_deref() != Some(&tenure))) {
-                    return;
+                match self.pg.held_by(self.lock, &self.tenure).await {
+                    Ok(false) => return Ok(()),
+                    Ok(true) => {}
+                    Err(e) => log::verbose(format_args!("looking at lock {}: {e}", self.lock)),
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        };
-        match tokio::time::timeout(patience, gone).await {
-            Ok(()) => Ok(Broken::Stopped {
-                holder,
-                after: asked.elapsed(),
-            }),
-            Err(_) => {
-                self.query(&self.sql.end, &args).await?;
-                Ok(Broken::Forced {
-                    holder,
-                    why: Forced::NoAnswer(patience),
-                })
-            }
-        }
+        })
+    }
+
+    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let lock = self.lock;
+            let args = [
+                (&lock as &(dyn ToSql + Sync), Type::TEXT),
+                (&self.tenure, Type::TEXT),
+            ];
+            self.pg.query(&self.pg.sql.end, &args).await.map(drop)
+        })
     }
 }
 
@@ -496,13 +473,47 @@ impl Store for Postgres {
         })
     }
 
-    fn break_lock<'a>(
+    fn begin_break<'a>(
         &'a self,
         lock: &'a str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Boxed<'a, Result<Broken, StoreError>> {
-        Box::pin(self.break_holder(lock, token, force))
+        holder: &'a Holder,
+        ask: bool,
+    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
+        Box::pin(async move {
+            // Each statement names the tenure: one that ended meanwhile is
+            // neither asked nor ended.
+            let tenure = holder.lease.clone().unwrap_or_default();
+            if ask {
+                let request = crate::store::holder::break_request();
+                let asked = self
+                    .query(
+                        &self.sql.ask,
+                        &[
+                            (&lock, Type::TEXT),
+                            (&tenure, Type::TEXT),
+                            (&request, Type::TEXT),
+                        ],
+                    )
+                    .await?;
+                if asked.is_empty() {
+                    return Ok(None);
+                }
+            }
+            let breaking: Box<dyn Breaking + 'a> = Box::new(PgBreaking {
+                pg: self,
+                lock,
+                tenure,
+            });
+            Ok(Some(breaking))
+        })
+    }
+
+    fn lease_ttl<'a>(
+        &'a self,
+        lock: &'a str,
+        _holder: &'a Holder,
+    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
+        Box::pin(self.holder_ttl(lock))
     }
 
     fn shards<'a>(

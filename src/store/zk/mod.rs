@@ -33,8 +33,8 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Broken, Checkpoint, Forced, Holder, HolderRecord, LockStatus, Owner, Put, Session,
-    Store, StoreError,
+    Boxed, Breaking, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session, Store,
+    StoreError,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -197,81 +197,27 @@ impl ZooKeeper {
         Ok(statuses)
     }
 
-    async fn break_holder(
+    /// The node of `holder`, if it still holds its place (same czxid:
+    /// same token), with its data version.
+    async fn holder_node(
         &self,
-        lock: &str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Result<Broken, StoreError> {
-        let client = self.client().await?;
-        let status = self.read_status(lock).await?;
-        let Some(holder) = status.holder else {
-            return Ok(Broken::Free);
-        };
-        if token.is_some_and(|t| t != holder.token) {
-            return Ok(Broken::Changed(holder));
-        }
-        let end = |key: String| {
-            let client = client.clone();
-            async move {
-                match client.delete(&key, None).await {
-                    Ok(()) | Err(ZkError::NoNode) => Ok(()),
-                    Err(e) => Err(failed(&e, "delete", &key)),
-                }
-            }
-        };
-        // A holder that is not elect's (Curator) cannot be asked.
-        let Some(record) = holder.record.clone().filter(|_| !force) else {
-            end(holder.key.clone()).await?;
-            let why = match force {
-                true => Forced::Asked,
-                false => Forced::NoAnswer(Duration::ZERO),
-            };
-            return Ok(Broken::Forced { holder, why });
-        };
-        let asked = Instant::now();
-        let request = HolderRecord {
-            break_request: Some(crate::store::holder::break_request()),
-            ..record.clone()
-        };
-        match client
-            .set_data(&holder.key, request.to_json().as_bytes(), None)
-            .await
-        {
-            Ok(_) => {}
-            Err(ZkError::NoNode) => return Ok(Broken::Free),
-            Err(e) => return Err(failed(&e, "ask", &holder.key)),
-        }
-        // Its elect stops the command within its grace and deletes its
-        // node; one that does not answer gets three graces and some.
-        let patience =
-            Duration::from_millis(record.grace_ms.unwrap_or(5000)) * 3 + Duration::from_secs(2);
-        let gone = async {
-            loop {
-                match client.check_and_watch_stat(&holder.key).await {
-                    Ok((None, _)) | Err(ZkError::NoNode) => return,
-                    Ok((Some(_), watcher)) => {
-                        watcher.changed().await;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        };
-        match tokio::time::timeout(patience, gone).await {
-            Ok(()) => Ok(Broken::Stopped {
-                holder,
-                after: asked.elapsed(),
-            }),
-            Err(_) => {
-                end(holder.key.clone()).await?;
-                Ok(Broken::Forced {
-                    holder,
-                    why: Forced::NoAnswer(patience),
-                })
-            }
+        client: &Client,
+        holder: &Holder,
+    ) -> Result<Option<i32>, StoreError> {
+        match client.check_stat(&holder.key).await {
+            Ok(Some(stat)) if stat.czxid as u64 == holder.token => Ok(Some(stat.version)),
+            Ok(_) | Err(ZkError::NoNode) => Ok(None),
+            Err(e) => Err(failed(&e, "read", &holder.key)),
         }
     }
 
+    /// The longest session timeout the servers grant: no session, a
+    /// holder's that elect did not start among them, outlives its client
+    /// by more. Asked for by requesting a day, which the servers cut down.
+    async fn longest_session(&self) -> Result<Duration, StoreError> {
+        let client = self.connect(Duration::from_secs(86_400)).await?;
+        Ok(client.session_timeout())
+    }
     /// Read a small persistent node beside a lock, if it exists.
     async fn read_beside(&self, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let client = self.client().await?;
@@ -377,6 +323,38 @@ impl ZooKeeper {
             owners.push(Owner { held, last });
         }
         Ok(owners)
+    }
+}
+
+/// A break begun on the holder whose node is `key`.
+struct ZkBreaking {
+    client: Client,
+    key: String,
+}
+
+impl Breaking for ZkBreaking {
+    /// Its elect stops the command within its grace and deletes its node.
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            loop {
+                match self.client.check_and_watch_stat(&self.key).await {
+                    Ok((None, _)) | Err(ZkError::NoNode) => return Ok(()),
+                    Ok((Some(_), watcher)) => {
+                        watcher.changed().await;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        })
+    }
+
+    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self.client.delete(&self.key, None).await {
+                Ok(()) | Err(ZkError::NoNode) => Ok(()),
+                Err(e) => Err(failed(&e, "delete", &self.key)),
+            }
+        })
     }
 }
 
@@ -553,13 +531,46 @@ impl Store for ZooKeeper {
         Box::pin(self.read_list(prefix.trim_start_matches('/')))
     }
 
-    fn break_lock<'a>(
+    fn begin_break<'a>(
         &'a self,
-        lock: &'a str,
-        token: Option<u64>,
-        force: bool,
-    ) -> Boxed<'a, Result<Broken, StoreError>> {
-        Box::pin(self.break_holder(lock, token, force))
+        _lock: &'a str,
+        holder: &'a Holder,
+        ask: bool,
+    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let Some(version) = self.holder_node(&client, holder).await? else {
+                return Ok(None);
+            };
+            // A holder that is not elect's (Curator) cannot be asked.
+            if let Some(record) = holder.record.clone().filter(|_| ask) {
+                let request = HolderRecord {
+                    break_request: Some(crate::store::holder::break_request()),
+                    ..record
+                };
+                match client
+                    .set_data(&holder.key, request.to_json().as_bytes(), Some(version))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(None),
+                    Err(e) => return Err(failed(&e, "ask", &holder.key)),
+                }
+            }
+            let breaking: Box<dyn Breaking + 'a> = Box::new(ZkBreaking {
+                client,
+                key: holder.key.clone(),
+            });
+            Ok(Some(breaking))
+        })
+    }
+
+    fn lease_ttl<'a>(
+        &'a self,
+        _lock: &'a str,
+        _holder: &'a Holder,
+    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
+        Box::pin(async move { self.longest_session().await.map(Some) })
     }
 
     fn shards<'a>(

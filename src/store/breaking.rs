@@ -1,0 +1,84 @@
+//! `elect break`, the same on every store: ask the holder to let go, wait
+//! at most its own TTL, then end its tenure; `--force` ends it at once.
+//!
+//! Why the TTL bounds the wait: a holder started by elect kills its command
+//! by its last confirmed renewal plus its `--ttl` (recorded in its holder
+//! record) whether or not its elect answers, so a tenure ended after that
+//! long from the request can no longer overlap a command of the old holder,
+//! short of a pause of its whole host. A holder elect did not start is
+//! waited out for its lease's TTL as the store knows it. The stores only
+//! carry the steps out ([`Store::begin_break`], [`Breaking`]).
+
+use std::time::Duration;
+
+use super::api::{Store, StoreError};
+use super::holder::{Broken, Forced, Holder};
+use crate::clock::Instant;
+
+/// How often a holder may change between our look and our request before
+/// the break gives up.
+const LOOKS: usize = 3;
+
+/// Make the holder of `lock` let go, if its token is `token` (when given).
+pub async fn break_lock(
+    store: &dyn Store,
+    lock: &str,
+    token: Option<u64>,
+    force: bool,
+) -> Result<Broken, StoreError> {
+    for _ in 0..LOOKS {
+        let Some(holder) = store.status(lock).await?.holder else {
+            return Ok(Broken::Free);
+        };
+        if token.is_some_and(|t| t != holder.token) {
+            return Ok(Broken::Changed(holder));
+        }
+        // Known before asking: a holder that lets go at once takes its
+        // lease, and what the store knew of it, with it.
+        let patience = match force {
+            true => Duration::ZERO,
+            false => patience(store, lock, &holder).await?,
+        };
+        let asked = Instant::now();
+        let ended = {
+            let Some(breaking) = store.begin_break(lock, &holder, !force).await? else {
+                continue;
+            };
+            match force {
+                true => {
+                    breaking.end().await?;
+                    Err(Forced::Asked)
+                }
+                false => match tokio::time::timeout(patience, breaking.ended()).await {
+                    Ok(ended) => Ok(ended.map(|()| asked.elapsed())?),
+                    Err(_) => {
+                        breaking.end().await?;
+                        Err(Forced::NoAnswer(patience))
+                    }
+                },
+            }
+        };
+        return Ok(match ended {
+            Ok(after) => Broken::Stopped { holder, after },
+            Err(why) => Broken::Forced { holder, why },
+        });
+    }
+    Err(StoreError::unavailable(format!(
+        "lock {lock} kept changing hands; nothing broken"
+    )))
+}
+
+/// How long `holder` may take to let go: by then its command is dead
+/// whether or not it answers.
+async fn patience(store: &dyn Store, lock: &str, holder: &Holder) -> Result<Duration, StoreError> {
+    if let Some(ms) = holder.record.as_ref().and_then(|r| r.ttl_ms) {
+        return Ok(Duration::from_millis(ms));
+    }
+    match store.lease_ttl(lock, holder).await? {
+        Some(ttl) => Ok(ttl),
+        None => Err(StoreError::config(format!(
+            "lock {lock} is held by {holder}, which records no TTL and has no lease that expires: \
+             it cannot be waited out; nothing broken (--force ends its tenure at once)"
+        ))),
+    }
+}
