@@ -205,6 +205,96 @@ fn a_partitioned_holder_stops_before_its_session_can_expire() {
     }
 }
 
+/// A holder whose elect reaches only one follower, cut off together with
+/// that follower from the rest of the ensemble: the follower goes on
+/// answering its reads for syncLimit × tickTime (1 s here) after it lost
+/// the leader, while the leader, with the third server, expires the session
+/// and hands the lock to a waiter connected to them. The holder's command
+/// must be gone before the waiter's starts (on one monotonic clock), with
+/// nothing of its group left, and the new token higher; it ignores SIGTERM,
+/// so that what is measured is elect's deadline, not the grace before it.
+/// At TTL 1 s and 1.5 s (sessions of 10 and 15 ticks, as negotiated), three
+/// runs each, cut at different moments of the renewal cycle.
+#[test]
+fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_session() {
+    let mut zk = ZooKeeper::ensemble_with_links(3);
+    let dir = TempDir::new("zk-follower-cut");
+    let mut failures = Vec::new();
+    for (ttl, timeout_ms) in [("1s", 1000), ("1.5s", 1500)] {
+        for run in 0..3u64 {
+            zk.wait_ready();
+            let leader = zk.wait_leader();
+            let follower = (0..3).find(|&i| i != leader).unwrap();
+            let rest: Vec<String> = (0..3)
+                .filter(|&i| i != follower)
+                .map(|i| zk.endpoint(i))
+                .collect();
+            let lock = format!("isolated-{}-{run}", ttl.replace('.', "_"));
+            let run_dir = dir.join(&lock);
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let ticks = Ticks::new(&run_dir);
+            let ticking = |url: String, label: &str, ignore_term: bool| {
+                let script = ticks.script(label, ignore_term);
+                let mut command = elect_run(&url, &lock, &["--ttl", ttl], &script);
+                command.process_group(0);
+                Running::spawn(command)
+            };
+            let mut a = ticking(format!("zk://{}", zk.endpoint(follower)), "A", true);
+            let a_token: u64 = a.expect_line("token", 15 * SECOND).parse().unwrap();
+            let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+            ticks.first("A", 10 * SECOND);
+            // The session's timeout as the follower negotiated it: the TTL.
+            let cons = zk.four_letter(follower, "cons").unwrap_or_default();
+            assert!(
+                cons.contains(&format!("to={timeout_ms},")),
+                "TTL {ttl}: {cons}"
+            );
+            let mut b = ticking(format!("zk://{}", rest.join(",")), "B", false);
+            let give_up = Instant::now() + 15 * SECOND;
+            while zk.children(&format!("/{lock}")).len() < 2 {
+                assert!(Instant::now() < give_up, "B queued");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // At another moment of A's renewal cycle each run.
+            std::thread::sleep(Duration::from_millis(200 + 111 * run));
+            let cut = support::ticker::monotonic_ns();
+            zk.isolate(follower);
+            let overlap = ticks.overlap_ms("A", a_group, "B");
+            let b_token: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+            let (last_a, first_b) = (ticks.last("A").unwrap(), ticks.first("B", SECOND));
+            let left = group_members(a_group);
+            let code = a.wait_code(15 * SECOND);
+            eprintln!(
+                "TTL {ttl}, run {run}: A's last tick {:.0} ms after the cut, B's first {:.0} ms \
+                 after; overlap {overlap:.1} ms; tokens {a_token} then {b_token}; A's elect \
+                 exited {code}",
+                (last_a - cut) as f64 / 1e6,
+                (first_b - cut) as f64 / 1e6,
+            );
+            if overlap >= 0.0 {
+                failures.push(format!(
+                    "TTL {ttl}, run {run}: A ran {overlap:.1} ms beside B"
+                ));
+            }
+            if !left.is_empty() {
+                failures.push(format!("TTL {ttl}, run {run}: A's group left {left:?}"));
+            }
+            if b_token <= a_token {
+                failures.push(format!(
+                    "TTL {ttl}, run {run}: token {b_token} after {a_token}"
+                ));
+            }
+            if code != 76 {
+                failures.push(format!("TTL {ttl}, run {run}: A exited {code}, not 76"));
+            }
+            b.signal(libc::SIGTERM);
+            b.wait(10 * SECOND);
+            zk.heal(follower);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 /// Bad input: one line naming the problem, the documented exit code, the
 /// command never run, nothing left in ZooKeeper.
 #[test]

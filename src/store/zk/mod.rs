@@ -14,8 +14,9 @@
 //!   again when a container parent is removed and created anew.
 //! - The session is the lease: its timeout is `--ttl`, as the servers
 //!   negotiate it. elect judges loss itself from the send time of the last
-//!   request the servers answered (a read every TTL/3), so its command is
-//!   dead before the session could expire.
+//!   request the leader answered (a `sync` every TTL/3: a follower answers
+//!   reads on its own, even cut off from the leader, which alone expires
+//!   sessions), so its command is dead before the session could expire.
 //!
 //! Checkpoints, shard counts and a shard's last holder live in persistent
 //! nodes beside the lock's node (`<lock>.checkpoint`, `.shards`, `.last`),
