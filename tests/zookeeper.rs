@@ -109,7 +109,8 @@ fn elect_and_curator_exclude_each_other_both_ways() {
         "{shown}"
     );
     let mut waiting = Running::spawn(elect_run(&url, "interop", &[], "echo ran $ELECT_TOKEN"));
-    std::thread::sleep(Duration::from_millis(500));
+    wait_queued(&zk, "/interop", 2);
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(waiting.try_line(), None, "elect waits while Curator holds");
     curator.send_line("go");
     curator.expect_line("released", 10 * SECOND);
@@ -126,14 +127,32 @@ fn elect_and_curator_exclude_each_other_both_ways() {
     let (mut holder, _) = hold(&url, "interop", &[]);
     let mut refused = Curator::spawn(&zk.connect_string(), "/interop", Some(500));
     refused.expect_line("busy", 30 * SECOND);
+    wait_queued(&zk, "/interop", 1);
     let mut curator = Curator::spawn(&zk.connect_string(), "/interop", None);
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_queued(&zk, "/interop", 2);
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
     curator.expect_line("held", 30 * SECOND);
     curator.send_line("go");
     curator.expect_line("released", 10 * SECOND);
     eprintln!("Curator and elect excluded each other both ways on /interop");
+}
+
+/// Wait until `path` has `n` nodes queued (the holder's among them), at
+/// most 30 s (Curator's first start compiles it).
+fn wait_queued(zk: &ZooKeeper, path: &str, n: usize) {
+    let give_up = Instant::now() + 30 * SECOND;
+    loop {
+        let queued = zk.children(path);
+        if queued.len() == n {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{path}: {queued:?} queued, not {n}, after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The token is the node's czxid: it rises when the lock's parent node is
@@ -191,11 +210,7 @@ fn a_partitioned_holder_stops_before_its_session_can_expire() {
         let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
         ticks.first("A", 10 * SECOND);
         let mut b = ticking(&zk.url(), "B");
-        let give_up = Instant::now() + 10 * SECOND;
-        while zk.children(&format!("/{lock}")).len() < 2 {
-            assert!(Instant::now() < give_up, "B queued");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_queued(&zk, &format!("/{lock}"), 2);
         let cut = support::ticker::monotonic_ns();
         proxy.set(mode);
         ticks.assert_handed_over_after_cut(&format!("{name}, TTL 2s"), cut, a_group);
@@ -250,11 +265,7 @@ fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_sessio
                 "TTL {ttl}: {cons}"
             );
             let mut b = ticking(format!("zk://{}", rest.join(",")), "B", false);
-            let give_up = Instant::now() + 15 * SECOND;
-            while zk.children(&format!("/{lock}")).len() < 2 {
-                assert!(Instant::now() < give_up, "B queued");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_queued(&zk, &format!("/{lock}"), 2);
             // At another moment of A's renewal cycle each run.
             std::thread::sleep(Duration::from_millis(200 + 111 * run));
             let cut = support::ticker::monotonic_ns();
@@ -511,22 +522,49 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
     }
 }
 
-/// Connections cut at moments spread over connecting, creating the lock
-/// node and releasing it:
-/// a create whose reply was lost is found again by its protected name, so
-/// no ghost node is left to block the queue. After every run the lock has
-/// no node, and the next run takes it without waiting.
+/// A create whose reply was lost is found again by its protected name, so
+/// no ghost node is left to block the queue. First, for certain: the proxy
+/// cuts the connection instead of forwarding the server's reply to the
+/// create of the lock's node (the reply carried the create's zxid, so the
+/// node was made), and the elect that never heard of it finds that node
+/// again (its token is that zxid) and runs. Then connections cut at moments
+/// spread over connecting, creating the lock node and releasing it. After
+/// every run the lock has no node, and the next run takes it without
+/// waiting.
 #[test]
 fn a_lost_create_reply_leaves_no_ghost_node() {
     let zk = ZooKeeper::start();
-    let proxy = Proxy::start(&zk.endpoint(0));
+    let (cutter, cut_reply) = support::zookeeper::cut_the_reply_to_a_create("-lock-");
+    let proxy = Proxy::cutting(&zk.endpoint(0), cutter);
     let via = format!("zk://127.0.0.1:{}", proxy.port);
+    let ghost_run = |script: &str| {
+        let mut command = elect_run(&via, "ghost", &["-n", "-v", "--ttl", "10s"], script);
+        command.env("ELECT_CONNECT_TIMEOUT", "5s");
+        Running::spawn(command)
+    };
+
+    let mut elect = ghost_run("echo token $ELECT_TOKEN");
+    let token: i64 = elect.expect_line("token", 20 * SECOND).parse().unwrap();
+    let code = elect.wait_code(20 * SECOND);
+    let said = elect.drain_stderr();
+    assert_eq!(proxy.cut(), 1, "one connection cut: {said}");
+    let made = cut_reply
+        .lock()
+        .unwrap()
+        .expect("the reply to a create was cut");
+    assert_eq!(
+        token, made,
+        "the node made by the lost create holds: {said}"
+    );
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("found our node"), "{said}");
+    let left = zk.children("/ghost");
+    assert!(left.is_empty(), "a ghost node is left: {left:?}; {said}");
+
     let mut found_again = 0;
     const RUNS: u64 = 60;
     for run in 0..RUNS {
-        let mut command = elect_run(&via, "ghost", &["-n", "-v", "--ttl", "10s"], "true");
-        command.env("ELECT_CONNECT_TIMEOUT", "5s");
-        let mut elect = Running::spawn(command);
+        let mut elect = ghost_run("true");
         // Somewhere in connecting, creating and releasing.
         std::thread::sleep(Duration::from_millis(5 + run));
         proxy.set(Mode::Reset);
@@ -546,8 +584,9 @@ fn a_lost_create_reply_leaves_no_ghost_node() {
         );
     }
     eprintln!(
-        "{RUNS} runs cut 5 to {} ms after their start, all done: {found_again} found their \
-         node again after a lost create reply, no ghost left",
+        "a create's reply cut (zxid {made:#x}): its node found again; then {RUNS} runs cut 5 \
+         to {} ms after their start, all done: {found_again} found their node again after a \
+         lost create reply, no ghost left",
         4 + RUNS
     );
 }

@@ -688,3 +688,72 @@ impl Drop for Inspector {
         }
     }
 }
+
+/// A cutter for [`Proxy::cutting`] that reads ZooKeeper's framing (a
+/// 4-byte length before every packet; after the connect request and its
+/// answer, requests start with xid and opcode, replies with xid, zxid and
+/// error) and cuts the connection instead of forwarding the reply to the
+/// first create of a node whose path holds `marker`: the server has done
+/// the create, the client never hears of it. A create refused is let
+/// through. The second half: the zxid of the create whose reply was cut
+/// (the czxid of the node it made), once it was.
+pub fn cut_the_reply_to_a_create(
+    marker: &'static str,
+) -> (super::proxy::Cutter, std::sync::Arc<Mutex<Option<i64>>>) {
+    use std::collections::{HashMap, HashSet};
+    /// create, create2, createContainer, createTTL.
+    const CREATES: [i32; 4] = [1, 15, 19, 21];
+    #[derive(Default)]
+    struct Stream {
+        buf: Vec<u8>,
+        /// Past the connect request, or its answer.
+        connected: bool,
+    }
+    #[derive(Default)]
+    struct State {
+        streams: HashMap<(u64, bool), Stream>,
+        creates: HashSet<(u64, i32)>,
+    }
+    let cut: std::sync::Arc<Mutex<Option<i64>>> = Default::default();
+    let seen = cut.clone();
+    let state = Mutex::new(State::default());
+    let int = |b: &[u8]| i32::from_be_bytes(b[..4].try_into().unwrap());
+    let cutter = move |upstream: bool, id: u64, bytes: &[u8]| -> bool {
+        if seen.lock().unwrap().is_some() {
+            return false;
+        }
+        let mut state = state.lock().unwrap();
+        let State { streams, creates } = &mut *state;
+        let stream = streams.entry((id, upstream)).or_default();
+        stream.buf.extend_from_slice(bytes);
+        while stream.buf.len() >= 4 {
+            let len = int(&stream.buf) as usize;
+            if stream.buf.len() < 4 + len {
+                break;
+            }
+            let packet: Vec<u8> = stream.buf.drain(..4 + len).skip(4).collect();
+            if !std::mem::replace(&mut stream.connected, true) || packet.len() < 8 {
+                continue;
+            }
+            let xid = int(&packet);
+            if upstream {
+                let body = String::from_utf8_lossy(&packet[8..]);
+                if CREATES.contains(&int(&packet[4..])) && body.contains(marker) {
+                    creates.insert((id, xid));
+                }
+            } else if packet.len() >= 16 && creates.remove(&(id, xid)) {
+                let (zxid, err) = (
+                    i64::from_be_bytes(packet[4..12].try_into().unwrap()),
+                    int(&packet[12..]),
+                );
+                // A create refused (its parent missing) made nothing.
+                if err == 0 {
+                    *seen.lock().unwrap() = Some(zxid);
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    (Box::new(cutter), cut)
+}
