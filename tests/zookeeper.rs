@@ -2,7 +2,8 @@
 //! elect and Apache Curator's InterProcessMutex exclude each other both
 //! ways, tokens (czxids) keep rising when the lock's parent node is removed
 //! and made again, a partitioned holder stops before its session can
-//! expire, and bad input.
+//! expire (also one cut off together with the follower it reaches), a lost
+//! create reply leaves no ghost node, and bad input.
 //!
 //! First, the test ZooKeeper and Curator themselves
 //! (tests/support/zookeeper.rs, tests/support/curator.rs), before any store

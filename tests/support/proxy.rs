@@ -1,6 +1,8 @@
 //! A TCP proxy that can cut the network between a client and etcd the two
 //! ways a real partition does: silently (packets vanish, sockets stay open)
-//! or loudly (connections reset); or make it slow, as a long link is.
+//! or loudly (connections reset); or make it slow, as a long link is; or,
+//! with a [`Cutter`] that reads what passes, cut one connection at a chosen
+//! message.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
