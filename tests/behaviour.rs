@@ -764,6 +764,21 @@ fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
         "20"
     );
 
+    // The holder's key with a token that is not its own: refused too.
+    for wrong in [a_token, b_token + 1] {
+        let out = checkpoint_cmd(store, lock, Some((&b_key, wrong)), &["put", "98"]);
+        assert_eq!(
+            out.status.code(),
+            Some(76),
+            "B's key, token {wrong}: {}",
+            stderr_of(&out)
+        );
+    }
+    assert_eq!(
+        stdout_of(&checkpoint_cmd(store, lock, None, &["get"])),
+        "20"
+    );
+
     // Too large: refused before the store is asked.
     let big = "x".repeat(64 * 1024 + 1);
     let out = checkpoint_cmd(store, lock, Some((&b_key, b_token)), &["put", &big]);

@@ -2,7 +2,8 @@
 //! elect and Apache Curator's InterProcessMutex exclude each other both
 //! ways, tokens (czxids) keep rising when the lock's parent node is removed
 //! and made again, a partitioned holder stops before its session can
-//! expire, and bad input.
+//! expire (also one cut off together with the follower it reaches), a lost
+//! create reply leaves no ghost node, and bad input.
 //!
 //! First, the test ZooKeeper and Curator themselves
 //! (tests/support/zookeeper.rs, tests/support/curator.rs), before any store
@@ -109,7 +110,8 @@ fn elect_and_curator_exclude_each_other_both_ways() {
         "{shown}"
     );
     let mut waiting = Running::spawn(elect_run(&url, "interop", &[], "echo ran $ELECT_TOKEN"));
-    std::thread::sleep(Duration::from_millis(500));
+    wait_queued(&zk, "/interop", 2);
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(waiting.try_line(), None, "elect waits while Curator holds");
     curator.send_line("go");
     curator.expect_line("released", 10 * SECOND);
@@ -126,14 +128,32 @@ fn elect_and_curator_exclude_each_other_both_ways() {
     let (mut holder, _) = hold(&url, "interop", &[]);
     let mut refused = Curator::spawn(&zk.connect_string(), "/interop", Some(500));
     refused.expect_line("busy", 30 * SECOND);
+    wait_queued(&zk, "/interop", 1);
     let mut curator = Curator::spawn(&zk.connect_string(), "/interop", None);
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_queued(&zk, "/interop", 2);
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
     curator.expect_line("held", 30 * SECOND);
     curator.send_line("go");
     curator.expect_line("released", 10 * SECOND);
     eprintln!("Curator and elect excluded each other both ways on /interop");
+}
+
+/// Wait until `path` has `n` nodes queued (the holder's among them), at
+/// most 30 s (Curator's first start compiles it).
+fn wait_queued(zk: &ZooKeeper, path: &str, n: usize) {
+    let give_up = Instant::now() + 30 * SECOND;
+    loop {
+        let queued = zk.children(path);
+        if queued.len() == n {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{path}: {queued:?} queued, not {n}, after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The token is the node's czxid: it rises when the lock's parent node is
@@ -191,11 +211,7 @@ fn a_partitioned_holder_stops_before_its_session_can_expire() {
         let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
         ticks.first("A", 10 * SECOND);
         let mut b = ticking(&zk.url(), "B");
-        let give_up = Instant::now() + 10 * SECOND;
-        while zk.children(&format!("/{lock}")).len() < 2 {
-            assert!(Instant::now() < give_up, "B queued");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_queued(&zk, &format!("/{lock}"), 2);
         let cut = support::ticker::monotonic_ns();
         proxy.set(mode);
         ticks.assert_handed_over_after_cut(&format!("{name}, TTL 2s"), cut, a_group);
@@ -203,6 +219,92 @@ fn a_partitioned_holder_stops_before_its_session_can_expire() {
         b.signal(libc::SIGTERM);
         b.wait(10 * SECOND);
     }
+}
+
+/// A holder whose elect reaches only one follower, cut off together with
+/// that follower from the rest of the ensemble: the follower goes on
+/// answering its reads for syncLimit × tickTime (1 s here) after it lost
+/// the leader, while the leader, with the third server, expires the session
+/// and hands the lock to a waiter connected to them. The holder's command
+/// must be gone before the waiter's starts (on one monotonic clock), with
+/// nothing of its group left, and the new token higher; it ignores SIGTERM,
+/// so that what is measured is elect's deadline, not the grace before it.
+/// At TTL 1 s and 1.5 s (sessions of 10 and 15 ticks, as negotiated), three
+/// runs each, cut at different moments of the renewal cycle.
+#[test]
+fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_session() {
+    let mut zk = ZooKeeper::ensemble_with_links(3);
+    let dir = TempDir::new("zk-follower-cut");
+    let mut failures = Vec::new();
+    for (ttl, timeout_ms) in [("1s", 1000), ("1.5s", 1500)] {
+        for run in 0..3u64 {
+            zk.wait_ready();
+            let leader = zk.wait_leader();
+            let follower = (0..3).find(|&i| i != leader).unwrap();
+            let rest: Vec<String> = (0..3)
+                .filter(|&i| i != follower)
+                .map(|i| zk.endpoint(i))
+                .collect();
+            let lock = format!("isolated-{}-{run}", ttl.replace('.', "_"));
+            let run_dir = dir.join(&lock);
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let ticks = Ticks::new(&run_dir);
+            let ticking = |url: String, label: &str, ignore_term: bool| {
+                let script = ticks.script(label, ignore_term);
+                let mut command = elect_run(&url, &lock, &["--ttl", ttl], &script);
+                command.process_group(0);
+                Running::spawn(command)
+            };
+            let mut a = ticking(format!("zk://{}", zk.endpoint(follower)), "A", true);
+            let a_token: u64 = a.expect_line("token", 15 * SECOND).parse().unwrap();
+            let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+            ticks.first("A", 10 * SECOND);
+            // The session's timeout as the follower negotiated it: the TTL.
+            let cons = zk.four_letter(follower, "cons").unwrap_or_default();
+            assert!(
+                cons.contains(&format!("to={timeout_ms},")),
+                "TTL {ttl}: {cons}"
+            );
+            let mut b = ticking(format!("zk://{}", rest.join(",")), "B", false);
+            wait_queued(&zk, &format!("/{lock}"), 2);
+            // At another moment of A's renewal cycle each run.
+            std::thread::sleep(Duration::from_millis(200 + 111 * run));
+            let cut = support::ticker::monotonic_ns();
+            zk.isolate(follower);
+            let overlap = ticks.overlap_ms("A", a_group, "B");
+            let b_token: u64 = b.expect_line("token", 10 * SECOND).parse().unwrap();
+            let (last_a, first_b) = (ticks.last("A").unwrap(), ticks.first("B", SECOND));
+            let left = group_members(a_group);
+            let code = a.wait_code(15 * SECOND);
+            eprintln!(
+                "TTL {ttl}, run {run}: A's last tick {:.0} ms after the cut, B's first {:.0} ms \
+                 after; overlap {overlap:.1} ms; tokens {a_token} then {b_token}; A's elect \
+                 exited {code}",
+                (last_a - cut) as f64 / 1e6,
+                (first_b - cut) as f64 / 1e6,
+            );
+            if overlap >= 0.0 {
+                failures.push(format!(
+                    "TTL {ttl}, run {run}: A ran {overlap:.1} ms beside B"
+                ));
+            }
+            if !left.is_empty() {
+                failures.push(format!("TTL {ttl}, run {run}: A's group left {left:?}"));
+            }
+            if b_token <= a_token {
+                failures.push(format!(
+                    "TTL {ttl}, run {run}: token {b_token} after {a_token}"
+                ));
+            }
+            if code != 76 {
+                failures.push(format!("TTL {ttl}, run {run}: A exited {code}, not 76"));
+            }
+            b.signal(libc::SIGTERM);
+            b.wait(10 * SECOND);
+            zk.heal(follower);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Bad input: one line naming the problem, the documented exit code, the
@@ -421,22 +523,49 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
     }
 }
 
-/// Connections cut at moments spread over connecting, creating the lock
-/// node and releasing it:
-/// a create whose reply was lost is found again by its protected name, so
-/// no ghost node is left to block the queue. After every run the lock has
-/// no node, and the next run takes it without waiting.
+/// A create whose reply was lost is found again by its protected name, so
+/// no ghost node is left to block the queue. First, for certain: the proxy
+/// cuts the connection instead of forwarding the server's reply to the
+/// create of the lock's node (the reply carried the create's zxid, so the
+/// node was made), and the elect that never heard of it finds that node
+/// again (its token is that zxid) and runs. Then connections cut at moments
+/// spread over connecting, creating the lock node and releasing it. After
+/// every run the lock has no node, and the next run takes it without
+/// waiting.
 #[test]
 fn a_lost_create_reply_leaves_no_ghost_node() {
     let zk = ZooKeeper::start();
-    let proxy = Proxy::start(&zk.endpoint(0));
+    let (cutter, cut_reply) = support::zookeeper::cut_the_reply_to_a_create("-lock-");
+    let proxy = Proxy::cutting(&zk.endpoint(0), cutter);
     let via = format!("zk://127.0.0.1:{}", proxy.port);
+    let ghost_run = |script: &str| {
+        let mut command = elect_run(&via, "ghost", &["-n", "-v", "--ttl", "10s"], script);
+        command.env("ELECT_CONNECT_TIMEOUT", "5s");
+        Running::spawn(command)
+    };
+
+    let mut elect = ghost_run("echo token $ELECT_TOKEN");
+    let token: i64 = elect.expect_line("token", 20 * SECOND).parse().unwrap();
+    let code = elect.wait_code(20 * SECOND);
+    let said = elect.drain_stderr();
+    assert_eq!(proxy.cut(), 1, "one connection cut: {said}");
+    let made = cut_reply
+        .lock()
+        .unwrap()
+        .expect("the reply to a create was cut");
+    assert_eq!(
+        token, made,
+        "the node made by the lost create holds: {said}"
+    );
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("found our node"), "{said}");
+    let left = zk.children("/ghost");
+    assert!(left.is_empty(), "a ghost node is left: {left:?}; {said}");
+
     let mut found_again = 0;
     const RUNS: u64 = 60;
     for run in 0..RUNS {
-        let mut command = elect_run(&via, "ghost", &["-n", "-v", "--ttl", "10s"], "true");
-        command.env("ELECT_CONNECT_TIMEOUT", "5s");
-        let mut elect = Running::spawn(command);
+        let mut elect = ghost_run("true");
         // Somewhere in connecting, creating and releasing.
         std::thread::sleep(Duration::from_millis(5 + run));
         proxy.set(Mode::Reset);
@@ -456,8 +585,9 @@ fn a_lost_create_reply_leaves_no_ghost_node() {
         );
     }
     eprintln!(
-        "{RUNS} runs cut 5 to {} ms after their start, all done: {found_again} found their \
-         node again after a lost create reply, no ghost left",
+        "a create's reply cut (zxid {made:#x}): its node found again; then {RUNS} runs cut 5 \
+         to {} ms after their start, all done: {found_again} found their node again after a \
+         lost create reply, no ghost left",
         4 + RUNS
     );
 }

@@ -1,6 +1,8 @@
 //! A TCP proxy that can cut the network between a client and etcd the two
 //! ways a real partition does: silently (packets vanish, sockets stay open)
-//! or loudly (connections reset); or make it slow, as a long link is.
+//! or loudly (connections reset); or make it slow, as a long link is; or,
+//! with a [`Cutter`] that reads what passes, cut one connection at a chosen
+//! message.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -22,8 +24,16 @@ pub enum Mode {
     Delay(Duration),
 }
 
+/// Looks at every chunk read, before it is forwarded: `(toward the
+/// target, connection number, bytes)`; true cuts that connection (both
+/// sockets reset) instead of forwarding the chunk.
+pub type Cutter = Box<dyn Fn(bool, u64, &[u8]) -> bool + Send + Sync>;
+
 struct Shared {
     mode: Mutex<Mode>,
+    cutter: Option<Cutter>,
+    /// Connections cut by the cutter.
+    cut: AtomicU64,
     changed: Condvar,
     connections: Mutex<Vec<TcpStream>>,
     /// Connections are numbered as accepted; those below this are frozen.
@@ -38,10 +48,26 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(target: &str) -> Proxy {
+        Proxy::start_with(target, None)
+    }
+
+    /// A proxy that asks `cutter` about every chunk; see [`Proxy::cut`].
+    pub fn cutting(target: &str, cutter: Cutter) -> Proxy {
+        Proxy::start_with(target, Some(cutter))
+    }
+
+    /// How many connections the cutter cut.
+    pub fn cut(&self) -> u64 {
+        self.shared.cut.load(Ordering::SeqCst)
+    }
+
+    fn start_with(target: &str, cutter: Option<Cutter>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
             mode: Mutex::new(Mode::Forward),
+            cutter,
+            cut: AtomicU64::new(0),
             changed: Condvar::new(),
             connections: Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
@@ -69,10 +95,11 @@ impl Proxy {
                 pump(
                     s.clone(),
                     id,
+                    true,
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
                 );
-                pump(s.clone(), id, server, client);
+                pump(s.clone(), id, false, server, client);
             }
         });
         Proxy { port, shared }
@@ -124,8 +151,9 @@ fn reset(stream: &TcpStream) {
 
 /// Copy `from` to `to`: one thread reads, another writes each chunk at its
 /// release time, so that a delay holds back no later chunk beyond its own.
-fn pump(shared: Arc<Shared>, id: u64, mut from: TcpStream, mut to: TcpStream) {
+fn pump(shared: Arc<Shared>, id: u64, upstream: bool, mut from: TcpStream, mut to: TcpStream) {
     let (chunks, queued) = channel::<(Instant, Vec<u8>)>();
+    let peer = to.try_clone().unwrap();
     let writer = shared.clone();
     thread::spawn(move || {
         for (at, bytes) in queued {
@@ -146,6 +174,14 @@ fn pump(shared: Arc<Shared>, id: u64, mut from: TcpStream, mut to: TcpStream) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            if let Some(cutter) = &shared.cutter
+                && cutter(upstream, id, &buf[..n])
+            {
+                shared.cut.fetch_add(1, Ordering::SeqCst);
+                reset(&from);
+                reset(&peer);
+                break;
+            }
             // Hold the bytes while blackholed, as a partition holds packets.
             let frozen = || id < shared.frozen_below.load(Ordering::SeqCst);
             let mut mode = shared.mode.lock().unwrap();

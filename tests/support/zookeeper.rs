@@ -16,6 +16,12 @@
 //! the log is not fsynced (a killed server loses nothing by that: only a
 //! machine crash would).
 //!
+//! An ensemble made with [`ZooKeeper::ensemble_with_links`] names each
+//! peer's quorum and election ports through a TCP proxy of its own, one per
+//! ordered pair of servers and port: blackholing the proxies to and from
+//! one server cuts it off from the others (its clients still reach it), as
+//! a partition of the network between the servers does.
+//!
 //! Readiness is asked with the four-letter words (`ruok`, `srvr`, all
 //! allowed); the tree is looked at and changed without a JVM per call,
 //! through the `zookeeper-client` crate on a small runtime of its own (see
@@ -33,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode, Error};
 
+use super::proxy::{Mode, Proxy};
 use super::tools::{free_port, tool};
 
 /// How long a server (or the ensemble) may take to serve.
@@ -132,23 +139,34 @@ pub struct ZooKeeper {
     dir: PathBuf,
     /// Made on the first inspection.
     inspector: OnceLock<Inspector>,
+    /// The links between servers (ensembles with links only): (from, to,
+    /// the proxy `from` reaches `to`'s quorum or election port through).
+    links: Vec<(usize, usize, Proxy)>,
 }
 
 impl ZooKeeper {
     /// One server, standalone.
     pub fn start() -> ZooKeeper {
-        ZooKeeper::start_servers(1, None)
+        ZooKeeper::start_servers(1, None, false)
     }
 
     /// `n` servers in a quorum (`n` = 1 is a standalone server).
     pub fn ensemble(n: usize) -> ZooKeeper {
-        ZooKeeper::start_servers(n, None)
+        ZooKeeper::start_servers(n, None, false)
+    }
+
+    /// `n` servers in a quorum, each reaching the others through proxies
+    /// (see the module's doc), so that [`ZooKeeper::isolate`] can cut one
+    /// off.
+    pub fn ensemble_with_links(n: usize) -> ZooKeeper {
+        assert!(n > 1, "links need an ensemble");
+        ZooKeeper::start_servers(n, None, true)
     }
 
     /// One server that also serves TLS with `certs`' server certificate,
     /// and requires a client certificate that `certs`' CA signed.
     pub fn start_tls(certs: &super::certs::Certs) -> ZooKeeper {
-        ZooKeeper::start_servers(1, Some(certs))
+        ZooKeeper::start_servers(1, Some(certs), false)
     }
 
     /// `zks://127.0.0.1:PORT`, the TLS port.
@@ -161,8 +179,8 @@ impl ZooKeeper {
 
     /// Start every server and wait until each serves. A server that exits
     /// while starting (a port taken meanwhile) makes it start again on
-    /// other ports.
-    fn start_servers(n: usize, certs: Option<&super::certs::Certs>) -> ZooKeeper {
+    /// other ports. With `links`, servers reach each other through proxies.
+    fn start_servers(n: usize, certs: Option<&super::certs::Certs>, links: bool) -> ZooKeeper {
         assert!(n > 0, "a ZooKeeper of no servers");
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         for attempt in 1..=ATTEMPTS {
@@ -182,18 +200,34 @@ impl ZooKeeper {
                     process: None,
                 })
                 .collect();
-            let ensemble: String = match n {
-                1 => String::new(),
-                _ => servers
+            // What server `from` names server `to` by: its own ports, or
+            // the proxies to them.
+            let mut proxies = Vec::new();
+            let mut ensemble = |from: usize| -> String {
+                if n == 1 {
+                    return String::new();
+                }
+                servers
                     .iter()
-                    .map(|s| {
-                        format!(
-                            "server.{}=127.0.0.1:{}:{}\n",
-                            s.id, s.peer_port, s.election_port
-                        )
+                    .enumerate()
+                    .map(|(to, s)| {
+                        let (peer, election) = match links && to != from {
+                            false => (s.peer_port, s.election_port),
+                            true => {
+                                let peer = Proxy::start(&format!("127.0.0.1:{}", s.peer_port));
+                                let election =
+                                    Proxy::start(&format!("127.0.0.1:{}", s.election_port));
+                                let ports = (peer.port, election.port);
+                                proxies.push((from, to, peer));
+                                proxies.push((from, to, election));
+                                ports
+                            }
+                        };
+                        format!("server.{}=127.0.0.1:{peer}:{election}\n", s.id)
                     })
-                    .collect(),
+                    .collect()
             };
+            let configs: Vec<String> = (0..n).map(&mut ensemble).collect();
             let secure_port = certs.map(|_| free_port());
             let tls = match (certs, secure_port) {
                 (Some(certs), Some(port)) => {
@@ -213,7 +247,7 @@ impl ZooKeeper {
                 }
                 _ => String::new(),
             };
-            for s in &servers {
+            for (s, ensemble) in servers.iter().zip(&configs) {
                 let data = s.dir.join("data");
                 std::fs::create_dir_all(&data).unwrap();
                 std::fs::write(data.join("myid"), format!("{}\n", s.id)).unwrap();
@@ -232,6 +266,7 @@ impl ZooKeeper {
                 servers,
                 dir,
                 inspector: OnceLock::new(),
+                links: proxies,
             };
             for i in 0..n {
                 zk.launch(i);
@@ -273,6 +308,27 @@ impl ZooKeeper {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", java.display()));
         self.servers[i].process = Some(process);
+    }
+
+    /// Cut server `i` off from every other server, silently (packets
+    /// vanish): its clients still reach it, it reaches no peer.
+    pub fn isolate(&self, i: usize) {
+        self.set_links(i, Mode::Blackhole);
+    }
+
+    /// Undo [`ZooKeeper::isolate`]; do not wait (see
+    /// [`ZooKeeper::wait_ready`]).
+    pub fn heal(&self, i: usize) {
+        self.set_links(i, Mode::Forward);
+    }
+
+    fn set_links(&self, i: usize, mode: Mode) {
+        assert!(!self.links.is_empty(), "started without links");
+        for (from, to, proxy) in &self.links {
+            if *from == i || *to == i {
+                proxy.set(mode);
+            }
+        }
     }
 
     pub fn size(&self) -> usize {
@@ -330,6 +386,12 @@ impl ZooKeeper {
         if !self.is_up(i) {
             self.launch(i);
         }
+    }
+
+    /// Server `i`'s answer to the four-letter word `word` (`cons`, `mntr`...),
+    /// None if it does not answer.
+    pub fn four_letter(&self, i: usize, word: &str) -> Option<String> {
+        four_letter(self.servers[i].client_port, word)
     }
 
     /// Server `i`'s `Mode:` by `srvr` (`standalone`, `leader`, `follower`),
@@ -625,4 +687,73 @@ impl Drop for Inspector {
             let _ = thread.join();
         }
     }
+}
+
+/// A cutter for [`Proxy::cutting`] that reads ZooKeeper's framing (a
+/// 4-byte length before every packet; after the connect request and its
+/// answer, requests start with xid and opcode, replies with xid, zxid and
+/// error) and cuts the connection instead of forwarding the reply to the
+/// first create of a node whose path holds `marker`: the server has done
+/// the create, the client never hears of it. A create refused is let
+/// through. The second half: the zxid of the create whose reply was cut
+/// (the czxid of the node it made), once it was.
+pub fn cut_the_reply_to_a_create(
+    marker: &'static str,
+) -> (super::proxy::Cutter, std::sync::Arc<Mutex<Option<i64>>>) {
+    use std::collections::{HashMap, HashSet};
+    /// create, create2, createContainer, createTTL.
+    const CREATES: [i32; 4] = [1, 15, 19, 21];
+    #[derive(Default)]
+    struct Stream {
+        buf: Vec<u8>,
+        /// Past the connect request, or its answer.
+        connected: bool,
+    }
+    #[derive(Default)]
+    struct State {
+        streams: HashMap<(u64, bool), Stream>,
+        creates: HashSet<(u64, i32)>,
+    }
+    let cut: std::sync::Arc<Mutex<Option<i64>>> = Default::default();
+    let seen = cut.clone();
+    let state = Mutex::new(State::default());
+    let int = |b: &[u8]| i32::from_be_bytes(b[..4].try_into().unwrap());
+    let cutter = move |upstream: bool, id: u64, bytes: &[u8]| -> bool {
+        if seen.lock().unwrap().is_some() {
+            return false;
+        }
+        let mut state = state.lock().unwrap();
+        let State { streams, creates } = &mut *state;
+        let stream = streams.entry((id, upstream)).or_default();
+        stream.buf.extend_from_slice(bytes);
+        while stream.buf.len() >= 4 {
+            let len = int(&stream.buf) as usize;
+            if stream.buf.len() < 4 + len {
+                break;
+            }
+            let packet: Vec<u8> = stream.buf.drain(..4 + len).skip(4).collect();
+            if !std::mem::replace(&mut stream.connected, true) || packet.len() < 8 {
+                continue;
+            }
+            let xid = int(&packet);
+            if upstream {
+                let body = String::from_utf8_lossy(&packet[8..]);
+                if CREATES.contains(&int(&packet[4..])) && body.contains(marker) {
+                    creates.insert((id, xid));
+                }
+            } else if packet.len() >= 16 && creates.remove(&(id, xid)) {
+                let (zxid, err) = (
+                    i64::from_be_bytes(packet[4..12].try_into().unwrap()),
+                    int(&packet[12..]),
+                );
+                // A create refused (its parent missing) made nothing.
+                if err == 0 {
+                    *seen.lock().unwrap() = Some(zxid);
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    (Box::new(cutter), cut)
 }

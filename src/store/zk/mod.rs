@@ -14,8 +14,9 @@
 //!   again when a container parent is removed and created anew.
 //! - The session is the lease: its timeout is `--ttl`, as the servers
 //!   negotiate it. elect judges loss itself from the send time of the last
-//!   request the servers answered (a read every TTL/3), so its command is
-//!   dead before the session could expire.
+//!   request the leader answered (a `sync` every TTL/3: a follower answers
+//!   reads on its own, even cut off from the leader, which alone expires
+//!   sessions), so its command is dead before the session could expire.
 //!
 //! Checkpoints, shard counts and a shard's last holder live in persistent
 //! nodes beside the lock's node (`<lock>.checkpoint`, `.shards`, `.last`),
@@ -238,11 +239,20 @@ impl ZooKeeper {
         let path = format!("{}.checkpoint", lock_path(lock));
         let data = checkpoint.to_json();
         ensure_parent(&client, &path).await?;
-        // The holder's node still there, and the write, in one multi-op.
-        for create in [false, true, false] {
+        // The holder's node, made by the token's transaction (its czxid),
+        // unchanged since we looked (its version), and the write, in one
+        // multi-op. A node is never made again under its name: it is
+        // sequential, and named by a uuid.
+        let mut create = false;
+        for _ in 0..5 {
+            let version = match client.check_stat(key).await {
+                Ok(Some(stat)) if stat.czxid as u64 == checkpoint.token => stat.version,
+                Ok(_) => return self.stale(lock, checkpoint.token).await,
+                Err(e) => return Err(failed(&e, "read", key)),
+            };
             let mut multi = client.new_multi_writer();
             let added = multi
-                .add_check_version(key, -1)
+                .add_check_version(key, version)
                 .and_then(|()| match create {
                     false => multi.add_set_data(&path, data.as_bytes(), None),
                     true => multi.add_create(
@@ -254,30 +264,28 @@ impl ZooKeeper {
             added.map_err(|e| failed(&e, "write", &path))?;
             match multi.commit().await {
                 Ok(_) => return Ok(Put::Stored),
-                Err(MultiWriteError::OperationFailed { index: 0, .. }) => {
-                    let now = self.read_status(lock).await?;
-                    return Ok(Put::Stale(match now.holder {
-                        Some(h) => format!(
-                            "lock {lock} is held by {h} now, not by token {}",
-                            checkpoint.token
-                        ),
-                        None => format!(
-                            "lock {lock} is free: token {} no longer holds it",
-                            checkpoint.token
-                        ),
-                    }));
-                }
+                // Deleted, or changed (a break request): look again.
+                Err(MultiWriteError::OperationFailed { index: 0, .. }) => {}
                 // Not there yet (create it), or created meanwhile (set it).
                 Err(MultiWriteError::OperationFailed {
                     source: ZkError::NoNode | ZkError::NodeExists,
                     ..
-                }) => continue,
+                }) => create = !create,
                 Err(e) => return Err(failed(&ZkError::from(e), "write", &path)),
             }
         }
         Err(StoreError::unavailable(format!(
-            "the checkpoint {path} kept changing"
+            "the checkpoint {path} or the holder's node {key} kept changing"
         )))
+    }
+
+    /// Why a put with `token` was refused: who holds `lock` now.
+    async fn stale(&self, lock: &str, token: u64) -> Result<Put, StoreError> {
+        let now = self.read_status(lock).await?;
+        Ok(Put::Stale(match now.holder {
+            Some(h) => format!("lock {lock} is held by {h} now, not by token {token}"),
+            None => format!("lock {lock} is free: token {token} no longer holds it"),
+        }))
     }
 
     async fn record_shards(

@@ -111,8 +111,19 @@ impl Session for ZkSession {
     }
 }
 
-/// A cheap read answered by the servers: the session lives, counted from
-/// its send time.
+/// A `sync`, which only the leader answers: the session lives, counted
+/// from its send time.
+///
+/// Only the leader expires sessions. A read proves nothing: a follower cut
+/// off from the leader goes on answering reads (and the client's pings)
+/// for up to syncLimit × tickTime, while the leader, which hears of the
+/// session only through the followers that still reach it, lets it expire.
+/// A `sync` is forwarded to the leader and answered only once the leader
+/// has answered it, so its answer says the leader was reachable after it
+/// was sent. (The follower passes the session's requests on to the leader
+/// only with its answer to the leader's next ping, every tickTime/2: a cut
+/// in between leaves the leader counting from the session's request or
+/// ping before the `sync`.)
 struct ZkRenewer {
     client: Client,
     ttl: Duration,
@@ -121,8 +132,8 @@ struct ZkRenewer {
 impl Renewer for ZkRenewer {
     fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
         Box::pin(async move {
-            match self.client.check_stat("/").await {
-                Ok(_) => Ok(Renewal::Alive(self.ttl)),
+            match self.client.sync("/").await {
+                Ok(()) => Ok(Renewal::Alive(self.ttl)),
                 Err(ZkError::SessionExpired) => {
                     Ok(Renewal::Gone("the ZooKeeper session expired".into()))
                 }
