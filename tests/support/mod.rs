@@ -10,8 +10,8 @@
 //!   [`curator`] (Apache Curator's lock, a Java program on ZooKeeper);
 //! - [`stores`]: every store as the shared suites see it;
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
-//! - the fault suite: [`proxy`], [`contender`], [`register`], [`history`],
-//!   [`nemesis`], [`ticker`].
+//! - the fault suite: [`proxy`], [`loss`], [`contender`], [`register`],
+//!   [`history`], [`nemesis`], [`ticker`].
 
 // Each test binary uses a part of this.
 #![allow(dead_code, unused_imports)]
@@ -24,6 +24,7 @@ pub mod etcd;
 pub mod etcd_http;
 pub mod history;
 pub mod inspect;
+pub mod loss;
 pub mod nemesis;
 pub mod postgres;
 pub mod process;

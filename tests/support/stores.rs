@@ -7,7 +7,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{Etcd, Postgres, SECOND, TempDir, ZooKeeper};
+use super::postgres::PASSWORD;
+use super::{Etcd, PgBouncer, Postgres, SECOND, TempDir, ZooKeeper};
 
 /// What a scenario knows of a holder whose lease it ends from outside: its
 /// command's ELECT_LEASE_ID and ELECT_KEY.
@@ -54,6 +55,39 @@ pub trait StoreUnderTest: Sized {
     fn shard_contenders(&self, shard_lock: &str) -> usize {
         self.contenders(shard_lock)
     }
+
+    // What the store can suffer, and how (tests/every_fault.rs). A
+    // replicated store (REPLICAS > 1) will add its members' faults here:
+    // the leader killed, a member killed, quorum lost, a holder cut off
+    // together with one member.
+
+    /// A holder reaches the store over TCP, a link a fault proxy can cut,
+    /// slow down or make lossy.
+    const HAS_LINK: bool;
+    /// The store is a server process that can be paused and restarted.
+    const HAS_SERVER: bool;
+    /// The store judges a lease's expiry by its own wall clock, which can step.
+    const JUDGES_BY_ITS_CLOCK: bool;
+    /// How many servers keep the store's data; 1: no replicas.
+    const REPLICAS: usize;
+    /// Where a holder's connection goes, `127.0.0.1:PORT`: what a fault
+    /// proxy forwards to.
+    fn link(&self) -> String;
+    /// The `--store` URL through a proxy on `127.0.0.1:port` that forwards
+    /// to [`Self::link`], with whatever credentials it needs in it.
+    fn url_through(&self, port: u16) -> String;
+    /// SIGSTOP the store's server, every process of it: alive to TCP,
+    /// answering nothing.
+    fn pause_server(&self);
+    /// SIGCONT after [`Self::pause_server`].
+    fn resume_server(&self);
+    /// Stop the server and start it again, on its data and ports: `fast`
+    /// (a clean shutdown that ends every session) or `immediate` (a crash,
+    /// and recovery). Returns when it serves again.
+    fn restart_server(&mut self, how: &str);
+    /// How long a `break --force` may leave the old command running beside
+    /// the next holder's, as the README promises it.
+    fn forced_break_overlap(ttl: Duration) -> Duration;
 }
 
 impl StoreUnderTest for Etcd {
@@ -119,6 +153,43 @@ impl StoreUnderTest for Etcd {
         self.kill(0);
         self.restart(0);
         self.wait_healthy();
+    }
+
+    const HAS_LINK: bool = true;
+    const HAS_SERVER: bool = true;
+    /// Leases are timed by the leader's monotonic clock.
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    fn url_through(&self, port: u16) -> String {
+        format!("etcd://127.0.0.1:{port}")
+    }
+
+    fn pause_server(&self) {
+        self.pause(0);
+    }
+
+    fn resume_server(&self) {
+        self.resume(0);
+    }
+
+    /// `fast`: SIGTERM, which etcd takes as a clean shutdown; `immediate`: SIGKILL.
+    fn restart_server(&mut self, how: &str) {
+        if how == "fast" {
+            terminate(self.pid());
+        }
+        self.kill(0);
+        self.restart(0);
+        self.wait_healthy();
+    }
+
+    /// Its elect sees the lease end at once, by a watch.
+    fn forced_break_overlap(_ttl: Duration) -> Duration {
+        Duration::from_millis(100)
     }
 }
 
@@ -202,6 +273,37 @@ impl StoreUnderTest for FileStore {
     }
 
     fn restart(&mut self) {}
+
+    const HAS_LINK: bool = false;
+    const HAS_SERVER: bool = false;
+    /// flock(2): held while a descriptor is open, no clock at all.
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        unreachable!("the file store has no link")
+    }
+
+    fn url_through(&self, _port: u16) -> String {
+        unreachable!("the file store has no link")
+    }
+
+    fn pause_server(&self) {
+        unreachable!("the file store has no server")
+    }
+
+    fn resume_server(&self) {
+        unreachable!("the file store has no server")
+    }
+
+    fn restart_server(&mut self, _how: &str) {
+        unreachable!("the file store has no server")
+    }
+
+    /// The old holder's elect looks at its lock file every second.
+    fn forced_break_overlap(_ttl: Duration) -> Duration {
+        Duration::from_millis(1100)
+    }
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
@@ -272,6 +374,40 @@ impl StoreUnderTest for Postgres {
     fn restart(&mut self) {
         Postgres::restart(self, "immediate");
     }
+
+    const HAS_LINK: bool = true;
+    const HAS_SERVER: bool = true;
+    /// Rows expire by `clock_timestamp()`, the server's wall clock.
+    const JUDGES_BY_ITS_CLOCK: bool = true;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    fn url_through(&self, port: u16) -> String {
+        format!("postgres://elect:{PASSWORD}@127.0.0.1:{port}/elect")
+    }
+
+    /// The postmaster first, so that it forks no backend meanwhile, then
+    /// every process it started.
+    fn pause_server(&self) {
+        signal_tree(self.pid(), libc::SIGSTOP);
+    }
+
+    fn resume_server(&self) {
+        signal_tree(self.pid(), libc::SIGCONT);
+    }
+
+    /// `pg_ctl stop -m fast` or `-m immediate`, and start.
+    fn restart_server(&mut self, how: &str) {
+        Postgres::restart(self, how);
+    }
+
+    /// Its elect sees the row end at once, by a NOTIFY.
+    fn forced_break_overlap(_ttl: Duration) -> Duration {
+        Duration::from_millis(100)
+    }
 }
 
 /// ZooKeeper: one server.
@@ -334,6 +470,43 @@ impl StoreUnderTest for ZooKeeper {
         ZooKeeper::restart(self, 0);
         self.wait_ready();
     }
+
+    const HAS_LINK: bool = true;
+    const HAS_SERVER: bool = true;
+    /// Sessions are timed by the server's monotonic clock.
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        self.endpoint(0)
+    }
+
+    fn url_through(&self, port: u16) -> String {
+        format!("zk://127.0.0.1:{port}")
+    }
+
+    fn pause_server(&self) {
+        signal(self.pid(0), libc::SIGSTOP);
+    }
+
+    fn resume_server(&self) {
+        signal(self.pid(0), libc::SIGCONT);
+    }
+
+    /// `fast`: SIGTERM, the JVM's orderly exit; `immediate`: SIGKILL.
+    fn restart_server(&mut self, how: &str) {
+        if how == "fast" {
+            terminate(self.pid(0));
+        }
+        self.kill(0);
+        ZooKeeper::restart(self, 0);
+        self.wait_ready();
+    }
+
+    /// Its elect sees the node go at once, by a watch.
+    fn forced_break_overlap(_ttl: Duration) -> Duration {
+        Duration::from_millis(100)
+    }
 }
 
 /// Poll until the store has `n` contenders for `lock`.
@@ -363,5 +536,131 @@ pub fn assert_rising<S: StoreUnderTest>(tokens: &[u64], what: &str) {
             tokens.windows(2).all(|w| w[1] == w[0] + 1),
             "{what}: a counter hands out every token in turn: {tokens:?}"
         );
+    }
+}
+
+/// PostgreSQL behind a PgBouncer that pools by transaction: no LISTEN, no
+/// session state between statements; the server's faults are PostgreSQL's.
+pub struct Pooled {
+    // Dropped first: the bouncer before its server.
+    pub bouncer: PgBouncer,
+    pub pg: Postgres,
+}
+
+impl StoreUnderTest for Pooled {
+    const NAME: &'static str = "pgbouncer";
+    const OUTSIDE_ENDS: &'static [&'static str] = <Postgres as StoreUnderTest>::OUTSIDE_ENDS;
+    const CONSECUTIVE_TOKENS: bool = true;
+
+    fn start(scenario: &str) -> Pooled {
+        let pg = <Postgres as StoreUnderTest>::start(scenario);
+        Pooled {
+            bouncer: PgBouncer::start(&pg, "transaction"),
+            pg,
+        }
+    }
+
+    /// Through the bouncer, the password in the URL.
+    fn url(&self) -> String {
+        self.url_through(self.bouncer.port())
+    }
+
+    fn contenders(&self, lock: &str) -> usize {
+        self.pg.contenders(lock)
+    }
+
+    fn unrelated_write(&self) {
+        self.pg.unrelated_write();
+    }
+
+    fn assert_empty(&self) {
+        self.pg.assert_empty();
+    }
+
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool {
+        self.pg.key_fits(lock, lease, key)
+    }
+
+    fn lease_id_fits(lease: &str, elect: i32) -> bool {
+        Postgres::lease_id_fits(lease, elect)
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str) {
+        self.pg.end_lease_from_outside(lock, holder, how);
+    }
+
+    /// At the next renewal, which comes every TTL/3: no NOTIFY through a pooler.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 2
+    }
+
+    /// The server behind the bouncer crashes and recovers; the bouncer stays.
+    fn restart(&mut self) {
+        StoreUnderTest::restart(&mut self.pg);
+    }
+
+    const HAS_LINK: bool = true;
+    const HAS_SERVER: bool = true;
+    const JUDGES_BY_ITS_CLOCK: bool = true;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        format!("127.0.0.1:{}", self.bouncer.port())
+    }
+
+    fn url_through(&self, port: u16) -> String {
+        self.pg.url_through(port)
+    }
+
+    /// PostgreSQL behind the bouncer, which goes on taking connections.
+    fn pause_server(&self) {
+        self.pg.pause_server();
+    }
+
+    fn resume_server(&self) {
+        self.pg.resume_server();
+    }
+
+    fn restart_server(&mut self, how: &str) {
+        self.pg.restart_server(how);
+    }
+
+    /// Its elect learns at its next renewal, within TTL/3.
+    fn forced_break_overlap(ttl: Duration) -> Duration {
+        ttl / 3 + Duration::from_millis(100)
+    }
+}
+
+/// Send `sig` to the process `pid`.
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: plain kill(2).
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        r,
+        0,
+        "signal {sig} to {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// SIGTERM to `pid`, and wait until it is gone (or a zombie) for at most
+/// 30 s; SIGKILL then.
+fn terminate(pid: i32) {
+    signal(pid, libc::SIGTERM);
+    let give_up = Instant::now() + 30 * SECOND;
+    while super::alive(pid) && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `sig` to `root`, then to each of its children.
+fn signal_tree(root: i32, sig: i32) {
+    signal(root, sig);
+    let children =
+        std::fs::read_to_string(format!("/proc/{root}/task/{root}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        // One that ended meanwhile is no matter.
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(child, sig) };
     }
 }
