@@ -14,6 +14,7 @@ mod api;
 pub mod etcd;
 pub mod file;
 mod holder;
+mod observed;
 pub mod postgres;
 mod secret;
 pub mod zk;
