@@ -54,7 +54,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "69",
     ),
     ("usage error", "64"),
-    ("configuration error (unreadable file, bad store URL)", "78"),
+    (
+        "configuration error (unreadable file, bad store URL, a store server that takes no writes)",
+        "78",
+    ),
     ("command not found / not executable", "127 / 126"),
     ("elect's own failure", "70"),
     (
@@ -109,7 +112,7 @@ pub const COMMON: &[(&str, &str)] = &[
         "69",
     ),
     (
-        "configuration error (unreadable file, bad store URL, a `file:` store directory that does not exist)",
+        "configuration error (unreadable file, bad store URL, a `file:` store directory that does not exist, a store server that takes no writes)",
         "78",
     ),
     ("elect's own failure", "70"),

@@ -563,6 +563,207 @@ fn wall_clock_skew_between_hosts_and_database_changes_nothing() {
     }
 }
 
+/// The database's wall clock stepping while a lock is held hands no live
+/// lock over: forward or back by an hour or a day, with a waiter queued
+/// before the step or a contender started after it, the holder keeps
+/// renewing and keeps the lock; once it lets go, the next one starts after
+/// its last tick, nothing of its group is left, and the token rises.
+#[test]
+fn a_step_of_the_database_clock_hands_no_live_lock_over() {
+    let mut failed = Vec::new();
+    for offset in ["+1h", "-1h", "+1d", "-1d"] {
+        for queued_before in [true, false] {
+            let case = format!(
+                "database clock {offset}, {}",
+                match queued_before {
+                    true => "a waiter queued before the step",
+                    false => "a contender started after the step",
+                }
+            );
+            if let Err(e) = clock_step_case(offset, queued_before, &case) {
+                failed.push(format!("{case}: {e}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// One case of [`a_step_of_the_database_clock_hands_no_live_lock_over`]:
+/// Err with what went wrong; the figures on stderr either way.
+fn clock_step_case(offset: &str, queued_before: bool, case: &str) -> Result<(), String> {
+    let pg = Postgres::start_skewed("+0");
+    assert!(pg.clock_skew().abs() < 60.0, "{case}: not stepped yet");
+    let dir = TempDir::new("pg-step");
+    let ticks = Ticks::new(&dir.0);
+    let ttl = ["--ttl", "3s", "-v"];
+    // Over the socket: no password to hash. In a debug build, hashing one
+    // (SCRAM) holds elect's only thread for 0.1 s, and longer on a busy
+    // machine, just as the holder's first renewal is due.
+    let url = pg.socket_url();
+    let mut a = ticking(&url, "step", "A", &ttl, &ticks);
+    let t1 = token_of(&mut a);
+    let a_group = group_of(&mut a);
+    ticks.first("A", 10 * SECOND);
+    // B queued, or (taking a live lock) got it.
+    let queued = |pg: &Postgres| {
+        let give_up = Instant::now() + 10 * SECOND;
+        while pg.psql("SELECT count(*) FROM elect.waiter WHERE name = 'step'") != "1"
+            && ticks.last("B").is_none()
+        {
+            assert!(Instant::now() < give_up, "{case}: B never queued");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Step just after one of A's renewals: the longest until its next.
+    let renewed = |pg: &Postgres| {
+        let at = || pg.psql("SELECT renewed_at FROM elect.lease WHERE name = 'step'");
+        let (before, give_up) = (at(), Instant::now() + 10 * SECOND);
+        while at() == before {
+            assert!(Instant::now() < give_up, "{case}: A never renewed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut b = if queued_before {
+        let b = ticking(&url, "step", "B", &ttl, &ticks);
+        queued(&pg);
+        renewed(&pg);
+        pg.step_clock(offset);
+        b
+    } else {
+        renewed(&pg);
+        pg.step_clock(offset);
+        let b = ticking(&url, "step", "B", &ttl, &ticks);
+        queued(&pg);
+        b
+    };
+    let stepped = support::ticker::monotonic_ns();
+    // Two of A's TTLs: a lease judged by the stepped clock has been taken
+    // by now.
+    std::thread::sleep(Duration::from_secs(6));
+    let a_held_on = a.try_wait_code().is_none() && ticks.last("B").is_none();
+    if a_held_on {
+        // SAFETY: killpg(2) of a group our own child leads.
+        assert_eq!(unsafe { libc::killpg(a_group, libc::SIGTERM) }, 0);
+    }
+    let t2 = token_of(&mut b);
+    let overlap = ticks.overlap_ms("A", a_group, "B");
+    let b_after = ms(ticks.first("B", SECOND) - stepped);
+    eprintln!(
+        "{case}: A held on: {a_held_on}; B started {b_after:.0} ms after the step; \
+         overlap {overlap:.1} ms; tokens {t1} then {t2}"
+    );
+    let left = group_members(a_group);
+    let _ = a.wait(10 * SECOND);
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+    let said = a.drain_stderr();
+    match () {
+        () if overlap >= 0.0 => Err(format!("A ran {overlap:.1} ms beside B")),
+        () if !left.is_empty() => Err(format!("A's group lives on: {left:?}")),
+        () if t2 <= t1 => Err(format!("token {t2} after {t1}")),
+        () if !a_held_on => Err(format!("A lost the lock it kept renewing: {said}")),
+        () => Ok(()),
+    }
+}
+
+/// What the rule that keeps a stepped clock harmless costs: a contender
+/// that starts after its holder died (elect, guard and command SIGKILLed
+/// together, so nobody let go) takes the lock only after it saw the row
+/// unchanged for a whole TTL on its own clock, however long ago the row
+/// expired by the database's.
+#[test]
+fn a_contender_started_after_its_holder_died_waits_one_ttl() {
+    let pg = Postgres::start();
+    // Over the socket, as in clock_step_case.
+    let url = pg.socket_url();
+    let ttl = Duration::from_secs(2);
+    let hold =
+        r#"echo "token $ELECT_TOKEN"; echo "pgid $(cut -d' ' -f5 /proc/$$/stat)"; read _line"#;
+    let mut waits = Vec::new();
+    for delay in [Duration::ZERO, ttl + Duration::from_millis(500)] {
+        let mut whole = Running::spawn(pg_run(&url, "died", &["--ttl", "2s"], hold));
+        let t1 = token_of(&mut whole);
+        let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        let guard = find_child(whole.pid(), "elect-guard");
+        // A renewal or two, so the row is a holder's like any other.
+        std::thread::sleep(Duration::from_millis(1500));
+        let killed_at = now_ns();
+        // SAFETY: plain kill(2) and killpg(2) of our own descendants.
+        unsafe {
+            libc::kill(guard, libc::SIGKILL);
+            libc::kill(whole.pid(), libc::SIGKILL);
+            libc::killpg(group, libc::SIGKILL);
+        }
+        whole.wait(10 * SECOND);
+        std::thread::sleep(delay);
+        let spawned_at = now_ns();
+        let mut next = Running::spawn(pg_run(
+            &url,
+            "died",
+            &["--ttl", "2s"],
+            r#"echo "start $(date +%s%N)"; echo "token $ELECT_TOKEN""#,
+        ));
+        let started: i128 = next.expect_line("start", 10 * SECOND).parse().unwrap();
+        let t2 = token_of(&mut next);
+        assert_eq!(next.wait_code(10 * SECOND), 0);
+        let failover = ms(started - killed_at);
+        let waited = ms(started - spawned_at);
+        eprintln!(
+            "SIGKILL of the whole holder, TTL 2 s, a contender started {} ms after: \
+             it started its command {failover:.0} ms after the kill, {waited:.0} ms after its own start",
+            delay.as_millis()
+        );
+        assert_eq!(t2, t1 + 1);
+        waits.push(waited);
+    }
+    // A waiter queued before the kill heard of every renewal: it takes the
+    // lock within a TTL of the last one, as the database's clock alone
+    // would let it.
+    let mut whole = Running::spawn(pg_run(&url, "died", &["--ttl", "2s"], hold));
+    let t1 = token_of(&mut whole);
+    let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    let guard = find_child(whole.pid(), "elect-guard");
+    let mut waiter = Running::spawn(pg_run(
+        &url,
+        "died",
+        &["--ttl", "2s"],
+        r#"echo "start $(date +%s%N)"; echo "token $ELECT_TOKEN""#,
+    ));
+    wait_contenders(&pg, "died", 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed_at = now_ns();
+    // SAFETY: plain kill(2) and killpg(2) of our own descendants.
+    unsafe {
+        libc::kill(guard, libc::SIGKILL);
+        libc::kill(whole.pid(), libc::SIGKILL);
+        libc::killpg(group, libc::SIGKILL);
+    }
+    whole.wait(10 * SECOND);
+    let started: i128 = waiter.expect_line("start", 10 * SECOND).parse().unwrap();
+    assert_eq!(token_of(&mut waiter), t1 + 1);
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    let failover = ms(started - killed_at);
+    eprintln!(
+        "SIGKILL of the whole holder, TTL 2 s, a waiter queued before: \
+         it started its command {failover:.0} ms after the kill"
+    );
+    let ttl_ms = ttl.as_secs_f64() * 1000.0;
+    assert!(
+        failover < ttl_ms + 500.0,
+        "a waiter that heard every renewal waited {failover:.0} ms"
+    );
+    for waited in waits {
+        assert!(
+            waited >= ttl_ms,
+            "a contender took a row it had not seen unchanged for a TTL: {waited:.0} ms"
+        );
+        assert!(
+            waited < ttl_ms + 1500.0,
+            "a contender waited {waited:.0} ms for a dead holder's row"
+        );
+    }
+}
+
 /// What an idle holder costs the database: one renewal every TTL/3, and
 /// nothing else (a waiter that can LISTEN adds nothing while idle).
 #[test]
@@ -928,4 +1129,186 @@ echo "done $last""#,
         &[CUSTOMERS, CUSTOMERS, 1, CUSTOMERS],
         "each customer once"
     );
+}
+
+/// A read-only server (a hot standby, the schema replicated from the
+/// primary) is named as such in one line, exit 78, at once: by `elect run`
+/// with `-n`, with `--wait` and with neither (else it would look like a
+/// lock held for ever), and by every command where it writes (`checkpoint
+/// put`, `break`, `break --force`); reads (`status`, `check`) answer as on
+/// the primary.
+#[test]
+fn a_read_only_standby_is_named_at_once() {
+    let primary = Postgres::start();
+    let hold = r#"echo "token $ELECT_TOKEN"; echo "key $ELECT_KEY"; read _line"#;
+    let mut holder = Running::spawn(pg_run(&primary.url(), "held", &["--ttl", "3s"], hold));
+    let token = token_of(&mut holder);
+    let key = holder.expect_line("key", 10 * SECOND);
+    let standby = primary.start_standby();
+    standby.catch_up(&primary);
+    assert_eq!(
+        standby.psql("SELECT count(*) FROM elect.lease WHERE name = 'held'"),
+        "1",
+        "the standby has the primary's rows"
+    );
+    let url = standby.url();
+    // Exit code (None: still running after 10 s, then killed), time, stderr.
+    let timed = |what: &str, mut command: Command| {
+        command.env("PGPASSWORD", PASSWORD);
+        let started = Instant::now();
+        let mut running = Running::spawn(command);
+        let code = loop {
+            match running.try_wait_code() {
+                Some(code) => break Some(code),
+                None if started.elapsed() > 10 * SECOND => break None,
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let took = started.elapsed();
+        std::thread::sleep(Duration::from_millis(20));
+        let said = running.drain_stderr();
+        eprintln!("{what}: exit {code:?} after {took:?}: {said}");
+        (code, took, said)
+    };
+    let runs: Vec<_> = [
+        ("run -n", &["-n"][..]),
+        ("run --wait 5s", &["--wait", "5s"][..]),
+        ("run", &[][..]),
+    ]
+    .into_iter()
+    .map(|(what, extra)| {
+        (
+            what,
+            timed(what, elect_run(&url, "free", extra, "echo ran")),
+        )
+    })
+    .collect();
+    for (what, (code, took, said)) in runs {
+        assert_eq!(code, Some(78), "{what}: {said}");
+        assert!(
+            said.contains("read-only server, a hot standby"),
+            "{what}: {said}"
+        );
+        assert_eq!(said.lines().count(), 1, "{what}: {said}");
+        // At once: a connection or two (0.3 s when the machine is idle).
+        assert!(took < Duration::from_millis(2500), "{what}: {took:?}");
+    }
+    let inspect = |args: &[&str]| {
+        let mut c = elect();
+        c.args(args).args(["--store", &url, "--lock", "held"]);
+        c
+    };
+    let (code, _, said) = timed("status", inspect(&["status"]));
+    assert_eq!(code, Some(0), "status reads the replicated holder: {said}");
+    let (code, _, said) = timed(
+        "check",
+        inspect(&["check", "--holder-key", &key, "--token", &token.to_string()]),
+    );
+    assert_eq!(code, Some(0), "check reads: {said}");
+    let mut put = elect();
+    put.args(["checkpoint", "put", "7"])
+        .env("ELECT_STORE", &url)
+        .env("ELECT_LOCK", "held")
+        .env("ELECT_KEY", &key)
+        .env("ELECT_TOKEN", token.to_string());
+    for (what, command) in [
+        ("checkpoint put", put),
+        ("break", inspect(&["break"])),
+        ("break --force", inspect(&["break", "--force"])),
+    ] {
+        let (code, took, said) = timed(what, command);
+        assert_eq!(code, Some(78), "{what}: {said}");
+        // break says first whom it asks to let go.
+        let error = said.lines().last().unwrap_or_default();
+        assert!(
+            error.contains("read-only server, a hot standby"),
+            "{what}: {said}"
+        );
+        assert_eq!(
+            said.lines().filter(|l| l.contains("read-only")).count(),
+            1,
+            "{what}: {said}"
+        );
+        // At once: a connection or two (0.3 s when the machine is idle).
+        assert!(took < Duration::from_millis(2500), "{what}: {took:?}");
+    }
+    assert_eq!(
+        holder.try_wait_code(),
+        None,
+        "the holder on the primary holds on"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// A lease table of an earlier elect (without `renewals`) is brought up to
+/// date by its owner's first `elect run`, its rows and fences kept; a role
+/// that does not own it is told, exit 78, the one statement to run, and
+/// runs once that is done.
+#[test]
+fn an_earlier_lease_table_gets_its_renewals_column() {
+    let earlier = "CREATE TABLE elect.lease (name text PRIMARY KEY, tenure text, \
+         fence bigint NOT NULL, expires_at timestamptz NOT NULL, renewed_at timestamptz, \
+         acquired_at timestamptz, holder jsonb, checkpoint text, checkpoint_fence bigint, \
+         checkpoint_at timestamptz, shards integer); \
+         CREATE TABLE elect.waiter (name text NOT NULL, tenure text NOT NULL, \
+         since timestamptz NOT NULL, expires_at timestamptz NOT NULL, holder jsonb, \
+         PRIMARY KEY (name, tenure)); \
+         INSERT INTO elect.lease (name, fence, expires_at) VALUES ('old', 5, '-infinity');";
+    let columns = |pg: &Postgres| {
+        pg.psql(
+            "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute \
+             WHERE attrelid = 'elect.lease'::regclass AND attnum > 0 AND NOT attisdropped",
+        )
+    };
+    let token = |pg: &Postgres| {
+        let out = pg_run(&pg.url(), "old", &[], "echo $ELECT_TOKEN")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    };
+
+    // The owner's elect adds the column.
+    let pg = Postgres::start();
+    psql_url(
+        &pg.url_as("elect", PASSWORD),
+        &format!("CREATE SCHEMA elect; {earlier}"),
+    )
+    .unwrap();
+    assert!(!columns(&pg).contains("renewals"));
+    let (code, stdout, stderr) = token(&pg);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "6", "the row's fence goes on");
+    assert!(
+        columns(&pg).ends_with(",shards,renewals"),
+        "{}",
+        columns(&pg)
+    );
+    let (code, stdout, _) = token(&pg);
+    assert_eq!((code, stdout.as_str()), (Some(0), "7"));
+
+    // Another role's tables: the statement, and nothing else changed.
+    let pg = Postgres::start();
+    pg.psql(&format!(
+        "CREATE SCHEMA elect; {earlier} \
+         GRANT USAGE ON SCHEMA elect TO elect; \
+         GRANT SELECT, INSERT, UPDATE ON elect.lease TO elect; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON elect.waiter TO elect;"
+    ));
+    let (code, stdout, stderr) = token(&pg);
+    eprintln!("not the owner: exit {code:?}: {stderr}");
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stdout.is_empty(), "the command ran");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let alter =
+        "ALTER TABLE \"elect\".lease ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;";
+    assert!(stderr.contains(alter), "{stderr}");
+    assert!(!columns(&pg).contains("renewals"));
+    pg.psql(alter);
+    let (code, stdout, stderr) = token(&pg);
+    assert_eq!((code, stdout.as_str()), (Some(0), "6"), "{stderr}");
 }

@@ -15,6 +15,7 @@ pub mod breaking;
 pub mod etcd;
 pub mod file;
 mod holder;
+mod observed;
 pub mod postgres;
 mod secret;
 pub mod zk;

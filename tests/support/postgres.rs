@@ -282,6 +282,7 @@ fn template() -> &'static Path {
             port: 5432,
             dir: dir.clone(),
             env: Vec::new(),
+            clock: None,
         };
         pg.configure();
         append(&data.join("postgresql.conf"), "listen_addresses = ''\n");
@@ -324,6 +325,32 @@ pub struct Postgres {
     dir: PathBuf,
     /// The server's environment beyond the usual.
     env: Vec<(String, String)>,
+    /// The file faketime reads the server's clock offset from, if skewed.
+    clock: Option<PathBuf>,
+}
+
+static CLOCKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Write faketime's `offset` to `path` in one rename, readable by the
+/// server: a backend never reads half a line.
+fn write_clock(path: &Path, offset: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, format!("{offset}\n")).unwrap();
+    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+/// Seconds of an offset in faketime's form: `+1h`, `-1d`, `+30m`, `+0`.
+fn faketime_secs(offset: &str) -> f64 {
+    let (number, unit) = offset.split_at(offset.len() - 1);
+    let (number, scale) = match unit {
+        "s" => (number, 1.0),
+        "m" => (number, 60.0),
+        "h" => (number, 3600.0),
+        "d" => (number, 86400.0),
+        _ => (offset, 1.0),
+    };
+    number.parse::<f64>().unwrap() * scale
 }
 
 impl Postgres {
@@ -334,8 +361,10 @@ impl Postgres {
     }
 
     /// A server whose wall clock is `offset` (faketime's form: `+1d`,
-    /// `-2h`) away from the machine's: libfaketime preloaded into it. Its
-    /// monotonic clock is left alone.
+    /// `-2h`) away from the machine's: libfaketime preloaded into it, the
+    /// offset read from a file on every look at the clock, so that
+    /// [`Self::step_clock`] moves it while the server runs (in every
+    /// backend, forked before or after). Its monotonic clock is left alone.
     pub fn start_skewed(offset: &str) -> Postgres {
         let library = [
             "/usr/lib/x86_64-linux-gnu",
@@ -348,11 +377,58 @@ impl Postgres {
         .expect(
             "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
         );
-        Postgres::start_with(vec![
+        let clock = std::env::temp_dir().join(format!(
+            "elect-test-pg-clock-{}-{}",
+            std::process::id(),
+            CLOCKS.fetch_add(1, Ordering::Relaxed)
+        ));
+        write_clock(&clock, offset);
+        let mut pg = Postgres::start_with(vec![
             ("LD_PRELOAD".into(), library.display().to_string()),
-            ("FAKETIME".into(), offset.into()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                clock.display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
             ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-        ])
+        ]);
+        pg.clock = Some(clock);
+        pg
+    }
+
+    /// Step the wall clock of a [`Self::start_skewed`] server to `offset`
+    /// from the machine's (faketime's form: `+1h`, `-1d`, `+0`); returns
+    /// once the server's `clock_timestamp()` shows it.
+    pub fn step_clock(&self, offset: &str) {
+        let clock = self.clock.as_ref().expect("a server of start_skewed");
+        write_clock(clock, offset);
+        let wanted = faketime_secs(offset);
+        let give_up = Instant::now() + 10 * super::SECOND;
+        loop {
+            let skew = self.clock_skew();
+            if (skew - wanted).abs() < 60.0 {
+                return;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the server's clock is {skew:.0} s off, not {offset}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How far the server's `clock_timestamp()` is from the machine's wall
+    /// clock, in seconds.
+    pub fn clock_skew(&self) -> f64 {
+        let db: f64 = self
+            .psql("SELECT extract(epoch FROM clock_timestamp())")
+            .parse()
+            .unwrap();
+        let here = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        db - here
     }
 
     fn start_with(env: Vec<(String, String)>) -> Postgres {
@@ -366,7 +442,12 @@ impl Postgres {
             cp
         });
         assert!(out.status.success(), "cp -a: {}", stderr(&out));
-        let mut pg = Postgres { port: 0, dir, env };
+        let mut pg = Postgres {
+            port: 0,
+            dir,
+            env,
+            clock: None,
+        };
         for attempt in 1..=ATTEMPTS {
             pg.port = free_port();
             pg.configure();
@@ -585,6 +666,72 @@ ssl_ca_file = 'ca.crt'
         self.restart("fast");
     }
 
+    /// A hot standby of this server: its data copied by `pg_basebackup -R`
+    /// (which writes `standby.signal` and `primary_conninfo`), on a port of
+    /// its own, replaying the primary's WAL over streaming replication and
+    /// answering reads only. Returns when it takes connections.
+    pub fn start_standby(&self) -> Postgres {
+        let hba = self.data().join("pg_hba.conf");
+        let rest = std::fs::read_to_string(&hba).unwrap();
+        if !rest.contains("local replication") {
+            write_for_server(&hba, &format!("{rest}local replication all trust\n"));
+            self.psql("SELECT pg_reload_conf()");
+        }
+        let dir = server_dir("pg-standby");
+        let mut backup = as_server(&pg_bin("pg_basebackup"), &dir);
+        backup
+            .arg("-D")
+            .arg(dir.join("data"))
+            .arg("-h")
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", "-R"])
+            .args(["-X", "stream", "--no-sync", "-c", "fast"]);
+        let out = run(backup);
+        assert!(out.status.success(), "pg_basebackup: {}", stderr(&out));
+        let mut standby = Postgres {
+            port: 0,
+            dir,
+            env: Vec::new(),
+            clock: None,
+        };
+        append(
+            &standby.data().join("postgresql.conf"),
+            "hot_standby = on\n",
+        );
+        for attempt in 1..=ATTEMPTS {
+            standby.port = free_port();
+            standby.configure();
+            match standby.pg_ctl_start() {
+                Ok(()) => break,
+                Err(e) if attempt == ATTEMPTS => panic!("the standby did not start: {e}"),
+                Err(_) => continue,
+            }
+        }
+        assert_eq!(standby.psql("SELECT pg_is_in_recovery()"), "t");
+        standby
+    }
+
+    /// Wait until this standby has replayed everything `primary` has
+    /// written so far.
+    pub fn catch_up(&self, primary: &Postgres) {
+        let wanted = primary.psql("SELECT pg_current_wal_lsn()");
+        let give_up = Instant::now() + READY_WITHIN;
+        loop {
+            let caught = self.psql(&format!(
+                "SELECT pg_last_wal_replay_lsn() >= '{wanted}'::pg_lsn"
+            ));
+            if caught == "t" {
+                return;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the standby never replayed up to {wanted}:\n{}",
+                tail(&self.log())
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// [`Self::stop`] with `mode`, then [`Self::start_again`].
     pub fn restart(&self, mode: &str) {
         self.stop(mode);
@@ -596,6 +743,9 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         // Fails if the server is down already: nothing to do then.
         let _ = self.pg_ctl(&["stop", "-m", "immediate"]).output();
+        if let Some(clock) = &self.clock {
+            let _ = std::fs::remove_file(clock);
+        }
         if thread::panicking() {
             eprintln!("PostgreSQL's directory kept: {}", self.dir.display());
         } else {

@@ -29,8 +29,15 @@
 //!
 //! Setup: `elect run` creates the schema and tables if they are missing and
 //! the role may; otherwise one error names the missing right and gives the
-//! SQL an administrator runs once. Tables of another layout are refused,
-//! never altered.
+//! SQL an administrator runs once. An earlier elect's lease table gets the
+//! one column it lacks (`renewals`, which names each renewal for the
+//! waiters, [`session`]), added by its owner's first `elect run`, or by the
+//! administrator, who is told the statement. Tables of another layout are
+//! refused, never altered.
+//!
+//! A read-only server (a hot standby) is named as such, once, exit 78: it
+//! answers every read, so it would pass for a store whose locks are all
+//! busy.
 
 mod conn;
 mod session;
@@ -149,6 +156,9 @@ impl Postgres {
     async fn failed(&self, e: &tokio_postgres::Error) -> StoreError {
         let text = describe(e);
         let shown = self.target().to_string();
+        if read_only(e) {
+            return StoreError::config(self.read_only_why(&text).await);
+        }
         if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
             return StoreError::config(format!(
                 "{shown}: {text}; the least role {} needs: {}",
@@ -158,9 +168,9 @@ impl Postgres {
         }
         if e.code().is_some()
             && !is_transient(e)
-            && let Some(problem) = self.layout_problem().await
+            && let Some(layout) = self.layout_problem().await
         {
-            return StoreError::config(format!("{shown}: {problem}"));
+            return StoreError::config(format!("{shown}: {}", self.explain(layout)));
         }
         match is_transient(e) {
             true => StoreError::unavailable(format!("{shown}: {text}")),
@@ -168,8 +178,32 @@ impl Postgres {
         }
     }
 
+    /// Why the server took no write, in one line: a hot standby, or
+    /// writes off for the session, by name.
+    async fn read_only_why(&self, text: &str) -> String {
+        let shown = self.target();
+        let asked = async {
+            let client = self.link.client().await.ok()?;
+            let statement =
+                "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')";
+            let answer = tokio::time::timeout(self.within, client.query_typed(statement, &[]));
+            answer.await.ok()?.ok()
+        };
+        match asked.await.as_deref().and_then(<[_]>::first) {
+            Some(row) if row.get::<_, bool>(0) => format!(
+                "{shown} is a read-only server, a hot standby: elect takes locks on the primary only"
+            ),
+            Some(row) if row.get::<_, String>(1) == "on" => format!(
+                "{shown} is a read-only server for role {}: default_transaction_read_only is on, \
+                 and elect writes its lease rows",
+                shown.user
+            ),
+            _ => format!("{shown} is a read-only server: {text}"),
+        }
+    }
+
     /// How the tables in our schema differ from elect's, if they do.
-    async fn layout_problem(&self) -> Option<String> {
+    async fn layout_problem(&self) -> Option<Layout> {
         let client = self.link.client().await.ok()?;
         let schema = &self.target().schema;
         let rows = client
@@ -180,30 +214,74 @@ impl Postgres {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
+        let columns = |table: &str| -> Vec<(&str, &str)> {
+            found
+                .iter()
+                .filter(|(t, _, _)| t == table)
+                .map(|(_, c, ty)| (c.as_str(), ty.as_str()))
+                .collect()
+        };
         for table in ["lease", "waiter"] {
-            let ours: Vec<_> = sql::LAYOUT.iter().filter(|(t, _, _)| *t == table).collect();
-            let theirs: Vec<_> = found.iter().filter(|(t, _, _)| t == table).collect();
-            if theirs.is_empty() {
+            let ours: Vec<(&str, &str)> = sql::LAYOUT
+                .iter()
+                .filter(|(t, _, _)| *t == table)
+                .map(|(_, c, ty)| (*c, *ty))
+                .collect();
+            let theirs = columns(table);
+            if theirs.is_empty() || theirs == ours {
                 continue;
             }
-            let same = ours.len() == theirs.len()
-                && ours
-                    .iter()
-                    .zip(&theirs)
-                    .all(|((_, c, ty), (_, c2, ty2))| c == c2 && ty == ty2);
-            if !same {
-                let columns: Vec<String> = theirs
-                    .iter()
-                    .map(|(_, c, ty)| format!("{c} {ty}"))
-                    .collect();
-                return Some(format!(
-                    "table {schema}.{table} is not elect's (its columns: {}); elect leaves it as it is: \
-                     choose another schema with ?schema=NAME",
-                    columns.join(", ")
-                ));
+            if table == "lease" && theirs[..] == ours[..ours.len() - 1] {
+                return Some(Layout::Earlier);
             }
+            let columns: Vec<String> = theirs.iter().map(|(c, ty)| format!("{c} {ty}")).collect();
+            return Some(Layout::Foreign(format!(
+                "table {schema}.{table} is not elect's (its columns: {}); elect leaves it as it is: \
+                 choose another schema with ?schema=NAME",
+                columns.join(", ")
+            )));
         }
         None
+    }
+
+    /// What a user is told of tables that are not as elect needs them.
+    fn explain(&self, layout: Layout) -> String {
+        match layout {
+            Layout::Foreign(problem) => problem,
+            Layout::Earlier => format!(
+                "table {}.lease is an earlier elect's, without column {}; its owner's next \
+                 `elect run` adds it, or an administrator runs once: {}",
+                self.target().schema,
+                sql::ADDED,
+                sql::migrate(&self.target().schema_sql())
+            ),
+        }
+    }
+
+    /// Add to an earlier elect's lease table the column it lacks.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let client = self.link.client().await?;
+        let target = self.target();
+        let alter = sql::migrate(&target.schema_sql());
+        log::verbose(format_args!(
+            "adding column {} to {}.lease",
+            sql::ADDED,
+            target.schema
+        ));
+        match client.batch_execute(&alter).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                Err(StoreError::config(format!(
+                    "{target}: table {}.lease is an earlier elect's, without column {}, and role {} \
+                     may not add it ({}); an administrator runs once: {alter}",
+                    target.schema,
+                    sql::ADDED,
+                    target.user,
+                    describe(&e)
+                )))
+            }
+            Err(e) => Err(self.failed(&e).await),
+        }
     }
 
     /// Whether elect's tables are missing here.
@@ -221,8 +299,15 @@ impl Postgres {
     async fn set_up(&self) -> Result<(), StoreError> {
         let client = self.link.client().await?;
         let target = self.target();
-        if let Some(problem) = self.layout_problem().await {
-            return Err(StoreError::config(format!("{target}: {problem}")));
+        match self.layout_problem().await {
+            Some(Layout::Earlier) => return self.migrate().await,
+            Some(layout) => {
+                return Err(StoreError::config(format!(
+                    "{target}: {}",
+                    self.explain(layout)
+                )));
+            }
+            None => {}
         }
         let s = target.schema_sql();
         let exists = client
@@ -448,6 +533,25 @@ impl Breaking for PgBreaking<'_> {
 /// elect's tables are not there (yet).
 fn missing_tables(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNDEFINED_TABLE) || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME)
+}
+
+/// A column elect's statements name is not there: an earlier elect's
+/// table, to bring up to date, or another's.
+fn missing_column(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNDEFINED_COLUMN)
+}
+
+/// The server takes no writes: a hot standby, or a read-only default.
+fn read_only(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
+/// Tables in elect's schema that are not as this elect needs them.
+enum Layout {
+    /// Another's: described.
+    Foreign(String),
+    /// An earlier elect's lease table, without [`sql::ADDED`].
+    Earlier,
 }
 
 impl Store for Postgres {

@@ -9,6 +9,12 @@
 //! confirm a later send time than the row's expiry, so the two never
 //! overlap: an acquisition holds `exclusive` for writing from send to
 //! answer; renewals hold it for reading.
+//!
+//! A waiter takes a row its holder has not let go only once it has seen it
+//! unchanged for the holder's TTL on its own clock ([`Observed`]), so a
+//! step of the database's clock hands over no live lock. It learns of each
+//! renewal from a notification the renewal sends while anyone waits, or,
+//! where it cannot LISTEN, by polling.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,9 +25,10 @@ use tokio::sync::{Notify, RwLock, broadcast};
 use tokio_postgres::types::Type;
 
 use super::conn::{Link, describe, is_transient};
-use super::{POLL_EVERY, Postgres, missing_tables};
+use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::observed::Observed;
 use crate::store::{
     Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
     Turn,
@@ -123,6 +130,7 @@ impl Session for PgSession<'_> {
                 record: record.acquired_now().to_json(),
                 lock,
                 checkpoint: RefCell::new(None),
+                observed: RefCell::new(Observed::new()),
             });
             Ok(lock)
         })
@@ -198,6 +206,41 @@ struct PgLock<'s> {
     record: String,
     /// The checkpoint, as the acquisition found the row.
     checkpoint: RefCell<Option<Checkpoint>>,
+    /// The holder's row as we have seen it, and since when.
+    observed: RefCell<Observed<Version>>,
+}
+
+/// A version of a lease row held by someone: its holder's tenure, its
+/// count of renewals, and the database's time of the last (which moves
+/// also when an earlier elect, counting none, renews).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Version {
+    tenure: String,
+    renewals: i64,
+    micros: Option<i64>,
+}
+
+impl Version {
+    /// The version and TTL a renewal's notification tells of (`renewed
+    /// LOCK TENURE RENEWALS MICROS TTL`), if it is of `lock`.
+    fn notified(payload: &str, lock: &str) -> Option<(Version, Duration)> {
+        let mut words = payload.split(' ');
+        if words.next()? != "renewed" || words.next()? != lock {
+            return None;
+        }
+        let tenure = words.next()?.to_string();
+        let renewals = words.next()?.parse().ok()?;
+        let micros = words.next()?.parse().ok();
+        let ttl = Duration::from_millis(words.next()?.parse().ok()?);
+        Some((
+            Version {
+                tenure,
+                renewals,
+                micros,
+            },
+            ttl,
+        ))
+    }
 }
 
 /// Why an acquisition attempt failed.
@@ -209,8 +252,9 @@ enum Failed {
 /// What one acquisition attempt found.
 enum Attempt {
     Ours(u64),
-    /// Busy; the holder's lease has this long left by the database's clock
-    /// (`None`: it just ended).
+    /// Busy; worth another try in this long: when the holder's lease ends
+    /// by the database's clock and we have seen its row unchanged for its
+    /// TTL (`None`: both are so now; a race).
     Busy(Option<Duration>),
 }
 
@@ -225,6 +269,7 @@ impl PgLock<'_> {
         let _alone = shared.exclusive.write().await;
         let client = self.store().link.client().await.map_err(Failed::Connect)?;
         let ttl_ms = self.session.ttl_ms();
+        let (tenure, renewals, micros) = self.ripe();
         let rows = client
             .query_typed(
                 &self.store().sql.acquire,
@@ -233,20 +278,52 @@ impl PgLock<'_> {
                     (&shared.tenure, Type::TEXT),
                     (&ttl_ms, Type::INT8),
                     (&self.record, Type::TEXT),
+                    (&tenure, Type::TEXT),
+                    (&renewals, Type::INT8),
+                    (&micros, Type::INT8),
                 ],
             )
             .await
             .map_err(Failed::Statement)?;
-        let fence: Option<i64> = rows[0].get(0);
-        let left: Option<i64> = rows[0].get(1);
-        Ok(match fence {
-            Some(fence) => {
-                shared.held.borrow_mut().insert(self.lock.clone());
-                *self.checkpoint.borrow_mut() = super::checkpoint_of(&rows[0], 3);
-                Attempt::Ours(fence as u64)
+        let answered = Instant::now();
+        let row = &rows[0];
+        let fence: Option<i64> = row.get(0);
+        let left: Option<i64> = row.get(1);
+        if let Some(fence) = fence {
+            shared.held.borrow_mut().insert(self.lock.clone());
+            *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3);
+            return Ok(Attempt::Ours(fence as u64));
+        }
+        let mut observed = self.observed.borrow_mut();
+        match row.get::<_, Option<String>>(6) {
+            Some(tenure) => {
+                let version = Version {
+                    tenure,
+                    renewals: row.get::<_, Option<i64>>(7).unwrap_or(0),
+                    micros: row.get(8),
+                };
+                let ttl = row
+                    .get::<_, Option<i64>>(9)
+                    .map_or(shared.ttl, |ms| Duration::from_millis(ms.max(0) as u64));
+                observed.saw(version, ttl, answered);
             }
-            None => Attempt::Busy(left.map(|ms| Duration::from_millis(ms.max(0) as u64))),
-        })
+            None => observed.forget(),
+        }
+        let by_database = left.map_or(Duration::ZERO, |ms| Duration::from_millis(ms.max(0) as u64));
+        let by_us = observed
+            .ripe_at()
+            .map_or(Duration::ZERO, Instant::remaining);
+        let wait = by_database.max(by_us);
+        Ok(Attempt::Busy((!wait.is_zero()).then_some(wait)))
+    }
+
+    /// The version of the holder's row we may take now, as the statement's
+    /// parameters $5, $6 and $7 (NULLs: none).
+    fn ripe(&self) -> (Option<String>, Option<i64>, Option<i64>) {
+        match self.observed.borrow().ripe(Instant::now()) {
+            Some(v) => (Some(v.tenure.clone()), Some(v.renewals), v.micros),
+            None => (None, None, None),
+        }
     }
 
     /// Try until the row is ours; set up the tables on first use.
@@ -258,14 +335,27 @@ impl PgLock<'_> {
         let mut notices: Option<broadcast::Receiver<String>> = None;
         let mut listening: Option<Boxed<'_, Option<broadcast::Receiver<String>>>> = None;
         let mut set_up = false;
+        let mut read_only_once = false;
         let mut backoff = Duration::from_millis(50);
         loop {
             let left = match tokio::time::timeout(patience, self.attempt()).await {
                 Ok(Ok(Attempt::Ours(fence))) => return Ok(Turn::First(fence)),
                 Ok(Ok(Attempt::Busy(left))) => left,
-                Ok(Err(Failed::Statement(e))) if missing_tables(&e) && !set_up => {
+                Ok(Err(Failed::Statement(e)))
+                    if (missing_tables(&e) || missing_column(&e)) && !set_up =>
+                {
                     set_up = true;
                     store.set_up().await?;
+                    continue;
+                }
+                // Once more on a new connection, which may reach another
+                // server of the URL's; a second time, it is what we have.
+                Ok(Err(Failed::Statement(e))) if read_only(&e) => {
+                    if read_only_once {
+                        return Err(store.failed(&e).await);
+                    }
+                    read_only_once = true;
+                    store.link.reset();
                     continue;
                 }
                 Ok(Err(Failed::Statement(e))) if !is_transient(&e) => {
@@ -305,30 +395,46 @@ impl PgLock<'_> {
             if notices.is_none() && listening.is_none() {
                 listening = Some(Box::pin(store.notifications()));
             }
-            // Wake when the holder's lease ends by the database's clock, or
-            // on a release, or to poll.
+            // Wake when the holder's lease ends by the database's clock and
+            // by ours, or on a release, or to poll.
             let nap = match (&notices, left) {
                 (Some(_), Some(left)) => left + Duration::from_millis(5),
                 (Some(_), None) => Duration::from_millis(5),
                 (None, left) => left.map_or(POLL_EVERY, |l| l.min(POLL_EVERY)),
             };
-            let wake = match until {
+            let wake_at = |nap: Duration| match until {
                 Some(at) => at.min(Instant::now() + nap),
                 None => Instant::now() + nap,
             };
-            tokio::select! {
-                heard = released(notices.as_mut(), &self.lock) => if !heard { notices = None },
-                listened = async { listening.as_mut().expect("listening").await }, if listening.is_some() => {
-                    listening = None;
-                    // Listening now, or never here: either way look again,
-                    // as a release before this went unheard.
-                    notices = listened;
-                    if notices.is_none() {
-                        // Not here (a pooler), or not now (try again later).
-                        listening = Some(Box::pin(std::future::pending()));
+            let mut wake = wake_at(nap);
+            loop {
+                tokio::select! {
+                    news = heard(notices.as_mut(), &self.lock) => match news {
+                        News::Released => break,
+                        News::Closed => {
+                            notices = None;
+                            break;
+                        }
+                        // The holder lives: its TTL again from now, by
+                        // either clock; no statement needed to know it.
+                        News::Renewed(version, ttl) => {
+                            self.observed.borrow_mut().saw(version, ttl, Instant::now());
+                            wake = wake_at(ttl + Duration::from_millis(5));
+                        }
+                    },
+                    listened = async { listening.as_mut().expect("listening").await }, if listening.is_some() => {
+                        listening = None;
+                        // Listening now, or never here: either way look again,
+                        // as a release before this went unheard.
+                        notices = listened;
+                        if notices.is_none() {
+                            // Not here (a pooler), or not now (try again later).
+                            listening = Some(Box::pin(std::future::pending()));
+                        }
+                        break;
                     }
+                    () = sleep_until(wake) => break,
                 }
-                () = sleep_until(wake) => {}
             }
         }
     }
@@ -361,13 +467,13 @@ impl PgLock<'_> {
         loop {
             tokio::select! {
                 loss = self.asked() => return loss,
-                heard = released(notices.as_mut(), &self.lock) => {
-                    if !heard {
-                        notices = None;
-                        continue;
-                    }
-                    if let Some(loss) = self.look().await {
-                        return loss;
+                news = heard(notices.as_mut(), &self.lock) => match news {
+                    News::Closed => notices = None,
+                    News::Renewed(..) => {}
+                    News::Released => {
+                        if let Some(loss) = self.look().await {
+                            return loss;
+                        }
                     }
                 }
             }
@@ -383,9 +489,8 @@ impl PgLock<'_> {
             .ok()?;
         let row = rows.first()?;
         let tenure: Option<String> = row.get(0);
-        let live: bool = row.get(1);
-        let asked: Option<String> = row.get(2);
-        if tenure.as_deref() != Some(&self.session.shared.tenure) || !live {
+        let asked: Option<String> = row.get(1);
+        if tenure.as_deref() != Some(&self.session.shared.tenure) {
             return Some(Loss::Gone(format!(
                 "the lease row of lock {} was ended or taken over",
                 self.lock
@@ -395,19 +500,32 @@ impl PgLock<'_> {
     }
 }
 
-/// Wait for a notification that `lock` was released; false if the
-/// listener is gone. Without a listener, never.
-async fn released(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> bool {
+/// What a notification about one lock told.
+enum News {
+    /// Let go or ended (or some notifications were missed, one of which may
+    /// have said so): look at the row.
+    Released,
+    /// Renewed: its version now, and its holder's TTL.
+    Renewed(Version, Duration),
+    /// The listener is gone.
+    Closed,
+}
+
+/// Wait for a notification about `lock`. Without a listener, never.
+async fn heard(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> News {
     let Some(rx) = rx else {
         return std::future::pending().await;
     };
     loop {
         match rx.recv().await {
-            Ok(name) if name == lock => return true,
-            Ok(_) => {}
-            // Missed some: one of them may have been ours.
-            Err(broadcast::error::RecvError::Lagged(_)) => return true,
-            Err(broadcast::error::RecvError::Closed) => return false,
+            Ok(name) if name == lock => return News::Released,
+            Ok(payload) => {
+                if let Some((version, ttl)) = Version::notified(&payload, lock) {
+                    return News::Renewed(version, ttl);
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => return News::Released,
+            Err(broadcast::error::RecvError::Closed) => return News::Closed,
         }
     }
 }

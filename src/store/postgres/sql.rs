@@ -1,9 +1,14 @@
 //! Every statement elect sends to PostgreSQL, with the schema filled in.
 //!
-//! The database's clock is the only judge of expiry: every decision reads
-//! `clock_timestamp()` (the statement's own time, not the transaction's
-//! start as `now()` would be), and no client time ever reaches the table.
-//! A lease row is never deleted, so its `fence` never goes back.
+//! The database's clock judges expiry with `clock_timestamp()` (the
+//! statement's own time, not the transaction's start as `now()` would be),
+//! and no client time ever reaches the table. It is not the only judge: a
+//! wall clock steps, so a row its holder has not let go is taken only once
+//! the taker has also seen it unchanged for a whole TTL on its own clock
+//! ([`crate::store::observed`]); the taker names the version it saw, and
+//! every write that moves `expires_at` counts one more in `renewals`. A
+//! renewal, in turn, needs only the row to be still its tenure's: no one
+//! took it. A lease row is never deleted, so its `fence` never goes back.
 
 /// The layout elect creates and accepts: (table, column, type as
 /// `format_type` shows it).
@@ -19,6 +24,7 @@ pub const LAYOUT: &[(&str, &str, &str)] = &[
     ("lease", "checkpoint_fence", "bigint"),
     ("lease", "checkpoint_at", "timestamp with time zone"),
     ("lease", "shards", "integer"),
+    ("lease", "renewals", "bigint"),
     ("waiter", "name", "text"),
     ("waiter", "tenure", "text"),
     ("waiter", "since", "timestamp with time zone"),
@@ -39,11 +45,22 @@ pub fn create_tables(s: &str) -> String {
         "CREATE TABLE IF NOT EXISTS {s}.lease (name text PRIMARY KEY, tenure text, \
          fence bigint NOT NULL, expires_at timestamptz NOT NULL, renewed_at timestamptz, \
          acquired_at timestamptz, holder jsonb, checkpoint text, checkpoint_fence bigint, \
-         checkpoint_at timestamptz, shards integer); \
+         checkpoint_at timestamptz, shards integer, renewals bigint NOT NULL DEFAULT 0); \
          CREATE TABLE IF NOT EXISTS {s}.waiter (name text NOT NULL, tenure text NOT NULL, \
          since timestamptz NOT NULL, expires_at timestamptz NOT NULL, holder jsonb, \
          PRIMARY KEY (name, tenure));"
     )
+}
+
+/// The column that an earlier elect's lease table lacks (the last one),
+/// added by [`migrate`].
+pub const ADDED: &str = "renewals";
+
+/// What brings an earlier elect's lease table up to date (only its owner
+/// may alter it). Instant: a column with a constant default is not written
+/// into every row.
+pub fn migrate(s: &str) -> String {
+    format!("ALTER TABLE {s}.lease ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;")
 }
 
 /// The least a role needs to take locks in schema `s`.
@@ -91,27 +108,49 @@ fn left(column: &str) -> String {
     )
 }
 
+/// A renewal time as microseconds, exact, for naming a version of a row.
+fn micros(column: &str) -> String {
+    format!("(extract(epoch FROM {column}) * 1000000)::bigint")
+}
+
+/// The TTL a row's holder renews with, in ms: both ends are one reading
+/// of the clock, so no step of it can come between.
+fn ttl_of(row: &str) -> String {
+    format!(
+        "CASE WHEN isfinite({row}.expires_at) AND isfinite({row}.renewed_at) \
+         THEN (extract(epoch FROM {row}.expires_at - {row}.renewed_at) * 1000)::bigint END"
+    )
+}
+
 impl Sql {
     pub fn new(schema: &str) -> Sql {
         let s = format!("\"{schema}\"");
         let ttl = "$3::bigint * interval '1 millisecond'";
         Sql {
             channel: schema.to_string(),
-            // $1 lock, $2 tenure, $3 ttl ms, $4 holder record. Takes a free
-            // or expired row with the next fence, or confirms our own with
-            // the same fence (a retry whose reply was lost); else queues us
-            // as a waiter. Returns the fence if the lock is ours, and the
-            // time left on the holder's lease.
+            // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure,
+            // $6 renewals and $7 renewal time (µs) of the version of the row
+            // that the taker has seen unchanged for its holder's TTL, or
+            // NULLs. Takes a free row, or an expired one still at that
+            // version, with the next fence, or confirms our own with the
+            // same fence (a retry whose reply was lost); else queues us as a
+            // waiter. Returns the fence if the lock is ours, the time left on
+            // the holder's lease by the database's clock, the checkpoint,
+            // and the version of the row and its holder's TTL.
             acquire: format!(
-                "WITH taken AS ( \
+                "WITH c AS (SELECT clock_timestamp() AS t), \
+                 taken AS ( \
                    INSERT INTO {s}.lease AS l (name, tenure, fence, expires_at, renewed_at, acquired_at, holder) \
-                   VALUES ($1, $2, 1, clock_timestamp() + {ttl}, clock_timestamp(), clock_timestamp(), $4::jsonb) \
+                   SELECT $1, $2, 1, c.t + {ttl}, c.t, c.t, $4::jsonb FROM c \
                    ON CONFLICT (name) DO UPDATE SET \
                      fence = CASE WHEN l.tenure = excluded.tenure THEN l.fence ELSE l.fence + 1 END, \
                      acquired_at = CASE WHEN l.tenure = excluded.tenure THEN l.acquired_at ELSE excluded.acquired_at END, \
                      holder = CASE WHEN l.tenure = excluded.tenure THEN l.holder ELSE excluded.holder END, \
-                     tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at \
-                   WHERE l.expires_at <= clock_timestamp() OR l.tenure = excluded.tenure \
+                     tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at, \
+                     renewals = l.renewals + 1 \
+                   WHERE l.tenure IS NULL OR l.tenure = excluded.tenure \
+                     OR (l.expires_at <= clock_timestamp() AND l.tenure = $5 AND l.renewals = $6::bigint \
+                         AND {renewed} IS NOT DISTINCT FROM $7::bigint) \
                    RETURNING l.fence, l.checkpoint, l.checkpoint_fence, l.checkpoint_at), \
                  queued AS ( \
                    INSERT INTO {s}.waiter (name, tenure, since, expires_at, holder) \
@@ -125,22 +164,40 @@ impl Sql {
                  SELECT (SELECT fence FROM taken), \
                    (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}, \
                    (SELECT checkpoint FROM taken), (SELECT checkpoint_fence FROM taken), \
-                   (SELECT {} FROM taken)",
+                   (SELECT {} FROM taken), \
+                   r.tenure, r.renewals, {}, {} \
+                 FROM (SELECT 1) one LEFT JOIN {s}.lease r ON r.name = $1",
                 left("l.expires_at"),
-                rfc3339("checkpoint_at")
+                rfc3339("checkpoint_at"),
+                micros("r.renewed_at"),
+                ttl_of("r"),
+                renewed = micros("l.renewed_at"),
             ),
-            // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: the lease
-            // is gone. Also tells of break requests.
+            // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: someone
+            // took or ended the row. A row the database's clock calls
+            // expired is still ours until someone takes it, which waits
+            // for a whole TTL after the last renewal it saw. Also tells of
+            // break requests, and tells waiters of the lock the version it
+            // now has (`renewed LOCK TENURE RENEWALS MICROS TTL`: they time
+            // their wait from when it arrives, with no statement of theirs).
             renew: format!(
-                "WITH held AS ( \
-                   UPDATE {s}.lease SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond', \
-                     renewed_at = clock_timestamp() \
-                   WHERE tenure = $1 AND expires_at > clock_timestamp() \
-                   RETURNING name, holder->>'break_request' AS asked), \
+                "WITH c AS (SELECT clock_timestamp() AS t), \
+                 held AS ( \
+                   UPDATE {s}.lease l SET expires_at = c.t + $2::bigint * interval '1 millisecond', \
+                     renewed_at = c.t, renewals = l.renewals + 1 \
+                   FROM c WHERE l.tenure = $1 \
+                   RETURNING l.name, l.holder->>'break_request' AS asked, l.tenure, l.renewals, \
+                     {} AS micros), \
                  queued AS ( \
                    UPDATE {s}.waiter SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond' \
                    WHERE tenure = $1) \
-                 SELECT name, asked, {DURABLE} FROM held"
+                 SELECT name, asked, {DURABLE}, \
+                   CASE WHEN EXISTS (SELECT 1 FROM {s}.waiter w WHERE w.name = held.name \
+                       AND w.tenure <> $1 AND w.expires_at > clock_timestamp()) \
+                   THEN pg_notify('{schema}', format('renewed %s %s %s %s %s', name, tenure, renewals, \
+                     micros, $2::bigint)) END \
+                 FROM held",
+                micros("c.t")
             ),
             // $1 tenure. One transaction: free our rows, leave every queue,
             // and wake the waiters. The holder record stays, as the last
@@ -197,12 +254,10 @@ impl Sql {
                    WHERE name = $1 AND tenure = $2 AND expires_at > clock_timestamp() RETURNING name) \
                  SELECT pg_notify('{schema}', name) FROM asked"
             ),
-            // $1 lock: its holder's tenure, whether its lease lives, and
-            // any break request.
-            look: format!(
-                "SELECT tenure, coalesce(expires_at > clock_timestamp(), false), \
-                   holder->>'break_request' FROM {s}.lease WHERE name = $1"
-            ),
+            // $1 lock: its holder's tenure and any break request. The row
+            // is its tenure's until someone takes or ends it, whatever the
+            // database's clock says.
+            look: format!("SELECT tenure, holder->>'break_request' FROM {s}.lease WHERE name = $1"),
             // $1 lock: its checkpoint, the token that wrote it, when.
             checkpoint: format!(
                 "SELECT checkpoint, checkpoint_fence, {} FROM {s}.lease \
@@ -210,14 +265,14 @@ impl Sql {
                 rfc3339("checkpoint_at")
             ),
             // $1 lock, $2 tenure, $3 fence, $4 value: store the checkpoint
-            // if the writer still holds the lease with that fence. Returns
+            // if the writer still holds the row with that fence (its own
+            // clock, not the database's, tells whether its lease lives). Returns
             // whether it did, and the row's fence and liveness for a refusal.
             put_checkpoint: format!(
                 "WITH put AS ( \
                    UPDATE {s}.lease SET checkpoint = $4, checkpoint_fence = fence, \
                      checkpoint_at = clock_timestamp() \
-                   WHERE name = $1 AND tenure = $2 AND fence = $3::bigint \
-                     AND expires_at > clock_timestamp() RETURNING 1) \
+                   WHERE name = $1 AND tenure = $2 AND fence = $3::bigint RETURNING 1) \
                  SELECT EXISTS (SELECT 1 FROM put), \
                    (SELECT fence FROM {s}.lease WHERE name = $1), \
                    (SELECT tenure IS NOT NULL AND expires_at > clock_timestamp() \
