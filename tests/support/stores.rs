@@ -54,6 +54,12 @@ pub trait StoreUnderTest: Sized {
     fn shard_contenders(&self, shard_lock: &str) -> usize {
         self.contenders(shard_lock)
     }
+    /// Whether the store is reached at a network address (`file:` is not).
+    const HAS_ENDPOINT: bool = true;
+    /// How elect names this kind of server ("this is not etcd").
+    const SPEAKS: &'static str;
+    /// A `--store` URL of this kind for the address `host_port`.
+    fn url_at(host_port: &str) -> String;
 }
 
 impl StoreUnderTest for Etcd {
@@ -119,6 +125,12 @@ impl StoreUnderTest for Etcd {
         self.kill(0);
         self.restart(0);
         self.wait_healthy();
+    }
+
+    const SPEAKS: &'static str = "etcd";
+
+    fn url_at(host_port: &str) -> String {
+        format!("etcd://{host_port}")
     }
 }
 
@@ -202,6 +214,14 @@ impl StoreUnderTest for FileStore {
     }
 
     fn restart(&mut self) {}
+
+    /// A directory: nothing to connect to, nothing to go unanswered.
+    const HAS_ENDPOINT: bool = false;
+    const SPEAKS: &'static str = "";
+
+    fn url_at(host_port: &str) -> String {
+        unreachable!("the file store has no address: {host_port}")
+    }
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
@@ -272,6 +292,12 @@ impl StoreUnderTest for Postgres {
     fn restart(&mut self) {
         Postgres::restart(self, "immediate");
     }
+
+    const SPEAKS: &'static str = "PostgreSQL";
+
+    fn url_at(host_port: &str) -> String {
+        format!("postgres://elect@{host_port}/elect")
+    }
 }
 
 /// ZooKeeper: one server.
@@ -334,6 +360,12 @@ impl StoreUnderTest for ZooKeeper {
         ZooKeeper::restart(self, 0);
         self.wait_ready();
     }
+
+    const SPEAKS: &'static str = "ZooKeeper";
+
+    fn url_at(host_port: &str) -> String {
+        format!("zk://{host_port}")
+    }
 }
 
 /// Poll until the store has `n` contenders for `lock`.
@@ -364,4 +396,51 @@ pub fn assert_rising<S: StoreUnderTest>(tokens: &[u64], what: &str) {
             "{what}: a counter hands out every token in turn: {tokens:?}"
         );
     }
+}
+
+/// A real server of another kind than the one under test, and how elect
+/// names what answered there.
+pub struct OtherServer {
+    /// As elect names it: "this is not etcd: it answered like `name`".
+    pub name: &'static str,
+    pub host_port: String,
+    _running: Box<dyn std::any::Any>,
+}
+
+/// Every real store server but `S`'s own kind (PostgreSQL with a PgBouncer
+/// in front of it too), started now: where a URL of kind `S` must not pass
+/// for a store.
+pub fn other_servers<S: StoreUnderTest>() -> Vec<OtherServer> {
+    let mut others = Vec::new();
+    if S::NAME != "etcd" {
+        let etcd = Etcd::start();
+        others.push(OtherServer {
+            name: "etcd",
+            host_port: etcd.endpoint.clone(),
+            _running: Box::new(etcd),
+        });
+    }
+    if S::NAME != "postgres" {
+        let pg = Postgres::start();
+        let bouncer = super::PgBouncer::start(&pg, "transaction");
+        others.push(OtherServer {
+            name: "PostgreSQL",
+            host_port: format!("127.0.0.1:{}", bouncer.port()),
+            _running: Box::new(bouncer),
+        });
+        others.push(OtherServer {
+            name: "PostgreSQL",
+            host_port: format!("127.0.0.1:{}", pg.port()),
+            _running: Box::new(pg),
+        });
+    }
+    if S::NAME != "zookeeper" {
+        let zk = ZooKeeper::start();
+        others.push(OtherServer {
+            name: "ZooKeeper",
+            host_port: zk.endpoint(0),
+            _running: Box::new(zk),
+        });
+    }
+    others
 }
