@@ -44,7 +44,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
         Err(failure) => return failure.into(),
     };
     let shards = match reach
-        .bounded("the shard count", store.shards(&args.lock, None))
+        .bounded("the lock's status", store.shards(&args.lock, None))
         .await
     {
         Ok(shards) => shards,

@@ -188,3 +188,53 @@ enum Event<T> {
     /// The probe's findings; `None` if it failed.
     Found(Option<Findings>),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ErrorKind, Settings};
+
+    fn directory() -> Location {
+        Location::parse("file:/nonexistent-for-reach", &Settings::default()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_ends_gives_up_at_the_bound_saying_what_it_waited_for() {
+        let mut reach = Reach::new(&directory(), Duration::from_secs(10));
+        let started = Instant::now();
+        let never = std::future::pending::<Result<(), StoreError>>();
+        let e = reach.bounded("a lease", never).await.unwrap_err();
+        // Nothing to add from a probe: the store's own word may come just after.
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_secs(10), "{waited:?}");
+        assert!(waited <= Duration::from_secs(10) + STORE_LAST_WORD + Duration::from_millis(100));
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert_eq!(
+            e.message,
+            "gave up after 10s waiting for a lease from file:/nonexistent-for-reach"
+        );
+        // The bound is spent: a later call gives up at once.
+        let answered = async { Ok::<_, StoreError>(()) };
+        assert!(
+            reach
+                .bounded("a place in the queue", answered)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_and_the_stores_own_error_pass_unchanged() {
+        let mut reach = Reach::new(&directory(), Duration::from_secs(10));
+        let late = async {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            Ok::<_, StoreError>(7)
+        };
+        assert_eq!(reach.bounded("a lease", late).await.unwrap(), 7);
+        let refused = async { Err::<(), _>(StoreError::unavailable("refused us: no")) };
+        let e = reach.bounded("a lease", refused).await.unwrap_err();
+        assert_eq!(e.message, "refused us: no");
+        reach.reached();
+        assert!(reach.was_reached());
+    }
+}

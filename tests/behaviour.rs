@@ -999,6 +999,27 @@ fn a_store_that_never_answers_is_given_up_on_in_time<S: StoreUnderTest>() {
             (what, watched(elect), within, says)
         })
         .collect();
+    // The other commands share the bound.
+    let inspect = [
+        (
+            "elect status at a silent listener",
+            vec!["status", "--lock", "unanswered"],
+            silent.host_port(),
+            "accepted the connection and never answered",
+        ),
+        (
+            "elect list at an HTTP/1 server",
+            vec!["list"],
+            http.host_port(),
+            "it answered like an HTTP server",
+        ),
+    ];
+    for (what, args, at, says) in inspect {
+        let mut command = elect();
+        command.args(args).args(["--store", &S::url_at(&at)]);
+        let run = watched(Running::spawn(command));
+        gave_up.push((what.to_string(), run, bound, vec![says.to_string()]));
+    }
     let url = S::url_at(&silent.host_port());
     let mut verbose = watched(Running::spawn(elect_run(
         &url,
