@@ -44,7 +44,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
         Err(failure) => return failure.into(),
     };
     let shards = match reach
-        .bounded("the lock's status", store.shards(&args.lock, None))
+        .answered("the lock's status", store.shards(&args.lock, None))
         .await
     {
         Ok(shards) => shards,
@@ -60,7 +60,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
             let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
             Ok((status?, checkpoint?))
         };
-        match reach.bounded("the lock's status", both).await {
+        match reach.answered("the lock's status", both).await {
             Ok(both) => shown.push(both),
             Err(e) => return Failure::from(e).into(),
         }
@@ -137,7 +137,7 @@ pub async fn list(args: ListArgs) -> Outcome {
         Err(failure) => return failure.into(),
     };
     match reach
-        .bounded("the list of locks", store.list(&args.prefix))
+        .answered("the list of locks", store.list(&args.prefix))
         .await
     {
         Ok(locks) => {
@@ -228,7 +228,7 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
         }
     };
     let check = store.check(&args.lock, &args.holder_key, args.token);
-    match reach.bounded("the lock's holder", check).await {
+    match reach.answered("the lock's holder", check).await {
         Ok(Check::Holder) => {
             answer(None);
             log::verbose(format_args!(
@@ -292,7 +292,10 @@ async fn break_on(
     reach: &mut Reach,
 ) -> Outcome {
     let lock = &args.lock;
-    let holder = match reach.bounded("the lock's holder", store.status(lock)).await {
+    let holder = match reach
+        .answered("the lock's holder", store.status(lock))
+        .await
+    {
         Ok(LockStatus {
             holder: Some(h), ..
         }) => h,
@@ -509,7 +512,7 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
     };
     let Some((key, checkpoint)) = put else {
         return match reach
-            .bounded("the checkpoint", store.checkpoint(&args.lock))
+            .answered("the checkpoint", store.checkpoint(&args.lock))
             .await
         {
             Ok(found) => {
@@ -544,7 +547,7 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
         };
     };
     let put = store.put_checkpoint(&args.lock, &key, &checkpoint);
-    match reach.bounded("the checkpoint's write", put).await {
+    match reach.answered("the checkpoint's write", put).await {
         Ok(Put::Stored) => {
             log::verbose(format_args!(
                 "stored the checkpoint of lock {} with token {} ({} bytes)",

@@ -125,6 +125,20 @@ impl Reach {
         }
     }
 
+    /// [`Reach::bounded`], for a call whose answer proves the store is
+    /// there (a read): once it is in, no probe is needed.
+    pub async fn answered<T>(
+        &mut self,
+        waiting_for: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let answer = self.bounded(waiting_for, call).await;
+        if answer.is_ok() {
+            self.reached();
+        }
+        answer
+    }
+
     /// The store's own error, or what the probe found where that says more.
     fn explained(&self, e: StoreError, waiting_for: &str) -> StoreError {
         match &self.found {
