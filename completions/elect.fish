@@ -43,7 +43,7 @@ complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name o
 complete -c elect -n "__fish_elect_using_subcommand run" -l shards -d 'Split the lock into N shards, each with one owner: take a free one, or wait in every shard\'s queue and keep the first won. COMMAND gets ELECT_SHARD (0..N-1) and ELECT_SHARDS. N is recorded on first use; another N is refused (exit 78)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l prefer-shard -d 'With --shards: take shard K when it is free [default: the shard this --identity held last]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand run" -l key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -75,7 +75,7 @@ complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Fo
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -l key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -90,7 +90,7 @@ complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Form
 json\t'One JSON object per line: {"time", "level", "message"}'"
 complete -c elect -n "__fish_elect_using_subcommand list" -l prefix -d 'Only locks whose names start with this' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand list" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand list" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand list" -l key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -109,7 +109,7 @@ complete -c elect -n "__fish_elect_using_subcommand check" -l shard -d 'For a lo
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -l key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -126,7 +126,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name
 complete -c elect -n "__fish_elect_using_subcommand break" -l shard -d 'For a lock run with --shards: the shard to break' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -l key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -146,7 +146,7 @@ complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l shard -d 'For
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l holder-key -d 'The holder\'s key in the store (put)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l token -d 'The fencing token the holder was given (put)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else ~/.local/state/elect)' -r
-complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l connect-timeout -d 'How long to keep trying to reach the store before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l key -d 'The client certificate\'s private key (PEM)' -r -F

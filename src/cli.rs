@@ -288,7 +288,8 @@ pub struct StoreArgs {
     #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
 
-    /// How long to keep trying to reach the store before giving up with exit code 69.
+    /// How long the store may take to answer, from connecting until elect is queued (or, for
+    /// the other commands, until each look is answered), before giving up with exit code 69.
     #[arg(
         long,
         value_name = "DUR",

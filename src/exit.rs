@@ -50,7 +50,7 @@ pub const TABLE: &[(&str, &str)] = &[
         "76, or `--lost-exit-code`",
     ),
     (
-        "store unreachable or refused before the lock was held (at once when nothing listens or the store says no; else after `--connect-timeout`)",
+        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the store says no or another kind of server answers; else after `--connect-timeout`)",
         "69",
     ),
     ("usage error", "64"),
@@ -108,7 +108,7 @@ pub const CHECKPOINT: &[(&str, &str)] = &[
 pub const COMMON: &[(&str, &str)] = &[
     ("usage error", "64"),
     (
-        "store unreachable or refused (at once when nothing listens or the store says no; else after `--connect-timeout`)",
+        "store unreachable or refused (at once when nothing listens, the host name does not exist, the store says no or another kind of server answers; else after `--connect-timeout`)",
         "69",
     ),
     (

@@ -12,6 +12,7 @@ use crate::cli::{
 };
 use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
 use crate::log;
+use crate::reach::Reach;
 use crate::store::{
     Broken, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, Location, LockStatus, Put, Store,
     shard_lock,
@@ -21,12 +22,14 @@ use crate::store::{
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Choose, check and connect the store; `lock`, if given, is checked for it
-/// (the lock's own name, and that of its shard `shard` if given).
+/// (the lock's own name, and that of its shard `shard` if given). The
+/// store's answers, connecting and each look after, are due within
+/// `--connect-timeout` ([`Reach`]).
 async fn open(
     args: &StoreArgs,
     lock: Option<&str>,
     shard: Option<u32>,
-) -> Result<(Location, Box<dyn Store>), Failure> {
+) -> Result<(Location, Box<dyn Store>, Reach), Failure> {
     let location = Location::from_settings(&args.settings())?;
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
@@ -36,16 +39,21 @@ async fn open(
                 .map_err(Failure::usage)?;
         }
     }
-    let store = location.open(PING_TIMEOUT, args.connect_timeout).await?;
-    Ok((location, store))
+    let mut reach = Reach::new(&location, args.connect_timeout);
+    let open = location.open(PING_TIMEOUT, args.connect_timeout);
+    let store = reach.bounded("a connection", open).await?;
+    Ok((location, store, reach))
 }
 
 pub async fn status(args: StatusArgs) -> Outcome {
-    let (location, store) = match open(&args.store, Some(&args.lock), None).await {
+    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    let shards = match store.shards(&args.lock, None).await {
+    let shards = match reach
+        .answered("the lock's status", store.shards(&args.lock, None))
+        .await
+    {
         Ok(shards) => shards,
         Err(e) => return Failure::from(e).into(),
     };
@@ -55,10 +63,13 @@ pub async fn status(args: StatusArgs) -> Outcome {
     };
     let mut shown = Vec::with_capacity(locks.len());
     for lock in &locks {
-        let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
-        match (status, checkpoint) {
-            (Ok(status), Ok(checkpoint)) => shown.push((status, checkpoint)),
-            (Err(e), _) | (_, Err(e)) => return Failure::from(e).into(),
+        let both = async {
+            let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
+            Ok((status?, checkpoint?))
+        };
+        match reach.answered("the lock's status", both).await {
+            Ok(both) => shown.push(both),
+            Err(e) => return Failure::from(e).into(),
         }
     }
     let held = shown.iter().filter(|(s, _)| s.holder.is_some()).count();
@@ -128,11 +139,14 @@ fn age(at: &str) -> String {
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
-    let (location, store) = match open(&args.store, None, None).await {
+    let (location, store, mut reach) = match open(&args.store, None, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match store.list(&args.prefix).await {
+    match reach
+        .answered("the list of locks", store.list(&args.prefix))
+        .await
+    {
         Ok(locks) => {
             if args.names_only {
                 for status in &locks {
@@ -198,7 +212,7 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
 }
 
 pub async fn check(mut args: CheckArgs) -> Outcome {
-    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
+    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -220,7 +234,8 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
             );
         }
     };
-    match store.check(&args.lock, &args.holder_key, args.token).await {
+    let check = store.check(&args.lock, &args.holder_key, args.token);
+    match reach.answered("the lock's holder", check).await {
         Ok(Check::Holder) => {
             answer(None);
             log::verbose(format_args!(
@@ -242,14 +257,14 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
 }
 
 pub async fn break_lock(mut args: BreakArgs) -> Outcome {
-    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
+    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
     if let Some(k) = args.shard {
         args.lock = shard_lock(&args.lock, k);
     }
-    break_on(&*store, &args, &location).await
+    break_on(&*store, &args, &location, &mut reach).await
 }
 
 /// `elect break --json`: one object that says what happened.
@@ -277,9 +292,17 @@ fn broken_json(
     );
 }
 
-async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> Outcome {
+async fn break_on(
+    store: &dyn Store,
+    args: &BreakArgs,
+    location: &Location,
+    reach: &mut Reach,
+) -> Outcome {
     let lock = &args.lock;
-    let holder = match store.status(lock).await {
+    let holder = match reach
+        .answered("the lock's holder", store.status(lock))
+        .await
+    {
         Ok(LockStatus {
             holder: Some(h), ..
         }) => h,
@@ -309,6 +332,8 @@ async fn break_on(store: &dyn Store, args: &BreakArgs, location: &Location) -> O
         };
         log::notice(format_args!("lock {lock} is held by {holder}; {how}"));
     }
+    // Not within the bound: break waits for the holder to let go, as long
+    // as its lease could last.
     let broken = crate::store::breaking::break_lock(store, lock, Some(token), args.force).await;
     report_break(args, location, token, broken)
 }
@@ -485,7 +510,7 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
             Err(failure) => return failure.into(),
         },
     };
-    let (location, store) = match open(&args.store, Some(&args.lock), args.shard).await {
+    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -493,7 +518,10 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
         args.lock = shard_lock(&args.lock, k);
     }
     let Some((key, checkpoint)) = put else {
-        return match store.checkpoint(&args.lock).await {
+        return match reach
+            .answered("the checkpoint", store.checkpoint(&args.lock))
+            .await
+        {
             Ok(found) => {
                 if args.json {
                     println!(
@@ -525,7 +553,8 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
             Err(e) => Failure::from(e).into(),
         };
     };
-    match store.put_checkpoint(&args.lock, &key, &checkpoint).await {
+    let put = store.put_checkpoint(&args.lock, &key, &checkpoint);
+    match reach.answered("the checkpoint's write", put).await {
         Ok(Put::Stored) => {
             log::verbose(format_args!(
                 "stored the checkpoint of lock {} with token {} ({} bytes)",

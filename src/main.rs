@@ -15,6 +15,7 @@ mod fuzz;
 mod inspect;
 mod lease;
 mod log;
+mod reach;
 mod release;
 mod run;
 mod store;

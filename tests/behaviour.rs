@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::contender::children;
 use support::inspect::{check, holder_and_waiter, status};
-use support::stores::{FileStore, Held, StoreUnderTest, assert_rising, wait_contenders};
+use support::silent::{Listener, Manner, UNRESOLVED, refused};
+use support::stores::{
+    FileStore, Held, StoreUnderTest, assert_rising, other_servers, wait_contenders,
+};
 use support::ticker::{Ticks, group_alive, group_members};
 use support::{
     Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
@@ -1048,6 +1051,212 @@ fn checkpoints_survive_a_break_and_a_store_restart<S: StoreUnderTest>() {
     assert_eq!(stdout_of(&out), "start 7", "{}", stderr_of(&out));
 }
 
+/// Where no store of this kind answers, elect gives up with 69 within the
+/// default --connect-timeout (10 s, and at most a second more), in one line
+/// that names what it met there; a refused connection at once; a
+/// terminating signal ends it at once, by that signal. All at once, side by
+/// side, with the default settings.
+fn a_store_that_never_answers_is_given_up_on_in_time<S: StoreUnderTest>() {
+    // `file:` is a directory: there is no address to go unanswered.
+    if !S::HAS_ENDPOINT {
+        return;
+    }
+    let bound = 11 * SECOND;
+    let silent = Listener::start(Manner::Silent);
+    let closing = Listener::start(Manner::Closing);
+    let garbage = Listener::start(Manner::Garbage);
+    let http = Listener::start(Manner::Http);
+    let others = other_servers::<S>();
+    let not = |like: &str| format!("this is not {}: it answered like {like}", S::SPEAKS);
+    let unresolved = format!("{UNRESOLVED}:2379");
+    let mut cases: Vec<(String, String, Duration, Vec<String>)> = vec![
+        (
+            "a silent listener".into(),
+            S::url_at(&silent.host_port()),
+            bound,
+            vec![
+                "accepted the connection and never answered".into(),
+                "10s".into(),
+            ],
+        ),
+        (
+            "a listener that closes at once".into(),
+            S::url_at(&closing.host_port()),
+            bound,
+            vec!["closed the connection without a word".into()],
+        ),
+        (
+            "a listener that sends garbage".into(),
+            S::url_at(&garbage.host_port()),
+            bound,
+            vec![
+                format!("this is not {}", S::SPEAKS),
+                "no protocol elect knows".into(),
+            ],
+        ),
+        (
+            "an HTTP/1 server".into(),
+            S::url_at(&http.host_port()),
+            bound,
+            vec![not("an HTTP server")],
+        ),
+        (
+            "a refused port".into(),
+            S::url_at(&refused()),
+            SECOND,
+            vec!["connection refused".into()],
+        ),
+        (
+            "a host name that does not resolve".into(),
+            S::url_at(&unresolved),
+            bound,
+            vec![UNRESOLVED.into(), "resolve".into()],
+        ),
+    ];
+    for other in &others {
+        cases.push((
+            format!("{} at {}", other.name, other.host_port),
+            S::url_at(&other.host_port),
+            bound,
+            vec![not(other.name)],
+        ));
+    }
+    let watched = |elect: Running| {
+        let death = Death::watch(elect.pid());
+        (elect, death, now_ns())
+    };
+    let mut gave_up: Vec<_> = cases
+        .into_iter()
+        .map(|(what, url, within, says)| {
+            let elect = Running::spawn(elect_run(&url, "unanswered", &[], "echo ran"));
+            (what, watched(elect), within, says)
+        })
+        .collect();
+    // The other commands share the bound.
+    let inspect = [
+        (
+            "elect status at a silent listener",
+            vec!["status", "--lock", "unanswered"],
+            silent.host_port(),
+            "accepted the connection and never answered",
+        ),
+        (
+            "elect list at an HTTP/1 server",
+            vec!["list"],
+            http.host_port(),
+            "it answered like an HTTP server",
+        ),
+    ];
+    for (what, args, at, says) in inspect {
+        let mut command = elect();
+        command.args(args).args(["--store", &S::url_at(&at)]);
+        let run = watched(Running::spawn(command));
+        gave_up.push((what.to_string(), run, bound, vec![says.to_string()]));
+    }
+    let url = S::url_at(&silent.host_port());
+    let mut verbose = watched(Running::spawn(elect_run(
+        &url,
+        "unanswered",
+        &["-v"],
+        "echo ran",
+    )));
+    let mut signalled: Vec<_> = [
+        (libc::SIGQUIT, 1000),
+        (libc::SIGINT, 1200),
+        (libc::SIGTERM, 1500),
+        (libc::SIGHUP, 1800),
+    ]
+    .into_iter()
+    .map(|(sig, after)| {
+        let elect = Running::spawn(elect_run(&url, "unanswered", &[], "echo ran"));
+        (sig, Duration::from_millis(after), watched(elect))
+    })
+    .collect();
+
+    // Each signal in turn, sent while elect still waits.
+    let mut sent = Vec::new();
+    for (sig, after, (elect, _, _)) in &mut signalled {
+        std::thread::sleep((elect.started + *after).saturating_duration_since(Instant::now()));
+        sent.push((elect.try_wait_code().is_none(), now_ns()));
+        elect.signal(*sig);
+    }
+
+    // Every outcome first, the figures shown, then the judgement. Until
+    // `give_up`, then what still runs is killed.
+    let give_up = Instant::now() + bound + 2 * SECOND;
+    let ended = |(elect, death, started): &mut (Running, Death, i128)| {
+        let died = death.within(give_up.saturating_duration_since(Instant::now()));
+        let status = match died {
+            Some(_) => elect.child.wait().ok(),
+            None => None,
+        };
+        // Let the reader threads catch up with the last lines.
+        std::thread::sleep(Duration::from_millis(20));
+        let took = died.map(|at| Duration::from_nanos((at - *started) as u64));
+        (status, took, died)
+    };
+    let mut failures = Vec::new();
+    for ((sig, after, run), (still, sent)) in signalled.iter_mut().zip(sent) {
+        let (status, _, died) = ended(run);
+        let took = died.map(|at| Duration::from_nanos((at - sent) as u64));
+        eprintln!(
+            "signal {sig} at {after:?}: {} after {took:?}",
+            shown(&status)
+        );
+        if !(still && status.and_then(|s| s.signal()) == Some(*sig) && took < Some(SECOND)) {
+            failures.push(format!(
+                "signal {sig} sent {after:?} in: {} after {took:?} (running when sent: {still}); stderr: {}",
+                shown(&status),
+                run.0.drain_stderr()
+            ));
+        }
+    }
+    for (what, run, within, says) in &mut gave_up {
+        let (status, took, _) = ended(run);
+        let elect = &mut run.0;
+        let stderr = elect.drain_stderr();
+        eprintln!("{what}: {} after {took:?}: {stderr}", shown(&status));
+        let lines = stderr.lines().count();
+        let said = says.iter().all(|w| stderr.contains(w.as_str()));
+        let ran = elect.try_line().is_some();
+        if status.and_then(|s| s.code()) != Some(69)
+            || took.is_none_or(|t| t > *within)
+            || lines != 1
+            || !said
+            || ran
+        {
+            failures.push(format!(
+                "{what}: {} after {took:?} (69 within {within:?} expected, one line saying {says:?}, the command not run); stderr: {stderr}",
+                shown(&status)
+            ));
+        }
+    }
+    let (status, took, _) = ended(&mut verbose);
+    let stderr = verbose.0.drain_stderr();
+    eprintln!("a silent listener, -v: {} after {took:?}", shown(&status));
+    if status.and_then(|s| s.code()) != Some(69)
+        || took.is_none_or(|t| t > bound)
+        || stderr.to_lowercase().contains("granted")
+    {
+        failures.push(format!(
+            "a silent listener, -v: {} after {took:?} (69, no line claiming a grant); stderr: {stderr}",
+            shown(&status)
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn shown(status: &Option<std::process::ExitStatus>) -> String {
+    match status {
+        None => "still running".into(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (_, Some(sig)) => format!("killed by signal {sig}"),
+            _ => format!("{s:?}"),
+        },
+    }
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -1070,6 +1279,7 @@ macro_rules! stores {
             checkpoints_survive_a_break_and_a_store_restart,
             each_shard_gets_one_owner_and_a_standby_takes_over,
             shard_counts_preferences_and_giving_up,
+            a_store_that_never_answers_is_given_up_on_in_time,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

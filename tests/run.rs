@@ -261,16 +261,23 @@ fn an_unreachable_endpoint_among_reachable_ones_is_skipped() {
         .unwrap()
         .port();
     let store = format!("etcd://127.0.0.1:{dead},{}", etcd.endpoint);
+    // Long patience: a run that waited on the dead endpoint at all (an
+    // attempt is a third of it) would take seconds, not milliseconds.
+    let args = ["--ttl", "2s", "--connect-timeout", "30s"];
     for _ in 0..5 {
-        let out = elect_run(&store, "multi", &["--ttl", "2s"], "echo ran")
+        let started = std::time::Instant::now();
+        let out = elect_run(&store, "multi", &args, "echo ran")
             .output()
             .unwrap();
+        let took = started.elapsed();
         assert_eq!(
             out.status.code(),
             Some(0),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        eprintln!("a run beside a dead endpoint took {took:?}");
+        assert!(took < 2 * SECOND, "the dead endpoint held it up: {took:?}");
     }
 }
 

@@ -29,6 +29,7 @@ use crate::clock::{Instant, show};
 use crate::exit::{Failure, Outcome};
 use crate::lease::{Keeper, Timing};
 use crate::log;
+use crate::reach::Reach;
 use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Session, Store, StoreError,
     Turn, first_turn,
@@ -48,6 +49,11 @@ const OWN_WHEN_SET: &[&str] = &["ELECT_CHECKPOINT", "ELECT_SHARD", "ELECT_SHARDS
 /// How long to try to revoke the lease on the way out; if the store cannot
 /// be reached, the lease expires on its own.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The same, when elect ends before the store answered all it asked
+/// (a signal, a store that never answers, a server of another kind): a
+/// healthy store answers by then, and elect is not kept waiting again.
+const UNANSWERED_RELEASE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Everything `elect run` needs, checked.
 struct Job {
@@ -91,18 +97,24 @@ pub async fn run(ready: Ready) -> Outcome {
         Ok(s) => s,
         Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
     };
-    match job
+    let mut reach = Reach::new(&job.location, job.connect_timeout);
+    let open = job
         .location
-        .open(job.timing.renew_every(), job.connect_timeout)
+        .open(job.timing.renew_every(), job.connect_timeout);
+    match job
+        .reaching(&mut reach, &mut signals, "a connection", open)
         .await
     {
         Ok(store) => {
             timeline::step("connected");
-            let outcome = job.run_on(&*store, &mut signals, &mut guard).await;
+            let mut reach = Some(reach);
+            let outcome = job
+                .run_on(&*store, &mut signals, &mut guard, &mut reach)
+                .await;
             timeline::step("exit");
             outcome
         }
-        Err(e) => job.store_failed(e),
+        Err(outcome) => outcome,
     }
 }
 
@@ -164,6 +176,22 @@ impl Job {
             .into()
     }
 
+    /// A call to the store before the lock is held: within what is left of
+    /// `--connect-timeout` ([`Reach`]), and ended by a terminating signal.
+    async fn reaching<T>(
+        &self,
+        reach: &mut Reach,
+        signals: &mut Signals,
+        waiting_for: &str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, Outcome> {
+        tokio::select! {
+            result = reach.bounded(waiting_for, call) => result.map_err(|e| self.store_failed(e)),
+            never = self.connecting_line() => match never {},
+            sig = signals.terminating() => Err(Outcome::Raise(sig)),
+        }
+    }
+
     fn record(&self) -> HolderRecord {
         HolderRecord {
             identity: self.identity.clone(),
@@ -185,12 +213,14 @@ impl Job {
 
     /// Run, and with `--rejoin`, go back to the queue after a loss (or a
     /// failure, with `--rejoin=always`) and run a new command with a new token.
-    /// `first_guard`: the guard forked at the start, for the first turn.
+    /// `first_guard`: the guard forked at the start, for the first turn;
+    /// `first_reach`: the bound that connecting began, for the first turn.
     async fn run_on(
         &self,
         store: &dyn Store,
         signals: &mut Signals,
         first_guard: &mut Option<Preparing>,
+        first_reach: &mut Option<Reach>,
     ) -> Outcome {
         const FIRST_BACKOFF: Duration = Duration::from_secs(1);
         const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -200,7 +230,10 @@ impl Job {
             let guard = first_guard
                 .take()
                 .unwrap_or_else(|| Supervisor::prepare(self.plan()));
-            let end = self.take_turn(store, signals, guard).await;
+            let reach = first_reach
+                .take()
+                .unwrap_or_else(|| Reach::new(&self.location, self.connect_timeout));
+            let end = self.take_turn(store, signals, guard, reach).await;
             let why = match (&end, self.rejoin) {
                 (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
                 (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
@@ -230,12 +263,14 @@ impl Job {
 
     /// One turn: a session, a place in the queue, the command, the release.
     /// If the lease is lost while queued (a long partition), queue again
-    /// under a new one.
+    /// under a new one. Until queued, the store's answers are due within
+    /// `reach`'s bound.
     async fn take_turn(
         &self,
         store: &dyn Store,
         signals: &mut Signals,
         guard: Preparing,
+        mut reach: Reach,
     ) -> TurnEnd {
         let give_up = match self.wait {
             Wait::Forever => None,
@@ -244,19 +279,21 @@ impl Job {
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
         loop {
-            let opened = tokio::select! {
-                opened = store.open_session(self.timing.ttl(), self.connect_timeout) => opened,
-                never = self.connecting_line() => match never {},
-                sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
-            };
-            let session = match opened {
+            // Queued once, lost since: a new session, due in a new bound.
+            if reach.was_reached() {
+                reach = Reach::new(&self.location, self.connect_timeout);
+            }
+            let open = store.open_session(self.timing.ttl(), self.connect_timeout);
+            let session = match self.reaching(&mut reach, signals, "a lease", open).await {
                 Ok(session) => session,
-                Err(e) => return TurnEnd::Done(self.store_failed(e)),
+                Err(outcome) => return TurnEnd::Done(outcome),
             };
-            timeline::step("lease granted");
+            // Not "granted": etcd's grant may still be on its way (it is
+            // confirmed with the place in the queue).
+            timeline::step("lease requested");
             let mut keeper = Keeper::start(&*session, self.timing);
             let (end, guard_to_reap) = match self
-                .queue(store, &*session, &mut keeper, give_up, signals)
+                .queue(store, &*session, &mut keeper, give_up, signals, &mut reach)
                 .await
             {
                 Queued::First(won) => {
@@ -275,14 +312,35 @@ impl Job {
                         .await
                 }
                 Queued::Again(reason) => {
-                    log::verbose(format_args!(
-                        "lost our place in the queue ({reason}); queueing again"
-                    ));
+                    let queued = reach.was_reached();
+                    match queued {
+                        true => log::verbose(format_args!(
+                            "lost our place in the queue ({reason}); queueing again"
+                        )),
+                        false => log::verbose(format_args!(
+                            "the lease was never confirmed ({reason}); asking for another"
+                        )),
+                    }
                     drop(keeper);
-                    // Patiently: after an outage the old lease may live on
-                    // (a restarted etcd renews every lease), and our new key
-                    // would queue behind the old one for a whole TTL.
-                    if let Err(e) = session.release().await {
+                    // Patiently once queued: after an outage the old lease
+                    // may live on (a restarted etcd renews every lease), and
+                    // our new key would queue behind the old one for a whole
+                    // TTL. Before that, within the bound.
+                    let revoke = async {
+                        match queued {
+                            true => session.release().await,
+                            false => {
+                                reach
+                                    .bounded("the old lease's end", session.release())
+                                    .await
+                            }
+                        }
+                    };
+                    let revoked = tokio::select! {
+                        revoked = revoke => revoked,
+                        sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
+                    };
+                    if let Err(e) = revoked {
                         log::verbose(format_args!(
                             "could not revoke the old lease ({e}); it will expire"
                         ));
@@ -299,9 +357,18 @@ impl Job {
                     guard.reap().await;
                 }
             };
-            tokio::join!(release(&*session), reaped);
-            timeline::step("lease released");
-            log::verbose(format_args!("released lock {}", self.lock));
+            // A store that never answered is not waited for again, and a
+            // signal before then is obeyed at once: the lease, if granted
+            // at all, expires.
+            let within = match reach.was_reached() {
+                true => RELEASE_TIMEOUT,
+                false => UNANSWERED_RELEASE_TIMEOUT,
+            };
+            tokio::join!(release(&*session, within), reaped);
+            if reach.was_reached() {
+                timeline::step("lease released");
+                log::verbose(format_args!("released lock {}", self.lock));
+            }
             return end;
         }
     }
@@ -331,23 +398,29 @@ impl Job {
         keeper: &mut Keeper,
         give_up: Option<Instant>,
         signals: &mut Signals,
+        reach: &mut Reach,
     ) -> Queued<'s> {
-        if let Some(shards) = self.shards {
+        if self.shards.is_some() {
             return self
-                .queue_for_shards(store, session, keeper, give_up, signals, shards)
+                .queue_for_shards(store, session, keeper, give_up, signals, reach)
                 .await;
         }
         let record = self.record();
-        let joined = tokio::select! {
-            joined = session.join(self.lock.clone(), record) => joined,
-            never = self.connecting_line() => match never {},
-            loss = keeper.lost() => return Queued::Again(loss.to_string()),
-            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+        let join = async {
+            tokio::select! {
+                joined = session.join(self.lock.clone(), record) => joined.map(Ok),
+                loss = keeper.lost() => Ok(Err(loss)),
+            }
         };
-        let lock = match joined {
-            Ok(lock) => lock,
-            Err(e) => return Queued::Done(self.store_failed(e)),
+        let lock = match self
+            .reaching(reach, signals, "a place in the queue", join)
+            .await
+        {
+            Ok(Ok(lock)) => lock,
+            Ok(Err(loss)) => return Queued::Again(loss.to_string()),
+            Err(outcome) => return Queued::Done(outcome),
         };
+        reach.reached();
         timeline::step("queued");
         let rank = lock.rank();
         let mut locks = vec![lock];
@@ -497,8 +570,11 @@ enum Queued<'s> {
     Done(Outcome),
 }
 
-async fn release(session: &dyn Session) {
-    match tokio::time::timeout(RELEASE_TIMEOUT, session.release()).await {
+async fn release(session: &dyn Session, within: Duration) {
+    if within.is_zero() {
+        return;
+    }
+    match tokio::time::timeout(within, session.release()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::verbose(format_args!(
             "could not revoke the lease ({e}); it will expire"

@@ -12,6 +12,7 @@ use crate::clock::Instant;
 use crate::exit::Outcome;
 use crate::lease::Keeper;
 use crate::log;
+use crate::reach::Reach;
 use crate::store::{
     ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Turn, first_turn, shard_lock,
 };
@@ -23,7 +24,8 @@ use super::signals::Signals;
 type Shard<'s> = (Box<dyn Lock + 's>, u32, u64);
 
 impl Job {
-    /// Queue for a shard of the lock, as [`Job::queue`] does for a lock.
+    /// Queue for a shard of the lock (`--shards`), as [`Job::queue`] does
+    /// for a lock.
     pub(super) async fn queue_for_shards<'s>(
         &self,
         store: &dyn Store,
@@ -31,10 +33,11 @@ impl Job {
         keeper: &mut Keeper,
         give_up: Option<Instant>,
         signals: &mut Signals,
-        shards: u32,
+        reach: &mut Reach,
     ) -> Queued<'s> {
+        let shards = self.shards.unwrap_or(1);
         let raced = tokio::select! {
-            raced = self.race(store, session, shards, give_up) => raced,
+            raced = self.race(store, session, shards, give_up, reach) => raced,
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };
@@ -57,15 +60,18 @@ impl Job {
     }
 
     /// Take a free shard, else wait for the first one whose turn comes;
-    /// `None` if none came before `give_up`.
+    /// `None` if none came before `give_up`. Until every queue is joined,
+    /// the store's answers are due within `reach`'s bound.
     async fn race<'s>(
         &self,
         store: &dyn Store,
         session: &'s dyn Session,
         shards: u32,
         give_up: Option<Instant>,
+        reach: &mut Reach,
     ) -> Result<Option<Shard<'s>>, StoreError> {
-        match store.shards(&self.lock, Some(shards)).await? {
+        let count = store.shards(&self.lock, Some(shards));
+        match reach.bounded("the shard count", count).await? {
             Some(recorded) if recorded != shards => {
                 return Err(StoreError::config(format!(
                     "it has {recorded} shards, recorded on its first use; this instance asks \
@@ -76,31 +82,38 @@ impl Job {
             _ => {}
         }
         let names: Vec<String> = (0..shards).map(|k| shard_lock(&self.lock, k)).collect();
-        let owners = store.owners(&names).await?;
+        let owners = reach
+            .bounded("the shards' owners", store.owners(&names))
+            .await?;
         let order = self.preference(&owners.iter().map(|o| o.last.as_deref()).collect::<Vec<_>>());
         timeline::step("queued");
 
         // A free shard, the most preferred first: alone, without waiting.
         if let Some(&k) = order.iter().find(|&&k| !owners[k as usize].held) {
-            let lock = session
-                .join(names[k as usize].clone(), self.shard_record(k))
-                .await?;
-            match lock.wait_turn(Some(Instant::now())).await? {
-                Turn::First(token) => return Ok(Some((lock, k, token))),
+            let join = session.join(names[k as usize].clone(), self.shard_record(k));
+            let lock = reach.bounded("a place in a shard's queue", join).await?;
+            let look = lock.wait_turn(Some(Instant::now()));
+            match reach.bounded("a look at a shard's queue", look).await? {
+                Turn::First(token) => {
+                    reach.reached();
+                    return Ok(Some((lock, k, token)));
+                }
                 // Taken meanwhile.
-                Turn::Busy => lock.leave().await?,
+                Turn::Busy => {
+                    reach
+                        .bounded("leaving a shard's queue", lock.leave())
+                        .await?
+                }
             }
         }
 
         // Every shard's queue at once; keep the first won, leave the rest.
         let mut locks = Vec::with_capacity(order.len());
         for &k in &order {
-            locks.push(
-                session
-                    .join(names[k as usize].clone(), self.shard_record(k))
-                    .await?,
-            );
+            let join = session.join(names[k as usize].clone(), self.shard_record(k));
+            locks.push(reach.bounded("a place in a shard's queue", join).await?);
         }
+        reach.reached();
         log::verbose(format_args!(
             "every shard of lock {} is held; waiting in all {shards} queues",
             self.lock

@@ -76,7 +76,9 @@ impl Signals {
                 sig,
                 Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT
             ) {
-                log::verbose(format_args!("{sig} received; leaving the queue"));
+                log::verbose(format_args!(
+                    "{sig} received; stopping before the lock is ours"
+                ));
                 return sig;
             }
         }

@@ -17,6 +17,7 @@ pub mod file;
 mod holder;
 mod observed;
 pub mod postgres;
+pub mod probe;
 mod secret;
 pub mod zk;
 
@@ -96,6 +97,13 @@ pub trait Target: fmt::Display + fmt::Debug {
         ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>>;
+    /// Where the store is reached over TCP and what should answer there,
+    /// for a look of elect's own when its client gets nowhere
+    /// ([`probe`]); `None` where there is no such address (a directory, a
+    /// Unix socket).
+    fn contact(&self) -> Option<probe::Contact> {
+        None
+    }
 }
 
 /// The settings every store is offered, from flags and the environment. A
@@ -246,6 +254,11 @@ impl Location {
         connect_timeout: Duration,
     ) -> Result<Box<dyn Store>, StoreError> {
         self.target.open(ping_timeout, connect_timeout).await
+    }
+
+    /// Where the store is reached over TCP: see [`Target::contact`].
+    pub fn contact(&self) -> Option<probe::Contact> {
+        self.target.contact()
     }
 }
 

@@ -8,7 +8,9 @@
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
 //!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`),
 //!   [`curator`] (Apache Curator's lock, a Java program on ZooKeeper);
-//! - [`stores`]: every store as the shared suites see it;
+//! - [`stores`]: every store as the shared suites see it; [`silent`]:
+//!   addresses where no store answers (silent, closing, garbage, HTTP/1,
+//!   refused, a name that cannot resolve);
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
 //! - the fault suite: [`proxy`], [`loss`], [`contender`], [`register`],
 //!   [`history`], [`nemesis`], [`ticker`].
@@ -31,6 +33,7 @@ pub mod process;
 pub mod proxy;
 pub mod pty;
 pub mod register;
+pub mod silent;
 pub mod stores;
 pub mod tempdir;
 pub mod ticker;

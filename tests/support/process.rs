@@ -257,6 +257,11 @@ impl Death {
         Death { rx, pid }
     }
 
+    /// When it died (wall clock ns), if it did within `within`.
+    pub fn within(&self, within: Duration) -> Option<i128> {
+        self.rx.recv_timeout(within).ok()
+    }
+
     /// When it died (wall clock ns), waiting up to `within`.
     pub fn at(&self, within: Duration) -> i128 {
         self.rx

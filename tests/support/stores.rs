@@ -88,6 +88,13 @@ pub trait StoreUnderTest: Sized {
     /// How long a `break --force` may leave the old command running beside
     /// the next holder's, as the README promises it.
     fn forced_break_overlap(ttl: Duration) -> Duration;
+
+    /// Whether the store is reached at a network address (`file:` is not).
+    const HAS_ENDPOINT: bool = true;
+    /// How elect names this kind of server ("this is not etcd").
+    const SPEAKS: &'static str;
+    /// A `--store` URL of this kind for the address `host_port`.
+    fn url_at(host_port: &str) -> String;
 }
 
 impl StoreUnderTest for Etcd {
@@ -190,6 +197,12 @@ impl StoreUnderTest for Etcd {
     /// Its elect sees the lease end at once, by a watch.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(100)
+    }
+
+    const SPEAKS: &'static str = "etcd";
+
+    fn url_at(host_port: &str) -> String {
+        format!("etcd://{host_port}")
     }
 }
 
@@ -304,6 +317,14 @@ impl StoreUnderTest for FileStore {
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(1100)
     }
+
+    /// A directory: nothing to connect to, nothing to go unanswered.
+    const HAS_ENDPOINT: bool = false;
+    const SPEAKS: &'static str = "";
+
+    fn url_at(host_port: &str) -> String {
+        unreachable!("the file store has no address: {host_port}")
+    }
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
@@ -416,6 +437,12 @@ impl StoreUnderTest for Postgres {
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(100)
     }
+
+    const SPEAKS: &'static str = "PostgreSQL";
+
+    fn url_at(host_port: &str) -> String {
+        format!("postgres://elect@{host_port}/elect")
+    }
 }
 
 /// ZooKeeper: one server.
@@ -514,6 +541,12 @@ impl StoreUnderTest for ZooKeeper {
     /// Its elect sees the node go at once, by a watch.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(100)
+    }
+
+    const SPEAKS: &'static str = "ZooKeeper";
+
+    fn url_at(host_port: &str) -> String {
+        format!("zk://{host_port}")
     }
 }
 
@@ -637,6 +670,12 @@ impl StoreUnderTest for Pooled {
     fn forced_break_overlap(ttl: Duration) -> Duration {
         ttl / 3 + Duration::from_millis(100)
     }
+
+    const SPEAKS: &'static str = "PostgreSQL";
+
+    fn url_at(host_port: &str) -> String {
+        <Postgres as StoreUnderTest>::url_at(host_port)
+    }
 }
 
 /// Send `sig` to the process `pid`.
@@ -671,4 +710,51 @@ fn signal_tree(root: i32, sig: i32) {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(child, sig) };
     }
+}
+
+/// A real server of another kind than the one under test, and how elect
+/// names what answered there.
+pub struct OtherServer {
+    /// As elect names it: "this is not etcd: it answered like `name`".
+    pub name: &'static str,
+    pub host_port: String,
+    _running: Box<dyn std::any::Any>,
+}
+
+/// Every real store server but `S`'s own kind (PostgreSQL with a PgBouncer
+/// in front of it too), started now: where a URL of kind `S` must not pass
+/// for a store.
+pub fn other_servers<S: StoreUnderTest>() -> Vec<OtherServer> {
+    let mut others = Vec::new();
+    if S::NAME != "etcd" {
+        let etcd = Etcd::start();
+        others.push(OtherServer {
+            name: "etcd",
+            host_port: etcd.endpoint.clone(),
+            _running: Box::new(etcd),
+        });
+    }
+    if S::NAME != "postgres" {
+        let pg = Postgres::start();
+        let bouncer = super::PgBouncer::start(&pg, "transaction");
+        others.push(OtherServer {
+            name: "PostgreSQL",
+            host_port: format!("127.0.0.1:{}", bouncer.port()),
+            _running: Box::new(bouncer),
+        });
+        others.push(OtherServer {
+            name: "PostgreSQL",
+            host_port: format!("127.0.0.1:{}", pg.port()),
+            _running: Box::new(pg),
+        });
+    }
+    if S::NAME != "zookeeper" {
+        let zk = ZooKeeper::start();
+        others.push(OtherServer {
+            name: "ZooKeeper",
+            host_port: zk.endpoint(0),
+            _running: Box::new(zk),
+        });
+    }
+    others
 }

@@ -277,6 +277,14 @@ impl Target for EtcdTarget {
             Ok(store)
         })
     }
+
+    fn contact(&self) -> Option<crate::store::probe::Contact> {
+        Some(crate::store::probe::Contact {
+            expects: crate::store::probe::Server::Etcd,
+            tls: self.tls,
+            addresses: self.endpoints.clone(),
+        })
+    }
 }
 
 /// Ask on the terminal, without echo; fail if there is no terminal to ask on.

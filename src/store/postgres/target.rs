@@ -720,6 +720,24 @@ impl Target for PgTarget {
             Ok(store)
         })
     }
+
+    /// The servers reached over TCP; none over a Unix socket.
+    fn contact(&self) -> Option<crate::store::probe::Contact> {
+        let addresses: Vec<String> = self
+            .servers
+            .iter()
+            .filter(|s| !s.is_socket())
+            .map(|s| match s.host.contains(':') {
+                true => format!("[{}]:{}", s.host, s.port),
+                false => format!("{}:{}", s.host, s.port),
+            })
+            .collect();
+        (addresses.len() == self.servers.len()).then_some(crate::store::probe::Contact {
+            expects: crate::store::probe::Server::Postgres,
+            tls: false,
+            addresses,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -217,6 +217,14 @@ impl Target for ZkTarget {
             Ok(store)
         })
     }
+
+    fn contact(&self) -> Option<crate::store::probe::Contact> {
+        Some(crate::store::probe::Contact {
+            expects: crate::store::probe::Server::ZooKeeper,
+            tls: self.tls.is_some(),
+            addresses: self.servers.clone(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,254 @@
+//! Reaching the store: every call before the lock is held (connecting, the
+//! lease grant, joining the queue, the shard count; and each look of
+//! `status`, `list`, `check`, `checkpoint`) is bounded by one
+//! `--connect-timeout`, whatever the store does. A store that accepts a
+//! connection and never answers, or a server of another kind at the
+//! address, would otherwise keep elect waiting for ever: its client
+//! library waits on a reply that never comes, or retries an error that
+//! will not pass. The stores keep their own retries inside the bound.
+//!
+//! When the first contact has gone unanswered for a moment, a probe
+//! ([`crate::store::probe`]) looks at what is at the address: a refused
+//! port or a server of another kind is reported at once, a silent one at
+//! the bound, each in one line that names what was found.
+//!
+//! `elect run` also races every such call against a terminating signal
+//! (`run/mod.rs`); the other commands die of one by its default action.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::clock::{Instant, show, sleep_until};
+use crate::store::probe::{self, Findings, Heard};
+use crate::store::{Location, StoreError};
+
+/// How long the first contact may go unanswered before the probe looks:
+/// longer than a healthy store takes, so that it is spared the probe.
+const PROBE_AFTER: Duration = Duration::from_millis(250);
+
+/// When the probe has nothing to add (the server there is the kind
+/// expected, or speaks TLS), the store's own word at the end of its own
+/// patience says more than elect could ("does it accept this client
+/// certificate?"): so long it may come after the bound.
+const STORE_LAST_WORD: Duration = Duration::from_millis(500);
+
+/// One bound over the calls that reach a store, and the probe's findings.
+pub struct Reach {
+    /// The store, as shown.
+    shown: String,
+    bound: Duration,
+    started: Instant,
+    until: Instant,
+    /// On its way, until its findings are in.
+    probe: Option<JoinHandle<Findings>>,
+    found: Option<Findings>,
+    reached: bool,
+}
+
+impl Reach {
+    /// The bound starts now.
+    pub fn new(location: &Location, bound: Duration) -> Reach {
+        let started = Instant::now();
+        let until = started + bound;
+        let probe = location.contact().map(|contact| {
+            tokio::spawn(async move {
+                tokio::time::sleep(PROBE_AFTER).await;
+                probe::probe(&contact, until).await
+            })
+        });
+        Reach {
+            shown: location.to_string(),
+            bound,
+            started,
+            until,
+            probe,
+            found: None,
+            reached: false,
+        }
+    }
+
+    /// The store answered what it had to: no probe is needed any more.
+    pub fn reached(&mut self) {
+        self.reached = true;
+        if let Some(probe) = self.probe.take() {
+            probe.abort();
+        }
+    }
+
+    /// Whether [`Reach::reached`] was called.
+    pub fn was_reached(&self) -> bool {
+        self.reached
+    }
+
+    /// `call`, within what is left of the bound; `waiting_for` names what
+    /// it waits for ("a lease"), for the line that says elect gave up.
+    pub async fn bounded<T>(
+        &mut self,
+        waiting_for: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if self.until.remaining().is_zero() {
+            return Err(self.gave_up(waiting_for));
+        }
+        tokio::pin!(call);
+        loop {
+            let give_up = match self.found.as_ref().is_some_and(Findings::says_more) {
+                true => self.until,
+                false => self.until + STORE_LAST_WORD,
+            };
+            let probing = async {
+                match self.probe.as_mut() {
+                    Some(probe) if self.found.is_none() => probe.await.ok(),
+                    _ => std::future::pending().await,
+                }
+            };
+            let event = tokio::select! {
+                result = &mut call => Event::Answered(result),
+                () = sleep_until(give_up) => Event::GaveUp,
+                found = probing => Event::Found(found),
+            };
+            match event {
+                Event::Answered(Ok(value)) => return Ok(value),
+                Event::Answered(Err(e)) => return Err(self.explained(e, waiting_for)),
+                Event::GaveUp => return Err(self.gave_up(waiting_for)),
+                Event::Found(found) => {
+                    self.probe = None;
+                    let Some(found) = found else { continue };
+                    if found.is_final() {
+                        return Err(self.told(&found));
+                    }
+                    self.found = Some(found);
+                }
+            }
+        }
+    }
+
+    /// [`Reach::bounded`], for a call whose answer proves the store is
+    /// there (a read): once it is in, no probe is needed.
+    pub async fn answered<T>(
+        &mut self,
+        waiting_for: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let answer = self.bounded(waiting_for, call).await;
+        if answer.is_ok() {
+            self.reached();
+        }
+        answer
+    }
+
+    /// The store's own error, or what the probe found where that says more.
+    fn explained(&self, e: StoreError, waiting_for: &str) -> StoreError {
+        match &self.found {
+            Some(found) if e.kind == crate::store::ErrorKind::Unavailable && found.says_more() => {
+                match found.is_final() {
+                    true => self.told(found),
+                    false => self.waited(self.started.elapsed(), waiting_for),
+                }
+            }
+            _ => e,
+        }
+    }
+
+    /// The probe's findings as the one line.
+    fn told(&self, found: &Findings) -> StoreError {
+        let other = found
+            .heard
+            .iter()
+            .any(|(_, h)| matches!(h, Heard::Like(_) | Heard::Garbage));
+        StoreError::unavailable(match other {
+            true => format!("{}: {found}", self.shown),
+            false => format!(
+                "cannot reach {}: {found}; is {} running there? (--store, ELECT_STORE)",
+                self.shown, found.expects
+            ),
+        })
+    }
+
+    fn gave_up(&self, waiting_for: &str) -> StoreError {
+        self.waited(self.bound, waiting_for)
+    }
+
+    /// elect waited `waited` for `waiting_for`, and why none came.
+    fn waited(&self, waited: Duration, waiting_for: &str) -> StoreError {
+        let found = match &self.found {
+            Some(found) => format!(": {found}"),
+            None => String::new(),
+        };
+        // Whole seconds where there are any: the bound as given.
+        let waited = match waited.as_secs() {
+            0 => waited,
+            secs => Duration::from_secs(secs),
+        };
+        StoreError::unavailable(format!(
+            "gave up after {} waiting for {waiting_for} from {}{found}",
+            show(waited),
+            self.shown
+        ))
+    }
+}
+
+impl Drop for Reach {
+    fn drop(&mut self) {
+        self.reached();
+    }
+}
+
+enum Event<T> {
+    Answered(Result<T, StoreError>),
+    GaveUp,
+    /// The probe's findings; `None` if it failed.
+    Found(Option<Findings>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ErrorKind, Settings};
+
+    fn directory() -> Location {
+        Location::parse("file:/nonexistent-for-reach", &Settings::default()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_ends_gives_up_at_the_bound_saying_what_it_waited_for() {
+        let mut reach = Reach::new(&directory(), Duration::from_secs(10));
+        let started = Instant::now();
+        let never = std::future::pending::<Result<(), StoreError>>();
+        let e = reach.bounded("a lease", never).await.unwrap_err();
+        // Nothing to add from a probe: the store's own word may come just after.
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_secs(10), "{waited:?}");
+        assert!(waited <= Duration::from_secs(10) + STORE_LAST_WORD + Duration::from_millis(100));
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert_eq!(
+            e.message,
+            "gave up after 10s waiting for a lease from file:/nonexistent-for-reach"
+        );
+        // The bound is spent: a later call gives up at once.
+        let answered = async { Ok::<_, StoreError>(()) };
+        assert!(
+            reach
+                .bounded("a place in the queue", answered)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_and_the_stores_own_error_pass_unchanged() {
+        let mut reach = Reach::new(&directory(), Duration::from_secs(10));
+        let late = async {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            Ok::<_, StoreError>(7)
+        };
+        assert_eq!(reach.bounded("a lease", late).await.unwrap(), 7);
+        let refused = async { Err::<(), _>(StoreError::unavailable("refused us: no")) };
+        let e = reach.bounded("a lease", refused).await.unwrap_err();
+        assert_eq!(e.message, "refused us: no");
+        reach.reached();
+        assert!(reach.was_reached());
+    }
+}
