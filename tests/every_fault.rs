@@ -564,7 +564,7 @@ stores! {
     ],
     postgres: Postgres => [
         every,
-        force awaiting "a holder learns of a --force in its first 200 ms only at its next renewal",
+        force,
         pkill,
         link,
         server,

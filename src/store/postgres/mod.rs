@@ -353,6 +353,14 @@ impl Postgres {
         }
     }
 
+    /// Whether a listener is connected already (a waiter's).
+    fn listening(&self) -> bool {
+        self.listener
+            .borrow()
+            .as_ref()
+            .is_some_and(|(client, _)| !client.is_closed())
+    }
+
     /// Notifications of released locks, if LISTEN works here: connect the
     /// listener if it is not, and on first use check that a notification
     /// sent on the main connection reaches it (behind a transaction pooler

@@ -460,10 +460,20 @@ impl PgLock<'_> {
     /// soon as a notification about the lock comes (`elect break` sends
     /// one), else as a renewal finds it.
     async fn watch(&self) -> Loss {
-        // A command that ends at once costs the database no second connection.
-        tokio::time::sleep(LISTEN_AFTER).await;
         let store = self.store();
+        // A command that ends at once costs the database no second
+        // connection, unless it waited and listens already.
+        if !store.listening() {
+            tokio::time::sleep(LISTEN_AFTER).await;
+        }
         let mut notices = store.notifications().await;
+        // News before we listened was not heard (a `break --force` in the
+        // tenure's first moments): look once, now that we listen.
+        if notices.is_some()
+            && let Some(loss) = self.look().await
+        {
+            return loss;
+        }
         loop {
             tokio::select! {
                 loss = self.asked() => return loss,

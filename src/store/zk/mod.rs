@@ -372,9 +372,12 @@ async fn connect(
     timeout: Duration,
     within: Duration,
 ) -> Result<Client, StoreError> {
+    // An attempt may hang (a connection reset in the handshake is not
+    // always noticed by the client): several attempts fit in `within`.
+    let attempt_within = (within / 4).max(Duration::from_millis(500));
     let mut connector = Client::connector()
         .with_session_timeout(timeout)
-        .with_connection_timeout(within.min(timeout).max(Duration::from_millis(500)));
+        .with_connection_timeout(attempt_within.min(timeout));
     if let (Some(user), Some(password)) = (&target.user, &target.password) {
         connector =
             connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
@@ -394,15 +397,15 @@ async fn connect(
     let shown = target.to_string();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let attempt =
-            tokio::time::timeout(give_up.remaining().max(Duration::from_millis(100)), async {
-                let connector = connector.clone();
-                match target.tls.is_some() {
-                    true => connector.secure_connect(&target.connect_string()).await,
-                    false => connector.connect(&target.connect_string()).await,
-                }
-            })
-            .await;
+        let patience = give_up.remaining().min(attempt_within);
+        let attempt = tokio::time::timeout(patience.max(Duration::from_millis(100)), async {
+            let connector = connector.clone();
+            match target.tls.is_some() {
+                true => connector.secure_connect(&target.connect_string()).await,
+                false => connector.connect(&target.connect_string()).await,
+            }
+        })
+        .await;
         let error = match attempt {
             Ok(Ok(client)) => return chrooted(client, target).await,
             Ok(Err(e)) => e,
