@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::inspect::{check, holder_and_waiter, status};
 use support::stores::{FileStore, Held, StoreUnderTest, assert_rising, wait_contenders};
+use support::ticker::{Left, Ticks};
 use support::{
     Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
     now_ns,
@@ -915,6 +916,53 @@ fn checkpoints_survive_a_break_and_a_store_restart<S: StoreUnderTest>() {
     assert_eq!(stdout_of(&out), "start 7", "{}", stderr_of(&out));
 }
 
+/// When the command's leader exits, what it left in its group is killed,
+/// and the lock passes only once none of it can run: a grandchild that
+/// ticks on, one that ignores SIGTERM, one that is stopped, each holding
+/// memory the kernel takes a while to free as it dies.
+fn the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run<S: StoreUnderTest>() {
+    let store = S::start("group-gone");
+    let dir = TempDir::new(&format!("{}-group-gone", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    for (i, left) in [Left::Ticking, Left::IgnoringTerm, Left::Stopped]
+        .into_iter()
+        .enumerate()
+    {
+        let lock = format!("left{i}");
+        let (old, new) = (format!("A{i}"), format!("B{i}"));
+        let mut a = Running::spawn(elect_run(
+            &store.url(),
+            &lock,
+            &["--ttl", "3s"],
+            &ticks.script_leaving(&old, left, 512),
+        ));
+        let group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        a.expect_line("ready", 20 * SECOND);
+        let mut b = Running::spawn(elect_run(
+            &store.url(),
+            &lock,
+            &["--ttl", "3s"],
+            &ticks.script_looking(&new, group),
+        ));
+        wait_contenders(&store, &lock, 2);
+        a.send_line("go");
+        let left_at_start = b.expect_line("left", 20 * SECOND);
+        let overlap = ticks.overlap_ms(&old, group, &new);
+        eprintln!(
+            "{}: {left:?}: the next holder found {left_at_start:?} of the old group; overlap {overlap:.1} ms",
+            S::NAME
+        );
+        assert!(overlap < 0.0, "{left:?}: A ran {overlap:.1} ms beside B");
+        assert!(
+            left_at_start.starts_with("0"),
+            "{left:?}: the next holder started while the old group could still run: {left_at_start}"
+        );
+        assert!(!support::ticker::group_alive(group));
+        assert_eq!(a.wait_code(10 * SECOND), 0, "{:?}", a.stderr_seen);
+        assert_eq!(b.wait_code(10 * SECOND), 0, "{:?}", b.stderr_seen);
+    }
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -935,6 +983,7 @@ macro_rules! stores {
             checkpoints_survive_a_break_and_a_store_restart,
             each_shard_gets_one_owner_and_a_standby_takes_over,
             shard_counts_preferences_and_giving_up,
+            the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

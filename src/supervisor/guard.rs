@@ -610,8 +610,8 @@ impl Guard {
         self.suspended = false;
     }
 
-    /// elect died while the command ran, and the command is dead: once
-    /// nothing of its group can run any more, end the session, so that the
+    /// elect died while the command ran, and nothing of the command's group
+    /// can run any more ([`Guard::finish`] saw to that): end the session, so that the
     /// next holder need not wait for the lease to expire. The order goes to
     /// a copy of elect through a memory file (never argv or the
     /// environment): this process becomes `elect __elect-release FD`.
@@ -620,13 +620,6 @@ impl Guard {
         let Some(order) = self.lock.release_order.take() else {
             return;
         };
-        let mut pause = Duration::from_millis(1);
-        while killpg(self.child, None) != Err(Errno::ESRCH)
-            && super::group_can_run(self.child.as_raw())
-        {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
         let handed = || -> std::io::Result<OwnedFd> {
             let fd = nix::sys::memfd::memfd_create(c"elect-release", MFdFlags::empty())?;
             let mut file = std::fs::File::from(fd);
@@ -651,7 +644,8 @@ impl Guard {
     }
 
     /// Kill what the command left behind in its group, give the terminal
-    /// back as it was, reap the command, report, exit.
+    /// back as it was, wait until none of the group can run, reap the
+    /// command, report (elect then releases the lock), exit.
     fn finish(&mut self) -> i32 {
         let _ = killpg(self.child, Signal::SIGKILL);
         if let Some(terminal) = &self.terminal {
@@ -661,6 +655,7 @@ impl Guard {
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
             }
         }
+        self.wait_until_none_can_run();
         let report = loop {
             match waitpid(self.child, None) {
                 Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
@@ -671,6 +666,20 @@ impl Guard {
         };
         self.report(report);
         0
+    }
+
+    /// SIGKILL the command's group until none of it can run: a killed
+    /// process runs on until the kernel has torn it down (freeing a large
+    /// memory takes a while), and one that joined the group late missed the
+    /// last signal. Its leader, not yet reaped, keeps the group's id from
+    /// being reused meanwhile.
+    fn wait_until_none_can_run(&self) {
+        let mut pause = Duration::from_micros(100);
+        while super::group_can_run(self.child.as_raw()) {
+            std::thread::sleep(pause);
+            let _ = killpg(self.child, Signal::SIGKILL);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 }
 
