@@ -55,7 +55,7 @@ use nix::unistd::Pid;
 use nix::sys::memfd::MFdFlags;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
-use super::launch::Launch;
+use super::launch::{Launch, Went};
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use crate::clock::Instant;
 
@@ -264,6 +264,40 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
     }
 }
 
+/// Take in what elect has sent since the token, without waiting: each later
+/// deadline moves `lock`'s on; true if elect said stop (the lease is lost)
+/// or is gone.
+/// A partial message is left in `inbox` for the watch to complete.
+fn read_latest_orders(socket: &UnixStream, lock: &mut Lock, inbox: &mut Vec<u8>) -> bool {
+    let mut told_to_stop = false;
+    loop {
+        let mut buf = [0u8; 256];
+        match nix::sys::socket::recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Err(Errno::EAGAIN) => break,
+            Err(Errno::EINTR) => continue,
+            // elect is gone: nobody would keep the lease.
+            Ok(0) | Err(_) => {
+                told_to_stop = true;
+                break;
+            }
+            Ok(n) => inbox.extend_from_slice(&buf[..n]),
+        }
+    }
+    while inbox.len() >= SIZE {
+        let record: [u8; SIZE] = inbox[..SIZE].try_into().expect("SIZE bytes");
+        inbox.drain(..SIZE);
+        match Message::decode(&record) {
+            Some(Message::Deadline(ns)) => {
+                lock.deadline = lock.deadline.max(Instant::from_nanos(ns));
+            }
+            Some(Message::Stop(_)) => told_to_stop = true,
+            // Nothing else is sent before the command has started.
+            _ => {}
+        }
+    }
+    told_to_stop
+}
+
 /// One message and any descriptors sent with it (SCM_RIGHTS).
 fn receive_with_fds(socket: &UnixStream) -> Option<([u8; SIZE], Vec<OwnedFd>)> {
     let mut record = [0u8; SIZE];
@@ -345,7 +379,7 @@ impl Guard {
     fn start(
         mut socket: UnixStream,
         orders: Orders,
-        lock: Lock,
+        mut lock: Lock,
         launch: std::io::Result<Launch>,
     ) -> std::io::Result<Guard> {
         for sig in IGNORED {
@@ -360,8 +394,25 @@ impl Guard {
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
         let terminal = interactive_terminal(job);
-        let child = match start_command(&orders, &lock, terminal.is_some(), launch) {
-            Ok(child) => child,
+        // What elect sent after the token, while we were on our way here
+        // (slow, or stopped): a later deadline, or the word that the lease
+        // is lost.
+        let mut inbox = Vec::with_capacity(SIZE);
+        let told_to_stop = read_latest_orders(&socket, &mut lock, &mut inbox);
+        let started = match told_to_stop || Instant::now() >= lock.deadline - orders.grace {
+            true => Ok(None),
+            false => start_command(&orders, &lock, terminal.is_some(), launch),
+        };
+        let child = match started {
+            Ok(Some(child)) => child,
+            Ok(None) => {
+                // The lease may be gone: the command must not run at all.
+                if terminal.is_some() {
+                    let _ = nix::unistd::tcsetpgrp(std::io::stdin(), job);
+                }
+                socket.write_all(&Message::NotStarted.encode())?;
+                std::process::exit(0);
+            }
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
                 socket.write_all(&Message::SpawnFailed(errno).encode())?;
@@ -374,7 +425,7 @@ impl Guard {
             socket,
             deadline: lock.deadline,
             lock,
-            inbox: Vec::with_capacity(SIZE),
+            inbox,
             child,
             job,
             sigchld,
@@ -703,20 +754,30 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
 /// signal mask: in the process forked while elect waited, or, if that one
 /// is gone, in a new one. Once it returns, the group exists and holds the
 /// terminal if `interactive`: the process did both before its exec.
+/// `None` if the command was not started because the lease's deadline minus
+/// the grace had passed by the moment of its exec.
 fn start_command(
     orders: &Orders,
     lock: &Lock,
     interactive: bool,
     launch: std::io::Result<Launch>,
-) -> std::io::Result<Pid> {
-    let go = |launch: Launch| launch.go(lock.token, &lock.env, interactive);
-    if let Ok(launch) = launch
-        && let Some(pid) = go(launch)?
-    {
-        return Ok(pid);
+) -> std::io::Result<Option<Pid>> {
+    let stop_at = lock.deadline - orders.grace;
+    let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, interactive);
+    if let Ok(launch) = launch {
+        match go(launch)? {
+            Went::Started(pid) => return Ok(Some(pid)),
+            Went::Late => return Ok(None),
+            Went::Gone => {}
+        }
     }
-    go(Launch::fork(orders)?)?
-        .ok_or_else(|| std::io::Error::other("the command's process died before its start"))
+    match go(Launch::fork(orders)?)? {
+        Went::Started(pid) => Ok(Some(pid)),
+        Went::Late => Ok(None),
+        Went::Gone => Err(std::io::Error::other(
+            "the command's process died before its start",
+        )),
+    }
 }
 
 /// Set `sig` to its default action with the raw system call: glibc's

@@ -10,8 +10,10 @@
 //!
 //! Over a second, close-on-exec pipe the process answers the word: `+`
 //! when it has it, then `!` and an errno if the command could not be
-//! started, or nothing (the pipe closes at the exec). Silence without `+`
-//! means it died before the word, and the guard forks another.
+//! started, `-` if the word came too late (the lease's deadline minus the
+//! grace, which the word carries, had passed by the moment of the exec), or
+//! nothing (the pipe closes at the exec). Silence without `+` means it died
+//! before the word, and the guard forks another.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -26,6 +28,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid};
 
 use super::guard::Orders;
+use crate::clock::Instant;
 
 /// The command's process, forked and waiting for the word to go.
 pub struct Launch {
@@ -40,6 +43,17 @@ pub struct Launch {
 /// What the process answers when told to go.
 const READY: u8 = b'+';
 const FAILED: u8 = b'!';
+const LATE: u8 = b'-';
+
+/// How the word to go was taken.
+pub enum Went {
+    /// The command runs with this pid.
+    Started(Pid),
+    /// The process was gone before it heard the word.
+    Gone,
+    /// The word came after the time it named: nothing was started.
+    Late,
+}
 
 impl Launch {
     /// Fork the command's process. The guard must have one thread.
@@ -58,6 +72,10 @@ impl Launch {
                     let mut answer = std::fs::File::from(answer_write);
                     let errno = match wait_and_exec(orders, guard, go_read, &mut answer) {
                         Waited::Closed => return 0,
+                        Waited::Late => {
+                            let _ = answer.write_all(&[LATE]);
+                            return 0;
+                        }
                         Waited::Failed(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
                     };
                     let mut report = [FAILED; 5];
@@ -79,12 +97,19 @@ impl Launch {
     }
 
     /// Give the word to go, with the variables that name the holder as
-    /// elect sent them (`NAME=VALUE\0`…). `Ok(Some(pid))` once the command
-    /// has been exec'd, `Err` if it could not be (the process is reaped),
-    /// `Ok(None)` if the process was gone before it heard the word.
-    pub fn go(mut self, token: u64, env: &[u8], interactive: bool) -> std::io::Result<Option<Pid>> {
+    /// elect sent them (`NAME=VALUE\0`…), unless `stop_at` has passed by the
+    /// moment of the exec. `Err` if the command could not be exec'd (the
+    /// process is reaped).
+    pub fn go(
+        mut self,
+        token: u64,
+        stop_at: Instant,
+        env: &[u8],
+        interactive: bool,
+    ) -> std::io::Result<Went> {
         let mut word = vec![u8::from(interactive)];
         word.extend_from_slice(&token.to_le_bytes());
+        word.extend_from_slice(&stop_at.as_nanos().to_le_bytes());
         word.extend_from_slice(env);
         // One stopped by a stray SIGSTOP to its group would never answer.
         if let Some(pid) = self.pid {
@@ -99,13 +124,18 @@ impl Launch {
         let mut tag = [0u8; 1];
         if read_full(&mut self.answer, &mut tag)? == 0 {
             self.reap();
-            return Ok(None);
+            return Ok(Went::Gone);
         }
         let mut errno = [0u8; 4];
         if tag[0] == READY {
             let mut next = [0u8; 1];
-            if read_full(&mut self.answer, &mut next)? == 0 {
-                return Ok(self.pid.take());
+            match (read_full(&mut self.answer, &mut next)?, next[0]) {
+                (0, _) => return Ok(self.pid.take().map_or(Went::Gone, Went::Started)),
+                (_, LATE) => {
+                    self.reap();
+                    return Ok(Went::Late);
+                }
+                _ => {}
             }
         }
         read_full(&mut self.answer, &mut errno)?;
@@ -132,6 +162,8 @@ impl Drop for Launch {
 enum Waited {
     /// The guard closed the pipe without a word.
     Closed,
+    /// The word came after the time it named.
+    Late,
     Failed(std::io::Error),
 }
 
@@ -162,9 +194,13 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
     let Some((&interactive, rest)) = word.split_first() else {
         return Waited::Closed;
     };
-    let Some((token, env)) = rest.split_first_chunk::<8>() else {
+    let Some((token, rest)) = rest.split_first_chunk::<8>() else {
         return Waited::Closed;
     };
+    let Some((stop_at, env)) = rest.split_first_chunk::<8>() else {
+        return Waited::Closed;
+    };
+    let stop_at = Instant::from_nanos(u64::from_le_bytes(*stop_at));
     if let Err(e) = answer.write_all(&[READY]) {
         return Waited::Failed(e);
     }
@@ -206,6 +242,11 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
         );
     }
     command.env("ELECT_TOKEN", u64::from_le_bytes(*token).to_string());
+    // The last look at the clock before the command may run: never once
+    // the lease may be gone (this process may have been stopped meanwhile).
+    if Instant::now() >= stop_at {
+        return Waited::Late;
+    }
     Waited::Failed(command.exec())
 }
 

@@ -175,6 +175,9 @@ pub enum SpawnError {
     Exec(i32),
     /// elect could not start its guard.
     Guard(io::Error),
+    /// The guard did not start it: the lease was lost, or its deadline
+    /// minus the grace had passed, when the guard came to start it.
+    NotStarted,
 }
 
 impl std::fmt::Display for SpawnError {
@@ -182,6 +185,7 @@ impl std::fmt::Display for SpawnError {
         match self {
             SpawnError::Exec(errno) => write!(f, "{}", io::Error::from_raw_os_error(*errno)),
             SpawnError::Guard(e) => write!(f, "{e}"),
+            SpawnError::NotStarted => write!(f, "the lease may be gone"),
         }
     }
 }
@@ -320,8 +324,11 @@ impl Supervisor {
 }
 
 impl Prepared {
-    /// The lock is ours: start the command with `token`, safe until
-    /// `deadline`, as `handover` says.
+    /// The lock is ours: tell the guard to start the command with `token`,
+    /// safe until `deadline`, as `handover` says. Until
+    /// [`Supervisor::started`] says it runs, elect may send later deadlines
+    /// ([`Supervisor::extend`]) or a stop ([`Supervisor::stop`]): the guard
+    /// reads them before it starts the command.
     pub async fn start(
         self,
         token: u64,
@@ -357,26 +364,27 @@ impl Prepared {
         {
             return Err(SpawnError::Guard(e));
         }
-        match supervisor.receive().await {
-            Some(Message::Started(pid)) => {
-                supervisor.pid = pid;
-                Ok(supervisor)
-            }
-            Some(Message::SpawnFailed(errno)) => {
-                let _ = supervisor.guard.wait().await;
-                Err(SpawnError::Exec(errno))
-            }
-            _ => {
-                let _ = supervisor.guard.wait().await;
-                Err(SpawnError::Guard(io::Error::other(
-                    "the guard process failed to start",
-                )))
-            }
-        }
+        Ok(supervisor)
     }
 }
 
 impl Supervisor {
+    /// The guard's answer to the token: the command runs, or why not (then
+    /// [`Supervisor::reap`] the guard, which exits). Cancel-safe.
+    pub async fn started(&mut self) -> Result<(), SpawnError> {
+        match self.receive().await {
+            Some(Message::Started(pid)) => {
+                self.pid = pid;
+                Ok(())
+            }
+            Some(Message::SpawnFailed(errno)) => Err(SpawnError::Exec(errno)),
+            Some(Message::NotStarted) => Err(SpawnError::NotStarted),
+            _ => Err(SpawnError::Guard(io::Error::other(
+                "the guard process failed to start",
+            ))),
+        }
+    }
+
     /// The command's pid, which is also its process group id.
     pub fn pid(&self) -> i32 {
         self.pid

@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use super::clock::{SECOND, now_ns};
 
+/// The name of elect's guard process (and of the command's process while it
+/// waits for the lock), as /proc/PID/comm shows it.
+pub const GUARD: &str = "elect-guard";
+
 /// `elect` with a clean environment for the store settings.
 pub fn elect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));
