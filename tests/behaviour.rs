@@ -963,6 +963,145 @@ fn the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run<S: Stor
     }
 }
 
+/// `elect run` in a session of its own, as a service manager or `setsid`
+/// starts it: `pkill -s SID` then reaches it and nothing of other tests.
+fn in_a_session(mut command: std::process::Command) -> Running {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe; nothing else runs before the exec.
+    unsafe {
+        command.pre_exec(|| match libc::setsid() {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    Running::spawn(command)
+}
+
+/// A holder A, in a session of its own, whose command ticks from a
+/// grandchild, and a waiter B: A's elect, its session, its command's group
+/// and token, and B.
+fn holder_in_a_session_and_waiter<S: StoreUnderTest>(
+    store: &S,
+    lock: &str,
+    ticks: &Ticks,
+) -> (Running, i32, u64, Running) {
+    let extra = ["--ttl", "2s"];
+    let mut a = in_a_session(elect_run(
+        &store.url(),
+        lock,
+        &extra,
+        &ticks.script("A", false),
+    ));
+    let token = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    let group = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    ticks.first("A", 10 * SECOND);
+    let b = Running::spawn(elect_run(
+        &store.url(),
+        lock,
+        &extra,
+        &ticks.script("B", false),
+    ));
+    wait_contenders(store, lock, 2);
+    (a, group, token, b)
+}
+
+/// `pkill -9 elect` matches every process whose name contains `elect`;
+/// here only in the holder's session. elect dies; its guard is not called
+/// elect, so it lives on to kill the command's group, and the lock passes
+/// only after that.
+fn pkill_9_elect_leaves_the_guard_to_stop_the_command_first<S: StoreUnderTest>() {
+    let store = S::start("pkill");
+    let dir = TempDir::new(&format!("{}-pkill", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (mut a, group, a_token, mut b) = holder_in_a_session_and_waiter(&store, "pk", &ticks);
+    let killed_at = support::ticker::monotonic_ns();
+    let pkill = std::process::Command::new("pkill")
+        .args(["-9", "-s", &a.pid().to_string(), "elect"])
+        .status()
+        .expect("pkill: install Debian's procps package");
+    assert!(pkill.success(), "pkill found no elect: {pkill:?}");
+    let b_token: u64 = b.expect_line("token", 15 * SECOND).parse().unwrap();
+    let overlap = ticks.overlap_ms("A", group, "B");
+    let after = (ticks.first("B", SECOND) - killed_at) as f64 / 1e6;
+    eprintln!(
+        "{}: pkill -9 elect: B started {after:.0} ms after; A's last tick {overlap:.1} ms after B's first; A's group left: {:?}",
+        S::NAME,
+        support::ticker::group_members(group),
+    );
+    assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    assert!(
+        !support::ticker::group_alive(group),
+        "A's command outlived its elect: {:?}",
+        support::ticker::group_members(group)
+    );
+    assert!(a.wait(5 * SECOND).signal() == Some(libc::SIGKILL));
+    assert_rising::<S>(&[a_token, b_token], "the killed holder, then the next");
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// elect and its guard SIGKILLed together, the command's group left alive
+/// (its leader dies by its parent-death signal, the grandchild does not).
+/// Where the lock lives in a descriptor the command's processes share, it
+/// cannot pass while any of them lives. Elsewhere the lease expires after
+/// its TTL and the grandchild runs on beside the next holder: measured.
+fn sigkill_of_elect_and_its_guard_together<S: StoreUnderTest>() {
+    let store = S::start("elect-and-guard");
+    let dir = TempDir::new(&format!("{}-elect-and-guard", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (a, group, _, mut b) = holder_in_a_session_and_waiter(&store, "both", &ticks);
+    let guard = support::find_child(a.pid(), support::GUARD);
+    let killed_at = support::ticker::monotonic_ns();
+    for pid in [a.pid(), guard] {
+        // SAFETY: plain kill(2) of our child and of its child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
+    let kill_group = || {
+        // SAFETY: plain killpg(2) of the group A's command leads.
+        unsafe { libc::killpg(group, libc::SIGKILL) };
+    };
+    if S::held_by_the_commands_descriptors() {
+        // Two TTLs: the lock stays with A's command's group.
+        let watch_until = std::time::Instant::now() + 4 * SECOND;
+        while std::time::Instant::now() < watch_until {
+            assert!(
+                ticks.last("B").is_none(),
+                "the lock passed while A's command's group lived"
+            );
+            std::thread::sleep(ms_duration(20));
+        }
+        assert!(support::ticker::group_alive(group), "A's grandchild died");
+        let ended_at = support::ticker::monotonic_ns();
+        kill_group();
+        let overlap = ticks.overlap_ms("A", group, "B");
+        let after = (ticks.first("B", SECOND) - ended_at) as f64 / 1e6;
+        eprintln!(
+            "{}: SIGKILL of elect and its guard: the lock stayed with the command's group; B started {after:.1} ms after it ended; overlap {overlap:.1} ms",
+            S::NAME
+        );
+        assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    } else {
+        let first_b = ticks.first("B", 15 * SECOND);
+        let a_alive = support::ticker::group_alive(group);
+        let after = (first_b - killed_at) as f64 / 1e6;
+        kill_group();
+        let overlap = ticks.overlap_ms("A", group, "B");
+        eprintln!(
+            "{}: SIGKILL of elect and its guard, TTL 2s: B started {after:.0} ms after, A's grandchild {}; it ticked {overlap:.1} ms beside B until the test killed it",
+            S::NAME,
+            if a_alive { "still running" } else { "gone" },
+        );
+        assert!(after < 4000.0, "the lease outlived its TTL: {after:.0} ms");
+    }
+    assert!(!support::ticker::group_alive(group));
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+fn ms_duration(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -984,6 +1123,8 @@ macro_rules! stores {
             each_shard_gets_one_owner_and_a_standby_takes_over,
             shard_counts_preferences_and_giving_up,
             the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run,
+            pkill_9_elect_leaves_the_guard_to_stop_the_command_first,
+            sigkill_of_elect_and_its_guard_together,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

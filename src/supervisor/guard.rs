@@ -60,7 +60,13 @@ use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
-pub const ARG: &str = "__elect-guard";
+pub const ARG: &str = "__lease-guard";
+
+/// The guard's name, as `ps`, `top`, `pkill` and `killall` see it (and
+/// its command line, as `ps` shows it and `pkill -f` matches it). Not
+/// elect's: `pkill -9 elect`, which matches any name containing `elect`,
+/// must leave the guard to kill the command's group and release the lock.
+pub const NAME: &std::ffi::CStr = c"lease-guard";
 
 /// The hidden first argument of the copy that ends the session of an elect
 /// that died: `__elect-release ORDER_FD ELECT_PID`.
@@ -96,7 +102,7 @@ pub struct Orders {
     pub remove_env: Vec<String>,
 }
 
-/// `__elect-guard FD SIGNAL GRACE_NS -- COMMAND...`
+/// `__lease-guard FD SIGNAL GRACE_NS -- COMMAND...`
 pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
     [
         ARG.to_string(),
@@ -128,11 +134,12 @@ fn parse(args: &[OsString]) -> Option<(RawFd, Orders)> {
 /// Run as the guard started by exec; `args` start with [`ARG`]. Never returns.
 pub fn main(args: &[OsString]) -> ! {
     // Started as /proc/self/exe; be recognisable in ps and top.
-    set_name(c"elect-guard");
+    set_name(NAME);
     let Some((socket, orders)) = parse(args) else {
         eprintln!("elect: {ARG} is for elect's own use");
         std::process::exit(crate::exit::Code::Software.value().into());
     };
+    retitle();
     // SAFETY: elect passed us this descriptor and nothing else owns it.
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
     std::process::exit(serve(socket, orders))
@@ -142,7 +149,7 @@ pub fn main(args: &[OsString]) -> ! {
 /// a panic may unwind into the copy of elect's `main` above this frame.
 pub fn forked(socket: OwnedFd, orders: Orders) -> ! {
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        set_name(c"elect-guard");
+        set_name(NAME);
         retitle();
         serve(UnixStream::from(socket), orders)
     }))
@@ -174,10 +181,11 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
     }
 }
 
-/// What `ps` shows as the forked guard's command line: `elect
-/// __elect-guard`, written over our copy of elect's argument strings, so
-/// that the guard is told apart from elect and shows nothing elect's
-/// arguments carried (a password in a store URL). Best effort.
+/// What `ps` shows as the guard's command line: [`NAME`], written over its
+/// argument strings (a forked guard's copy of elect's, an exec'd guard's
+/// own), so that the guard is told apart from elect, `pkill -f elect`
+/// passes it by, and it shows nothing elect's arguments carried (a password
+/// in a store URL). Best effort.
 fn retitle() {
     // The 48th and 49th fields of /proc/self/stat: where the kernel keeps
     // the argument strings it shows as /proc/self/cmdline.
@@ -198,10 +206,11 @@ fn retitle() {
     let Some(len) = end.checked_sub(start).filter(|&n| n > 0) else {
         return;
     };
-    let title = b"elect\0__elect-guard\0";
+    let title = NAME.to_bytes_with_nul();
     // SAFETY: [start, end) is this process's own argument area, mapped and
-    // writable (it lies in the initial stack); after the fork it is our
-    // private copy, and nothing in the guard reads the arguments again.
+    // writable (it lies in the initial stack; after a fork, our private
+    // copy); std copied the arguments out at the start, and nothing reads
+    // the area again.
     let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
     let n = title.len().min(len);
     area[..n].copy_from_slice(&title[..n]);
@@ -223,8 +232,9 @@ struct Lock {
     token: u64,
     /// Descriptors that hold the lock (a file store's lock file), kept open
     /// until the guard exits, after the command's group is dead; received
-    /// close-on-exec, so the command never sees them.
-    _held: Vec<OwnedFd>,
+    /// close-on-exec, and passed to the command's process on purpose (see
+    /// [`Launch::go`]).
+    held: Vec<OwnedFd>,
     /// How to end the session from here if elect dies while the command runs.
     release_order: Option<Vec<u8>>,
     /// Variables that name the holder, for the command's environment, as
@@ -254,7 +264,7 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
                 return Some(Lock {
                     deadline: deadline?,
                     token,
-                    _held: held,
+                    held,
                     release_order,
                     env,
                 });
@@ -763,7 +773,7 @@ fn start_command(
     launch: std::io::Result<Launch>,
 ) -> std::io::Result<Option<Pid>> {
     let stop_at = lock.deadline - orders.grace;
-    let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, interactive);
+    let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, &lock.held, interactive);
     if let Ok(launch) = launch {
         match go(launch)? {
             Went::Started(pid) => return Ok(Some(pid)),

@@ -57,7 +57,8 @@ pub struct Handover<'a> {
     pub set_env: Vec<(String, String)>,
     /// Descriptors that hold the lock (a file store's lock file): the guard
     /// keeps them open until the command's group is dead, so that not even
-    /// a killed elect lets the lock go sooner.
+    /// a killed elect lets the lock go sooner, and the command inherits
+    /// them, so that not even a killed guard does.
     pub held: &'a [BorrowedFd<'a>],
     /// How to end the session if elect dies while the command runs (see
     /// [`crate::store::Target::release_order`]); secrets included, so it
@@ -296,7 +297,7 @@ impl Supervisor {
             .map_err(|e| SpawnError::Guard(e.into()))?;
         let mut command = Command::new("/proc/self/exe");
         command
-            .arg0("elect")
+            .arg0(guard::NAME.to_str().expect("an ASCII name"))
             .args(guard::args(theirs.as_raw_fd(), plan.signal, plan.grace))
             .args(&plan.command)
             .stdin(Stdio::inherit())

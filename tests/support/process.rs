@@ -13,7 +13,7 @@ use super::clock::{SECOND, now_ns};
 
 /// The name of elect's guard process (and of the command's process while it
 /// waits for the lock), as /proc/PID/comm shows it.
-pub const GUARD: &str = "elect-guard";
+pub const GUARD: &str = "lease-guard";
 
 /// `elect` with a clean environment for the store settings.
 pub fn elect() -> Command {

@@ -54,6 +54,12 @@ pub trait StoreUnderTest: Sized {
     fn shard_contenders(&self, shard_lock: &str) -> usize {
         self.contenders(shard_lock)
     }
+    /// Whether the lock lives in a descriptor that the command's processes
+    /// share: then it cannot pass while any of them lives, even with elect
+    /// and its guard dead. Else it passes when the lease expires.
+    fn held_by_the_commands_descriptors() -> bool {
+        false
+    }
 }
 
 impl StoreUnderTest for Etcd {
@@ -202,6 +208,11 @@ impl StoreUnderTest for FileStore {
     }
 
     fn restart(&mut self) {}
+
+    /// The lock file's descriptor, which the command inherits.
+    fn held_by_the_commands_descriptors() -> bool {
+        true
+    }
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
