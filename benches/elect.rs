@@ -54,7 +54,9 @@
 //!   CPU time and wake-ups (voluntary plus involuntary context switches) per
 //!   minute, from /proc, summed over threads. elect is two processes, `elect`
 //!   and its guard `lease-guard`; both are counted, and the target
-//!   (peak memory under 8 MiB) applies to their sum.
+//!   (peak memory under 8 MiB) applies to their sum. (The guard's sentinel,
+//!   `lease-sentinel`, a fork of the guard that only waits for a signal, is
+//!   not counted.)
 //! - `postgres`: the PostgreSQL store, on a server started for the purpose
 //!   (fsync off, as the tests run it): the uncontended cycle over TCP (with a
 //!   password) and over the Unix socket, each against `psql -c 'SELECT 1'`

@@ -1040,35 +1040,79 @@ fn pkill_9_elect_leaves_the_guard_to_stop_the_command_first<S: StoreUnderTest>()
     b.wait(10 * SECOND);
 }
 
-/// elect and its guard SIGKILLed together, the command's group left alive
-/// (its leader dies by its parent-death signal, the grandchild does not).
-/// Where the lock lives in a descriptor the command's processes share, it
-/// cannot pass while any of them lives. Elsewhere the lease expires after
-/// its TTL and the grandchild runs on beside the next holder: measured.
-fn sigkill_of_elect_and_its_guard_together<S: StoreUnderTest>() {
+/// SIGKILL `pids` as if at one instant: each is stopped first, so that none
+/// acts on another's death before its own.
+fn kill_at_once(pids: &[i32]) {
+    for sig in [libc::SIGSTOP, libc::SIGKILL] {
+        for &pid in pids {
+            // SAFETY: plain kill(2) of our child and of its descendants.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        }
+    }
+}
+
+/// elect and its guard SIGKILLed together: the command's own process dies
+/// by its parent-death signal, and the sentinel the guard left in the
+/// command's group kills the rest of it. The lock passes only after that.
+fn sigkill_of_elect_and_its_guard_together_leaves_nothing_running<S: StoreUnderTest>() {
     let store = S::start("elect-and-guard");
     let dir = TempDir::new(&format!("{}-elect-and-guard", S::NAME));
     let ticks = Ticks::new(&dir.0);
-    let (a, group, _, mut b) = holder_in_a_session_and_waiter(&store, "both", &ticks);
+    let (a, group, a_token, mut b) = holder_in_a_session_and_waiter(&store, "both", &ticks);
     let guard = support::find_child(a.pid(), support::GUARD);
     let killed_at = support::ticker::monotonic_ns();
-    for pid in [a.pid(), guard] {
-        // SAFETY: plain kill(2) of our child and of its child.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    kill_at_once(&[a.pid(), guard]);
+    let give_up = Instant::now() + SECOND;
+    while support::ticker::group_alive(group) {
+        assert!(
+            Instant::now() < give_up,
+            "A's command outlived its elect and its guard: {:?}",
+            support::ticker::group_members(group)
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
+    let gone = (support::ticker::monotonic_ns() - killed_at) as f64 / 1e6;
+    let b_token: u64 = b.expect_line("token", 15 * SECOND).parse().unwrap();
+    let overlap = ticks.overlap_ms("A", group, "B");
+    let after = (ticks.first("B", SECOND) - killed_at) as f64 / 1e6;
+    eprintln!(
+        "{}: SIGKILL of elect and its guard, TTL 2s: A's group gone within {gone:.0} ms, B started {after:.0} ms after the kill; overlap {overlap:.1} ms",
+        S::NAME
+    );
+    assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    assert_rising::<S>(&[a_token, b_token], "the killed holder, then the next");
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// elect, its guard and the guard's sentinel SIGKILLed, the command's group
+/// left alive (its leader dies by its parent-death signal, the grandchild
+/// does not). Where the lock lives in a descriptor the command's processes
+/// share, it cannot pass while any of them lives. Elsewhere the lease
+/// expires after its TTL and the grandchild runs on beside the next holder:
+/// measured.
+fn sigkill_of_every_watcher_of_the_command<S: StoreUnderTest>() {
+    let store = S::start("every-watcher");
+    let dir = TempDir::new(&format!("{}-every-watcher", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (a, group, _, mut b) = holder_in_a_session_and_waiter(&store, "all", &ticks);
+    let guard = support::find_child(a.pid(), support::GUARD);
+    let sentinel = support::find_child(guard, support::SENTINEL);
+    let killed_at = support::ticker::monotonic_ns();
+    kill_at_once(&[sentinel, a.pid(), guard]);
     let kill_group = || {
         // SAFETY: plain killpg(2) of the group A's command leads.
         unsafe { libc::killpg(group, libc::SIGKILL) };
     };
     if S::held_by_the_commands_descriptors() {
         // Two TTLs: the lock stays with A's command's group.
-        let watch_until = std::time::Instant::now() + 4 * SECOND;
-        while std::time::Instant::now() < watch_until {
+        let watch_until = Instant::now() + 4 * SECOND;
+        while Instant::now() < watch_until {
             assert!(
                 ticks.last("B").is_none(),
                 "the lock passed while A's command's group lived"
             );
-            std::thread::sleep(ms_duration(20));
+            std::thread::sleep(Duration::from_millis(20));
         }
         assert!(support::ticker::group_alive(group), "A's grandchild died");
         let ended_at = support::ticker::monotonic_ns();
@@ -1076,7 +1120,7 @@ fn sigkill_of_elect_and_its_guard_together<S: StoreUnderTest>() {
         let overlap = ticks.overlap_ms("A", group, "B");
         let after = (ticks.first("B", SECOND) - ended_at) as f64 / 1e6;
         eprintln!(
-            "{}: SIGKILL of elect and its guard: the lock stayed with the command's group; B started {after:.1} ms after it ended; overlap {overlap:.1} ms",
+            "{}: SIGKILL of elect, guard and sentinel: the lock stayed with the command's group; B started {after:.1} ms after it ended; overlap {overlap:.1} ms",
             S::NAME
         );
         assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
@@ -1087,7 +1131,7 @@ fn sigkill_of_elect_and_its_guard_together<S: StoreUnderTest>() {
         kill_group();
         let overlap = ticks.overlap_ms("A", group, "B");
         eprintln!(
-            "{}: SIGKILL of elect and its guard, TTL 2s: B started {after:.0} ms after, A's grandchild {}; it ticked {overlap:.1} ms beside B until the test killed it",
+            "{}: SIGKILL of elect, guard and sentinel, TTL 2s: B started {after:.0} ms after, A's grandchild {}; it ticked {overlap:.1} ms beside B until the test killed it",
             S::NAME,
             if a_alive { "still running" } else { "gone" },
         );
@@ -1096,10 +1140,6 @@ fn sigkill_of_elect_and_its_guard_together<S: StoreUnderTest>() {
     assert!(!support::ticker::group_alive(group));
     b.signal(libc::SIGTERM);
     b.wait(10 * SECOND);
-}
-
-fn ms_duration(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 /// One module per store, one #[test] in it per scenario.
@@ -1124,7 +1164,8 @@ macro_rules! stores {
             shard_counts_preferences_and_giving_up,
             the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run,
             pkill_9_elect_leaves_the_guard_to_stop_the_command_first,
-            sigkill_of_elect_and_its_guard_together,
+            sigkill_of_elect_and_its_guard_together_leaves_nothing_running,
+            sigkill_of_every_watcher_of_the_command,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

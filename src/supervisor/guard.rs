@@ -8,7 +8,9 @@
 //!
 //! - If elect dies, even by SIGKILL, the guard sees its end of the socket
 //!   close and kills the command's whole process group, grandchildren
-//!   included. A parent-death signal alone reaches only the direct child.
+//!   included. A parent-death signal alone reaches only the direct child;
+//!   should the guard die with elect, the sentinel it leaves in the
+//!   command's group ([`super::sentinel`]) kills the group.
 //! - It enforces the lease deadline on its own, with a `CLOCK_BOOTTIME`
 //!   timer: if elect is stopped, starved or stuck, the command still gets
 //!   its signal at the deadline minus the grace and SIGKILL at the deadline.
@@ -430,6 +432,9 @@ impl Guard {
             }
         };
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
+        if let Err(e) = super::sentinel::fork(child) {
+            eprintln!("elect: guard: cannot start the command group's sentinel: {e}");
+        }
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,

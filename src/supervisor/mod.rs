@@ -14,6 +14,7 @@ pub mod guard;
 mod launch;
 mod protocol;
 pub mod reaper;
+mod sentinel;
 
 use std::ffi::OsString;
 use std::io;

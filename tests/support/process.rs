@@ -15,6 +15,9 @@ use super::clock::{SECOND, now_ns};
 /// waits for the lock), as /proc/PID/comm shows it.
 pub const GUARD: &str = "lease-guard";
 
+/// The name of the guard's sentinel in the command's process group.
+pub const SENTINEL: &str = "lease-sentinel";
+
 /// `elect` with a clean environment for the store settings.
 pub fn elect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));
