@@ -208,26 +208,7 @@ impl Job {
             Ok(child) => child,
             Err(e) => return failed(self.spawn_failure(e)),
         };
-        // Until the guard answers, each renewal and a loss go to it: it
-        // reads them before it starts the command.
-        let mut loss = None;
-        let started = loop {
-            let news = tokio::select! {
-                biased;
-                started = child.started() => break started,
-                kept = keeper.next(), if loss.is_none() => kept,
-                lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
-            };
-            match news {
-                Kept::Extended(at) => child.extend(at).await,
-                // The guard judges that by the same deadline.
-                Kept::Lost(lost @ Loss::Expired { .. }) => loss = Some(lost),
-                Kept::Lost(lost) => {
-                    child.stop(self.grace_after(&lost)).await;
-                    loss = Some(lost);
-                }
-            }
-        };
+        let (started, loss) = self.await_start(&mut child, keeper, lost_watch).await;
         match started {
             Ok(()) => Ok((child, loss)),
             Err(SpawnError::NotStarted) => {
@@ -241,6 +222,35 @@ impl Job {
             Err(e) => {
                 child.reap().await;
                 failed(self.spawn_failure(e))
+            }
+        }
+    }
+
+    /// Until the guard answers the token, each renewal and a loss go to it:
+    /// it reads them before it starts the command. Its answer, and the loss
+    /// if there was one.
+    async fn await_start(
+        &self,
+        child: &mut Supervisor,
+        keeper: &mut Keeper,
+        lost_watch: &mut Boxed<'_, Loss>,
+    ) -> (Result<(), SpawnError>, Option<Loss>) {
+        let mut loss = None;
+        loop {
+            let news = tokio::select! {
+                biased;
+                started = child.started() => return (started, loss),
+                kept = keeper.next(), if loss.is_none() => kept,
+                lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
+            };
+            match news {
+                Kept::Extended(at) => child.extend(at).await,
+                // The guard judges that by the same deadline.
+                Kept::Lost(lost @ Loss::Expired { .. }) => loss = Some(lost),
+                Kept::Lost(lost) => {
+                    child.stop(self.grace_after(&lost)).await;
+                    loss = Some(lost);
+                }
             }
         }
     }
