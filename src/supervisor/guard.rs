@@ -377,6 +377,8 @@ struct Guard {
     /// elect's job is stopped and the command with it (Ctrl-Z at the
     /// terminal, or SIGTSTP to elect): continued when elect is.
     suspended: bool,
+    /// The sentinel in the command's group, until it is reaped.
+    sentinel: Option<Pid>,
 }
 
 /// What the last look at the command found.
@@ -432,9 +434,11 @@ impl Guard {
             }
         };
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
-        if let Err(e) = super::sentinel::fork(child) {
-            eprintln!("elect: guard: cannot start the command group's sentinel: {e}");
-        }
+        let sentinel = super::sentinel::fork(child)
+            .inspect_err(|e| {
+                eprintln!("elect: guard: cannot start the command group's sentinel: {e}")
+            })
+            .ok();
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
@@ -451,6 +455,7 @@ impl Guard {
             phase: Phase::Running,
             child_stopped: false,
             suspended: false,
+            sentinel,
         })
     }
 
@@ -740,6 +745,18 @@ impl Guard {
     /// last signal. Its leader, not yet reaped, keeps the group's id from
     /// being reused meanwhile.
     fn wait_until_none_can_run(&self) {
+        // Our own member of the group (or about to be: it may not have
+        // joined yet), killed by its pid, and waited for directly (left
+        // unreaped), which is cheaper than a look through /proc. It must
+        // never outlive us: it would SIGKILL the group's id.
+        if let Some(sentinel) = self.sentinel {
+            let _ = nix::sys::signal::kill(sentinel, Signal::SIGKILL);
+            while waitid(
+                Id::Pid(sentinel),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+            ) == Err(Errno::EINTR)
+            {}
+        }
         let mut pause = Duration::from_micros(100);
         while super::group_can_run(self.child.as_raw()) {
             std::thread::sleep(pause);

@@ -23,14 +23,15 @@ use nix::unistd::{ForkResult, Pid, getpid, getppid, setpgid};
 /// Its name, as `ps` and `pkill` see it: not elect's (see [`super::guard::NAME`]).
 const NAME: &std::ffi::CStr = c"lease-sentinel";
 
-/// Fork the sentinel of the command's group `group`. The guard must have
-/// one thread. Best effort: without it, the guard and elect still watch.
-pub fn fork(group: Pid) -> nix::Result<()> {
+/// Fork the sentinel of the command's group `group`; its pid. The guard
+/// must have one thread. Best effort: without it, the guard and elect
+/// still watch.
+pub fn fork(group: Pid) -> nix::Result<Pid> {
     let guard = getpid();
     // SAFETY: the guard is single-threaded; the child only makes system
     // calls and exits.
     match unsafe { nix::unistd::fork() }? {
-        ForkResult::Parent { .. } => Ok(()),
+        ForkResult::Parent { child } => Ok(child),
         ForkResult::Child => {
             watch(guard, group);
             // SAFETY: _exit skips the guard's exit handlers, which are not ours.
