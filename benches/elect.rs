@@ -53,8 +53,10 @@
 //!   and proportional memory (Pss, pages shared counted in parts),
 //!   CPU time and wake-ups (voluntary plus involuntary context switches) per
 //!   minute, from /proc, summed over threads. elect is two processes, `elect`
-//!   and its guard `elect __elect-guard …`; both are counted, and the target
-//!   (peak memory under 8 MiB) applies to their sum.
+//!   and its guard `lease-guard`; both are counted, and the target
+//!   (peak memory under 8 MiB) applies to their sum. (The guard's sentinel,
+//!   `lease-sentinel`, a fork of the guard that only waits for a signal, is
+//!   not counted.)
 //! - `postgres`: the PostgreSQL store, on a server started for the purpose
 //!   (fsync off, as the tests run it): the uncontended cycle over TCP (with a
 //!   password) and over the Unix socket, each against `psql -c 'SELECT 1'`
@@ -659,7 +661,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
     }
     let guard = procfs::children(elect.pid())
         .into_iter()
-        .find(|&pid| procfs::command_line(pid).contains("__elect-guard"))
+        .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
         .expect("elect's guard process");
     // Start-up is over once the command runs; give the first renewal a moment.
     thread::sleep(Duration::from_secs(1));

@@ -25,7 +25,7 @@ use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
     FileStore, Held, StoreUnderTest, assert_rising, other_servers, wait_contenders,
 };
-use support::ticker::{Ticks, group_alive, group_members};
+use support::ticker::{Left, Ticks, group_alive, group_members};
 use support::{
     Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
     now_ns,
@@ -1257,6 +1257,232 @@ fn shown(status: &Option<std::process::ExitStatus>) -> String {
     }
 }
 
+/// When the command's leader exits, what it left in its group is killed,
+/// and the lock passes only once none of it can run: a grandchild that
+/// ticks on, one that ignores SIGTERM, one that is stopped, each holding
+/// memory the kernel takes a while to free as it dies.
+fn the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run<S: StoreUnderTest>() {
+    let store = S::start("group-gone");
+    let dir = TempDir::new(&format!("{}-group-gone", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    for (i, left) in [Left::Ticking, Left::IgnoringTerm, Left::Stopped]
+        .into_iter()
+        .enumerate()
+    {
+        let lock = format!("left{i}");
+        let (old, new) = (format!("A{i}"), format!("B{i}"));
+        let mut a = Running::spawn(elect_run(
+            &store.url(),
+            &lock,
+            &["--ttl", "3s"],
+            &ticks.script_leaving(&old, left, 512),
+        ));
+        let group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        a.expect_line("ready", 20 * SECOND);
+        let mut b = Running::spawn(elect_run(
+            &store.url(),
+            &lock,
+            &["--ttl", "3s"],
+            &ticks.script_looking(&new, group),
+        ));
+        wait_contenders(&store, &lock, 2);
+        a.send_line("go");
+        let left_at_start = b.expect_line("left", 20 * SECOND);
+        let overlap = ticks.overlap_ms(&old, group, &new);
+        eprintln!(
+            "{}: {left:?}: the next holder found {left_at_start:?} of the old group; overlap {overlap:.1} ms",
+            S::NAME
+        );
+        assert!(overlap < 0.0, "{left:?}: A ran {overlap:.1} ms beside B");
+        assert!(
+            left_at_start.starts_with("0"),
+            "{left:?}: the next holder started while the old group could still run: {left_at_start}"
+        );
+        assert!(!support::ticker::group_alive(group));
+        assert_eq!(a.wait_code(10 * SECOND), 0, "{:?}", a.stderr_seen);
+        assert_eq!(b.wait_code(10 * SECOND), 0, "{:?}", b.stderr_seen);
+    }
+}
+
+/// `elect run` in a session of its own, as a service manager or `setsid`
+/// starts it: `pkill -s SID` then reaches it and nothing of other tests.
+fn in_a_session(mut command: std::process::Command) -> Running {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe; nothing else runs before the exec.
+    unsafe {
+        command.pre_exec(|| match libc::setsid() {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    Running::spawn(command)
+}
+
+/// A holder A, in a session of its own, whose command ticks from a
+/// grandchild, and a waiter B: A's elect, its session, its command's group
+/// and token, and B.
+fn holder_in_a_session_and_waiter<S: StoreUnderTest>(
+    store: &S,
+    lock: &str,
+    ticks: &Ticks,
+) -> (Running, i32, u64, Running) {
+    let extra = ["--ttl", "2s"];
+    let mut a = in_a_session(elect_run(
+        &store.url(),
+        lock,
+        &extra,
+        &ticks.script("A", false),
+    ));
+    let token = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    let group = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    ticks.first("A", 10 * SECOND);
+    let b = Running::spawn(elect_run(
+        &store.url(),
+        lock,
+        &extra,
+        &ticks.script("B", false),
+    ));
+    wait_contenders(store, lock, 2);
+    (a, group, token, b)
+}
+
+/// `pkill -9 elect` matches every process whose name contains `elect`;
+/// here only in the holder's session. elect dies; its guard is not called
+/// elect, so it lives on to kill the command's group, and the lock passes
+/// only after that.
+fn pkill_9_elect_leaves_the_guard_to_stop_the_command_first<S: StoreUnderTest>() {
+    let store = S::start("pkill");
+    let dir = TempDir::new(&format!("{}-pkill", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (mut a, group, a_token, mut b) = holder_in_a_session_and_waiter(&store, "pk", &ticks);
+    let killed_at = support::ticker::monotonic_ns();
+    let pkill = std::process::Command::new("pkill")
+        .args(["-9", "-s", &a.pid().to_string(), "elect"])
+        .status()
+        .expect("pkill: install Debian's procps package");
+    assert!(pkill.success(), "pkill found no elect: {pkill:?}");
+    let b_token: u64 = b.expect_line("token", 15 * SECOND).parse().unwrap();
+    let overlap = ticks.overlap_ms("A", group, "B");
+    let after = (ticks.first("B", SECOND) - killed_at) as f64 / 1e6;
+    eprintln!(
+        "{}: pkill -9 elect: B started {after:.0} ms after; A's last tick {overlap:.1} ms after B's first; A's group left: {:?}",
+        S::NAME,
+        support::ticker::group_members(group),
+    );
+    assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    assert!(
+        !support::ticker::group_alive(group),
+        "A's command outlived its elect: {:?}",
+        support::ticker::group_members(group)
+    );
+    assert!(a.wait(5 * SECOND).signal() == Some(libc::SIGKILL));
+    assert_rising::<S>(&[a_token, b_token], "the killed holder, then the next");
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// SIGKILL `pids` as if at one instant: each is stopped first, so that none
+/// acts on another's death before its own.
+fn kill_at_once(pids: &[i32]) {
+    for sig in [libc::SIGSTOP, libc::SIGKILL] {
+        for &pid in pids {
+            // SAFETY: plain kill(2) of our child and of its descendants.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        }
+    }
+}
+
+/// elect and its guard SIGKILLed together: the command's own process dies
+/// by its parent-death signal, and the sentinel the guard left in the
+/// command's group kills the rest of it. The lock passes only after that.
+fn sigkill_of_elect_and_its_guard_together_leaves_nothing_running<S: StoreUnderTest>() {
+    let store = S::start("elect-and-guard");
+    let dir = TempDir::new(&format!("{}-elect-and-guard", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (a, group, a_token, mut b) = holder_in_a_session_and_waiter(&store, "both", &ticks);
+    let guard = support::find_child(a.pid(), support::GUARD);
+    let killed_at = support::ticker::monotonic_ns();
+    kill_at_once(&[a.pid(), guard]);
+    let give_up = Instant::now() + SECOND;
+    while support::ticker::group_alive(group) {
+        assert!(
+            Instant::now() < give_up,
+            "A's command outlived its elect and its guard: {:?}",
+            support::ticker::group_members(group)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let gone = (support::ticker::monotonic_ns() - killed_at) as f64 / 1e6;
+    let b_token: u64 = b.expect_line("token", 15 * SECOND).parse().unwrap();
+    let overlap = ticks.overlap_ms("A", group, "B");
+    let after = (ticks.first("B", SECOND) - killed_at) as f64 / 1e6;
+    eprintln!(
+        "{}: SIGKILL of elect and its guard, TTL 2s: A's group gone within {gone:.0} ms, B started {after:.0} ms after the kill; overlap {overlap:.1} ms",
+        S::NAME
+    );
+    assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    assert_rising::<S>(&[a_token, b_token], "the killed holder, then the next");
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// elect, its guard and the guard's sentinel SIGKILLed, the command's group
+/// left alive (its leader dies by its parent-death signal, the grandchild
+/// does not). Where the lock lives in a descriptor the command's processes
+/// share, it cannot pass while any of them lives. Elsewhere the lease
+/// expires after its TTL and the grandchild runs on beside the next holder:
+/// measured.
+fn sigkill_of_every_watcher_of_the_command<S: StoreUnderTest>() {
+    let store = S::start("every-watcher");
+    let dir = TempDir::new(&format!("{}-every-watcher", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let (a, group, _, mut b) = holder_in_a_session_and_waiter(&store, "all", &ticks);
+    let guard = support::find_child(a.pid(), support::GUARD);
+    let sentinel = support::find_child(guard, support::SENTINEL);
+    let killed_at = support::ticker::monotonic_ns();
+    kill_at_once(&[sentinel, a.pid(), guard]);
+    let kill_group = || {
+        // SAFETY: plain killpg(2) of the group A's command leads.
+        unsafe { libc::killpg(group, libc::SIGKILL) };
+    };
+    if S::held_by_the_commands_descriptors() {
+        // Two TTLs: the lock stays with A's command's group.
+        let watch_until = Instant::now() + 4 * SECOND;
+        while Instant::now() < watch_until {
+            assert!(
+                ticks.last("B").is_none(),
+                "the lock passed while A's command's group lived"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(support::ticker::group_alive(group), "A's grandchild died");
+        let ended_at = support::ticker::monotonic_ns();
+        kill_group();
+        let overlap = ticks.overlap_ms("A", group, "B");
+        let after = (ticks.first("B", SECOND) - ended_at) as f64 / 1e6;
+        eprintln!(
+            "{}: SIGKILL of elect, guard and sentinel: the lock stayed with the command's group; B started {after:.1} ms after it ended; overlap {overlap:.1} ms",
+            S::NAME
+        );
+        assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    } else {
+        let first_b = ticks.first("B", 15 * SECOND);
+        let a_alive = support::ticker::group_alive(group);
+        let after = (first_b - killed_at) as f64 / 1e6;
+        kill_group();
+        let overlap = ticks.overlap_ms("A", group, "B");
+        eprintln!(
+            "{}: SIGKILL of elect, guard and sentinel, TTL 2s: B started {after:.0} ms after, A's grandchild {}; it ticked {overlap:.1} ms beside B until the test killed it",
+            S::NAME,
+            if a_alive { "still running" } else { "gone" },
+        );
+        assert!(after < 4000.0, "the lease outlived its TTL: {after:.0} ms");
+    }
+    assert!(!support::ticker::group_alive(group));
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -1280,6 +1506,10 @@ macro_rules! stores {
             each_shard_gets_one_owner_and_a_standby_takes_over,
             shard_counts_preferences_and_giving_up,
             a_store_that_never_answers_is_given_up_on_in_time,
+            the_lock_passes_only_once_nothing_of_the_ended_commands_group_can_run,
+            pkill_9_elect_leaves_the_guard_to_stop_the_command_first,
+            sigkill_of_elect_and_its_guard_together_leaves_nothing_running,
+            sigkill_of_every_watcher_of_the_command,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

@@ -100,7 +100,7 @@ fn sigstop_to_the_guards_group_leaves_elect_to_kill_the_command_by_the_deadline(
     let dir = TempDir::new("guard-stop");
     let ticks = Ticks::new(&dir.0);
     let (mut a, a_group, _b) = holder_and_waiter(&etcd, "gstop", &["--ttl", "2s"], &ticks, false);
-    let guard = find_child(a.pid(), "elect-guard");
+    let guard = find_child(a.pid(), support::GUARD);
     // With the guard frozen, elect alone can stop the command; revoking the
     // lease makes it try, with the 100 ms an ended lease leaves.
     killpg(guard, libc::SIGSTOP);
@@ -169,7 +169,7 @@ fn a_killed_guard_leaves_nothing_running_before_the_lock_is_released() {
     let dir = TempDir::new("guard-killed");
     let ticks = Ticks::new(&dir.0);
     let (mut a, a_group, _b) = holder_and_waiter(&etcd, "guard", &["--ttl", "5s"], &ticks, false);
-    let guard = find_child(a.pid(), "elect-guard");
+    let guard = find_child(a.pid(), support::GUARD);
     // SAFETY: plain kill(2) of elect's guard.
     assert_eq!(unsafe { libc::kill(guard, libc::SIGKILL) }, 0);
     let overlap = ticks.overlap_ms("A", a_group, "B");

@@ -160,7 +160,7 @@ fn tokens_rise_across_crashes_breaks_and_database_restarts() {
     let mut whole = Running::spawn(pg_run(&url, "t", &ttl, hold));
     tokens.push(token_of(&mut whole));
     let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
-    let guard = find_child(whole.pid(), "elect-guard");
+    let guard = find_child(whole.pid(), support::GUARD);
     let killed_at = now_ns();
     // SAFETY: plain kill(2) and killpg(2) of our own descendants.
     unsafe {
@@ -301,7 +301,7 @@ fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
     wait_contenders(&pg, "gc", 2);
 
     // The pause: elect's group, its guard's and its command's.
-    let guard = find_child(a.pid(), "elect-guard");
+    let guard = find_child(a.pid(), support::GUARD);
     for group in [a.pid(), guard, a_group] {
         // SAFETY: killpg(2) of groups our own descendants lead.
         assert_eq!(unsafe { libc::killpg(group, libc::SIGSTOP) }, 0);
@@ -988,7 +988,7 @@ fn the_password_stays_out_of_the_command_the_guard_and_every_message() {
         );
         assert!(out.status.success(), "{how}: {said}");
         assert!(
-            said.contains("__elect-guard"),
+            said.contains("lease-guard"),
             "{how}: the guard's command line: {said}"
         );
         assert!(
@@ -1063,7 +1063,7 @@ echo "done $last""#,
     wait_contenders(&pg, "billing", 2);
 
     // The pause: A's elect, its guard and its command, all stopped.
-    let guard = find_child(a.pid(), "elect-guard");
+    let guard = find_child(a.pid(), support::GUARD);
     let command = find_child(guard, "sh");
     for group in [a.pid(), guard, command] {
         // SAFETY: killpg(2) of groups our own descendants lead.

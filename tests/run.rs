@@ -622,8 +622,8 @@ fn the_command_process_forked_while_waiting_runs_only_with_the_lock() {
         &[],
         "echo \"ran $ELECT_TOKEN\"",
     ));
-    let guard = find_child(waiter.pid(), "elect-guard");
-    let early = find_child(guard, "elect-guard");
+    let guard = find_child(waiter.pid(), support::GUARD);
+    let early = find_child(guard, support::GUARD);
     // Waiting: still the guard's copy, in a process group of its own.
     let pid = nix::unistd::Pid::from_raw(early);
     assert_eq!(
@@ -647,8 +647,8 @@ fn the_command_process_forked_while_waiting_runs_only_with_the_lock() {
         &["--wait", "2s"],
         "echo ran",
     ));
-    let guard = find_child(waiter.pid(), "elect-guard");
-    let early = find_child(guard, "elect-guard");
+    let guard = find_child(waiter.pid(), support::GUARD);
+    let early = find_child(guard, support::GUARD);
     assert_eq!(
         waiter.wait_code(10 * SECOND),
         75,

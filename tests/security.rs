@@ -236,7 +236,7 @@ fn with_users_a_limited_role_is_enough_and_secrets_stay_hidden() {
     let read =
         |f: &str| String::from_utf8_lossy(&std::fs::read(seen.join(f)).unwrap()).into_owned();
     assert!(
-        read("guard").contains("__elect-guard") && read("elect").contains("--user"),
+        read("guard").contains("lease-guard") && read("elect").contains("--user"),
         "read the right argvs"
     );
     for f in ["env", "guard", "elect"] {

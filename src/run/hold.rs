@@ -22,7 +22,7 @@ use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::store::{CHECKPOINT_IN_ENV_MAX, Loss, Session};
+use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session};
 use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
 
@@ -57,9 +57,13 @@ impl Job {
         signals: &mut Signals,
     ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
-        let mut child = match self.start(won, session, guard, keeper).await {
-            Ok(child) => child,
-            Err(failure) => return (TurnEnd::Done(failure.into()), None),
+        let mut lost_watch = lock.lost();
+        let (mut child, loss) = match self
+            .start(won, session, guard, keeper, &mut lost_watch)
+            .await
+        {
+            Ok(started) => started,
+            Err(end) => return (end, None),
         };
         timeline::step("command started");
         log::verbose(format_args!(
@@ -67,9 +71,12 @@ impl Job {
             child.pid(),
             session.id()
         ));
-        let lost_watch = lock.lost();
-        tokio::pin!(lost_watch);
         let mut watch = Watch::default();
+        // Lost while the guard was on its way: it started the command all
+        // the same, before it heard.
+        if let Some(loss) = loss {
+            self.stop(&mut child, &mut watch, &loss).await;
+        }
         let ending = loop {
             // elect's own kill, in case the guard cannot (it is stopped).
             let backstop = watch
@@ -116,29 +123,62 @@ impl Job {
     }
 
     /// Hand the lock to the waiting guard: it starts the command with
-    /// `token`, safe until `deadline`, and holds what holds the lock.
+    /// `token`, safe until `deadline`, and holds what holds the lock. The
+    /// lease is renewed all the while: the checkpoint read, the acquisition
+    /// record and the guard may each take a while. A loss before the guard
+    /// is told ends the turn with nothing started; a loss after is passed
+    /// on, and the guard does not start the command, unless it already had:
+    /// then the command is started, and the loss is returned with it.
     async fn start(
         &self,
         won: &Won<'_>,
         session: &dyn Session,
         guard: Preparing,
-        keeper: &Keeper,
-    ) -> Result<Supervisor, Failure> {
+        keeper: &mut Keeper,
+        lost_watch: &mut Boxed<'_, Loss>,
+    ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
         // beside the guard's start.
-        let (guard, checkpoint, ()) =
-            tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired());
-        let guard = guard.map_err(spawned)?;
-        let checkpoint = checkpoint.map_err(|e| {
-            Failure::from(e).about(format_args!("the checkpoint of lock {}", self.lock))
-        })?;
+        let ready = async { tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired()) };
+        tokio::pin!(ready);
+        let (guard, checkpoint, ()) = loop {
+            tokio::select! {
+                // The lease first: nothing may start once it is lost.
+                biased;
+                kept = keeper.next() => match kept {
+                    // The guard is told the latest deadline.
+                    Kept::Extended(_) => {}
+                    Kept::Lost(loss) => return Err(self.not_started(&loss)),
+                },
+                loss = &mut *lost_watch => return Err(self.not_started(&loss)),
+                ready = &mut ready => break ready,
+            }
+        };
+        let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
+        let guard = match guard {
+            Ok(guard) => guard,
+            Err(e) => return failed(spawned(e)),
+        };
+        let checkpoint = match checkpoint {
+            Ok(checkpoint) => checkpoint,
+            Err(e) => {
+                return failed(
+                    Failure::from(e).about(format_args!("the checkpoint of lock {}", self.lock)),
+                );
+            }
+        };
         timeline::step("guard ready");
-        let held = lock
-            .hold_fds()
-            .map_err(|e| Failure::software(format!("cannot hand the lock to the guard: {e}")))?;
+        let held = match lock.hold_fds() {
+            Ok(held) => held,
+            Err(e) => {
+                return failed(Failure::software(format!(
+                    "cannot hand the lock to the guard: {e}"
+                )));
+            }
+        };
         let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
         let mut set_env = vec![
             ("ELECT_KEY".into(), lock.key().to_string()),
@@ -164,13 +204,74 @@ impl Job {
             held: &held,
             release_order: self.location.release_order(&session.release_token()),
         };
-        guard
-            .start(token, keeper.deadline(), handover)
-            .await
-            .map_err(|e| match e {
-                SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
-                SpawnError::Guard(e) => Failure::software(format!("cannot start the command: {e}")),
-            })
+        let mut child = match guard.start(token, keeper.deadline(), handover).await {
+            Ok(child) => child,
+            Err(e) => return failed(self.spawn_failure(e)),
+        };
+        let (started, loss) = self.await_start(&mut child, keeper, lost_watch).await;
+        match started {
+            Ok(()) => Ok((child, loss)),
+            Err(SpawnError::NotStarted) => {
+                child.reap().await;
+                let why = loss.map_or_else(
+                    || "no renewal was confirmed in time".to_string(),
+                    |loss| loss.to_string(),
+                );
+                Err(self.not_started(why))
+            }
+            Err(e) => {
+                child.reap().await;
+                failed(self.spawn_failure(e))
+            }
+        }
+    }
+
+    /// Until the guard answers the token, each renewal and a loss go to it:
+    /// it reads them before it starts the command. Its answer, and the loss
+    /// if there was one.
+    async fn await_start(
+        &self,
+        child: &mut Supervisor,
+        keeper: &mut Keeper,
+        lost_watch: &mut Boxed<'_, Loss>,
+    ) -> (Result<(), SpawnError>, Option<Loss>) {
+        let mut loss = None;
+        loop {
+            let news = tokio::select! {
+                biased;
+                started = child.started() => return (started, loss),
+                kept = keeper.next(), if loss.is_none() => kept,
+                lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
+            };
+            match news {
+                Kept::Extended(at) => child.extend(at).await,
+                // The guard judges that by the same deadline.
+                Kept::Lost(lost @ Loss::Expired { .. }) => loss = Some(lost),
+                Kept::Lost(lost) => {
+                    child.stop(self.grace_after(&lost)).await;
+                    loss = Some(lost);
+                }
+            }
+        }
+    }
+
+    fn spawn_failure(&self, e: SpawnError) -> Failure {
+        match e {
+            SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
+            e => Failure::software(format!("cannot start the command: {e}")),
+        }
+    }
+
+    /// The lease was lost before the command started: it never will.
+    fn not_started(&self, loss: impl std::fmt::Display) -> TurnEnd {
+        log::error(format_args!(
+            "lost the lease on lock {} at {} as the command was about to start: {loss}; \
+             the command was not started; {}",
+            self.lock,
+            self.location,
+            self.then()
+        ));
+        TurnEnd::Lost
     }
 
     /// The guard began to stop the command on its own.
@@ -193,14 +294,19 @@ impl Job {
 
     /// The store ended the lease, or asked us to let go: stop the command.
     async fn stop(&self, child: &mut Supervisor, watch: &mut Watch, loss: &Loss) {
-        let grace = match loss {
-            Loss::Asked(_) => self.timing.grace(),
-            // Another holder may already run.
-            Loss::Gone(_) | Loss::Expired { .. } => self.timing.grace().min(GONE_GRACE),
-        };
+        let grace = self.grace_after(loss);
         if self.lose(watch, loss, grace) {
             watch.kill_by = Some(Instant::now() + grace);
             child.stop(grace).await;
+        }
+    }
+
+    /// The grace a command gets after `loss`.
+    fn grace_after(&self, loss: &Loss) -> Duration {
+        match loss {
+            Loss::Asked(_) => self.timing.grace(),
+            // Another holder may already run.
+            Loss::Gone(_) | Loss::Expired { .. } => self.timing.grace().min(GONE_GRACE),
         }
     }
 
@@ -233,10 +339,7 @@ impl Job {
             return false;
         }
         watch.lost = true;
-        let then = match self.rejoin {
-            Some(_) => "then rejoining the queue".to_string(),
-            None => format!("exiting {}", self.lost_code),
-        };
+        let then = self.then();
         let stopping = match grace.is_zero() {
             true => "the command was killed".to_string(),
             false => format!(
@@ -250,6 +353,16 @@ impl Job {
             self.lock, self.location,
         ));
         true
+    }
+}
+
+impl Job {
+    /// What elect does after a loss.
+    fn then(&self) -> String {
+        match self.rejoin {
+            Some(_) => "then rejoining the queue".to_string(),
+            None => format!("exiting {}", self.lost_code),
+        }
     }
 }
 

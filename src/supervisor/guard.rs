@@ -8,7 +8,9 @@
 //!
 //! - If elect dies, even by SIGKILL, the guard sees its end of the socket
 //!   close and kills the command's whole process group, grandchildren
-//!   included. A parent-death signal alone reaches only the direct child.
+//!   included. A parent-death signal alone reaches only the direct child;
+//!   should the guard die with elect, the sentinel it leaves in the
+//!   command's group ([`super::sentinel`]) kills the group.
 //! - It enforces the lease deadline on its own, with a `CLOCK_BOOTTIME`
 //!   timer: if elect is stopped, starved or stuck, the command still gets
 //!   its signal at the deadline minus the grace and SIGKILL at the deadline.
@@ -55,12 +57,18 @@ use nix::unistd::Pid;
 use nix::sys::memfd::MFdFlags;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
-use super::launch::Launch;
+use super::launch::{Launch, Went};
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
-pub const ARG: &str = "__elect-guard";
+pub const ARG: &str = "__lease-guard";
+
+/// The guard's name, as `ps`, `top`, `pkill` and `killall` see it (and
+/// its command line, as `ps` shows it and `pkill -f` matches it). Not
+/// elect's: `pkill -9 elect`, which matches any name containing `elect`,
+/// must leave the guard to kill the command's group and release the lock.
+pub const NAME: &std::ffi::CStr = c"lease-guard";
 
 /// The hidden first argument of the copy that ends the session of an elect
 /// that died: `__elect-release ORDER_FD ELECT_PID`.
@@ -96,7 +104,7 @@ pub struct Orders {
     pub remove_env: Vec<String>,
 }
 
-/// `__elect-guard FD SIGNAL GRACE_NS -- COMMAND...`
+/// `__lease-guard FD SIGNAL GRACE_NS -- COMMAND...`
 pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
     [
         ARG.to_string(),
@@ -128,11 +136,12 @@ fn parse(args: &[OsString]) -> Option<(RawFd, Orders)> {
 /// Run as the guard started by exec; `args` start with [`ARG`]. Never returns.
 pub fn main(args: &[OsString]) -> ! {
     // Started as /proc/self/exe; be recognisable in ps and top.
-    set_name(c"elect-guard");
+    set_name(NAME);
     let Some((socket, orders)) = parse(args) else {
         eprintln!("elect: {ARG} is for elect's own use");
         std::process::exit(crate::exit::Code::Software.value().into());
     };
+    retitle();
     // SAFETY: elect passed us this descriptor and nothing else owns it.
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
     std::process::exit(serve(socket, orders))
@@ -142,7 +151,7 @@ pub fn main(args: &[OsString]) -> ! {
 /// a panic may unwind into the copy of elect's `main` above this frame.
 pub fn forked(socket: OwnedFd, orders: Orders) -> ! {
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        set_name(c"elect-guard");
+        set_name(NAME);
         retitle();
         serve(UnixStream::from(socket), orders)
     }))
@@ -174,10 +183,11 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
     }
 }
 
-/// What `ps` shows as the forked guard's command line: `elect
-/// __elect-guard`, written over our copy of elect's argument strings, so
-/// that the guard is told apart from elect and shows nothing elect's
-/// arguments carried (a password in a store URL). Best effort.
+/// What `ps` shows as the guard's command line: [`NAME`], written over its
+/// argument strings (a forked guard's copy of elect's, an exec'd guard's
+/// own), so that the guard is told apart from elect, `pkill -f elect`
+/// passes it by, and it shows nothing elect's arguments carried (a password
+/// in a store URL). Best effort.
 fn retitle() {
     // The 48th and 49th fields of /proc/self/stat: where the kernel keeps
     // the argument strings it shows as /proc/self/cmdline.
@@ -198,10 +208,11 @@ fn retitle() {
     let Some(len) = end.checked_sub(start).filter(|&n| n > 0) else {
         return;
     };
-    let title = b"elect\0__elect-guard\0";
+    let title = NAME.to_bytes_with_nul();
     // SAFETY: [start, end) is this process's own argument area, mapped and
-    // writable (it lies in the initial stack); after the fork it is our
-    // private copy, and nothing in the guard reads the arguments again.
+    // writable (it lies in the initial stack; after a fork, our private
+    // copy); std copied the arguments out at the start, and nothing reads
+    // the area again.
     let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
     let n = title.len().min(len);
     area[..n].copy_from_slice(&title[..n]);
@@ -223,8 +234,9 @@ struct Lock {
     token: u64,
     /// Descriptors that hold the lock (a file store's lock file), kept open
     /// until the guard exits, after the command's group is dead; received
-    /// close-on-exec, so the command never sees them.
-    _held: Vec<OwnedFd>,
+    /// close-on-exec, and passed to the command's process on purpose (see
+    /// [`Launch::go`]).
+    held: Vec<OwnedFd>,
     /// How to end the session from here if elect dies while the command runs.
     release_order: Option<Vec<u8>>,
     /// Variables that name the holder, for the command's environment, as
@@ -254,7 +266,7 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
                 return Some(Lock {
                     deadline: deadline?,
                     token,
-                    _held: held,
+                    held,
                     release_order,
                     env,
                 });
@@ -262,6 +274,40 @@ fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
             _ => {}
         }
     }
+}
+
+/// Take in what elect has sent since the token, without waiting: each later
+/// deadline moves `lock`'s on; true if elect said stop (the lease is lost)
+/// or is gone.
+/// A partial message is left in `inbox` for the watch to complete.
+fn read_latest_orders(socket: &UnixStream, lock: &mut Lock, inbox: &mut Vec<u8>) -> bool {
+    let mut told_to_stop = false;
+    loop {
+        let mut buf = [0u8; 256];
+        match nix::sys::socket::recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Err(Errno::EAGAIN) => break,
+            Err(Errno::EINTR) => continue,
+            // elect is gone: nobody would keep the lease.
+            Ok(0) | Err(_) => {
+                told_to_stop = true;
+                break;
+            }
+            Ok(n) => inbox.extend_from_slice(&buf[..n]),
+        }
+    }
+    while inbox.len() >= SIZE {
+        let record: [u8; SIZE] = inbox[..SIZE].try_into().expect("SIZE bytes");
+        inbox.drain(..SIZE);
+        match Message::decode(&record) {
+            Some(Message::Deadline(ns)) => {
+                lock.deadline = lock.deadline.max(Instant::from_nanos(ns));
+            }
+            Some(Message::Stop(_)) => told_to_stop = true,
+            // Nothing else is sent before the command has started.
+            _ => {}
+        }
+    }
+    told_to_stop
 }
 
 /// One message and any descriptors sent with it (SCM_RIGHTS).
@@ -331,6 +377,8 @@ struct Guard {
     /// elect's job is stopped and the command with it (Ctrl-Z at the
     /// terminal, or SIGTSTP to elect): continued when elect is.
     suspended: bool,
+    /// The sentinel in the command's group, until it is reaped.
+    sentinel: Option<Pid>,
 }
 
 /// What the last look at the command found.
@@ -345,7 +393,7 @@ impl Guard {
     fn start(
         mut socket: UnixStream,
         orders: Orders,
-        lock: Lock,
+        mut lock: Lock,
         launch: std::io::Result<Launch>,
     ) -> std::io::Result<Guard> {
         for sig in IGNORED {
@@ -360,8 +408,25 @@ impl Guard {
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
         let terminal = interactive_terminal(job);
-        let child = match start_command(&orders, &lock, terminal.is_some(), launch) {
-            Ok(child) => child,
+        // What elect sent after the token, while we were on our way here
+        // (slow, or stopped): a later deadline, or the word that the lease
+        // is lost.
+        let mut inbox = Vec::with_capacity(SIZE);
+        let told_to_stop = read_latest_orders(&socket, &mut lock, &mut inbox);
+        let started = match told_to_stop || Instant::now() >= lock.deadline - orders.grace {
+            true => Ok(None),
+            false => start_command(&orders, &lock, terminal.is_some(), launch),
+        };
+        let child = match started {
+            Ok(Some(child)) => child,
+            Ok(None) => {
+                // The lease may be gone: the command must not run at all.
+                if terminal.is_some() {
+                    let _ = nix::unistd::tcsetpgrp(std::io::stdin(), job);
+                }
+                socket.write_all(&Message::NotStarted.encode())?;
+                std::process::exit(0);
+            }
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
                 socket.write_all(&Message::SpawnFailed(errno).encode())?;
@@ -369,12 +434,17 @@ impl Guard {
             }
         };
         socket.write_all(&Message::Started(child.as_raw()).encode())?;
+        let sentinel = super::sentinel::fork(child)
+            .inspect_err(|e| {
+                eprintln!("elect: guard: cannot start the command group's sentinel: {e}")
+            })
+            .ok();
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
             deadline: lock.deadline,
             lock,
-            inbox: Vec::with_capacity(SIZE),
+            inbox,
             child,
             job,
             sigchld,
@@ -385,6 +455,7 @@ impl Guard {
             phase: Phase::Running,
             child_stopped: false,
             suspended: false,
+            sentinel,
         })
     }
 
@@ -610,8 +681,8 @@ impl Guard {
         self.suspended = false;
     }
 
-    /// elect died while the command ran, and the command is dead: once
-    /// nothing of its group can run any more, end the session, so that the
+    /// elect died while the command ran, and nothing of the command's group
+    /// can run any more ([`Guard::finish`] saw to that): end the session, so that the
     /// next holder need not wait for the lease to expire. The order goes to
     /// a copy of elect through a memory file (never argv or the
     /// environment): this process becomes `elect __elect-release FD`.
@@ -620,13 +691,6 @@ impl Guard {
         let Some(order) = self.lock.release_order.take() else {
             return;
         };
-        let mut pause = Duration::from_millis(1);
-        while killpg(self.child, None) != Err(Errno::ESRCH)
-            && super::group_can_run(self.child.as_raw())
-        {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
         let handed = || -> std::io::Result<OwnedFd> {
             let fd = nix::sys::memfd::memfd_create(c"elect-release", MFdFlags::empty())?;
             let mut file = std::fs::File::from(fd);
@@ -651,7 +715,8 @@ impl Guard {
     }
 
     /// Kill what the command left behind in its group, give the terminal
-    /// back as it was, reap the command, report, exit.
+    /// back as it was, wait until none of the group can run, reap the
+    /// command, report (elect then releases the lock), exit.
     fn finish(&mut self) -> i32 {
         let _ = killpg(self.child, Signal::SIGKILL);
         if let Some(terminal) = &self.terminal {
@@ -661,6 +726,7 @@ impl Guard {
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
             }
         }
+        self.wait_until_none_can_run();
         let report = loop {
             match waitpid(self.child, None) {
                 Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
@@ -671,6 +737,32 @@ impl Guard {
         };
         self.report(report);
         0
+    }
+
+    /// SIGKILL the command's group until none of it can run: a killed
+    /// process runs on until the kernel has torn it down (freeing a large
+    /// memory takes a while), and one that joined the group late missed the
+    /// last signal. Its leader, not yet reaped, keeps the group's id from
+    /// being reused meanwhile.
+    fn wait_until_none_can_run(&self) {
+        // Our own member of the group (or about to be: it may not have
+        // joined yet), killed by its pid, and waited for directly (left
+        // unreaped), which is cheaper than a look through /proc. It must
+        // never outlive us: it would SIGKILL the group's id.
+        if let Some(sentinel) = self.sentinel {
+            let _ = nix::sys::signal::kill(sentinel, Signal::SIGKILL);
+            while waitid(
+                Id::Pid(sentinel),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+            ) == Err(Errno::EINTR)
+            {}
+        }
+        let mut pause = Duration::from_micros(100);
+        while super::group_can_run(self.child.as_raw()) {
+            std::thread::sleep(pause);
+            let _ = killpg(self.child, Signal::SIGKILL);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 }
 
@@ -694,20 +786,30 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
 /// signal mask: in the process forked while elect waited, or, if that one
 /// is gone, in a new one. Once it returns, the group exists and holds the
 /// terminal if `interactive`: the process did both before its exec.
+/// `None` if the command was not started because the lease's deadline minus
+/// the grace had passed by the moment of its exec.
 fn start_command(
     orders: &Orders,
     lock: &Lock,
     interactive: bool,
     launch: std::io::Result<Launch>,
-) -> std::io::Result<Pid> {
-    let go = |launch: Launch| launch.go(lock.token, &lock.env, interactive);
-    if let Ok(launch) = launch
-        && let Some(pid) = go(launch)?
-    {
-        return Ok(pid);
+) -> std::io::Result<Option<Pid>> {
+    let stop_at = lock.deadline - orders.grace;
+    let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, &lock.held, interactive);
+    if let Ok(launch) = launch {
+        match go(launch)? {
+            Went::Started(pid) => return Ok(Some(pid)),
+            Went::Late => return Ok(None),
+            Went::Gone => {}
+        }
     }
-    go(Launch::fork(orders)?)?
-        .ok_or_else(|| std::io::Error::other("the command's process died before its start"))
+    match go(Launch::fork(orders)?)? {
+        Went::Started(pid) => Ok(Some(pid)),
+        Went::Late => Ok(None),
+        Went::Gone => Err(std::io::Error::other(
+            "the command's process died before its start",
+        )),
+    }
 }
 
 /// Set `sig` to its default action with the raw system call: glibc's

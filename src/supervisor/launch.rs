@@ -10,29 +10,39 @@
 //!
 //! Over a second, close-on-exec pipe the process answers the word: `+`
 //! when it has it, then `!` and an errno if the command could not be
-//! started, or nothing (the pipe closes at the exec). Silence without `+`
-//! means it died before the word, and the guard forks another.
+//! started, `-` if the word came too late (the lease's deadline minus the
+//! grace, which the word carries, had passed by the moment of the exec), or
+//! nothing (the pipe closes at the exec). Silence without `+` means it died
+//! before the word, and the guard forks another.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::fcntl::OFlag;
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, socketpair,
+};
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid};
 
 use super::guard::Orders;
+use super::protocol::MAX_HELD;
+use crate::clock::Instant;
 
 /// The command's process, forked and waiting for the word to go.
 pub struct Launch {
     /// Until it has exec'd the command (or been reaped).
     pid: Option<Pid>,
-    /// The word goes here; closing it unsent makes the process exit.
-    go: Option<std::fs::File>,
+    /// The word goes here (a socket, to carry the lock's descriptors);
+    /// closing it unsent makes the process exit.
+    go: Option<UnixStream>,
     /// Its answer.
     answer: std::fs::File,
 }
@@ -40,11 +50,27 @@ pub struct Launch {
 /// What the process answers when told to go.
 const READY: u8 = b'+';
 const FAILED: u8 = b'!';
+const LATE: u8 = b'-';
+
+/// How the word to go was taken.
+pub enum Went {
+    /// The command runs with this pid.
+    Started(Pid),
+    /// The process was gone before it heard the word.
+    Gone,
+    /// The word came after the time it named: nothing was started.
+    Late,
+}
 
 impl Launch {
     /// Fork the command's process. The guard must have one thread.
     pub fn fork(orders: &Orders) -> std::io::Result<Launch> {
-        let (go_read, go_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (go_read, go_write) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
         let (answer_read, answer_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let guard = nix::unistd::getpid();
         // SAFETY: the guard is single-threaded (forked from elect before its
@@ -58,6 +84,10 @@ impl Launch {
                     let mut answer = std::fs::File::from(answer_write);
                     let errno = match wait_and_exec(orders, guard, go_read, &mut answer) {
                         Waited::Closed => return 0,
+                        Waited::Late => {
+                            let _ = answer.write_all(&[LATE]);
+                            return 0;
+                        }
                         Waited::Failed(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
                     };
                     let mut report = [FAILED; 5];
@@ -72,19 +102,29 @@ impl Launch {
             }
             ForkResult::Parent { child } => Ok(Launch {
                 pid: Some(child),
-                go: Some(std::fs::File::from(go_write)),
+                go: Some(UnixStream::from(go_write)),
                 answer: std::fs::File::from(answer_read),
             }),
         }
     }
 
     /// Give the word to go, with the variables that name the holder as
-    /// elect sent them (`NAME=VALUE\0`…). `Ok(Some(pid))` once the command
-    /// has been exec'd, `Err` if it could not be (the process is reaped),
-    /// `Ok(None)` if the process was gone before it heard the word.
-    pub fn go(mut self, token: u64, env: &[u8], interactive: bool) -> std::io::Result<Option<Pid>> {
+    /// elect sent them (`NAME=VALUE\0`…) and the descriptors that hold the
+    /// lock (the command inherits them: a lock that lives in a descriptor
+    /// cannot pass while any process of the command's keeps it), unless
+    /// `stop_at` has passed by the moment of the exec. `Err` if the command
+    /// could not be exec'd (the process is reaped).
+    pub fn go(
+        mut self,
+        token: u64,
+        stop_at: Instant,
+        env: &[u8],
+        held: &[OwnedFd],
+        interactive: bool,
+    ) -> std::io::Result<Went> {
         let mut word = vec![u8::from(interactive)];
         word.extend_from_slice(&token.to_le_bytes());
+        word.extend_from_slice(&stop_at.as_nanos().to_le_bytes());
         word.extend_from_slice(env);
         // One stopped by a stray SIGSTOP to its group would never answer.
         if let Some(pid) = self.pid {
@@ -92,20 +132,25 @@ impl Launch {
         }
         // A process gone already makes this fail (EPIPE: the guard ignores
         // SIGPIPE) or go unread; either way its answer is silence. Closing
-        // the pipe ends the word.
-        if let Some(mut go) = self.go.take() {
-            let _ = go.write_all(&word);
+        // the socket ends the word.
+        if let Some(go) = self.go.take() {
+            let _ = send_word(go, &word, held);
         }
         let mut tag = [0u8; 1];
         if read_full(&mut self.answer, &mut tag)? == 0 {
             self.reap();
-            return Ok(None);
+            return Ok(Went::Gone);
         }
         let mut errno = [0u8; 4];
         if tag[0] == READY {
             let mut next = [0u8; 1];
-            if read_full(&mut self.answer, &mut next)? == 0 {
-                return Ok(self.pid.take());
+            match (read_full(&mut self.answer, &mut next)?, next[0]) {
+                (0, _) => return Ok(self.pid.take().map_or(Went::Gone, Went::Started)),
+                (_, LATE) => {
+                    self.reap();
+                    return Ok(Went::Late);
+                }
+                _ => {}
             }
         }
         read_full(&mut self.answer, &mut errno)?;
@@ -132,6 +177,8 @@ impl Drop for Launch {
 enum Waited {
     /// The guard closed the pipe without a word.
     Closed,
+    /// The word came after the time it named.
+    Late,
     Failed(std::io::Error),
 }
 
@@ -155,16 +202,22 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
     if nix::unistd::getppid() != guard {
         return Waited::Closed;
     }
-    let mut word = Vec::new();
-    if let Err(e) = std::fs::File::from(go).read_to_end(&mut word) {
-        return Waited::Failed(e);
-    }
+    // The descriptors that hold the lock come without close-on-exec: the
+    // command keeps them.
+    let word = match receive_word(go) {
+        Ok(word) => word,
+        Err(e) => return Waited::Failed(e),
+    };
     let Some((&interactive, rest)) = word.split_first() else {
         return Waited::Closed;
     };
-    let Some((token, env)) = rest.split_first_chunk::<8>() else {
+    let Some((token, rest)) = rest.split_first_chunk::<8>() else {
         return Waited::Closed;
     };
+    let Some((stop_at, env)) = rest.split_first_chunk::<8>() else {
+        return Waited::Closed;
+    };
+    let stop_at = Instant::from_nanos(u64::from_le_bytes(*stop_at));
     if let Err(e) = answer.write_all(&[READY]) {
         return Waited::Failed(e);
     }
@@ -206,7 +259,66 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
         );
     }
     command.env("ELECT_TOKEN", u64::from_le_bytes(*token).to_string());
+    // The last look at the clock before the command may run: never once
+    // the lease may be gone (this process may have been stopped meanwhile).
+    if Instant::now() >= stop_at {
+        return Waited::Late;
+    }
     Waited::Failed(command.exec())
+}
+
+/// Send the word and the descriptors with its first byte, then close.
+fn send_word(mut go: UnixStream, word: &[u8], held: &[OwnedFd]) -> std::io::Result<()> {
+    let raw: Vec<RawFd> = held.iter().map(|fd| fd.as_raw_fd()).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
+    let sent = loop {
+        match sendmsg::<()>(
+            go.as_raw_fd(),
+            &[IoSlice::new(word)],
+            cmsgs,
+            MsgFlags::empty(),
+            None,
+        ) {
+            Err(nix::Error::EINTR) => continue,
+            other => break other?,
+        }
+    };
+    go.write_all(&word[sent..])
+}
+
+/// Read the word until the guard closes its end: its bytes, with any
+/// descriptors that came with them installed (inheritable) in this process.
+fn receive_word(go: OwnedFd) -> std::io::Result<Vec<u8>> {
+    let mut word = Vec::new();
+    loop {
+        let mut buf = [0u8; 4096];
+        let mut space = nix::cmsg_space!([RawFd; MAX_HELD]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let message = match recvmsg::<()>(
+            go.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::empty(),
+        ) {
+            Ok(m) => m,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for cmsg in message.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                for fd in fds {
+                    // SAFETY: the kernel just installed this descriptor for
+                    // us; it stays open (for the command) on purpose.
+                    std::mem::forget(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
+        match message.bytes {
+            0 => return Ok(word),
+            n => word.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 /// Read until `buf` is full or the pipe closes; how much was read.

@@ -14,6 +14,7 @@ pub mod guard;
 mod launch;
 mod protocol;
 pub mod reaper;
+mod sentinel;
 
 use std::ffi::OsString;
 use std::io;
@@ -57,7 +58,8 @@ pub struct Handover<'a> {
     pub set_env: Vec<(String, String)>,
     /// Descriptors that hold the lock (a file store's lock file): the guard
     /// keeps them open until the command's group is dead, so that not even
-    /// a killed elect lets the lock go sooner.
+    /// a killed elect lets the lock go sooner, and the command inherits
+    /// them, so that not even a killed guard does.
     pub held: &'a [BorrowedFd<'a>],
     /// How to end the session if elect dies while the command runs (see
     /// [`crate::store::Target::release_order`]); secrets included, so it
@@ -175,6 +177,9 @@ pub enum SpawnError {
     Exec(i32),
     /// elect could not start its guard.
     Guard(io::Error),
+    /// The guard did not start it: the lease was lost, or its deadline
+    /// minus the grace had passed, when the guard came to start it.
+    NotStarted,
 }
 
 impl std::fmt::Display for SpawnError {
@@ -182,6 +187,7 @@ impl std::fmt::Display for SpawnError {
         match self {
             SpawnError::Exec(errno) => write!(f, "{}", io::Error::from_raw_os_error(*errno)),
             SpawnError::Guard(e) => write!(f, "{e}"),
+            SpawnError::NotStarted => write!(f, "the lease may be gone"),
         }
     }
 }
@@ -292,7 +298,7 @@ impl Supervisor {
             .map_err(|e| SpawnError::Guard(e.into()))?;
         let mut command = Command::new("/proc/self/exe");
         command
-            .arg0("elect")
+            .arg0(guard::NAME.to_str().expect("an ASCII name"))
             .args(guard::args(theirs.as_raw_fd(), plan.signal, plan.grace))
             .args(&plan.command)
             .stdin(Stdio::inherit())
@@ -320,8 +326,11 @@ impl Supervisor {
 }
 
 impl Prepared {
-    /// The lock is ours: start the command with `token`, safe until
-    /// `deadline`, as `handover` says.
+    /// The lock is ours: tell the guard to start the command with `token`,
+    /// safe until `deadline`, as `handover` says. Until
+    /// [`Supervisor::started`] says it runs, elect may send later deadlines
+    /// ([`Supervisor::extend`]) or a stop ([`Supervisor::stop`]): the guard
+    /// reads them before it starts the command.
     pub async fn start(
         self,
         token: u64,
@@ -357,26 +366,27 @@ impl Prepared {
         {
             return Err(SpawnError::Guard(e));
         }
-        match supervisor.receive().await {
-            Some(Message::Started(pid)) => {
-                supervisor.pid = pid;
-                Ok(supervisor)
-            }
-            Some(Message::SpawnFailed(errno)) => {
-                let _ = supervisor.guard.wait().await;
-                Err(SpawnError::Exec(errno))
-            }
-            _ => {
-                let _ = supervisor.guard.wait().await;
-                Err(SpawnError::Guard(io::Error::other(
-                    "the guard process failed to start",
-                )))
-            }
-        }
+        Ok(supervisor)
     }
 }
 
 impl Supervisor {
+    /// The guard's answer to the token: the command runs, or why not (then
+    /// [`Supervisor::reap`] the guard, which exits). Cancel-safe.
+    pub async fn started(&mut self) -> Result<(), SpawnError> {
+        match self.receive().await {
+            Some(Message::Started(pid)) => {
+                self.pid = pid;
+                Ok(())
+            }
+            Some(Message::SpawnFailed(errno)) => Err(SpawnError::Exec(errno)),
+            Some(Message::NotStarted) => Err(SpawnError::NotStarted),
+            _ => Err(SpawnError::Guard(io::Error::other(
+                "the guard process failed to start",
+            ))),
+        }
+    }
+
     /// The command's pid, which is also its process group id.
     pub fn pid(&self) -> i32 {
         self.pid

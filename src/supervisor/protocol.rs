@@ -37,6 +37,9 @@ pub enum Message {
     Started(i32),
     /// guard: the child could not be started; the errno.
     SpawnFailed(i32),
+    /// guard: the child was not started: elect said stop, or the deadline
+    /// minus the grace had passed when the guard came to start it.
+    NotStarted,
     /// guard: the stop has begun, for this reason.
     Stopping(Stop),
     /// guard: the child exited with this code.
@@ -65,6 +68,7 @@ impl Message {
             Message::Resume => (11, 0),
             Message::Order(len) => (12, len),
             Message::Env(len) => (13, len),
+            Message::NotStarted => (14, 0),
         };
         let mut out = [0u8; SIZE];
         out[..8].copy_from_slice(&tag.to_ne_bytes());
@@ -94,6 +98,7 @@ impl Message {
             11 => Message::Resume,
             12 => Message::Order(value),
             13 => Message::Env(value),
+            14 => Message::NotStarted,
             _ => return None,
         })
     }
@@ -130,6 +135,7 @@ mod tests {
             Message::Resume,
             Message::Order(4096),
             Message::Env(17),
+            Message::NotStarted,
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

@@ -45,7 +45,8 @@ pub use curator::Curator;
 pub use etcd::{Etcd, EtcdOptions};
 pub use postgres::{PgBouncer, Postgres};
 pub use process::{
-    Death, HOLD, Running, alive, assert_outcome, elect, elect_run, find_child, hold, state,
+    Death, GUARD, HOLD, Running, SENTINEL, alive, assert_outcome, elect, elect_run, find_child,
+    hold, state,
 };
 pub use pty::Pty;
 pub use tempdir::TempDir;

@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 
 use super::clock::{SECOND, now_ns};
 
+/// The name of elect's guard process (and of the command's process while it
+/// waits for the lock), as /proc/PID/comm shows it.
+pub const GUARD: &str = "lease-guard";
+
+/// The name of the guard's sentinel in the command's process group.
+pub const SENTINEL: &str = "lease-sentinel";
+
 /// `elect` with a clean environment for the store settings.
 pub fn elect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));

@@ -95,6 +95,13 @@ pub trait StoreUnderTest: Sized {
     const SPEAKS: &'static str;
     /// A `--store` URL of this kind for the address `host_port`.
     fn url_at(host_port: &str) -> String;
+
+    /// Whether the lock lives in a descriptor that the command's processes
+    /// share: then it cannot pass while any of them lives, even with elect
+    /// and its guard dead. Else it passes when the lease expires.
+    fn held_by_the_commands_descriptors() -> bool {
+        false
+    }
 }
 
 impl StoreUnderTest for Etcd {
@@ -324,6 +331,11 @@ impl StoreUnderTest for FileStore {
 
     fn url_at(host_port: &str) -> String {
         unreachable!("the file store has no address: {host_port}")
+    }
+
+    /// The lock file's descriptor, which the command inherits.
+    fn held_by_the_commands_descriptors() -> bool {
+        true
     }
 }
 

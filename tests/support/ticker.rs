@@ -127,6 +127,80 @@ impl Ticks {
     }
 }
 
+/// What a command's leader leaves in its group when it exits at once.
+#[derive(Clone, Copy, Debug)]
+pub enum Left {
+    /// A grandchild that ticks on.
+    Ticking,
+    /// One that ticks on and ignores SIGTERM (and SIGHUP).
+    IgnoringTerm,
+    /// One that the leader stopped (SIGSTOP) before it left.
+    Stopped,
+}
+
+/// A grandchild that holds `$ARGV[2]` MiB (which the kernel takes tens of
+/// milliseconds to free when it dies), says it is ready in `LOG.LABEL.ready`,
+/// and ticks as the ticker does.
+const BALLAST_TICK: &str = r#"use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC usleep);
+if ($ARGV[3]) { $SIG{TERM} = "IGNORE"; $SIG{HUP} = "IGNORE"; }
+my $ballast = "x" x ($ARGV[2] * 1048576);
+open(my $log, ">>", $ARGV[1]) or die "cannot open $ARGV[1]: $!";
+$log->autoflush(1);
+printf $log "%s %d\n", $ARGV[0], clock_gettime(CLOCK_MONOTONIC) * 1e9;
+open(my $ready, ">", "$ARGV[1].$ARGV[0].ready") or die; close($ready);
+while (1) {
+    printf $log "%s %d\n", $ARGV[0], clock_gettime(CLOCK_MONOTONIC) * 1e9;
+    usleep(10000);
+}"#;
+
+/// The next holder's command: its one tick, then how many processes of
+/// group `$ARGV[2]` can still run, as `left N`.
+const TICK_AND_LOOK: &str = r#"use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC);
+open(my $log, ">>", $ARGV[1]) or die "cannot open $ARGV[1]: $!";
+$log->autoflush(1);
+printf $log "%s %d\n", $ARGV[0], clock_gettime(CLOCK_MONOTONIC) * 1e9;
+my @left;
+for my $stat (glob "/proc/[0-9]*/stat") {
+    open(my $f, "<", $stat) or next;
+    my $line = <$f>;
+    next unless defined $line && $line =~ /\)\s+(\S)\s+\S+\s+(\d+)/;
+    push @left, "$stat $1" if $2 == $ARGV[2] && $1 ne "Z" && $1 ne "X";
+}
+print "left " . scalar(@left) . " @left\n";"#;
+
+impl Ticks {
+    /// The `sh -c` script of a holder labelled `label` that prints its
+    /// process group, starts a grandchild in it holding `mib` MiB that
+    /// ticks, waits for a line on stdin, and then exits at once, leaving
+    /// the grandchild as `left` says.
+    pub fn script_leaving(&self, label: &str, left: Left, mib: u32) -> String {
+        let ignore = u8::from(matches!(left, Left::IgnoringTerm));
+        let stop = match left {
+            Left::Stopped => "kill -STOP $p; ",
+            _ => "",
+        };
+        let log = self.log.display();
+        format!(
+            "echo \"pgid $(cut -d' ' -f5 /proc/$$/stat)\"; \
+             perl -e '{}' {label} {log} {mib} {ignore} & p=$!; \
+             until [ -e {log}.{label}.ready ]; do sleep 0.01; done; \
+             echo ready; read _line; {stop}exit 0",
+            BALLAST_TICK.replace('\'', r"'\''"),
+        )
+    }
+
+    /// The `sh -c` script of the next holder, labelled `label`: it ticks
+    /// once and prints `left N …`, the processes of `old_group` that can
+    /// still run as it starts.
+    pub fn script_looking(&self, label: &str, old_group: i32) -> String {
+        format!(
+            "exec perl -e '{}' {label} {} {old_group}",
+            TICK_AND_LOOK.replace('\'', r"'\''"),
+            self.log.display()
+        )
+    }
+}
+
 /// Whether any process of group `pgid` can still run (exists and is not a zombie).
 pub fn group_alive(pgid: i32) -> bool {
     !group_members(pgid).is_empty()
