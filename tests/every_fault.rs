@@ -44,8 +44,6 @@ const HOLDER_AGAIN_WITHIN: Duration = Duration::from_secs(6);
 /// What the fault must do to A's tenure.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Tenure {
-    /// A keeps the lock through it.
-    Kept,
     /// A's command is stopped and the lock passes to B.
     Ended,
     /// Either, by where in A's renewal cycle the fault fell.
@@ -128,7 +126,7 @@ fn start<S: StoreUnderTest>(
         std::thread::sleep(Duration::from_millis(20));
     }
     let a_elect = a.pid();
-    let a_guard = find_child(a_elect, "elect-guard");
+    let a_guard = find_child(a_elect, support::GUARD);
     Run {
         fault: fault.to_string(),
         began,
@@ -245,7 +243,6 @@ impl<S: StoreUnderTest> Run<S> {
             self.a_token
         );
         match expected {
-            Tenure::Kept => assert!(kept, "{name}, {fault}: A lost the lock\n{}", self.said()),
             Tenure::Ended => assert!(!kept, "{name}, {fault}: A kept the lock\n{}", self.said()),
             Tenure::Either => {}
         }
@@ -328,14 +325,9 @@ fn elect_stopped_past_the_ttl<S: StoreUnderTest>() {
     signal(run.a_elect, libc::SIGSTOP);
     std::thread::sleep(TTL.mul_f64(1.5));
     signal(run.a_elect, libc::SIGCONT);
-    // A lock on one host has no lease to expire: it lives in the guard's
-    // descriptors, and the guard runs on.
-    let expected = if S::HAS_SERVER {
-        Tenure::Ended
-    } else {
-        Tenure::Kept
-    };
-    run.judge(expected, began, monotonic_ns(), 0.0);
+    // On every store, `file:` too: the guard stops the command of an elect
+    // that has not renewed for its TTL, and the lock passes.
+    run.judge(Tenure::Ended, began, monotonic_ns(), 0.0);
 }
 
 /// The store's server SIGSTOPped for 1.5 TTL: nobody can renew.
@@ -402,7 +394,7 @@ fn sigkill_of_the_guard<S: StoreUnderTest>() {
     sigkill::<S>("kill-guard", &["guard"]);
 }
 
-/// What `pkill -9 elect` does: elect and its guard share the name.
+/// Both watchers at once: the sentinel in the command's group is left.
 fn sigkill_of_elect_and_guard<S: StoreUnderTest>() {
     sigkill::<S>("kill-elect-guard", &["elect", "guard"]);
 }
@@ -476,69 +468,68 @@ macro_rules! tests {
             }
         )*
     };
-    // Cases that fail today for a reason outside the tests: run them with
-    // `-- --ignored`, and switch each on once it passes.
-    ($type:ty, [$($scenario:ident),* $(,)?], awaiting $why:literal) => {
-        $(
-            #[test]
-            #[ignore = $why]
-            fn $scenario() {
-                super::$scenario::<$type>();
-            }
-        )*
-    };
 }
 
 /// The scenarios of each group: `every` store's, `force` (the overlap a
-/// `--force` leaves, bounded per store), `pkill` (awaiting its fix), those
+/// `--force` leaves, bounded per store), `pkill` (elect and its guard killed together), those
 /// of a store with a `link`, those of a store with a `server`.
 macro_rules! group {
-    ($type:ty, every, [$($why:literal)?]) => {
-        tests!($type, [
-            elect_stopped_past_the_ttl,
-            sigkill_of_elect,
-            sigkill_of_the_guard,
-            break_on_a_command_ignoring_term,
-        ] $(, awaiting $why)?);
-    };
-    ($type:ty, force, [$($why:literal)?]) => {
-        tests!($type, [break_force_on_a_command_ignoring_term] $(, awaiting $why)?);
-    };
-    ($type:ty, pkill, []) => {
+    ($type:ty, every) => {
         tests!(
             $type,
-            [sigkill_of_elect_and_guard, sigkill_of_elect_guard_and_command],
-            awaiting "the command's own children outlive elect and its guard killed together"
+            [
+                elect_stopped_past_the_ttl,
+                sigkill_of_elect,
+                sigkill_of_the_guard,
+                break_on_a_command_ignoring_term,
+            ]
         );
     };
-    ($type:ty, link, [$($why:literal)?]) => {
-        tests!($type, [
-            link_blackholed_for_half_a_ttl,
-            link_blackholed_for_one_and_a_half_ttls,
-            link_reset_for_half_a_ttl,
-            link_reset_for_one_and_a_half_ttls,
-            link_delayed_200ms_each_way,
-            link_delayed_500ms_each_way,
-            link_losing_30_percent_of_packets,
-        ] $(, awaiting $why)?);
+    ($type:ty, force) => {
+        tests!($type, [break_force_on_a_command_ignoring_term]);
     };
-    ($type:ty, server, [$($why:literal)?]) => {
-        tests!($type, [
-            server_stopped_past_the_ttl,
-            server_restarted_fast,
-            server_restarted_immediately,
-        ] $(, awaiting $why)?);
+    ($type:ty, pkill) => {
+        tests!(
+            $type,
+            [
+                sigkill_of_elect_and_guard,
+                sigkill_of_elect_guard_and_command
+            ]
+        );
+    };
+    ($type:ty, link) => {
+        tests!(
+            $type,
+            [
+                link_blackholed_for_half_a_ttl,
+                link_blackholed_for_one_and_a_half_ttls,
+                link_reset_for_half_a_ttl,
+                link_reset_for_one_and_a_half_ttls,
+                link_delayed_200ms_each_way,
+                link_delayed_500ms_each_way,
+                link_losing_30_percent_of_packets,
+            ]
+        );
+    };
+    ($type:ty, server) => {
+        tests!(
+            $type,
+            [
+                server_stopped_past_the_ttl,
+                server_restarted_fast,
+                server_restarted_immediately,
+            ]
+        );
     };
 }
 
-/// Each store and the groups of scenarios that apply to it; a group it
-/// cannot pass yet says why.
+/// Each store and the groups of scenarios that apply to it.
 macro_rules! stores {
-    ($($store:ident: $type:ty => [$($group:ident $(awaiting $why:literal)?),* $(,)?]),* $(,)?) => {
+    ($($store:ident: $type:ty => [$($group:ident),* $(,)?]),* $(,)?) => {
         $(
             mod $store {
                 use super::*;
-                $(group!($type, $group, [$($why)?]);)*
+                $(group!($type, $group);)*
 
                 #[test]
                 fn declares_what_it_suffers() {
@@ -549,25 +540,10 @@ macro_rules! stores {
     };
 }
 
-// Through PgBouncer, a holder's renewals and a new client's first query
-// waited 1.3 to 1.7 s now and then with no fault at all (the machine busy):
-// the holder lost its lease before any fault came.
 stores! {
     etcd: Etcd => [every, force, pkill, link, server],
     file: FileStore => [every, force, pkill],
-    pgbouncer: Pooled => [
-        every awaiting "renewals through the bouncer can go unanswered 1.4 s with no fault",
-        force awaiting "renewals through the bouncer can go unanswered 1.4 s with no fault",
-        pkill,
-        link awaiting "renewals through the bouncer can go unanswered 1.4 s with no fault",
-        server awaiting "renewals through the bouncer can go unanswered 1.4 s with no fault",
-    ],
-    postgres: Postgres => [
-        every,
-        force,
-        pkill,
-        link,
-        server,
-    ],
+    pgbouncer: Pooled => [every, force, pkill, link, server],
+    postgres: Postgres => [every, force, pkill, link, server],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],
 }

@@ -684,7 +684,7 @@ fn a_contender_started_after_its_holder_died_waits_one_ttl() {
         let mut whole = Running::spawn(pg_run(&url, "died", &["--ttl", "2s"], hold));
         let t1 = token_of(&mut whole);
         let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
-        let guard = find_child(whole.pid(), "elect-guard");
+        let guard = find_child(whole.pid(), support::GUARD);
         // A renewal or two, so the row is a holder's like any other.
         std::thread::sleep(Duration::from_millis(1500));
         let killed_at = now_ns();
@@ -722,7 +722,7 @@ fn a_contender_started_after_its_holder_died_waits_one_ttl() {
     let mut whole = Running::spawn(pg_run(&url, "died", &["--ttl", "2s"], hold));
     let t1 = token_of(&mut whole);
     let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
-    let guard = find_child(whole.pid(), "elect-guard");
+    let guard = find_child(whole.pid(), support::GUARD);
     let mut waiter = Running::spawn(pg_run(
         &url,
         "died",
