@@ -556,10 +556,17 @@ pub fn group_can_run(pgid: i32) -> bool {
         else {
             return false;
         };
-        // Fields after the command name, which may contain anything: state ppid pgrp ...
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // One read into a buffer of our own: a stat line is short, and this
+        // look runs at every command's end (read_to_string takes a stat
+        // and five reads for it).
+        let mut buffer = [0u8; 1024];
+        let read = std::fs::File::open(format!("/proc/{pid}/stat"))
+            .and_then(|mut file| std::io::Read::read(&mut file, &mut buffer));
+        let Ok(n) = read else {
             return false;
         };
+        let stat = String::from_utf8_lossy(&buffer[..n]);
+        // Fields after the command name, which may contain anything: state ppid pgrp ...
         let Some((_, rest)) = stat.rsplit_once(')') else {
             return false;
         };
