@@ -435,9 +435,9 @@ pub struct BreakArgs {
     #[arg(short, long)]
     pub yes: bool,
 
-    /// End the lease at once instead of asking the holder to stop its
-    /// command first: the command may run on for up to its grace while the
-    /// next holder starts. (file: always waits for the holder.)
+    /// End the holder's tenure at once instead of asking it to stop its
+    /// command first: the command may run on beside the next holder's until
+    /// its elect notices, then at most 100 ms more.
     #[arg(long)]
     pub force: bool,
 
