@@ -131,6 +131,20 @@ fn the_test_servers_start_and_restart() {
     assert!(pg.url().ends_with(&format!(":{}/elect", pg.port())));
 }
 
+/// SIGKILL of a whole holder, `elect` with its guard and its command's
+/// group, so that nobody releases; when it was killed.
+fn kill_whole_holder(elect: &mut Running, guard: i32, group: i32) -> i128 {
+    let killed_at = now_ns();
+    // SAFETY: plain kill(2) and killpg(2) of our own descendants.
+    unsafe {
+        libc::kill(guard, libc::SIGKILL);
+        libc::kill(elect.pid(), libc::SIGKILL);
+        libc::killpg(group, libc::SIGKILL);
+    }
+    elect.wait(10 * SECOND);
+    killed_at
+}
+
 /// Tokens strictly increase, one by one, whatever ends a holder: a clean
 /// exit, SIGKILL of its elect (its guard releases), SIGKILL of elect, guard
 /// and command at once (the row expires), `elect break`, and a restart of
@@ -161,14 +175,7 @@ fn tokens_rise_across_crashes_breaks_and_database_restarts() {
     tokens.push(token_of(&mut whole));
     let group: i32 = whole.expect_line("pgid", 10 * SECOND).parse().unwrap();
     let guard = find_child(whole.pid(), support::GUARD);
-    let killed_at = now_ns();
-    // SAFETY: plain kill(2) and killpg(2) of our own descendants.
-    unsafe {
-        libc::kill(guard, libc::SIGKILL);
-        libc::kill(whole.pid(), libc::SIGKILL);
-        libc::killpg(group, libc::SIGKILL);
-    }
-    whole.wait(10 * SECOND);
+    let killed_at = kill_whole_holder(&mut whole, guard, group);
     let mut next = Running::spawn(pg_run(
         &url,
         "t",
@@ -687,14 +694,7 @@ fn a_contender_started_after_its_holder_died_waits_one_ttl() {
         let guard = find_child(whole.pid(), support::GUARD);
         // A renewal or two, so the row is a holder's like any other.
         std::thread::sleep(Duration::from_millis(1500));
-        let killed_at = now_ns();
-        // SAFETY: plain kill(2) and killpg(2) of our own descendants.
-        unsafe {
-            libc::kill(guard, libc::SIGKILL);
-            libc::kill(whole.pid(), libc::SIGKILL);
-            libc::killpg(group, libc::SIGKILL);
-        }
-        whole.wait(10 * SECOND);
+        let killed_at = kill_whole_holder(&mut whole, guard, group);
         std::thread::sleep(delay);
         let spawned_at = now_ns();
         let mut next = Running::spawn(pg_run(
@@ -731,14 +731,7 @@ fn a_contender_started_after_its_holder_died_waits_one_ttl() {
     ));
     wait_contenders(&pg, "died", 2);
     std::thread::sleep(Duration::from_millis(1500));
-    let killed_at = now_ns();
-    // SAFETY: plain kill(2) and killpg(2) of our own descendants.
-    unsafe {
-        libc::kill(guard, libc::SIGKILL);
-        libc::kill(whole.pid(), libc::SIGKILL);
-        libc::killpg(group, libc::SIGKILL);
-    }
-    whole.wait(10 * SECOND);
+    let killed_at = kill_whole_holder(&mut whole, guard, group);
     let started: i128 = waiter.expect_line("start", 10 * SECOND).parse().unwrap();
     assert_eq!(token_of(&mut waiter), t1 + 1);
     assert_eq!(waiter.wait_code(10 * SECOND), 0);
