@@ -14,8 +14,9 @@
 //! A store says what it can suffer in `StoreUnderTest` (`support/stores.rs`):
 //! a link (a TCP fault proxy between A and the store, `support/proxy.rs`,
 //! and real packet loss on it, `support/loss.rs`), a server process
-//! (paused, restarted), and each line of `stores!` at the end names the
-//! groups of scenarios that apply. Each scenario is one test per store,
+//! (paused, restarted), a wall clock it judges expiry by (stepped), and
+//! each line of `stores!` at the end names the groups of scenarios that
+//! apply. Each scenario is one test per store,
 //! `etcd::NAME`, `pgbouncer::NAME` and so on.
 //!
 //! The TTL is 2 s with a grace of 500 ms: A's command gets SIGTERM 1.41 s
@@ -48,6 +49,8 @@ enum Tenure {
     Ended,
     /// Either, by where in A's renewal cycle the fault fell.
     Either,
+    /// A keeps the lock, renewing on, until it is told to end.
+    Kept,
 }
 
 /// One run: the store, A holding, B waiting.
@@ -99,6 +102,20 @@ fn start<S: StoreUnderTest>(
 ) -> Run<S> {
     let began = Instant::now();
     let store = S::start(scenario);
+    start_on(store, began, scenario, fault, proxied, ignore_term, |_| {})
+}
+
+/// [`start`] on `store`, started at `began`; `before_b` is done to it once
+/// A holds, before B starts.
+fn start_on<S: StoreUnderTest>(
+    store: S,
+    began: Instant,
+    scenario: &str,
+    fault: &str,
+    proxied: bool,
+    ignore_term: bool,
+    before_b: impl FnOnce(&S),
+) -> Run<S> {
     let dir = TempDir::new(&format!("every-fault-{}-{scenario}", S::NAME));
     let ticks = Ticks::new(&dir.0);
     let proxy = proxied.then(|| Proxy::start(&store.link()));
@@ -110,6 +127,7 @@ fn start<S: StoreUnderTest>(
     let a_token = a.expect_line("token", 20 * SECOND).parse().unwrap();
     let a_group = a.expect_line("pgid", 5 * SECOND).parse().unwrap();
     ticks.first("A", 5 * SECOND);
+    before_b(&store);
     let mut b = contender(&store.url(), "B", &ticks, false);
     let give_up = Instant::now() + 10 * SECOND;
     while store.contenders(LOCK) != 2 || ticks.last("B").is_some() {
@@ -244,6 +262,11 @@ impl<S: StoreUnderTest> Run<S> {
         );
         match expected {
             Tenure::Ended => assert!(!kept, "{name}, {fault}: A kept the lock\n{}", self.said()),
+            Tenure::Kept => assert!(
+                kept,
+                "{name}, {fault}: A lost the lock it kept renewing\n{}",
+                self.said()
+            ),
             Tenure::Either => {}
         }
         // A's elect ends, whatever happened to it; B ends when told.
@@ -438,6 +461,60 @@ fn break_force_on_a_command_ignoring_term<S: StoreUnderTest>() {
     broken::<S>("break-force", &["--force"], S::forced_break_overlap(TTL));
 }
 
+/// The store's wall clock stepped to `offset` just after one of A's
+/// renewals, with B queued before the step, or started after it: A renews
+/// on and keeps the lock for 2 TTL, which a lease judged by the stepped
+/// clock alone would not outlive; once told to end, it hands over as ever.
+fn clock_stepped<S: StoreUnderTest>(scenario: &str, offset: &str, b_after: bool) {
+    assert!(S::JUDGES_BY_ITS_CLOCK);
+    let fault = format!(
+        "clock stepped {offset}, B {}",
+        match b_after {
+            true => "started after the step",
+            false => "queued before it",
+        }
+    );
+    let began = Instant::now();
+    let store = S::start_with_a_steppable_clock(scenario);
+    let mut stepped = None;
+    let run = start_on(store, began, scenario, &fault, false, false, |store| {
+        if b_after {
+            store.step_clock(LOCK, offset);
+            stepped = Some(monotonic_ns());
+        }
+    });
+    let stepped = stepped.unwrap_or_else(|| {
+        run.store.step_clock(LOCK, offset);
+        monotonic_ns()
+    });
+    std::thread::sleep(2 * TTL);
+    run.judge(Tenure::Kept, stepped, monotonic_ns(), 0.0);
+}
+
+fn clock_stepped_an_hour_ahead_b_queued<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-hour-ahead-queued", "+1h", false);
+}
+
+fn clock_stepped_an_hour_ahead_b_started_after<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-hour-ahead-after", "+1h", true);
+}
+
+fn clock_stepped_a_day_ahead_b_started_after<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-day-ahead-after", "+1d", true);
+}
+
+fn clock_stepped_an_hour_back_b_queued<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-hour-back-queued", "-1h", false);
+}
+
+fn clock_stepped_an_hour_back_b_started_after<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-hour-back-after", "-1h", true);
+}
+
+fn clock_stepped_a_day_back_b_queued<S: StoreUnderTest>() {
+    clock_stepped::<S>("clock-day-back-queued", "-1d", false);
+}
+
 /// The groups a line of `stores!` names agree with what the store says it
 /// can suffer.
 fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
@@ -449,6 +526,12 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         groups.contains(&"server"),
         S::HAS_SERVER,
         "{}: server",
+        S::NAME
+    );
+    assert_eq!(
+        groups.contains(&"clock"),
+        S::JUDGES_BY_ITS_CLOCK,
+        "{}: clock",
         S::NAME
     );
     assert_eq!(
@@ -472,7 +555,8 @@ macro_rules! tests {
 
 /// The scenarios of each group: `every` store's, `force` (the overlap a
 /// `--force` leaves, bounded per store), `pkill` (elect and its guard killed together), those
-/// of a store with a `link`, those of a store with a `server`.
+/// of a store with a `link`, those of a store with a `server`, those of a
+/// store that judges expiry by its own `clock`.
 macro_rules! group {
     ($type:ty, every) => {
         tests!(
@@ -511,6 +595,19 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, clock) => {
+        tests!(
+            $type,
+            [
+                clock_stepped_an_hour_ahead_b_queued,
+                clock_stepped_an_hour_ahead_b_started_after,
+                clock_stepped_a_day_ahead_b_started_after,
+                clock_stepped_an_hour_back_b_queued,
+                clock_stepped_an_hour_back_b_started_after,
+                clock_stepped_a_day_back_b_queued,
+            ]
+        );
+    };
     ($type:ty, server) => {
         tests!(
             $type,
@@ -543,7 +640,7 @@ macro_rules! stores {
 stores! {
     etcd: Etcd => [every, force, pkill, link, server],
     file: FileStore => [every, force, pkill],
-    pgbouncer: Pooled => [every, force, pkill, link, server],
-    postgres: Postgres => [every, force, pkill, link, server],
+    pgbouncer: Pooled => [every, force, pkill, link, server, clock],
+    postgres: Postgres => [every, force, pkill, link, server, clock],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],
 }

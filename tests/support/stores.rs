@@ -66,7 +66,9 @@ pub trait StoreUnderTest: Sized {
     const HAS_LINK: bool;
     /// The store is a server process that can be paused and restarted.
     const HAS_SERVER: bool;
-    /// The store judges a lease's expiry by its own wall clock, which can step.
+    /// The store judges a lease's expiry by its own wall clock, which can
+    /// step: [`Self::start_with_a_steppable_clock`] and
+    /// [`Self::step_clock`] do it.
     const JUDGES_BY_ITS_CLOCK: bool;
     /// How many servers keep the store's data; 1: no replicas.
     const REPLICAS: usize;
@@ -101,6 +103,20 @@ pub trait StoreUnderTest: Sized {
     /// and its guard dead. Else it passes when the lease expires.
     fn held_by_the_commands_descriptors() -> bool {
         false
+    }
+
+    /// A new store for `scenario` whose wall clock [`Self::step_clock`]
+    /// can step while it runs.
+    fn start_with_a_steppable_clock(_scenario: &str) -> Self {
+        unreachable!("{} judges by no clock of its own", Self::NAME)
+    }
+
+    /// Just after one of the renewals of `lock`'s holder (the longest time
+    /// until its next), step the store's wall clock to `offset` from the
+    /// machine's (faketime's form: `+1h`, `-1d`); returns once the store's
+    /// clock shows it.
+    fn step_clock(&self, _lock: &str, _offset: &str) {
+        unreachable!("{} judges by no clock of its own", Self::NAME)
     }
 }
 
@@ -456,6 +472,31 @@ impl StoreUnderTest for Postgres {
     fn url_at(host_port: &str) -> String {
         format!("postgres://elect@{host_port}/elect")
     }
+
+    /// libfaketime preloaded into the server, reading its offset from a file.
+    fn start_with_a_steppable_clock(_scenario: &str) -> Postgres {
+        let pg = Postgres::start_skewed("+0");
+        assert!(pg.clock_skew().abs() < 60.0, "the clock is stepped already");
+        pg
+    }
+
+    /// Just after the holder's row shows a new `renewed_at`.
+    fn step_clock(&self, lock: &str, offset: &str) {
+        let renewed_at = || {
+            self.psql(&format!(
+                "SELECT renewed_at FROM elect.lease WHERE name = '{lock}'"
+            ))
+        };
+        let (before, give_up) = (renewed_at(), Instant::now() + 10 * SECOND);
+        while renewed_at() == before {
+            assert!(
+                Instant::now() < give_up,
+                "the holder of {lock} never renewed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Postgres::step_clock(self, offset);
+    }
 }
 
 /// ZooKeeper: one server.
@@ -688,6 +729,18 @@ impl StoreUnderTest for Pooled {
 
     fn url_at(host_port: &str) -> String {
         <Postgres as StoreUnderTest>::url_at(host_port)
+    }
+
+    fn start_with_a_steppable_clock(scenario: &str) -> Pooled {
+        let pg = Postgres::start_with_a_steppable_clock(scenario);
+        Pooled {
+            bouncer: PgBouncer::start(&pg, "transaction"),
+            pg,
+        }
+    }
+
+    fn step_clock(&self, lock: &str, offset: &str) {
+        StoreUnderTest::step_clock(&self.pg, lock, offset);
     }
 }
 
