@@ -58,6 +58,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "Set for COMMAND: the store URL, without credentials.",
     ),
     (
+        "ELECT_USER, ELECT_PASSWORD_FILE, ELECT_CACERT, ELECT_CERT, ELECT_KEY_FILE",
+        "Set for COMMAND when elect has them, from flags, variables or the URL: so that elect check and elect checkpoint inside COMMAND reach the store as elect did. ELECT_PASSWORD_FILE is /dev/fd/N, a read-only memory file that COMMAND's processes inherit: the password is never in COMMAND's environment or arguments.",
+    ),
+    (
         "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD, PGPASSWORD",
         "Removed from COMMAND's environment, ELECT_PASSWORD always and the others with their store (etcd, PostgreSQL): they may carry secrets.",
     ),

@@ -1203,3 +1203,45 @@ fn an_earlier_lease_table_gets_its_renewals_column() {
     let (code, stdout, stderr) = token(&pg);
     assert_eq!((code, stdout.as_str()), (Some(0), "6"), "{stderr}");
 }
+
+/// `elect check` and `elect checkpoint` inside the command reach the
+/// database with the password its elect was given, whether by
+/// `--password-file` (a relative path), in the URL, or in `PGPASSWORD` or
+/// `ELECT_PASSWORD` (which the command never sees), and the password shows
+/// in neither the command's environment nor its arguments.
+#[test]
+fn elect_inside_the_command_reaches_the_database_as_its_elect_did() {
+    let pg = Postgres::start();
+    let dir = TempDir::new("pg-inside");
+    std::fs::write(dir.join("password"), format!("{PASSWORD}\n")).unwrap();
+    let bare = format!("postgres://elect@127.0.0.1:{}/elect", pg.port());
+    let inside = support::inspect::reached_from_inside_the_command;
+    inside(
+        &bare,
+        "inside-a",
+        (&dir.0, &["--password-file", "password"]),
+        &[],
+        PASSWORD,
+    );
+    inside(
+        &pg.url_as("elect", PASSWORD),
+        "inside-b",
+        (&dir.0, &[]),
+        &[],
+        PASSWORD,
+    );
+    inside(
+        &bare,
+        "inside-c",
+        (&dir.0, &[]),
+        &[("PGPASSWORD", PASSWORD)],
+        PASSWORD,
+    );
+    inside(
+        &bare,
+        "inside-d",
+        (&dir.0, &[]),
+        &[("ELECT_PASSWORD", PASSWORD)],
+        PASSWORD,
+    );
+}

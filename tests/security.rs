@@ -246,7 +246,11 @@ fn with_users_a_limited_role_is_enough_and_secrets_stay_hidden() {
             read(f)
         );
     }
-    assert!(!read("env").contains("ELECT_PASSWORD"));
+    assert!(
+        !read("env")
+            .lines()
+            .any(|l| l.starts_with("ELECT_PASSWORD="))
+    );
 
     // status and check with the same credentials.
     let out = elect()
@@ -328,5 +332,55 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
         String::from_utf8_lossy(&leases.stdout).trim(),
         "found 0 leases",
         "nothing left in the store"
+    );
+}
+
+/// `elect check` and `elect checkpoint` inside the command reach the store
+/// with the credentials and certificates its elect was given, however it
+/// was given them (flags, variables, etcdctl's variable), from any
+/// directory, and the password never shows in the command's environment or
+/// arguments.
+#[test]
+fn elect_inside_the_command_reaches_the_store_as_its_elect_did() {
+    let (etcd, dir) = auth_etcd("auth-inside");
+    // A relative path, from elect's directory.
+    support::inspect::reached_from_inside_the_command(
+        &etcd.url(),
+        "jobs/a",
+        (&dir.0, &["--user", "alice", "--password-file", "password"]),
+        &[],
+        "alice-pw",
+    );
+    support::inspect::reached_from_inside_the_command(
+        &etcd.url(),
+        "jobs/b",
+        (&dir.0, &["--user", "alice"]),
+        &[("ELECT_PASSWORD", "alice-pw")],
+        "alice-pw",
+    );
+    support::inspect::reached_from_inside_the_command(
+        &etcd.url(),
+        "jobs/c",
+        (&dir.0, &[]),
+        &[("ETCDCTL_USER", "alice:alice-pw")],
+        "alice-pw",
+    );
+    let (tls, c) = tls_etcd("tls-inside");
+    support::inspect::reached_from_inside_the_command(
+        &tls.url(),
+        "jobs/d",
+        (
+            &dir.0,
+            &[
+                "--cacert",
+                path(&c.ca),
+                "--cert",
+                path(&c.client_cert),
+                "--key",
+                path(&c.client_key),
+            ],
+        ),
+        &[],
+        "PRIVATE KEY",
     );
 }

@@ -523,6 +523,14 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
             .unwrap();
         assert_outcome(&format!("password {password}"), &out, code, says);
     }
+    // An elect inside the command reaches the chroot as its elect did.
+    support::inspect::reached_from_inside_the_command(
+        &url,
+        "jobs/inside",
+        (&dir.0, &["--user", "alice", "--password-file", "right"]),
+        &[],
+        "right",
+    );
 }
 
 /// A create whose reply was lost is found again by its protected name, so

@@ -15,6 +15,7 @@
 
 mod command;
 mod hold;
+mod inner;
 mod live;
 mod shards;
 mod signals;
@@ -71,6 +72,8 @@ struct Job {
     connect_timeout: Duration,
     rejoin: Option<Rejoin>,
     command: Vec<std::ffi::OsString>,
+    /// What an elect inside the command needs to reach the store.
+    inner: inner::ForTheCommand,
 }
 
 /// `elect run`, checked, with the first turn's guard forked.
@@ -136,7 +139,8 @@ impl Job {
             ));
         }
         command::check_command(&args.command[0])?;
-        let location = Location::from_settings(&args.store.settings())?;
+        let settings = args.store.settings();
+        let location = Location::from_settings(&settings)?;
         location.check_lock_name(&args.lock).map_err(usage)?;
         if let Some(n) = args.shards {
             if !(1..=MAX_SHARDS).contains(&n) {
@@ -153,6 +157,11 @@ impl Job {
             location.check_shard_names(&args.lock, n).map_err(usage)?;
         }
         let identity = args.identity.clone().unwrap_or_else(hostname);
+        let inner = inner::for_the_command(&settings, &location).map_err(|e| {
+            Failure::software(format!(
+                "cannot hand the store's settings to the command: {e}"
+            ))
+        })?;
         Ok(Job {
             lock: args.lock,
             shards: args.shards,
@@ -167,6 +176,7 @@ impl Job {
             connect_timeout: args.store.connect_timeout,
             rejoin: args.rejoin,
             command: args.command,
+            inner,
         })
     }
 
@@ -383,7 +393,10 @@ impl Job {
                 ("ELECT_LOCK".into(), self.lock.clone()),
                 ("ELECT_IDENTITY".into(), self.identity.clone()),
                 ("ELECT_STORE".into(), self.location.to_string()),
-            ],
+            ]
+            .into_iter()
+            .chain(self.inner.set_env.iter().cloned())
+            .collect(),
             remove_env: secrets.chain(OWN_WHEN_SET).map(|s| s.to_string()).collect(),
             signal: self.signal,
             grace: self.timing.grace(),

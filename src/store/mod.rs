@@ -19,6 +19,7 @@ mod observed;
 pub mod postgres;
 pub mod probe;
 mod secret;
+pub use secret::Secret;
 pub mod zk;
 
 pub use api::{
@@ -79,6 +80,16 @@ pub trait Target: fmt::Display + fmt::Debug {
     /// sees them.
     fn secret_variables(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// The user this store is reached as, wherever it came from (a flag,
+    /// the URL, a variable of the store's own tools).
+    fn user(&self) -> Option<&str> {
+        None
+    }
+    /// That user's password, wherever it came from: what an elect inside
+    /// the command needs to reach the store the same way.
+    fn password(&self) -> Option<&Secret> {
+        None
     }
     /// What it takes to end session `id` from another process, with every
     /// setting and secret that needs (the guard keeps it in memory and hands
@@ -245,6 +256,16 @@ impl Location {
     /// Variables of the environment that the command must not see.
     pub fn secret_variables(&self) -> &'static [&'static str] {
         self.target.secret_variables()
+    }
+
+    /// The user the store is reached as, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.target.user()
+    }
+
+    /// The user's password, if any.
+    pub fn password(&self) -> Option<&Secret> {
+        self.target.password()
     }
 
     /// Connect to the store.

@@ -2,6 +2,8 @@
 //! lock for them to look at.
 
 use super::SECOND;
+use std::path::Path;
+
 use super::process::{Running, elect, elect_run};
 
 /// A holder that reports its key and token, and a waiter behind it.
@@ -53,4 +55,44 @@ pub fn check(store: &str, lock: &str, key: &str, token: u64) -> (i32, String) {
         out.status.code().unwrap(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Assert that `elect check`, `checkpoint put` and `checkpoint get`, run
+/// inside the command of `elect run` (started in `cwd` with `flags` and
+/// `env`) from another directory, reach the store, and that `secret`
+/// shows in neither the command's environment nor its arguments.
+pub fn reached_from_inside_the_command(
+    store: &str,
+    lock: &str,
+    (cwd, flags): (&Path, &[&str]),
+    env: &[(&str, &str)],
+    secret: &str,
+) {
+    let seen = super::TempDir::new("inside");
+    let elect_path = env!("CARGO_BIN_EXE_elect");
+    let script = format!(
+        "env > {0}/env; cat /proc/$$/cmdline > {0}/cmdline; cd /; \
+         {elect_path} check && {elect_path} checkpoint put resumed-here && {elect_path} checkpoint get",
+        seen.0.display()
+    );
+    let mut command = super::elect_run(store, lock, flags, &script);
+    command.current_dir(cwd);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let case = format!("{flags:?} {env:?}");
+    assert_eq!(out.status.code(), Some(0), "{case}: {stdout}{stderr}");
+    assert!(stdout.contains("resumed-here"), "{case}: {stdout}{stderr}");
+    for f in ["env", "cmdline"] {
+        let text = String::from_utf8_lossy(&std::fs::read(seen.join(f)).unwrap()).into_owned();
+        assert!(
+            !text.contains(secret),
+            "{case}: the password is in the command's {f}"
+        );
+    }
 }

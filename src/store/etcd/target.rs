@@ -254,6 +254,14 @@ impl fmt::Display for EtcdTarget {
 }
 
 impl Target for EtcdTarget {
+    fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    fn password(&self) -> Option<&Secret> {
+        self.password.as_ref()
+    }
+
     fn secret_variables(&self) -> &'static [&'static str] {
         SECRET_VARIABLES
     }

@@ -698,6 +698,14 @@ impl fmt::Display for PgTarget {
 }
 
 impl Target for PgTarget {
+    fn user(&self) -> Option<&str> {
+        Some(self.user.as_str())
+    }
+
+    fn password(&self) -> Option<&Secret> {
+        self.password.as_ref()
+    }
+
     fn secret_variables(&self) -> &'static [&'static str] {
         SECRET_VARIABLES
     }

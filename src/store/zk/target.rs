@@ -199,6 +199,14 @@ impl fmt::Display for ZkTarget {
 }
 
 impl Target for ZkTarget {
+    fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    fn password(&self) -> Option<&Secret> {
+        self.password.as_ref()
+    }
+
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {
         serde_json::to_vec(&super::ReleaseOrder {
             target: self.clone(),
