@@ -99,7 +99,8 @@ pub async fn status(args: StatusArgs) -> Outcome {
                     "lock": args.lock,
                     "store": location.to_string(),
                     "shards": n,
-                    "held": held,
+                    "held": held > 0,
+                    "held_shards": held,
                     "shard": each,
                 })
             );

@@ -77,7 +77,22 @@ fn main() {
             Ok(ready) => Work::Run(ready),
             Err(outcome) => outcome.finish(),
         },
-        other => Work::Other(other),
+        other => {
+            // A reader that has gone (`elect list | head -n1`) ends an
+            // inspection quietly, as it ends any Unix filter; Rust ignores
+            // SIGPIPE, so a print would panic. `elect run` keeps ignoring
+            // it: its stderr going must not kill it while a command runs.
+            // SAFETY: SIG_DFL installs no handler code.
+            if let Err(e) = unsafe {
+                nix::sys::signal::signal(
+                    nix::sys::signal::Signal::SIGPIPE,
+                    nix::sys::signal::SigHandler::SigDfl,
+                )
+            } {
+                Outcome::from(Failure::software(format!("cannot reset SIGPIPE: {e}"))).finish();
+            }
+            Work::Other(other)
+        }
     };
     // One thread: the runtime never forks from a thread that may exit, and
     // nothing here is CPU-bound. Deadlines are enforced by the guard process.

@@ -803,12 +803,17 @@ fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
 fn shard_tokens(store: &str, lock: &str) -> Vec<Option<u64>> {
     let (_, out) = status(store, lock, true);
     let v: Value = serde_json::from_str(&out).unwrap();
-    v["shard"]
+    let tokens: Vec<Option<u64>> = v["shard"]
         .as_array()
         .unwrap_or_else(|| panic!("not sharded: {out}"))
         .iter()
         .map(|s| s["token"].as_u64())
-        .collect()
+        .collect();
+    // `held` is a bool, as for any lock; the count is beside it.
+    let held = tokens.iter().flatten().count();
+    assert_eq!(v["held"], Value::Bool(held > 0), "{out}");
+    assert_eq!(v["held_shards"], held, "{out}");
+    tokens
 }
 
 /// Wait until `held` shards of `lock` are held; their tokens.

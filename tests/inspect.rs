@@ -378,3 +378,38 @@ fn bash_completes_lock_names_signals_stores_and_commands() {
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
 }
+
+/// A reader that has gone (`elect list | head -n1`, `elect status … | grep
+/// -q held`) ends elect quietly, as any Unix filter: by SIGPIPE, or exit 0,
+/// with nothing on stderr; never a panic.
+#[test]
+fn a_closed_pipe_ends_elect_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new("inspect-pipe");
+    let (mut holder, _token) = hold(&dir.url(), "piped", &[]);
+    let store = dir.url();
+    for args in [
+        vec!["status", "--store", &store, "--lock", "piped"],
+        vec!["status", "--store", &store, "--lock", "piped", "--json"],
+        vec!["list", "--store", &store],
+        vec!["checkpoint", "--store", &store, "--lock", "piped", "get"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = elect()
+            .args(&args)
+            .env("ELECT_KEY", "none")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.signal() == Some(libc::SIGPIPE) || out.status.code().is_some_and(|c| c < 64),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+    holder.signal(libc::SIGTERM);
+    holder.wait(10 * SECOND);
+}
