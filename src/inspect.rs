@@ -262,8 +262,24 @@ pub async fn break_lock(mut args: BreakArgs) -> Outcome {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    if let Some(k) = args.shard {
-        args.lock = shard_lock(&args.lock, k);
+    match args.shard {
+        Some(k) => args.lock = shard_lock(&args.lock, k),
+        None => {
+            // A break of the whole name would end no shard's holder.
+            let shards = store.shards(&args.lock, None);
+            match reach.answered("the shard count", shards).await {
+                Ok(None) => {}
+                Ok(Some(n)) => {
+                    return Failure::from(crate::store::StoreError::config(format!(
+                        "lock {} is sharded: {n} shards; break one with --shard K (0 to {})",
+                        args.lock,
+                        n - 1
+                    )))
+                    .into();
+                }
+                Err(e) => return Failure::from(e).into(),
+            }
+        }
     }
     break_on(&*store, &args, &location, &mut reach).await
 }

@@ -984,6 +984,31 @@ fn shard_counts_preferences_and_giving_up<S: StoreUnderTest>() {
         "{err}"
     );
     assert!(out.stdout.is_empty());
+    // Without --shards, a run would wait behind the shards' holders, and a
+    // break without --shard would end none of them: both refused, at once.
+    let unsharded = [
+        (elect_run(store, lock, &[], "echo ran"), "--shards 4"),
+        (
+            {
+                let mut c = elect();
+                c.args(["break", "--store", store, "--lock", lock, "--yes"]);
+                c
+            },
+            "--shard K (0 to 3)",
+        ),
+    ];
+    for (mut command, says) in unsharded {
+        let started = Instant::now();
+        let out = command.output().unwrap();
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(78), "{err}");
+        assert!(
+            err.contains("4 shards") && err.contains(says) && err.lines().count() == 1,
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+        assert!(started.elapsed() < 3 * SECOND, "{err}");
+    }
 
     // All four held, each owner checks its own shard from inside; a fifth
     // waits a second in every queue, then gives up.

@@ -115,6 +115,41 @@ fn etcdctl_lock_and_elect_exclude_each_other() {
     assert_eq!(ours.wait_code(10 * SECOND), 0);
 }
 
+/// A sharded lock's records (the last holder of each shard, each shard's
+/// checkpoint) lie beside the lock's prefix, not under it: once nobody
+/// holds or waits, nothing is left under `NAME/`, and `etcdctl lock NAME`
+/// takes the lock at once.
+#[test]
+fn a_sharded_locks_records_are_not_in_its_queue() {
+    let etcd = Etcd::start();
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    for _ in 0..2 {
+        let out = elect_run(
+            &etcd.url(),
+            "parts",
+            &["--shards", "2"],
+            &format!("{elect_bin} checkpoint put done"),
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        etcd.keys("parts/"),
+        Vec::<String>::new(),
+        "left in the queue"
+    );
+    let mut etcdctl = etcd.etcdctl_command();
+    etcdctl.args(["lock", "parts", "--", "echo", "ran"]);
+    let mut theirs = Running::spawn(etcdctl);
+    theirs.expect_line("ran", 5 * SECOND);
+    assert!(theirs.wait(5 * SECOND).success());
+}
+
 fn partition(mode: Mode) {
     let etcd = Etcd::start();
     let proxy = Proxy::start(&etcd.endpoint);

@@ -419,9 +419,29 @@ impl Job {
                 .await;
         }
         let record = self.record();
+        // Whether the lock is a sharded one's, asked beside the join: a
+        // run without --shards would wait behind its shards' holders.
+        let join_unsharded = async {
+            let (joined, shards) = tokio::join!(
+                session.join(self.lock.clone(), record),
+                store.shards(&self.lock, None)
+            );
+            let lock = joined?;
+            match shards {
+                Ok(None) => Ok(lock),
+                Ok(Some(n)) => {
+                    let _ = lock.leave().await;
+                    Err(StoreError::config(format!(
+                        "it is sharded: {n} shards are recorded for it, on its first use; \
+                         run it with --shards {n}"
+                    )))
+                }
+                Err(e) => Err(e),
+            }
+        };
         let join = async {
             tokio::select! {
-                joined = session.join(self.lock.clone(), record) => joined.map(Ok),
+                joined = join_unsharded => joined.map(Ok),
                 loss = keeper.lost() => Ok(Err(loss)),
             }
         };

@@ -276,7 +276,20 @@ fn shards_key(lock: &str) -> String {
 
 /// Where the identity of the last holder of a shard is kept.
 pub(super) fn last_key(lock: &str) -> String {
-    format!("{lock}.last")
+    record_key(lock, ".last")
+}
+
+/// Where the record `suffix` of `lock` lives: beside its prefix, never
+/// under it, where contenders (`etcdctl lock` too) look. A shard's lock,
+/// `NAME/shard-K`, is under `NAME/`, so its records go beside that prefix,
+/// under `NAME.shards/`: a name no lock can have or sit under.
+fn record_key(lock: &str, suffix: &str) -> String {
+    match lock.rsplit_once("/shard-") {
+        Some((name, k)) if !name.is_empty() && k.parse::<u32>().is_ok() => {
+            format!("{}/{k}{suffix}", shards_key(name))
+        }
+        _ => format!("{lock}{suffix}"),
+    }
 }
 
 /// The checkpoint of `lock`, if any.
@@ -303,7 +316,7 @@ async fn read_checkpoint(
 /// Where the checkpoint of `lock` lives: beside its queue, not in it, so
 /// that `etcdctl lock` never takes it for a contender.
 pub(super) fn checkpoint_key(lock: &str) -> String {
-    format!("{lock}.checkpoint")
+    record_key(lock, ".checkpoint")
 }
 
 impl Etcd {
