@@ -58,8 +58,8 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "Set for COMMAND: the store URL, without credentials.",
     ),
     (
-        "ELECT_USER, ELECT_PASSWORD_FILE, ELECT_CACERT, ELECT_CERT, ELECT_KEY_FILE",
-        "Set for COMMAND when elect has them, from flags, variables or the URL: so that elect check and elect checkpoint inside COMMAND reach the store as elect did. ELECT_PASSWORD_FILE is /dev/fd/N, a read-only memory file that COMMAND's processes inherit: the password is never in COMMAND's environment or arguments.",
+        "ELECT_STORE_CREDENTIALS",
+        "Set for COMMAND when elect reached the store with a user or certificates, however given: how it did, as JSON (user, password_file, cacert, cert, key), which an elect inside COMMAND uses for ELECT_STORE and no other store. The password file is /dev/fd/N, a read-only memory file that COMMAND's processes inherit: the password is never in COMMAND's environment or arguments; never inherited.",
     ),
     (
         "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD, PGPASSWORD",
@@ -354,6 +354,7 @@ impl StoreArgs {
             user: self.user.clone(),
             password_file: self.password_file.clone(),
         }
+        .inherit()
     }
 }
 

@@ -486,6 +486,44 @@ fn commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind<S: StoreUnd
     store.assert_empty();
 }
 
+/// An elect run inside the command of lock `outer` for the same lock on the
+/// same store would wait for its own parent forever: refused at once with
+/// 78, naming the lock; the same lock on another store, or another lock,
+/// runs.
+fn a_nested_run_of_the_same_lock_is_refused<S: StoreUnderTest>() {
+    let store = S::start("nested");
+    let url = store.url();
+    let elect_bin = env!("CARGO_BIN_EXE_elect");
+    let other = TempDir::new(&format!("{}-nested-other", S::NAME));
+    let cases = [
+        (format!("{elect_bin} run --lock outer -- echo inner"), 78),
+        (format!("{elect_bin} run --lock other -- echo inner"), 0),
+        (
+            format!(
+                "{elect_bin} run --store {} --lock outer -- echo inner",
+                other.url()
+            ),
+            0,
+        ),
+    ];
+    for (script, code) in cases {
+        let started = Instant::now();
+        let out = elect_run(&url, "outer", &[], &script).output().unwrap();
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(code), "{script}: {err}");
+        assert!(started.elapsed() < 5 * SECOND, "{script}: {err}");
+        match code {
+            0 => assert_eq!(stdout_of(&out), "inner", "{script}: {err}"),
+            _ => assert!(
+                err.lines().count() == 1
+                    && err.contains("lock outer")
+                    && err.contains("wait for itself"),
+                "{script}: {err}"
+            ),
+        }
+    }
+}
+
 /// A lock's own records (`NAME.checkpoint`, `.shards`, `.last`) and its
 /// shards (`NAME/shard-K`) are never a lock of their own, nor under one:
 /// every command refuses such a name with 64 before it touches the store.
@@ -1527,6 +1565,7 @@ macro_rules! stores {
             status_check_and_break_agree,
             commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind,
             reserved_lock_names_exit_64_and_leave_nothing_behind,
+            a_nested_run_of_the_same_lock_is_refused,
             a_break_of_a_frozen_holder_ends_within_its_ttl_and_never_overlaps,
             ctrl_c_while_waiting_leaves_the_queue_at_once,
             the_child_sees_its_lock_token_and_store_and_no_secrets,

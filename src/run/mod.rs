@@ -45,7 +45,33 @@ use signals::Signals;
 const OWN_SECRETS: &[&str] = &["ELECT_PASSWORD"];
 
 /// What elect sets for the command only when it applies: never inherited.
-const OWN_WHEN_SET: &[&str] = &["ELECT_CHECKPOINT", "ELECT_SHARD", "ELECT_SHARDS"];
+const OWN_WHEN_SET: &[&str] = &[
+    "ELECT_CHECKPOINT",
+    "ELECT_SHARD",
+    "ELECT_SHARDS",
+    "ELECT_STORE_CREDENTIALS",
+];
+
+/// Refuse a run inside the command of an elect that holds this very lock
+/// on this very store: it would wait for its own parent forever.
+fn nested(lock: &str, location: &Location) -> Result<(), Failure> {
+    let var = |name| std::env::var(name).ok();
+    match (var("ELECT_KEY"), var("ELECT_LOCK"), var("ELECT_STORE")) {
+        (Some(key), Some(held), Some(store))
+            if held == lock && store.trim() == location.to_string() =>
+        {
+            Err(Failure::new(
+                crate::exit::Code::Config,
+                format!(
+                    "lock {lock} at {location} is held for this very command, by the elect \
+                     run that started it (its key {key}): a run of it here would wait for \
+                     itself forever; use another lock name"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
 
 /// How long to try to revoke the lease on the way out; if the store cannot
 /// be reached, the lease expires on its own.
@@ -142,6 +168,7 @@ impl Job {
         let settings = args.store.settings();
         let location = Location::from_settings(&settings)?;
         location.check_lock_name(&args.lock).map_err(usage)?;
+        nested(&args.lock, &location)?;
         if let Some(n) = args.shards {
             if !(1..=MAX_SHARDS).contains(&n) {
                 return Err(usage(format!(

@@ -133,7 +133,62 @@ pub struct Settings {
     pub password_file: Option<PathBuf>,
 }
 
+/// How an elect reached the store it hands its command in `ELECT_STORE`:
+/// what `ELECT_STORE_CREDENTIALS` carries, as JSON (never a password: a
+/// file that holds it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Credentials {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cacert: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+}
+
+impl Credentials {
+    pub const VARIABLE: &'static str = "ELECT_STORE_CREDENTIALS";
+
+    pub fn to_env(&self) -> String {
+        serde_json::to_string(self).expect("plain data")
+    }
+}
+
 impl Settings {
+    /// Inside a command of `elect run`: for the store it was handed
+    /// (`ELECT_STORE`), and only that one, take what the flags and
+    /// variables leave out from how that elect reached it
+    /// ([`Credentials`]).
+    pub fn inherit(mut self) -> Self {
+        let (Ok(handed), Ok(credentials)) = (
+            std::env::var("ELECT_STORE"),
+            std::env::var(Credentials::VARIABLE),
+        ) else {
+            return self;
+        };
+        if self.store.as_deref().map(str::trim) != Some(handed.trim()) {
+            return self;
+        }
+        let Ok(c) = serde_json::from_str::<Credentials>(&credentials) else {
+            return self;
+        };
+        // A user of one's own comes with its own password, or none.
+        if self.user.is_none() {
+            self.user = c.user;
+            self.password_file = self.password_file.or(c.password_file);
+        }
+        self.cacert = self.cacert.or(c.cacert);
+        if self.cert.is_none() && self.key.is_none() {
+            self.cert = c.cert;
+            self.key = c.key;
+        }
+        self
+    }
+
     /// Refuse certificates and users, for a store that has no use for them.
     pub fn refuse_security(&self, store: &str) -> Result<(), StoreError> {
         let given = [
