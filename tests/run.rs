@@ -150,6 +150,22 @@ fn a_sharded_locks_records_are_not_in_its_queue() {
     assert!(theirs.wait(5 * SECOND).success());
 }
 
+/// etcd grants whole seconds: `-v` says so, and that elect counts the
+/// `--ttl` it was given.
+#[test]
+fn a_ttl_of_part_of_a_second_is_counted_as_given_and_said_so() {
+    let etcd = Etcd::start();
+    let out = elect_run(&etcd.url(), "part", &["-v", "--ttl", "1500ms"], "true")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("granted for 2s (elect counts its --ttl of 1s 500ms)"),
+        "{err}"
+    );
+}
+
 fn partition(mode: Mode) {
     let etcd = Etcd::start();
     let proxy = Proxy::start(&etcd.endpoint);

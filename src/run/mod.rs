@@ -368,7 +368,7 @@ impl Job {
                             true => session.release().await,
                             false => {
                                 reach
-                                    .bounded("the old lease's end", session.release())
+                                    .bounded("the old session's end", session.release())
                                     .await
                             }
                         }
@@ -377,10 +377,15 @@ impl Job {
                         revoked = revoke => revoked,
                         sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
                     };
-                    if let Err(e) = revoked {
-                        log::verbose(format_args!(
+                    match (revoked, reach.was_reached()) {
+                        (Ok(()), _) => {}
+                        (Err(e), true) => log::verbose(format_args!(
                             "could not revoke the old lease ({e}); it will expire"
-                        ));
+                        )),
+                        (Err(e), false) => log::verbose(format_args!(
+                            "could not end the old session ({e}): a lease the store made meanwhile, \
+                             if any, expires on its own"
+                        )),
                     }
                     continue;
                 }
@@ -401,7 +406,7 @@ impl Job {
                 true => RELEASE_TIMEOUT,
                 false => UNANSWERED_RELEASE_TIMEOUT,
             };
-            tokio::join!(release(&*session, within), reaped);
+            tokio::join!(release(&*session, within, reach.was_reached()), reaped);
             if reach.was_reached() {
                 timeline::step("lease released");
                 log::verbose(format_args!("released lock {}", self.lock));
@@ -630,16 +635,21 @@ enum Queued<'s> {
     Done(Outcome),
 }
 
-async fn release(session: &dyn Session, within: Duration) {
+async fn release(session: &dyn Session, within: Duration, reached: bool) {
     if within.is_zero() {
         return;
     }
-    match tokio::time::timeout(within, session.release()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::verbose(format_args!(
+    let released = tokio::time::timeout(within, session.release()).await;
+    // What is claimed of a lease the store may never have granted.
+    match (released, reached) {
+        (Ok(Ok(())), _) => {}
+        (_, false) => log::verbose(format_args!(
+            "the store never answered: a lease it made meanwhile, if any, expires on its own"
+        )),
+        (Ok(Err(e)), true) => log::verbose(format_args!(
             "could not revoke the lease ({e}); it will expire"
         )),
-        Err(_) => log::verbose(format_args!(
+        (Err(_), true) => log::verbose(format_args!(
             "could not revoke the lease in time; it will expire"
         )),
     }

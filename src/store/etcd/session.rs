@@ -28,6 +28,8 @@ pub struct EtcdSession {
     pub(super) shown: String,
     /// The grant, on its way while the first key is put (see [`Etcd::grant`]).
     grant: RefCell<Option<Grant>>,
+    /// The `--ttl` asked for, which `ttl` rounds up to whole seconds.
+    asked: Duration,
     /// The grant failed: there is no lease to revoke.
     refused: std::cell::Cell<bool>,
 }
@@ -73,6 +75,7 @@ impl Etcd {
             members: self.members.clone(),
             id,
             ttl: Duration::from_secs(secs),
+            asked: ttl,
             granted_at,
             patience,
             shown: self.shown.clone(),
@@ -114,8 +117,16 @@ impl EtcdSession {
                 reply.error()
             ))));
         }
+        // etcd grants whole seconds; elect's own deadline stays its --ttl.
+        let counted = match self.asked == self.ttl {
+            true => String::new(),
+            false => format!(
+                " (elect counts its --ttl of {})",
+                crate::clock::show(self.asked)
+            ),
+        };
         log::verbose(format_args!(
-            "connected to {}; lease {:x} granted for {}s",
+            "connected to {}; lease {:x} granted for {}s{counted}",
             self.shown,
             reply.id(),
             reply.ttl()
