@@ -128,6 +128,20 @@ pub enum Command {
     Checkpoint(CheckpointArgs),
 }
 
+impl Command {
+    /// The subcommand's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::Status(_) => "status",
+            Command::List(_) => "list",
+            Command::Check(_) => "check",
+            Command::Break(_) => "break",
+            Command::Checkpoint(_) => "checkpoint",
+        }
+    }
+}
+
 impl Subcommand for Command {
     fn augment_subcommands(cmd: clap::Command) -> clap::Command {
         use crate::exit::help_text;
@@ -680,7 +694,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("a duration cannot be negative".into());
     }
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("give a unit, e.g. {text}s or {text}ms"));
+        // The reading a flag takes: seconds for small numbers (a --ttl in
+        // milliseconds would be under its 1 s minimum), else milliseconds.
+        return Err(match text.parse::<u64>() {
+            Ok(n) if n < 100 => format!("give a unit, e.g. {text}s"),
+            _ => format!("give a unit, e.g. {text}ms or {text}s"),
+        });
     }
     let duration = humantime::parse_duration(text).map_err(|e| match e {
         humantime::DurationError::NumberOverflow => "a duration too long to count".to_string(),

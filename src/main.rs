@@ -71,11 +71,12 @@ fn main() {
     {
         supervisor::reaper::main(&args[1..]);
     }
+    let name = cli.command.name();
     // `elect run` forks its guard now, while elect has one thread.
     let command = match cli.command {
         Command::Run(args) => match run::prepare(args) {
             Ok(ready) => Work::Run(ready),
-            Err(outcome) => outcome.finish(),
+            Err(outcome) => usage::tail(outcome, name).finish(),
         },
         other => {
             // A reader that has gone (`elect list | head -n1`) ends an
@@ -118,5 +119,5 @@ fn main() {
     });
     // Drop the runtime first: its blocking threads must not outlive a re-raise.
     drop(runtime);
-    outcome.finish()
+    usage::tail(outcome, name).finish()
 }

@@ -137,8 +137,9 @@ fn commands(cmd: &clap::Command) {
         return;
     }
     let mut text = String::from("elect: give a command:\n");
+    let width = subs.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, about) in &subs {
-        text.push_str(&format!("  {name:<7} {about}\n"));
+        text.push_str(&format!("  {name:<width$}  {about}\n"));
     }
     text.push_str("See elect --help, and elect COMMAND --help for each.\n");
     use std::io::Write;
@@ -248,7 +249,13 @@ fn explain(e: &clap::Error, args: &[OsString], cmd: &clap::Command) -> String {
     let invalid = text(e, ContextKind::InvalidArg).unwrap_or_default();
     let message = match e.kind() {
         ErrorKind::UnknownArgument if invalid.starts_with('-') => {
+            // What an etcdctl user types first.
+            let flag = invalid.split('=').next().unwrap_or_default();
             match text(e, ContextKind::SuggestedArg) {
+                _ if flag == "--endpoints" => format!(
+                    "unknown option '{flag}'; elect takes etcd's endpoints as a store URL: \
+                     --store etcd://HOST:PORT[,HOST:PORT...]"
+                ),
                 Some(meant) => format!("unknown option '{invalid}'; did you mean '{meant}'?"),
                 None => format!("{name} has no option '{invalid}'"),
             }
@@ -302,7 +309,7 @@ fn explain(e: &clap::Error, args: &[OsString], cmd: &clap::Command) -> String {
             let value = text(e, ContextKind::InvalidValue).unwrap_or_default();
             let flag = flag_of(&invalid);
             let shown = given(flag, &value, args, sub, cmd);
-            match text(e, ContextKind::ValidValue) {
+            match text(e, ContextKind::ValidValue).filter(|v| !v.trim().is_empty()) {
                 Some(valid) if value.is_empty() => format!("{flag} needs a value: {valid}"),
                 Some(valid) => format!("{shown}: write one of {valid}"),
                 None => format!("{flag} needs a value"),
@@ -372,6 +379,20 @@ fn first_line(e: &clap::Error) -> String {
         text.push_str(more.trim());
     }
     text
+}
+
+/// A usage error says where to look, whoever found it: the tail that the
+/// parser's own errors end with, on those found after parsing.
+pub fn tail(outcome: Outcome, command: &str) -> Outcome {
+    match outcome {
+        Outcome::Fail(mut failure)
+            if failure.code == crate::exit::Code::Usage && !failure.message.contains("(see ") =>
+        {
+            failure.message = format!("{} (see elect {command} --help)", failure.message);
+            Outcome::Fail(failure)
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -440,6 +440,63 @@ fn usage_errors_say_what_to_type_in_one_line() {
             "did you mean file:/tmp/x?",
         ),
         (&["check"], 64, "elect check is for COMMAND under elect run"),
+        (
+            &["run", "--lock", "a b", "--", "true"],
+            64,
+            "the lock name 'a b' contains ' '",
+        ),
+        (&["list", "--prefix"], 64, "--prefix needs a value (see"),
+        (
+            &["run", "--lock", "x", "--ttl", "15", "--", "true"],
+            64,
+            "--ttl 15: give a unit, e.g. 15s (see",
+        ),
+        (
+            &["run", "--lock", "x", "--grace", "500", "--", "true"],
+            64,
+            "--grace 500: give a unit, e.g. 500ms or 500s",
+        ),
+        (
+            &["run", "--endpoints", "h:2379", "--lock", "x", "--", "true"],
+            64,
+            "--store etcd://HOST:PORT",
+        ),
+        (
+            &["run", "--lock", "x", "--shards", "0", "--", "true"],
+            64,
+            "--shards 0 is out of range",
+        ),
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "127.0.0.1:2379",
+                "--",
+                "true",
+            ],
+            78,
+            "did you mean etcd://127.0.0.1:2379?",
+        ),
+        (
+            &["run", "--lock", "x", "--store", "bogus:x", "--", "true"],
+            78,
+            "unknown store 'bogus:' in 'bogus:x'",
+        ),
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "postgres://u@h/d?sslmode=allow",
+                "--",
+                "true",
+            ],
+            78,
+            "use disable, prefer, require, verify-ca or verify-full",
+        ),
     ];
     for (args, code, text) in cases {
         let out = elect()
@@ -456,6 +513,12 @@ fn usage_errors_say_what_to_type_in_one_line() {
             err.starts_with("elect: ") && !err.starts_with("elect: 20"),
             "a usage or configuration error has no timestamp: {err}"
         );
+        if *code == 64 {
+            assert!(
+                err.trim_end().ends_with("--help)"),
+                "says where to look: {err}"
+            );
+        }
     }
     // Bare elect lists the commands, each with its line, and exits 64.
     let out = elect().output().unwrap();
@@ -465,6 +528,17 @@ fn usage_errors_say_what_to_type_in_one_line() {
         assert!(err.contains(&format!("  {command}")), "{err}");
     }
     assert!(err.contains("Take the lock"), "{err}");
+    // Each command's line starts in one column.
+    let columns: Vec<usize> = err
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| {
+            let name_and_about = l.trim_start();
+            let about = name_and_about[name_and_about.find(' ').unwrap()..].trim_start();
+            l.len() - about.len()
+        })
+        .collect();
+    assert!(columns.windows(2).all(|w| w[0] == w[1]), "{err}");
 }
 
 #[test]

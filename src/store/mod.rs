@@ -252,13 +252,19 @@ impl Location {
                     Some((scheme, _)) => {
                         format!("unknown store '{scheme}://' in '{}'.", redact(url))
                     }
-                    None => match likely(url, &forms) {
-                        Some(meant) => format!(
+                    None => match (likely(url, &forms), url.split_once(':')) {
+                        (Some(meant), _) => format!(
                             "store URL '{}' lacks its scheme; did you mean {}?",
                             redact(url),
                             redact(&meant)
                         ),
-                        None => format!("store URL '{}' has no scheme.", redact(url)),
+                        (None, Some((scheme, _)))
+                            if !scheme.is_empty()
+                                && scheme.chars().all(|c| c.is_ascii_alphanumeric()) =>
+                        {
+                            format!("unknown store '{scheme}:' in '{}'.", redact(url))
+                        }
+                        (None, _) => format!("store URL '{}' has no scheme.", redact(url)),
                     },
                 };
                 Err(StoreError::config(format!(
@@ -352,11 +358,18 @@ fn likely(url: &str, forms: &[&str]) -> Option<String> {
     }
     let (scheme, rest) = url.split_once(':')?;
     let rest = rest.trim_start_matches('/');
-    forms
+    let known = forms
         .iter()
         .filter_map(|form| form.split_once("://"))
         .find(|(known, _)| known.eq_ignore_ascii_case(scheme))
-        .map(|(known, _)| format!("{known}://{rest}"))
+        .map(|(known, _)| format!("{known}://{rest}"));
+    // HOST:PORT[,HOST:PORT...], as etcdctl's --endpoints take them.
+    let endpoints = url.split(',').all(|e| {
+        e.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        })
+    });
+    known.or_else(|| endpoints.then(|| format!("etcd://{url}")))
 }
 
 /// A URL with any `user:password@` removed, for error messages.

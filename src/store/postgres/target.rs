@@ -97,7 +97,7 @@ impl SslMode {
             "allow" => {
                 return Err(
                     "sslmode=allow (plain first, TLS if refused) is not supported; \
-                     use prefer, require or verify-full"
+                     use disable, prefer, require, verify-ca or verify-full"
                         .into(),
                 );
             }
