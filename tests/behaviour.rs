@@ -281,6 +281,13 @@ fn sigkill_of_elect_leaves_no_orphans_and_the_next_holder_proceeds<S: StoreUnder
     );
     assert_rising::<S>(&[token, next_token], "the killed holder, then the next");
     assert_eq!(next.wait_code(10 * SECOND), 0);
+    // What the guard says names the elect that died, not its new parent.
+    let said = holder.drain_stderr();
+    assert!(
+        said.contains(&format!("elect (pid {}) died", holder.pid()))
+            || (S::held_by_the_commands_descriptors() && !said.contains("died")),
+        "{said}"
+    );
 }
 
 fn an_outside_end_of_the_lease_stops_the_command_with_76<S: StoreUnderTest>() {

@@ -167,6 +167,8 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
         eprintln!("elect: guard: {e}");
         return crate::exit::Code::Software.value().into();
     }
+    // elect, by the pid it had: once it dies, our parent is another.
+    let elect = nix::unistd::getppid();
     // Started while elect waits for the lock: fork the command's process
     // now, and wait for the word to go.
     let launch = Launch::fork(&orders);
@@ -174,7 +176,7 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
         // elect gave up waiting (or died): nothing to start.
         return 0;
     };
-    match Guard::start(socket, orders, lock, launch) {
+    match Guard::start(socket, orders, lock, launch, elect) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
@@ -379,6 +381,8 @@ struct Guard {
     suspended: bool,
     /// The sentinel in the command's group, until it is reaped.
     sentinel: Option<Pid>,
+    /// elect, which started us: named in what we say once it is gone.
+    elect: Pid,
 }
 
 /// What the last look at the command found.
@@ -395,6 +399,7 @@ impl Guard {
         orders: Orders,
         mut lock: Lock,
         launch: std::io::Result<Launch>,
+        elect: Pid,
     ) -> std::io::Result<Guard> {
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
@@ -406,7 +411,7 @@ impl Guard {
         chld.thread_block()?;
         let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         // elect, our parent, leads the job; we lead a group of our own.
-        let job = nix::unistd::getpgid(Some(nix::unistd::getppid()))?;
+        let job = nix::unistd::getpgid(Some(elect))?;
         let terminal = interactive_terminal(job);
         // What elect sent after the token, while we were on our way here
         // (slow, or stopped): a later deadline, or the word that the lease
@@ -456,6 +461,7 @@ impl Guard {
             child_stopped: false,
             suspended: false,
             sentinel,
+            elect,
         })
     }
 
@@ -709,7 +715,7 @@ impl Guard {
             .arg0("elect")
             .arg(RELEASE_ARG)
             .arg(fd.as_raw_fd().to_string())
-            .arg(nix::unistd::getppid().as_raw().to_string())
+            .arg(self.elect.as_raw().to_string())
             .exec();
         eprintln!("elect: guard: cannot release the lease: {error}");
     }
