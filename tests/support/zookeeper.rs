@@ -84,7 +84,11 @@ fn server_classpath() -> String {
     .join(":")
 }
 
-/// Settings of every test server.
+/// The servers' tick, as [`SETTINGS`] sets it: a session's timeout, and a
+/// follower's pings, are counted in ticks.
+pub const TICK_TIME: Duration = Duration::from_millis(100);
+
+/// Settings of every test server (`tickTime` is [`TICK_TIME`]).
 const SETTINGS: &str = "\
 # elect's tests
 tickTime=100
