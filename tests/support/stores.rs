@@ -139,9 +139,9 @@ pub trait StoreUnderTest: Sized {
         no_members::<Self>()
     }
     /// How long a holder cut off together with the one member it reaches
-    /// may run on beside the next holder, as the README states it (zero:
-    /// never).
-    fn cut_off_with_its_member_overlap() -> Duration {
+    /// may run on beside the next holder at `ttl`, as the README states it
+    /// (zero: never).
+    fn cut_off_with_its_member_overlap(_ttl: Duration) -> Duration {
         Duration::ZERO
     }
 }
@@ -962,7 +962,7 @@ impl StoreUnderTest for EtcdCluster {
 
     /// A keep-alive is forwarded to the leader, which times the lease
     /// from when it arrives, after elect sent it: never.
-    fn cut_off_with_its_member_overlap() -> Duration {
+    fn cut_off_with_its_member_overlap(_ttl: Duration) -> Duration {
         Duration::ZERO
     }
 }
@@ -1093,11 +1093,15 @@ impl StoreUnderTest for Ensemble {
         self.0.heal(i);
     }
 
-    /// A follower passes its clients' requests on to the leader with its
+    /// A follower tells the leader of its clients' requests only with its
     /// answer to the leader's next ping, every tickTime/2: a follower cut
-    /// off just after a renewal leaves the leader counting from the
-    /// request or ping before it (README, the ZooKeeper section).
-    fn cut_off_with_its_member_overlap() -> Duration {
-        super::zookeeper::TICK_TIME / 2
+    /// off between a renewal's answer and that ping leaves the leader
+    /// counting from the session's request before the renewal, which the
+    /// client sends at most TTL/5 earlier (a ping after 3/20 of the session
+    /// idle, looked for every 1/20), less elect's margin (TTL/50 + 50 ms):
+    /// README, the ZooKeeper section.
+    fn cut_off_with_its_member_overlap(ttl: Duration) -> Duration {
+        let margin = ttl / 50 + Duration::from_millis(50);
+        (ttl / 5 + super::zookeeper::TICK_TIME / 2).saturating_sub(margin)
     }
 }
