@@ -473,7 +473,7 @@ fn start_replicated<S: StoreUnderTest>(
     ticks.first("A", 5 * SECOND);
     let mut b = contender(&b_url, "B", &ticks, false);
     let give_up = Instant::now() + 10 * SECOND;
-    while store.contenders(LOCK) != 2 {
+    while store.contenders(LOCK) != 2 || ticks.last("B").is_some() {
         assert!(
             Instant::now() < give_up && ticks.last("B").is_none(),
             "{}, {fault}: A holding, B waiting: {} contenders, B ticked: {:?}\nA said:\n  {}\nB said:\n  {}",
