@@ -19,6 +19,14 @@
 //! apply. Each scenario is one test per store,
 //! `etcd::NAME`, `pgbouncer::NAME` and so on.
 //!
+//! The replicated set-ups, a cluster of three etcd members
+//! (`etcd_cluster::`, each member in a network namespace of its own,
+//! `support/netns.rs`) and an ensemble of three ZooKeeper servers
+//! (`zookeeper_ensemble::`, the servers linked through proxies), also
+//! suffer their members' faults (the `replicated` group): the leader
+//! SIGKILLed, the follower A talks to SIGKILLed, quorum lost, and A cut off
+//! together with the one member it reaches.
+//!
 //! The TTL is 2 s with a grace of 500 ms: A's command gets SIGTERM 1.41 s
 //! and SIGKILL 1.91 s after the send of its last confirmed renewal
 //! (`src/lease.rs`), the store lets the lease go 2 s after it.
@@ -31,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use support::loss::Loss;
 use support::proxy::{Mode, Proxy};
-use support::stores::{FileStore, Pooled, StoreUnderTest, signal};
+use support::stores::{Ensemble, EtcdCluster, FileStore, Pooled, StoreUnderTest, signal};
 use support::ticker::{Ticks, group_alive, group_members, monotonic_ns};
 use support::{Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, find_child};
 
@@ -102,7 +110,19 @@ fn start<S: StoreUnderTest>(
 ) -> Run<S> {
     let began = Instant::now();
     let store = S::start(scenario);
-    start_on(store, began, scenario, fault, proxied, ignore_term, |_| {})
+    let via = match proxied {
+        true => Via::Proxy,
+        false => Via::Direct,
+    };
+    start_on(store, began, scenario, fault, via, ignore_term, |_| {})
+}
+
+/// How A and B reach the store: directly, A through a fault proxy, or
+/// each by its own store URL (of some members of a replicated store).
+enum Via {
+    Direct,
+    Proxy,
+    Urls(String, String),
 }
 
 /// [`start`] on `store`, started at `began`; `before_b` is done to it once
@@ -112,23 +132,24 @@ fn start_on<S: StoreUnderTest>(
     began: Instant,
     scenario: &str,
     fault: &str,
-    proxied: bool,
+    via: Via,
     ignore_term: bool,
     before_b: impl FnOnce(&S),
 ) -> Run<S> {
     let dir = TempDir::new(&format!("every-fault-{}-{scenario}", S::NAME));
     let ticks = Ticks::new(&dir.0);
-    let proxy = proxied.then(|| Proxy::start(&store.link()));
-    let a_url = match &proxy {
-        Some(proxy) => store.url_through(proxy.port),
-        None => store.url(),
+    let proxy = matches!(via, Via::Proxy).then(|| Proxy::start(&store.link()));
+    let (a_url, b_url) = match (via, &proxy) {
+        (Via::Urls(a, b), _) => (a, b),
+        (_, Some(proxy)) => (store.url_through(proxy.port), store.url()),
+        (_, None) => (store.url(), store.url()),
     };
     let mut a = contender(&a_url, "A", &ticks, ignore_term);
     let a_token = a.expect_line("token", 20 * SECOND).parse().unwrap();
     let a_group = a.expect_line("pgid", 5 * SECOND).parse().unwrap();
     ticks.first("A", 5 * SECOND);
     before_b(&store);
-    let mut b = contender(&store.url(), "B", &ticks, false);
+    let mut b = contender(&b_url, "B", &ticks, false);
     let give_up = Instant::now() + 10 * SECOND;
     while store.contenders(LOCK) != 2 || ticks.last("B").is_some() {
         if Instant::now() > give_up || ticks.last("B").is_some() {
@@ -477,12 +498,20 @@ fn clock_stepped<S: StoreUnderTest>(scenario: &str, offset: &str, b_after: bool)
     let began = Instant::now();
     let store = S::start_with_a_steppable_clock(scenario);
     let mut stepped = None;
-    let run = start_on(store, began, scenario, &fault, false, false, |store| {
-        if b_after {
-            store.step_clock(LOCK, offset);
-            stepped = Some(monotonic_ns());
-        }
-    });
+    let run = start_on(
+        store,
+        began,
+        scenario,
+        &fault,
+        Via::Direct,
+        false,
+        |store| {
+            if b_after {
+                store.step_clock(LOCK, offset);
+                stepped = Some(monotonic_ns());
+            }
+        },
+    );
     let stepped = stepped.unwrap_or_else(|| {
         run.store.step_clock(LOCK, offset);
         monotonic_ns()
@@ -515,6 +544,198 @@ fn clock_stepped_a_day_back_b_queued<S: StoreUnderTest>() {
     clock_stepped::<S>("clock-day-back-queued", "-1d", false);
 }
 
+/// A new replicated store for `scenario`; A holding through the members
+/// `a_members` picks, its command ignoring SIGTERM if `ignore_term`; B
+/// waiting through those `b_members` picks (each given the store, with its
+/// leader).
+fn start_replicated<S: StoreUnderTest>(
+    scenario: &str,
+    fault: &str,
+    ignore_term: bool,
+    a_members: impl FnOnce(&S, usize) -> Vec<usize>,
+    b_members: impl FnOnce(&S, usize) -> Vec<usize>,
+) -> Run<S> {
+    assert!(S::REPLICAS > 1);
+    let began = Instant::now();
+    let store = S::start(scenario);
+    let leader = store.leader();
+    let (a_url, b_url) = (
+        store.url_of(&a_members(&store, leader)),
+        store.url_of(&b_members(&store, leader)),
+    );
+    start_on(
+        store,
+        began,
+        scenario,
+        fault,
+        Via::Urls(a_url, b_url),
+        ignore_term,
+        |_| {},
+    )
+}
+
+/// Every member but `leader`.
+fn followers<S: StoreUnderTest>(leader: usize) -> Vec<usize> {
+    (0..S::REPLICAS).filter(|&i| i != leader).collect()
+}
+
+fn every_member<S: StoreUnderTest>(_store: &S, _leader: usize) -> Vec<usize> {
+    (0..S::REPLICAS).collect()
+}
+
+/// The members that the process `pid` has a TCP connection open to, by its
+/// descriptors and its network namespace's table of sockets.
+fn members_reached<S: StoreUnderTest>(store: &S, pid: i32) -> Vec<usize> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|to| {
+                    let to = to.to_string_lossy().into_owned();
+                    Some(to.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    // Established (state 01) connections of its sockets: their remote ports.
+    let ports: Vec<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote = fields.get(2)?;
+            (fields.get(3) == Some(&"01")
+                && inodes.iter().any(|i| fields.get(9) == Some(&i.as_str())))
+            .then(|| u16::from_str_radix(remote.rsplit(':').next()?, 16).ok())?
+        })
+        .collect();
+    (0..S::REPLICAS)
+        .filter(|&i| {
+            let endpoint = store.member_endpoint(i);
+            let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+            ports.contains(&port)
+        })
+        .collect()
+}
+
+/// The Raft or ZAB leader SIGKILLed under a holder that knows every
+/// member; it comes back once another leads. A new leader is elected
+/// within the TTL, or A's lease ends in time.
+fn the_leader_killed<S: StoreUnderTest>() {
+    let mut run = start_replicated::<S>(
+        "leader-killed",
+        "the leader SIGKILLed",
+        false,
+        every_member,
+        every_member,
+    );
+    let leader = run.store.leader();
+    let began = monotonic_ns();
+    run.store.kill_member(leader);
+    let next = run.store.leader();
+    let elected = monotonic_ns();
+    run.store.restart_member(leader);
+    run.store.wait_serving();
+    run.fault = format!(
+        "the leader SIGKILLed (member {leader}; member {next} led {:.0} ms later)",
+        ms(elected - began)
+    );
+    run.judge(Tenure::Either, began, monotonic_ns(), 0.0);
+}
+
+/// The follower that A's elect is connected to SIGKILLed, for 1.5 TTL: the
+/// interesting one, since A must go on through another member (A knows the
+/// two followers, so that the one it talks to is one; a killed member A
+/// does not talk to is a leader's or a quorum's business, not A's).
+fn a_member_killed<S: StoreUnderTest>() {
+    let mut run = start_replicated::<S>(
+        "member-killed",
+        "a member SIGKILLed",
+        false,
+        |_, leader| followers::<S>(leader),
+        every_member,
+    );
+    let reached = members_reached(&run.store, run.a_elect);
+    let member = *reached
+        .first()
+        .unwrap_or_else(|| panic!("{}: A's elect reaches no member", S::NAME));
+    let began = monotonic_ns();
+    run.store.kill_member(member);
+    std::thread::sleep(TTL.mul_f64(1.5));
+    run.store.restart_member(member);
+    run.store.wait_serving();
+    run.fault = format!(
+        "a member SIGKILLed 1.5 TTL (the follower {member} that A's elect talked to, of {reached:?})"
+    );
+    run.judge(Tenure::Either, began, monotonic_ns(), 0.0);
+}
+
+/// Two members of three SIGKILLed for 1.5 TTL, then back: no renewal can
+/// be confirmed, A's lease must end, B takes it once a quorum is back.
+/// The leader goes, and the follower A's elect does not talk to, so that A
+/// is left with a member that answers, without a quorum.
+fn quorum_lost<S: StoreUnderTest>() {
+    let mut run = start_replicated::<S>(
+        "quorum-lost",
+        "quorum lost",
+        false,
+        every_member,
+        every_member,
+    );
+    let leader = run.store.leader();
+    let reached = members_reached(&run.store, run.a_elect);
+    let kept = followers::<S>(leader)
+        .into_iter()
+        .find(|i| reached.contains(i))
+        .unwrap_or(followers::<S>(leader)[0]);
+    let down: Vec<usize> = (0..S::REPLICAS).filter(|&i| i != kept).collect();
+    let began = monotonic_ns();
+    for &i in &down {
+        run.store.kill_member(i);
+    }
+    std::thread::sleep(TTL.mul_f64(1.5));
+    for &i in &down {
+        run.store.restart_member(i);
+    }
+    run.store.wait_serving();
+    run.fault = format!("quorum lost 1.5 TTL (members {down:?} down, {kept} left)");
+    run.judge(Tenure::Ended, began, monotonic_ns(), 0.0);
+}
+
+/// A's elect knows one member, a follower, which is cut off from the other
+/// two for 1.5 TTL; B knows those two. The follower may go on answering A
+/// for a while; the leader, with the third member, ends A's lease and
+/// hands the lock to B: A's command must be gone first (within what the
+/// store's declaration allows). The command ignores SIGTERM, so that what
+/// is measured is elect's deadline, not the grace before it.
+fn the_holder_cut_off_with_its_member<S: StoreUnderTest>() {
+    let mut member = 0;
+    let mut run = start_replicated::<S>(
+        "cut-off-with-its-member",
+        "the holder cut off with its member",
+        true,
+        |_, leader| {
+            member = followers::<S>(leader)[0];
+            vec![member]
+        },
+        |_, leader| {
+            followers::<S>(leader)[1..]
+                .iter()
+                .copied()
+                .chain([leader])
+                .collect()
+        },
+    );
+    run.fault = format!("the holder cut off with its member 1.5 TTL (the follower {member})");
+    let began = monotonic_ns();
+    run.store.isolate_member(member);
+    std::thread::sleep(TTL.mul_f64(1.5));
+    run.store.heal_member(member);
+    let allowed_ms = S::cut_off_with_its_member_overlap(TTL).as_secs_f64() * 1e3;
+    run.judge(Tenure::Ended, began, monotonic_ns(), allowed_ms);
+}
+
 /// The groups a line of `stores!` names agree with what the store says it
 /// can suffer.
 fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
@@ -535,9 +756,9 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         S::NAME
     );
     assert_eq!(
-        S::REPLICAS,
-        1,
-        "{}: the replicated faults are yet to come",
+        groups.contains(&"replicated"),
+        S::REPLICAS > 1,
+        "{}: replicated",
         S::NAME
     );
 }
@@ -556,7 +777,8 @@ macro_rules! tests {
 /// The scenarios of each group: `every` store's, `force` (the overlap a
 /// `--force` leaves, bounded per store), `pkill` (elect and its guard killed together), those
 /// of a store with a `link`, those of a store with a `server`, those of a
-/// store that judges expiry by its own `clock`.
+/// store that judges expiry by its own `clock`, those of a `replicated`
+/// store's members.
 macro_rules! group {
     ($type:ty, every) => {
         tests!(
@@ -608,6 +830,17 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, replicated) => {
+        tests!(
+            $type,
+            [
+                the_leader_killed,
+                a_member_killed,
+                quorum_lost,
+                the_holder_cut_off_with_its_member,
+            ]
+        );
+    };
     ($type:ty, server) => {
         tests!(
             $type,
@@ -639,8 +872,10 @@ macro_rules! stores {
 
 stores! {
     etcd: Etcd => [every, force, pkill, link, server],
+    etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock],
     postgres: Postgres => [every, force, pkill, link, server, clock],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],
+    zookeeper_ensemble: Ensemble => [every, force, pkill, replicated],
 }

@@ -2,7 +2,8 @@
 //! elect and Apache Curator's InterProcessMutex exclude each other both
 //! ways, tokens (czxids) keep rising when the lock's parent node is removed
 //! and made again, a partitioned holder stops before its session can
-//! expire (also one cut off together with the follower it reaches), a lost
+//! expire (also one cut off together with the follower it reaches, and
+//! the overlap that leaves at its worst moment, within its bound), a lost
 //! create reply leaves no ghost node, and bad input.
 //!
 //! First, the test ZooKeeper and Curator themselves
@@ -305,6 +306,74 @@ fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_sessio
             b.wait(10 * SECOND);
             zk.heal(follower);
         }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The moment the README leaves open, at its worst: a holder whose elect
+/// reaches one follower, cut off together with it from the rest of the
+/// ensemble at once after a renewal's answer passed, before the follower's
+/// next answer to the leader's ping can tell the leader of it. The leader
+/// then counts the session from the request before the renewal. The old
+/// command, ignoring SIGTERM, may run beside the next one for as long as
+/// the fault suite allows (`cut_off_with_its_member_overlap`), and no
+/// longer; nothing of its group is left. At TTL 2 s, three runs.
+#[test]
+fn a_holder_cut_off_with_its_follower_just_after_a_renewal_overlaps_within_the_stated_bound() {
+    use support::stores::{Ensemble, StoreUnderTest};
+    let ttl = Duration::from_secs(2);
+    let allowed = Ensemble::cut_off_with_its_member_overlap(ttl).as_secs_f64() * 1e3;
+    let mut zk = ZooKeeper::ensemble_with_links(3);
+    let dir = TempDir::new("zk-follower-moment");
+    let mut failures = Vec::new();
+    for run in 0..3 {
+        zk.wait_ready();
+        let leader = zk.wait_leader();
+        let follower = (0..3).find(|&i| i != leader).unwrap();
+        let rest: Vec<String> = (0..3)
+            .filter(|&i| i != follower)
+            .map(|i| zk.endpoint(i))
+            .collect();
+        let (cutter, sync_answers) = support::zookeeper::tell_sync_answers();
+        let proxy = Proxy::cutting(&zk.endpoint(follower), cutter);
+        let lock = format!("moment-{run}");
+        let run_dir = dir.join(&lock);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let ticks = Ticks::new(&run_dir);
+        let ticking = |url: String, label: &str, ignore_term: bool| {
+            let script = ticks.script(label, ignore_term);
+            let mut command = elect_run(&url, &lock, &["--ttl", "2s"], &script);
+            command.process_group(0);
+            Running::spawn(command)
+        };
+        let mut a = ticking(format!("zk://127.0.0.1:{}", proxy.port), "A", true);
+        a.expect_line("token", 15 * SECOND);
+        let a_group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+        ticks.first("A", 10 * SECOND);
+        let mut b = ticking(format!("zk://{}", rest.join(",")), "B", false);
+        wait_queued(&zk, &format!("/{lock}"), 2);
+        // The third renewal's answer from now: a few renewals into the
+        // tenure, with the client's own pings between them.
+        while sync_answers.try_recv().is_ok() {}
+        for _ in 0..3 {
+            sync_answers
+                .recv_timeout(ttl)
+                .expect("a renewal every TTL/3");
+        }
+        zk.isolate(follower);
+        let overlap = ticks.overlap_ms("A", a_group, "B");
+        let left = group_members(a_group);
+        eprintln!("run {run}: overlap {overlap:.1} ms (allowed: under {allowed:.0})");
+        if overlap >= allowed {
+            failures.push(format!("run {run}: A ran {overlap:.1} ms beside B"));
+        }
+        if !left.is_empty() {
+            failures.push(format!("run {run}: A's group left {left:?}"));
+        }
+        a.wait(15 * SECOND);
+        b.signal(libc::SIGTERM);
+        b.wait(10 * SECOND);
+        zk.heal(follower);
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -401,9 +401,12 @@ fn recognise(greeting: Greeting, reply: &Reply) -> Option<Server> {
         Greeting::SslRequest if bytes.len() >= 5 && bytes[0] == b'E' && bytes[1] == 0 => {
             Some(Server::Postgres)
         }
+        // A member of an ensemble without a quorum (or still joining one)
+        // says that it does not serve: a ZooKeeper that may serve again.
         Greeting::Srvr
             if text.starts_with("Zookeeper version")
-                || text.contains("is not executed because it is not in the whitelist") =>
+                || text.contains("is not executed because it is not in the whitelist")
+                || text.starts_with("This ZooKeeper instance is not currently serving") =>
         {
             Some(Server::ZooKeeper)
         }
@@ -565,6 +568,13 @@ mod tests {
             recognise(
                 Greeting::Srvr,
                 &bytes(b"Zookeeper version: 3.8.0-debian\nLatency min/avg/max: 0/0.0/0\n")
+            ),
+            Some(Server::ZooKeeper)
+        );
+        assert_eq!(
+            recognise(
+                Greeting::Srvr,
+                &bytes(b"This ZooKeeper instance is not currently serving requests\n")
             ),
             Some(Server::ZooKeeper)
         );

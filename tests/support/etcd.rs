@@ -6,6 +6,11 @@
 //! Members keep their data directory and ports across a restart, as a real
 //! member that reboots does, so a restarted member rejoins its cluster.
 //! The directory, with each member's log, is kept when a test panics.
+//!
+//! With [`EtcdOptions::isolable`], each member runs in a network namespace
+//! of its own (`support/netns.rs`), its peers on a private bridge, its
+//! clients through a proxy on the loopback: [`Etcd::isolate`] then cuts one
+//! member off from the others, as a partition does.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -14,6 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::certs::Certs;
+use super::netns::Network;
+use super::proxy::Proxy;
 use super::tools::{free_port, tool};
 
 /// How long a member (or the cluster) may take to become healthy.
@@ -32,6 +39,9 @@ pub struct EtcdOptions {
     /// by default (10 and 100) so that 1 s leases are allowed.
     pub heartbeat_ms: u32,
     pub election_ms: u32,
+    /// Each member in a network namespace of its own, so that
+    /// [`Etcd::isolate`] can cut it off (see the module's doc).
+    pub isolable: bool,
 }
 
 impl Default for EtcdOptions {
@@ -42,14 +52,19 @@ impl Default for EtcdOptions {
             args: Vec::new(),
             heartbeat_ms: 10,
             election_ms: 100,
+            isolable: false,
         }
     }
 }
 
 struct Member {
     name: String,
-    /// `127.0.0.1:PORT`
+    /// `127.0.0.1:PORT`: where its clients reach it.
     client: String,
+    /// Where it listens for them: `client`, or its own loopback in its
+    /// namespace, which `_gate` forwards `client` to.
+    listen_client: String,
+    _gate: Option<Proxy>,
     /// `http://127.0.0.1:PORT`
     peer: String,
     process: Option<Child>,
@@ -65,6 +80,8 @@ pub struct Etcd {
     options: EtcdOptions,
     /// `root:PASSWORD` once authentication is enabled.
     root: Option<String>,
+    /// The members' namespaces, when isolable; dropped after the members.
+    network: Option<Network>,
 }
 
 impl Etcd {
@@ -94,12 +111,33 @@ impl Etcd {
                 std::env::temp_dir().join(format!("elect-test-etcd-{}-{n}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
+            let network = options.isolable.then(|| Network::new(options.members));
             let members: Vec<Member> = (0..options.members)
-                .map(|i| Member {
-                    name: format!("m{i}"),
-                    client: format!("127.0.0.1:{}", free_port()),
-                    peer: format!("http://127.0.0.1:{}", free_port()),
-                    process: None,
+                .map(|i| match &network {
+                    None => {
+                        let client = format!("127.0.0.1:{}", free_port());
+                        Member {
+                            name: format!("m{i}"),
+                            listen_client: client.clone(),
+                            client,
+                            _gate: None,
+                            peer: format!("http://127.0.0.1:{}", free_port()),
+                            process: None,
+                        }
+                    }
+                    // Alone in its namespace: the usual ports are free.
+                    Some(network) => {
+                        let listen_client = "127.0.0.1:2379".to_string();
+                        let gate = network.gate(i, &listen_client);
+                        Member {
+                            name: format!("m{i}"),
+                            client: format!("127.0.0.1:{}", gate.port),
+                            listen_client,
+                            _gate: Some(gate),
+                            peer: format!("http://{}:2380", network.address(i)),
+                            process: None,
+                        }
+                    }
                 })
                 .collect();
             let initial_cluster = members
@@ -114,6 +152,7 @@ impl Etcd {
                 dir,
                 options: options.clone(),
                 root: None,
+                network,
             };
             for i in 0..etcd.size() {
                 etcd.launch(i);
@@ -142,7 +181,11 @@ impl Etcd {
             .open(self.dir.join(format!("{}.log", m.name)))
             .unwrap();
         let client_url = format!("{scheme}://{}", m.client);
+        let listen_client_url = format!("{scheme}://{}", m.listen_client);
         let mut command = Command::new(&etcd);
+        if let Some(network) = &self.network {
+            network.enter(&mut command, i);
+        }
         if let Some(tls) = &self.options.tls {
             command
                 .arg("--cert-file")
@@ -157,7 +200,7 @@ impl Etcd {
             .args(&self.options.args)
             .args(["--name", &m.name, "--data-dir"])
             .arg(self.dir.join(&m.name))
-            .args(["--listen-client-urls", &client_url])
+            .args(["--listen-client-urls", &listen_client_url])
             .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &m.peer])
             .args(["--initial-advertise-peer-urls", &m.peer])
@@ -216,6 +259,23 @@ impl Etcd {
             let _ = process.kill();
             let _ = process.wait();
         }
+    }
+
+    /// Cut member `i` off from every other member, silently (packets
+    /// vanish); its clients still reach it. Needs [`EtcdOptions::isolable`].
+    pub fn isolate(&self, i: usize) {
+        self.network().isolate(i);
+    }
+
+    /// Undo [`Etcd::isolate`]; do not wait.
+    pub fn heal(&self, i: usize) {
+        self.network().heal(i);
+    }
+
+    fn network(&self) -> &Network {
+        self.network
+            .as_ref()
+            .expect("started without EtcdOptions::isolable")
     }
 
     /// SIGSTOP member `i`: alive to TCP, deaf to its peers and clients.

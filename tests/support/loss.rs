@@ -59,7 +59,7 @@ fn nft(script: &str) {
 
 /// nft: ELECT_TEST_NFT, else on the PATH, else in /usr/sbin (which a
 /// user's PATH may lack).
-fn nft_bin() -> PathBuf {
+pub fn nft_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("ELECT_TEST_NFT") {
         return PathBuf::from(path);
     }

@@ -12,7 +12,7 @@
 //!   addresses where no store answers (silent, closing, garbage, HTTP/1,
 //!   refused, a name that cannot resolve);
 //! - [`clock`], and [`tools`] (programs on the PATH, free ports);
-//! - the fault suite: [`proxy`], [`loss`], [`contender`], [`register`],
+//! - the fault suite: [`proxy`], [`loss`], [`netns`] (members cut apart below TCP), [`contender`], [`register`],
 //!   [`history`], [`nemesis`], [`ticker`].
 
 // Each test binary uses a part of this.
@@ -28,6 +28,7 @@ pub mod history;
 pub mod inspect;
 pub mod loss;
 pub mod nemesis;
+pub mod netns;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -48,12 +48,19 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(target: &str) -> Proxy {
-        Proxy::start_with(target, None)
+        Proxy::start_with(target, None, None)
     }
 
     /// A proxy that asks `cutter` about every chunk; see [`Proxy::cut`].
     pub fn cutting(target: &str, cutter: Cutter) -> Proxy {
-        Proxy::start_with(target, Some(cutter))
+        Proxy::start_with(target, Some(cutter), None)
+    }
+
+    /// A proxy that listens on this process's loopback and connects to
+    /// `target` from inside the network namespace `netns` (an open
+    /// `/run/netns/NAME`): see `support/netns.rs`.
+    pub fn connecting_from(target: &str, netns: std::fs::File) -> Proxy {
+        Proxy::start_with(target, None, Some(netns))
     }
 
     /// How many connections the cutter cut.
@@ -61,7 +68,7 @@ impl Proxy {
         self.shared.cut.load(Ordering::SeqCst)
     }
 
-    fn start_with(target: &str, cutter: Option<Cutter>) -> Proxy {
+    fn start_with(target: &str, cutter: Option<Cutter>, netns: Option<std::fs::File>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
@@ -76,6 +83,15 @@ impl Proxy {
         let target = target.to_string();
         let s = shared.clone();
         thread::spawn(move || {
+            // A namespace is a thread's own: the sockets this thread
+            // connects live in it, the listener stays where it was bound.
+            if let Some(netns) = netns {
+                use std::os::fd::AsRawFd;
+                // SAFETY: setns(2) on an open namespace descriptor; it
+                // changes this thread's network namespace only.
+                let r = unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            }
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
                 if *s.mode.lock().unwrap() == Mode::Reset {

@@ -56,10 +56,8 @@ pub trait StoreUnderTest: Sized {
         self.contenders(shard_lock)
     }
 
-    // What the store can suffer, and how (tests/every_fault.rs). A
-    // replicated store (REPLICAS > 1) will add its members' faults here:
-    // the leader killed, a member killed, quorum lost, a holder cut off
-    // together with one member.
+    // What the store can suffer, and how (tests/every_fault.rs); a
+    // replicated store's members' faults at the end.
 
     /// A holder reaches the store over TCP, a link a fault proxy can cut,
     /// slow down or make lossy.
@@ -117,6 +115,50 @@ pub trait StoreUnderTest: Sized {
     /// clock shows it.
     fn step_clock(&self, _lock: &str, _offset: &str) {
         unreachable!("{} judges by no clock of its own", Self::NAME)
+    }
+
+    // A replicated store's members (REPLICAS > 1), numbered from 0, and
+    // their faults: the leader killed, a member killed, quorum lost, a
+    // holder cut off together with the one member it reaches.
+
+    /// The member that leads (the Raft or ZAB leader), once one does.
+    fn leader(&self) -> usize {
+        no_members::<Self>()
+    }
+    /// SIGKILL member `i`: a crash, no goodbye to its peers or clients.
+    fn kill_member(&mut self, _i: usize) {
+        no_members::<Self>()
+    }
+    /// Start member `i` again on its data and ports; do not wait.
+    fn restart_member(&mut self, _i: usize) {
+        no_members::<Self>()
+    }
+    /// Wait until every member that is up serves (which needs a quorum).
+    fn wait_serving(&mut self) {
+        no_members::<Self>()
+    }
+    /// Where a client's connection to member `i` ends: `127.0.0.1:PORT`.
+    fn member_endpoint(&self, _i: usize) -> String {
+        no_members::<Self>()
+    }
+    /// The `--store` URL of `members` alone.
+    fn url_of(&self, _members: &[usize]) -> String {
+        no_members::<Self>()
+    }
+    /// Cut member `i` off from every other member, silently (packets
+    /// vanish); its clients still reach it.
+    fn isolate_member(&self, _i: usize) {
+        no_members::<Self>()
+    }
+    /// Undo [`Self::isolate_member`]; do not wait.
+    fn heal_member(&self, _i: usize) {
+        no_members::<Self>()
+    }
+    /// How long a holder cut off together with the one member it reaches
+    /// may run on beside the next holder at `ttl`, as the README states it
+    /// (zero: never).
+    fn cut_off_with_its_member_overlap(_ttl: Duration) -> Duration {
+        Duration::ZERO
     }
 }
 
@@ -353,6 +395,11 @@ impl StoreUnderTest for FileStore {
     fn held_by_the_commands_descriptors() -> bool {
         true
     }
+}
+
+/// What a store of one server has not: members.
+fn no_members<S: StoreUnderTest>() -> ! {
+    unreachable!("{} keeps its data on one server: no members", S::NAME)
 }
 
 /// PostgreSQL, over its unix socket (no password needed there).
@@ -823,4 +870,291 @@ pub fn other_servers<S: StoreUnderTest>() -> Vec<OtherServer> {
         });
     }
     others
+}
+
+/// How many members the replicated set-ups have: the smallest quorum that
+/// survives the loss of one.
+pub const MEMBERS: usize = 3;
+
+/// Member `i`'s `127.0.0.1:PORT` joined into a URL's list.
+fn endpoints_of<S: StoreUnderTest>(store: &S, members: &[usize]) -> String {
+    let endpoints: Vec<String> = members.iter().map(|&i| store.member_endpoint(i)).collect();
+    endpoints.join(",")
+}
+
+/// etcd: a cluster of three members, each in a network namespace of its
+/// own, so that one can be cut off from the others (`support/netns.rs`).
+/// The whole store's faults (its link, its server paused or restarted) are
+/// the single member's, `etcd::`; these are its members'.
+pub struct EtcdCluster(pub Etcd);
+
+impl StoreUnderTest for EtcdCluster {
+    const NAME: &'static str = "etcd_cluster";
+    const OUTSIDE_ENDS: &'static [&'static str] = <Etcd as StoreUnderTest>::OUTSIDE_ENDS;
+    const CONSECUTIVE_TOKENS: bool = false;
+
+    fn start(_scenario: &str) -> EtcdCluster {
+        EtcdCluster(Etcd::start_with(super::EtcdOptions {
+            members: MEMBERS,
+            isolable: true,
+            ..super::EtcdOptions::default()
+        }))
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    fn contenders(&self, lock: &str) -> usize {
+        self.0.contenders(lock)
+    }
+
+    fn unrelated_write(&self) {
+        self.0.unrelated_write();
+    }
+
+    fn assert_empty(&self) {
+        self.0.assert_empty();
+    }
+
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool {
+        self.0.key_fits(lock, lease, key)
+    }
+
+    fn lease_id_fits(lease: &str, elect: i32) -> bool {
+        Etcd::lease_id_fits(lease, elect)
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str) {
+        self.0.end_lease_from_outside(lock, holder, how);
+    }
+
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        Etcd::notices_outside_end_within(ttl)
+    }
+
+    /// Every member crashes and comes back.
+    fn restart(&mut self) {
+        for i in 0..MEMBERS {
+            self.0.kill(i);
+        }
+        for i in 0..MEMBERS {
+            self.0.restart(i);
+        }
+        self.0.wait_healthy();
+    }
+
+    const HAS_LINK: bool = false;
+    const HAS_SERVER: bool = false;
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = MEMBERS;
+
+    fn link(&self) -> String {
+        unreachable!("the link's faults are the single member's")
+    }
+
+    fn url_through(&self, _port: u16) -> String {
+        unreachable!("the link's faults are the single member's")
+    }
+
+    fn pause_server(&self) {
+        unreachable!("the server's faults are the single member's")
+    }
+
+    fn resume_server(&self) {
+        unreachable!("the server's faults are the single member's")
+    }
+
+    fn restart_server(&mut self, _how: &str) {
+        unreachable!("the server's faults are the single member's")
+    }
+
+    fn forced_break_overlap(ttl: Duration) -> Duration {
+        Etcd::forced_break_overlap(ttl)
+    }
+
+    const SPEAKS: &'static str = "etcd";
+
+    fn url_at(host_port: &str) -> String {
+        Etcd::url_at(host_port)
+    }
+
+    fn leader(&self) -> usize {
+        self.0.wait_leader()
+    }
+
+    fn kill_member(&mut self, i: usize) {
+        self.0.kill(i);
+    }
+
+    fn restart_member(&mut self, i: usize) {
+        self.0.restart(i);
+    }
+
+    fn wait_serving(&mut self) {
+        self.0.wait_healthy();
+    }
+
+    /// The proxy on the loopback into its namespace.
+    fn member_endpoint(&self, i: usize) -> String {
+        self.0.endpoints()[i].clone()
+    }
+
+    fn url_of(&self, members: &[usize]) -> String {
+        format!("etcd://{}", endpoints_of(self, members))
+    }
+
+    /// On the bridge between the members' namespaces.
+    fn isolate_member(&self, i: usize) {
+        self.0.isolate(i);
+    }
+
+    fn heal_member(&self, i: usize) {
+        self.0.heal(i);
+    }
+
+    /// A keep-alive is forwarded to the leader, which times the lease
+    /// from when it arrives, after elect sent it: never.
+    fn cut_off_with_its_member_overlap(_ttl: Duration) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// ZooKeeper: an ensemble of three servers, each reaching the others
+/// through proxies that can cut it off (`ZooKeeper::ensemble_with_links`).
+/// The whole store's faults are the single server's, `zookeeper::`; these
+/// are its members'.
+pub struct Ensemble(pub ZooKeeper);
+
+impl StoreUnderTest for Ensemble {
+    const NAME: &'static str = "zookeeper_ensemble";
+    const OUTSIDE_ENDS: &'static [&'static str] = <ZooKeeper as StoreUnderTest>::OUTSIDE_ENDS;
+    const CONSECUTIVE_TOKENS: bool = false;
+
+    fn start(_scenario: &str) -> Ensemble {
+        Ensemble(ZooKeeper::ensemble_with_links(MEMBERS))
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    fn contenders(&self, lock: &str) -> usize {
+        self.0.contenders(lock)
+    }
+
+    fn unrelated_write(&self) {
+        self.0.unrelated_write();
+    }
+
+    fn assert_empty(&self) {
+        self.0.assert_empty();
+    }
+
+    fn key_fits(&self, lock: &str, lease: &str, key: &str) -> bool {
+        self.0.key_fits(lock, lease, key)
+    }
+
+    fn lease_id_fits(lease: &str, elect: i32) -> bool {
+        ZooKeeper::lease_id_fits(lease, elect)
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, holder: &Held, how: &str) {
+        self.0.end_lease_from_outside(lock, holder, how);
+    }
+
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ZooKeeper::notices_outside_end_within(ttl)
+    }
+
+    /// Every server crashes and comes back.
+    fn restart(&mut self) {
+        for i in 0..MEMBERS {
+            self.0.kill(i);
+        }
+        for i in 0..MEMBERS {
+            ZooKeeper::restart(&mut self.0, i);
+        }
+        self.0.wait_ready();
+    }
+
+    const HAS_LINK: bool = false;
+    const HAS_SERVER: bool = false;
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = MEMBERS;
+
+    fn link(&self) -> String {
+        unreachable!("the link's faults are the single server's")
+    }
+
+    fn url_through(&self, _port: u16) -> String {
+        unreachable!("the link's faults are the single server's")
+    }
+
+    fn pause_server(&self) {
+        unreachable!("the server's faults are the single server's")
+    }
+
+    fn resume_server(&self) {
+        unreachable!("the server's faults are the single server's")
+    }
+
+    fn restart_server(&mut self, _how: &str) {
+        unreachable!("the server's faults are the single server's")
+    }
+
+    fn forced_break_overlap(ttl: Duration) -> Duration {
+        ZooKeeper::forced_break_overlap(ttl)
+    }
+
+    const SPEAKS: &'static str = "ZooKeeper";
+
+    fn url_at(host_port: &str) -> String {
+        ZooKeeper::url_at(host_port)
+    }
+
+    fn leader(&self) -> usize {
+        self.0.wait_leader()
+    }
+
+    fn kill_member(&mut self, i: usize) {
+        self.0.kill(i);
+    }
+
+    fn restart_member(&mut self, i: usize) {
+        ZooKeeper::restart(&mut self.0, i);
+    }
+
+    fn wait_serving(&mut self) {
+        self.0.wait_ready();
+    }
+
+    fn member_endpoint(&self, i: usize) -> String {
+        self.0.endpoint(i)
+    }
+
+    fn url_of(&self, members: &[usize]) -> String {
+        format!("zk://{}", endpoints_of(self, members))
+    }
+
+    /// By the proxies between the servers.
+    fn isolate_member(&self, i: usize) {
+        self.0.isolate(i);
+    }
+
+    fn heal_member(&self, i: usize) {
+        self.0.heal(i);
+    }
+
+    /// A follower tells the leader of its clients' requests only with its
+    /// answer to the leader's next ping, every tickTime/2: a follower cut
+    /// off between a renewal's answer and that ping leaves the leader
+    /// counting from the session's request before the renewal, which the
+    /// client sends at most TTL/5 earlier (a ping after 3/20 of the session
+    /// idle, looked for every 1/20), less elect's margin (TTL/50 + 50 ms):
+    /// README, the ZooKeeper section.
+    fn cut_off_with_its_member_overlap(ttl: Duration) -> Duration {
+        let margin = ttl / 50 + Duration::from_millis(50);
+        (ttl / 5 + super::zookeeper::TICK_TIME / 2).saturating_sub(margin)
+    }
 }

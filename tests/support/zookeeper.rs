@@ -84,7 +84,11 @@ fn server_classpath() -> String {
     .join(":")
 }
 
-/// Settings of every test server.
+/// The servers' tick, as [`SETTINGS`] sets it: a session's timeout, and a
+/// follower's pings, are counted in ticks.
+pub const TICK_TIME: Duration = Duration::from_millis(100);
+
+/// Settings of every test server (`tickTime` is [`TICK_TIME`]).
 const SETTINGS: &str = "\
 # elect's tests
 tickTime=100
@@ -756,4 +760,50 @@ pub fn cut_the_reply_to_a_create(
         false
     };
     (Box::new(cutter), cut)
+}
+
+/// A cutter for [`Proxy::cutting`] that cuts nothing and tells, on the
+/// channel, of every answer to a `sync` (opcode 9) it passes to the client,
+/// as it passes: a moment a test can cut something else at.
+pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<()>) {
+    use std::collections::{HashMap, HashSet};
+    const SYNC: i32 = 9;
+    #[derive(Default)]
+    struct State {
+        /// Each connection's bytes each way not yet framed, and whether
+        /// the connect request or its answer (which has no xid) is past.
+        streams: HashMap<(u64, bool), (Vec<u8>, bool)>,
+        syncs: HashSet<(u64, i32)>,
+    }
+    let (tell, told) = std::sync::mpsc::channel();
+    let tell = Mutex::new(tell);
+    let state = Mutex::new(State::default());
+    let int = |b: &[u8]| i32::from_be_bytes(b[..4].try_into().unwrap());
+    let cutter = move |upstream: bool, id: u64, bytes: &[u8]| -> bool {
+        let mut state = state.lock().unwrap();
+        let State { streams, syncs } = &mut *state;
+        let (buf, connected) = streams.entry((id, upstream)).or_default();
+        buf.extend_from_slice(bytes);
+        while buf.len() >= 4 {
+            let len = int(buf) as usize;
+            if buf.len() < 4 + len {
+                break;
+            }
+            let packet: Vec<u8> = buf.drain(..4 + len).skip(4).collect();
+            if !std::mem::replace(connected, true) || packet.len() < 8 {
+                continue;
+            }
+            let xid = int(&packet);
+            if upstream {
+                if int(&packet[4..]) == SYNC {
+                    syncs.insert((id, xid));
+                }
+            } else if syncs.remove(&(id, xid)) {
+                // Nobody listening any more is no matter.
+                let _ = tell.lock().unwrap().send(());
+            }
+        }
+        false
+    };
+    (Box::new(cutter), told)
 }
