@@ -332,6 +332,10 @@ async fn break_on(
         }
         Err(e) => return Failure::from(e).into(),
     };
+    // Another holder than --token names: nothing to ask, nothing to confirm.
+    if let Some(token) = args.token.filter(|t| *t != holder.token) {
+        return report_break(args, location, token, Ok(Broken::Changed(holder)));
+    }
     if !confirmed(args, &holder) {
         broken_json(args, location, "declined", Some(&holder), None);
         log::error(format_args!("not confirmed; lock {lock} not broken"));
@@ -571,7 +575,26 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
         };
     };
     let put = store.put_checkpoint(&args.lock, &key, &checkpoint);
-    match reach.answered("the checkpoint's write", put).await {
+    let answered = reach.answered("the checkpoint's write", put).await;
+    if args.json
+        && let Ok(put) = &answered
+    {
+        println!(
+            "{}",
+            json!({
+                "lock": args.lock,
+                "store": location.to_string(),
+                "token": checkpoint.token,
+                "bytes": checkpoint.value.len(),
+                "stored": matches!(put, Put::Stored),
+                "why": match put {
+                    Put::Stored => None,
+                    Put::Stale(why) => Some(why),
+                },
+            })
+        );
+    }
+    match answered {
         Ok(Put::Stored) => {
             log::verbose(format_args!(
                 "stored the checkpoint of lock {} with token {} ({} bytes)",

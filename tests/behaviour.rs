@@ -448,7 +448,12 @@ fn status_check_and_break_agree<S: StoreUnderTest>() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr_of(&out).contains("nothing broken"));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("nothing broken") && !err.contains("asking"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(status(store, lock, true).0, 0);
 
     let out = elect()
@@ -807,6 +812,24 @@ fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
         err.contains(&b_token.to_string()) && err.lines().count() == 1,
         "names B's token {b_token}: {err}"
     );
+    let out = checkpoint_cmd(
+        store,
+        lock,
+        Some((&a_key, a_token)),
+        &["put", "99", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(76), "{}", stderr_of(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            v["stored"].as_bool(),
+            v["token"].as_u64(),
+            v["bytes"].as_u64()
+        ),
+        (Some(false), Some(a_token), Some(2)),
+        "{v}"
+    );
+    assert!(v["why"].as_str().is_some(), "{v}");
     assert_eq!(
         stdout_of(&checkpoint_cmd(store, lock, None, &["get"])),
         "20"
