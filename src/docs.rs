@@ -602,3 +602,51 @@ fn every_example_parses_and_run_shows_cron_systemd_and_a_container() {
         }
     }
 }
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens,
+/// other punctuation dropped.
+#[cfg(test)]
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_contents_list_every_section_and_every_link_in_it_lands() {
+    let readme = readme();
+    let mut in_code = false;
+    let mut headings = Vec::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let text = line.trim_start_matches('#').trim();
+            headings.push((line.starts_with("## "), anchor(text)));
+        }
+    }
+    let anchors: Vec<&str> = headings.iter().map(|(_, a)| a.as_str()).collect();
+    for link in readme.split("](#").skip(1) {
+        let target = &link[..link.find(')').unwrap()];
+        assert!(
+            anchors.contains(&target),
+            "README.md links to #{target}, which no heading makes"
+        );
+    }
+    let contents = &readme[readme
+        .find("**Contents**")
+        .expect("README.md has no **Contents**")..];
+    let contents = &contents[..contents.find("\n\n").unwrap()];
+    for (_, section) in headings.iter().filter(|(top, _)| *top) {
+        assert!(
+            contents.contains(&format!("](#{section})")),
+            "README.md's contents lack the section #{section}"
+        );
+    }
+}
