@@ -650,3 +650,40 @@ fn the_readme_contents_list_every_section_and_every_link_in_it_lands() {
         );
     }
 }
+
+/// cron's PATH is /usr/bin:/bin, systemd before 239 takes only a full path
+/// in ExecStart (and none looks in a home directory), and an image has only
+/// what its Dockerfile put there: in the README's crontabs, units and images
+/// elect is called by its full path.
+#[test]
+fn the_readme_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
+    let readme = readme();
+    let mut block = "";
+    let mut checked = 0;
+    for line in readme.lines() {
+        if let Some(kind) = line.strip_prefix("```") {
+            block = if block.is_empty() { kind } else { "" };
+            continue;
+        }
+        let applies = matches!(block, "cron" | "ini")
+            || line.trim_start().starts_with("#   ") && line.contains("* * *")
+            || line.contains("ENTRYPOINT [")
+            || line.trim_start().starts_with("command: [");
+        if !applies {
+            continue;
+        }
+        for word in line.split([' ', '"', '=', '[']) {
+            if word == "elect" {
+                panic!("README.md calls elect by name where PATH may lack it: {line}");
+            }
+            if word.ends_with("/elect") {
+                assert!(word.starts_with('/'), "{line}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 6,
+        "only {checked} calls of elect found in crontabs, units and images"
+    );
+}
