@@ -73,7 +73,8 @@ pub const BOOLEANS: &str = "1, true, yes, on or 0, false, no, off";
 #[derive(Debug, Parser)]
 #[command(
     name = "elect",
-    version,
+    // The version and the commit it was built from (build.rs).
+    version = env!("ELECT_VERSION"),
     about = "Run a command on exactly one machine at a time, under a lease with a fencing token",
     long_about = "Run a command on exactly one machine at a time.\n\n\
         elect takes a lease on a coordination store, starts COMMAND with a fencing token in \

@@ -127,6 +127,111 @@ fn synopsis(roff: &mut Roff, name: &str, cmd: &clap::Command) {
     roff.text(line);
 }
 
+/// Each page's EXAMPLES, by command: what an example shows, then its lines.
+/// The elect command lines in them are parsed against the definitions in
+/// a test below. They call elect where the Debian package puts it,
+/// /usr/bin, which is on cron's and systemd's PATH; in an image, where its
+/// Dockerfile copies the static binary.
+const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "elect",
+        &[
+            (
+                "Run a nightly job on whichever of several hosts takes the lock first; the others give up at once (exit 75):",
+                "elect run --store etcd://etcd-1:2379 --no-wait --lock nightly-report -- /opt/report/run.sh",
+            ),
+            (
+                "Who holds it, since when, with which token:",
+                "elect status --store etcd://etcd-1:2379 --lock nightly-report",
+            ),
+            (
+                "Every lock in the store with its holder:",
+                "elect list --store etcd://etcd-1:2379",
+            ),
+        ],
+    ),
+    (
+        "run",
+        &[
+            (
+                "A crontab line on each of several hosts against a shared etcd: the job runs once a night, on whichever host gets the lock first; -n makes the others give up at once (exit 75) and -q keeps them quiet, so cron mails only when something went wrong. cron's PATH is /usr/bin:/bin, where the Debian package puts elect; installed elsewhere, give its full path.",
+                "ELECT_STORE=etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379\n\
+                 15 2 * * * /usr/bin/elect run -n -q --lock nightly-report -- /opt/report/run.sh",
+            ),
+            (
+                "On one host, a job that must not overlap itself, on the single-host store:",
+                "*/5 * * * * /usr/bin/elect run -n -q --store file --lock sync-mirror -- /usr/local/bin/sync-mirror",
+            ),
+            (
+                "A systemd service that runs on one machine of several. KillMode=mixed sends systemd's SIGTERM to elect alone, which passes it to its command's group; keep --grace shorter than TimeoutStopSec:",
+                "[Service]\n\
+                 Environment=ELECT_STORE=etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379\n\
+                 ExecStart=/usr/bin/elect run --lock billing-worker --ttl 15s --grace 5s -- /opt/billing/worker\n\
+                 KillMode=mixed\n\
+                 TimeoutStopSec=20s\n\
+                 Restart=always",
+            ),
+            (
+                "A container's entrypoint, for the one replica that may write: the others stand by (--wait forever, the default) until the holder goes away. As PID 1, elect also reaps the orphans of its command. Keep --grace shorter than the runtime's stop timeout.",
+                "COPY elect /usr/local/bin/elect\n\
+                 ENV ELECT_STORE=etcd://etcd-client.etcd.svc:2379\n\
+                 ENTRYPOINT [\"/usr/local/bin/elect\", \"run\", \"--lock\", \"writer\", \"--grace\", \"5s\", \"--\", \"/app/server\"]",
+            ),
+            (
+                "Inside the command: stop between steps once the lock is no longer held, and fence each write with the token:",
+                "elect run --lock import -- sh -c 'for f in /srv/in/*; do elect check || exit 1; ./load \"$f\" \"$ELECT_TOKEN\"; done'",
+            ),
+        ],
+    ),
+    (
+        "status",
+        &[(
+            "Whether the lock is held, as an exit code for a script (0 held, 1 free):",
+            "elect status --store etcd://etcd-1:2379 --lock nightly-report >/dev/null && echo held",
+        )],
+    ),
+    (
+        "list",
+        &[(
+            "The locks under one prefix, as JSON:",
+            "elect list --store etcd://etcd-1:2379 --prefix jobs/ --json",
+        )],
+    ),
+    (
+        "break",
+        &[(
+            "Ask a holder that is stuck to let go, without the prompt:",
+            "elect break --store etcd://etcd-1:2379 --lock nightly-report --yes",
+        )],
+    ),
+    (
+        "checkpoint",
+        &[(
+            "Resume from the last holder's position, and commit each new one while still the holder:",
+            "elect run --lock import -- sh -c 'offset=${ELECT_CHECKPOINT:-0}; ./import --from \"$offset\" | while read -r offset; do elect checkpoint put \"$offset\" || exit 1; done'",
+        )],
+    ),
+];
+
+fn examples(roff: &mut Roff, command: &str) {
+    let Some((_, examples)) = EXAMPLES.iter().find(|(c, _)| *c == command) else {
+        return;
+    };
+    roff.control("SH", ["EXAMPLES"]);
+    for (what, lines) in *examples {
+        roff.control("PP", []);
+        roff.text([roman(*what)]);
+        roff.control("PP", []);
+        roff.control("RS", ["4"]);
+        roff.control("nf", []);
+        for line in lines.lines() {
+            roff.text([roman(line)]);
+        }
+        roff.control("fi", []);
+        roff.control("RE", []);
+    }
+}
+
 /// Whether an ENVIRONMENT entry belongs on a command's page: what elect
 /// sets for COMMAND only on elect(1) and elect-run(1).
 fn shown_on(command: &str, meaning: &str) -> bool {
@@ -173,6 +278,7 @@ fn man_page(name: &str, cmd: clap::Command) -> Vec<u8> {
         roff.text([bold(*variable)]);
         roff.text([roman(*meaning)]);
     }
+    examples(&mut roff, &command);
     roff.control("SH", ["SEE ALSO"]);
     let see: Vec<String> = match command.as_str() {
         "elect" => cmd
@@ -377,4 +483,207 @@ fn help_shows_each_variable_without_its_value() {
         let binding = &shown[..shown.find(']').unwrap()];
         assert!(!binding.contains('='), "a value or a stray '=': {binding}");
     }
+}
+
+/// The elect command lines of an example: the words from each `elect` (or
+/// a path ending in `/elect`) up to a shell operator, or up to the command
+/// after `--`; a Dockerfile's JSON ENTRYPOINT as its array (and its COPY
+/// of the binary, none). Each with whether it runs inside a command that
+/// elect started (after `sh -c`), whose environment elect sets.
+#[cfg(test)]
+fn example_invocations(lines: &str) -> Vec<(Vec<String>, bool)> {
+    let mut found = Vec::new();
+    for line in lines.lines().filter(|l| !l.starts_with("COPY ")) {
+        if let Some(json) = line.strip_prefix("ENTRYPOINT ") {
+            found.push((serde_json::from_str(json).unwrap(), false));
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let inner_from = words.iter().position(|w| *w == "-c").unwrap_or(usize::MAX);
+        for (at, word) in words.iter().enumerate() {
+            let word = word.trim_start_matches('\'');
+            if word != "elect" && !word.ends_with("/elect") {
+                continue;
+            }
+            let mut argv = vec!["elect".to_string()];
+            let mut rest = words[at + 1..].iter();
+            while let Some(&w) = rest.next() {
+                if matches!(w, "|" | "||" | "&&" | ";") || w.starts_with('>') {
+                    break;
+                }
+                argv.push(w.trim_end_matches(';').to_string());
+                if w == "--" {
+                    argv.extend(rest.next().map(|c| c.to_string()));
+                    break;
+                }
+                if w.ends_with(';') {
+                    break;
+                }
+            }
+            found.push((argv, at > inner_from));
+        }
+    }
+    found
+}
+
+/// `argv` with what elect sets for its command (ELECT_LOCK, ELECT_KEY,
+/// ELECT_TOKEN, ELECT_STORE) given as the flags those variables stand for.
+#[cfg(test)]
+fn as_inside_the_command(mut argv: Vec<String>) -> Vec<String> {
+    let set: Vec<&str> = ENVIRONMENT
+        .iter()
+        .filter(|(_, meaning)| meaning.starts_with("Set for COMMAND"))
+        .flat_map(|(names, _)| names.split(", "))
+        .collect();
+    let cli = definitions();
+    let sub = cli.find_subcommand(&argv[1]).unwrap();
+    for arg in sub.get_arguments() {
+        if let (Some(env), Some(long)) = (arg.get_env(), arg.get_long())
+            && set.iter().any(|s| env == *s)
+        {
+            argv.extend([format!("--{long}"), "1".to_string()]);
+        }
+    }
+    argv
+}
+
+#[test]
+fn every_example_parses_and_run_shows_cron_systemd_and_a_container() {
+    let mut parsed = 0;
+    for (command, examples) in EXAMPLES {
+        assert!(
+            *command == "elect" || definitions().find_subcommand(command).is_some(),
+            "examples for no command: {command}"
+        );
+        for (_, lines) in *examples {
+            let invocations = example_invocations(lines);
+            assert!(
+                !invocations.is_empty(),
+                "no elect command line in {lines:?}"
+            );
+            for (argv, inside) in invocations {
+                let argv = if inside {
+                    as_inside_the_command(argv)
+                } else {
+                    argv
+                };
+                if let Err(e) = Cli::command().try_get_matches_from(&argv) {
+                    panic!("{argv:?} does not parse: {e}");
+                }
+                parsed += 1;
+            }
+        }
+    }
+    assert!(
+        parsed >= 10,
+        "only {parsed} command lines found in the examples"
+    );
+    let run = String::from_utf8(man_page("elect-run", sub("run"))).unwrap();
+    let examples = &run[run
+        .find(".SH EXAMPLES")
+        .expect("elect-run(1) has no EXAMPLES")..];
+    for shown in [
+        "15 2 * * * /usr/bin/elect",
+        "ExecStart=/usr/bin/elect",
+        "ENTRYPOINT",
+    ] {
+        assert!(
+            examples.contains(shown),
+            "elect-run(1)'s EXAMPLES lack {shown:?}"
+        );
+    }
+    // cron's PATH is /usr/bin:/bin: a crontab line calls elect by a path
+    // that the package installs.
+    for (_, examples) in EXAMPLES {
+        for (_, lines) in *examples {
+            for line in lines.lines().filter(|l| l.contains("* * ")) {
+                assert!(line.contains(" /usr/bin/elect "), "{line}");
+            }
+        }
+    }
+}
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens,
+/// other punctuation dropped.
+#[cfg(test)]
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_contents_list_every_section_and_every_link_in_it_lands() {
+    let readme = readme();
+    let mut in_code = false;
+    let mut headings = Vec::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let text = line.trim_start_matches('#').trim();
+            headings.push((line.starts_with("## "), anchor(text)));
+        }
+    }
+    let anchors: Vec<&str> = headings.iter().map(|(_, a)| a.as_str()).collect();
+    for link in readme.split("](#").skip(1) {
+        let target = &link[..link.find(')').unwrap()];
+        assert!(
+            anchors.contains(&target),
+            "README.md links to #{target}, which no heading makes"
+        );
+    }
+    let contents = &readme[readme
+        .find("**Contents**")
+        .expect("README.md has no **Contents**")..];
+    let contents = &contents[..contents.find("\n\n").unwrap()];
+    for (_, section) in headings.iter().filter(|(top, _)| *top) {
+        assert!(
+            contents.contains(&format!("](#{section})")),
+            "README.md's contents lack the section #{section}"
+        );
+    }
+}
+
+/// cron's PATH is /usr/bin:/bin, systemd before 239 takes only a full path
+/// in ExecStart (and none looks in a home directory), and an image has only
+/// what its Dockerfile put there: in the README's crontabs, units and images
+/// elect is called by its full path.
+#[test]
+fn the_readme_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
+    let readme = readme();
+    let mut block = "";
+    let mut checked = 0;
+    for line in readme.lines() {
+        if let Some(kind) = line.strip_prefix("```") {
+            block = if block.is_empty() { kind } else { "" };
+            continue;
+        }
+        let applies = matches!(block, "cron" | "ini")
+            || line.trim_start().starts_with("#   ") && line.contains("* * *")
+            || line.contains("ENTRYPOINT [")
+            || line.trim_start().starts_with("command: [");
+        if !applies {
+            continue;
+        }
+        for word in line.split([' ', '"', '=', '[']) {
+            if word == "elect" {
+                panic!("README.md calls elect by name where PATH may lack it: {line}");
+            }
+            if word.ends_with("/elect") {
+                assert!(word.starts_with('/'), "{line}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 6,
+        "only {checked} calls of elect found in crontabs, units and images"
+    );
 }
