@@ -299,7 +299,7 @@ pub struct StoreArgs {
     /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words),
     /// zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR
     /// for locks on this host only ("file" alone: /var/lib/elect for root, else
-    /// ~/.local/state/elect).
+    /// $XDG_STATE_HOME/elect, or ~/.local/state/elect without it).
     ///
     /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
     /// etcd://USER:PASSWORD@HOST:PORT works, but every user of the host can read a command

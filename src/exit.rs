@@ -142,12 +142,29 @@ pub fn codes(command: &str) -> Vec<(&'static str, &'static str)> {
     }
 }
 
+/// Under the narrowest width at which `--help` wraps (clap's 100 columns).
+const HELP_WIDTH: usize = 90;
+
 /// A command's codes as plain text, for `--help`.
 pub fn help_text(command: &str) -> String {
     let mut out = String::from("Exit codes:\n");
     for (situation, code) in codes(command) {
-        let plain = |s: &str| s.replace('`', "");
-        out.push_str(&format!("  {:<5} {}\n", short(code), plain(situation)));
+        let plain = situation.replace('`', "");
+        // Wrapped here, under the text's own column: the help's own wrap
+        // would start the next line at the margin.
+        let mut line = format!("  {:<5}", short(code));
+        for word in plain.split_whitespace() {
+            if line.len() + 1 + word.len() > HELP_WIDTH && !line.trim().is_empty() {
+                out.push_str(&line);
+                out.push('\n');
+                line = " ".repeat(8);
+            } else {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     if command == "elect" {
         out.push_str("  Each command's own: elect COMMAND --help\n");

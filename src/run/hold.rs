@@ -23,7 +23,7 @@ use crate::exit::{Code, Failure, Outcome};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session};
-use crate::supervisor::{Event, Handover, Preparing, SpawnError, Stop, Supervisor};
+use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
 
 /// The grace of a command whose lease the store already ended (revoked,
@@ -66,6 +66,7 @@ impl Job {
             Err(end) => return (end, None),
         };
         timeline::step("command started");
+        let started = Instant::now();
         log::verbose(format_args!(
             "started the command as pid {} under lease {}",
             child.pid(),
@@ -114,6 +115,14 @@ impl Job {
             }
         };
         timeline::step("command ended");
+        log::verbose(format_args!(
+            "the command {} after {}",
+            match ending {
+                Ending::Exited(code) => format!("exited with {code}"),
+                Ending::Killed(sig) => format!("was killed by {sig}"),
+            },
+            show(started.elapsed())
+        ));
         let end = match (watch.lost, watch.told_to_stop) {
             (true, _) => TurnEnd::Lost,
             (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
