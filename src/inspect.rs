@@ -167,6 +167,12 @@ pub async fn list(args: ListArgs) -> Outcome {
             }
             Outcome::Exit(YES)
         }
+        // A user with rights on some keys only may list those.
+        Err(mut e) if args.prefix.is_empty() && e.message.contains("permission denied") => {
+            e.message
+                .push_str("; a user with rights on a prefix only lists that: --prefix PREFIX");
+            Failure::from(e).into()
+        }
         Err(e) => Failure::from(e).into(),
     }
 }

@@ -295,6 +295,13 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
             "permission denied",
         ),
         (
+            "no user at all",
+            vec![],
+            "jobs/x",
+            69,
+            "this etcd has users: give --user NAME",
+        ),
+        (
             "no password at all",
             vec!["--user", "alice"],
             "jobs/x",
@@ -326,6 +333,36 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
     assert!(
         err.contains("readwrite permission on the key prefix 'other/'"),
         "says which permission: {err}"
+    );
+    // A user with rights on a prefix only is told to list that.
+    let out = elect()
+        .args(["list", "--store", &etcd.url(), "--user", "alice"])
+        .args(["--password-file", path(&good)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("--prefix PREFIX") && err.lines().count() == 1,
+        "{err}"
+    );
+    let out = elect()
+        .args([
+            "list",
+            "--store",
+            &etcd.url(),
+            "--user",
+            "alice",
+            "--prefix",
+            "jobs/",
+        ])
+        .args(["--password-file", path(&good)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let leases = etcd.etcdctl(&["lease", "list"]);
     assert_eq!(

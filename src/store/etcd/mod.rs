@@ -844,10 +844,7 @@ impl Failed {
     fn unreachable(&self, shown: &str, within: Duration) -> StoreError {
         let tls = shown.starts_with("etcds:");
         StoreError::unavailable(match self.why {
-            Why::Refused if self.text.contains("authentication is not enabled") => format!(
-                "{shown} refused the request: {self}; this etcd has no users: leave out --user (and ELECT_USER, ETCDCTL_USER)"
-            ),
-            Why::Refused => format!("{shown} refused the request: {self}"),
+            Why::Refused => format!("{shown} refused the request: {self}{}", self.users_hint()),
             Why::NothingListens => {
                 format!("cannot reach {shown}: {self}; {}", unreachable_hint(tls))
             }
@@ -857,6 +854,19 @@ impl Failed {
                 unreachable_hint(tls)
             ),
         })
+    }
+}
+
+impl Failed {
+    /// What to change when etcd's users and elect's disagree, after "; ".
+    pub(super) fn users_hint(&self) -> &'static str {
+        if self.text.contains("authentication is not enabled") {
+            "; this etcd has no users: leave out --user (and ELECT_USER, ETCDCTL_USER)"
+        } else if self.text.contains("user name is empty") {
+            "; this etcd has users: give --user NAME (and --password-file, or ELECT_PASSWORD)"
+        } else {
+            ""
+        }
     }
 }
 

@@ -230,7 +230,7 @@ impl EtcdSession {
                 true => format!(
                     "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
                 ),
-                false => String::new(),
+                false => e.users_hint().to_string(),
             };
             StoreError::unavailable(format!("cannot queue for lock {lock}: {e}{hint}"))
         })?;
