@@ -141,6 +141,22 @@ fn tls_failures_are_refused_at_once_and_never_retried_in_the_clear() {
             "is not a PEM file",
         ),
         (
+            "an X.509 v1 client certificate",
+            &url,
+            [
+                ca(&c.ca),
+                vec![
+                    "--cert".into(),
+                    p(&c.v1_client_cert),
+                    "--key".into(),
+                    p(&c.v1_client_key),
+                ],
+            ]
+            .concat(),
+            78,
+            "is an X.509 v1 certificate",
+        ),
+        (
             "--cert without --key",
             &url,
             vec!["--cert".into(), p(&c.client_cert)],

@@ -39,6 +39,67 @@ pub fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, StoreErr
     Ok(bytes)
 }
 
+/// A client certificate for `flag` (`--cert`): a PEM file whose first
+/// certificate is X.509 v3. A v1 certificate (what a plain `openssl x509
+/// -req` makes) is refused by the TLS library only once the handshake
+/// fails, which says nothing of why: named here, at once.
+pub fn read_client_certificate(path: &Path, flag: &str) -> Result<Vec<u8>, StoreError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem = read_pem(path, flag, "CERTIFICATE")?;
+    let first = CertificateDer::pem_slice_iter(&pem).next();
+    if let Some(Ok(der)) = first
+        && x509_version(&der) == Some(1)
+    {
+        return Err(StoreError::config(format!(
+            "{flag} {} is an X.509 v1 certificate, which TLS here refuses: make a v3 one \
+             (openssl x509 -req … -extfile with an extension, e.g. \
+             extendedKeyUsage=clientAuth)",
+            path.display()
+        )));
+    }
+    Ok(pem)
+}
+
+/// The version of the X.509 certificate `der` (1 to 3), if it can be read:
+/// its TBSCertificate starts with an explicit `[0] version` unless v1.
+fn x509_version(der: &[u8]) -> Option<u8> {
+    /// The contents of the DER element at the start of `bytes`, if its tag
+    /// is `tag`.
+    fn inside(bytes: &[u8], tag: u8) -> Option<&[u8]> {
+        let (&t, rest) = bytes.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        if t != tag {
+            return None;
+        }
+        let (len, rest) = match first {
+            n if n < 0x80 => (usize::from(n), rest),
+            n => {
+                let count = usize::from(n & 0x7f);
+                if count == 0 || count > 4 || rest.len() < count {
+                    return None;
+                }
+                let len = rest[..count]
+                    .iter()
+                    .fold(0usize, |l, &b| (l << 8) | usize::from(b));
+                (len, &rest[count..])
+            }
+        };
+        rest.get(..len)
+    }
+    const SEQUENCE: u8 = 0x30;
+    const VERSION: u8 = 0xa0;
+    const INTEGER: u8 = 0x02;
+    let tbs = inside(inside(der, SEQUENCE)?, SEQUENCE)?;
+    match inside(tbs, VERSION) {
+        None => Some(1),
+        Some(version) => match inside(version, INTEGER)? {
+            [v] if *v < 3 => Some(v + 1),
+            _ => None,
+        },
+    }
+}
+
 /// The password in `path`, without its line end.
 pub fn read_password(path: &Path) -> Result<Secret, StoreError> {
     let text = std::fs::read_to_string(path).map_err(|e| {

@@ -20,6 +20,9 @@ pub struct Certs {
     pub other_ca: PathBuf,
     pub other_client_cert: PathBuf,
     pub other_client_key: PathBuf,
+    /// A client certificate of X.509 version 1, signed by `ca`.
+    pub v1_client_cert: PathBuf,
+    pub v1_client_key: PathBuf,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -81,26 +84,28 @@ fn leaf(dir: &Path, ca: &str, name: &str, extensions: &str) {
             &format!("/CN={name}"),
         ],
     );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.crt"),
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-        ],
-    );
+    // Without extensions, `openssl x509 -req` makes an X.509 v1 certificate.
+    let (csr, crt) = (format!("{name}.csr"), format!("{name}.crt"));
+    let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+    let mut args = vec![
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &crt,
+        "-days",
+        "2",
+    ];
+    if !extensions.is_empty() {
+        args.extend(["-extfile", &ext]);
+    }
+    openssl(dir, &args);
 }
 
 pub fn generate(name: &str) -> Certs {
@@ -113,6 +118,7 @@ pub fn generate(name: &str) -> Certs {
         "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
     );
     leaf(&dir.0, "ca", "client", "extendedKeyUsage=clientAuth\n");
+    leaf(&dir.0, "ca", "v1-client", "");
     ca(&dir.0, "other-ca");
     leaf(
         &dir.0,
@@ -130,6 +136,8 @@ pub fn generate(name: &str) -> Certs {
         other_ca: p("other-ca.crt"),
         other_client_cert: p("other-client.crt"),
         other_client_key: p("other-client.key"),
+        v1_client_cert: p("v1-client.crt"),
+        v1_client_key: p("v1-client.key"),
         _dir: Arc::new(dir),
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Etcd;
-use crate::store::secret::{Secret, read_password, read_pem};
+use crate::store::secret::{Secret, read_client_certificate, read_password, read_pem};
 use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
 
 /// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
@@ -150,7 +150,7 @@ impl EtcdTarget {
             path(&args.key, "ETCDCTL_KEY"),
         ) {
             (Some(cert), Some(key)) => {
-                let cert = read_pem(&cert, "--cert", "CERTIFICATE")?;
+                let cert = read_client_certificate(&cert, "--cert")?;
                 let key = read_pem(&key, "--key", "PRIVATE KEY")?;
                 self.identity = Some((cert, key));
             }

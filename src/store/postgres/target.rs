@@ -226,7 +226,8 @@ impl PgTarget {
         let key = settings.key.clone().or(get("sslkey").map(PathBuf::from));
         let client_cert = match (cert, key) {
             (Some(cert), Some(key)) => Some((
-                read_pem(&cert, "--cert", "CERTIFICATE")?,
+                crate::store::secret::read_client_certificate(&cert, "--cert")
+                    .map_err(|e| e.message)?,
                 read_pem(&key, "--key", "PRIVATE KEY")?,
             )),
             (None, None) => None,

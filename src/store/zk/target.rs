@@ -91,7 +91,9 @@ impl ZkTarget {
                 };
                 let identity = match (&settings.cert, &settings.key) {
                     (Some(cert), Some(key)) => Some((
-                        pem(cert, "--cert", "CERTIFICATE")?,
+                        crate::store::secret::read_client_certificate(cert, "--cert")
+                            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                            .map_err(|e| e.message)?,
                         Secret(pem(key, "--key", "PRIVATE KEY")?),
                     )),
                     (None, None) => None,
