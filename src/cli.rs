@@ -288,7 +288,8 @@ pub fn without_empty_env(cmd: clap::Command) -> clap::Command {
 pub enum LogFormat {
     /// `elect: TIME message`; usage and configuration errors without the time.
     Text,
-    /// One JSON object per line: {"time", "level", "message"}.
+    /// One JSON object per line: {"time", "level", "message"}, with "lock", "identity",
+    /// "token", "shard", "exit_code" once known and an "event" for a holder's steps.
     Json,
 }
 

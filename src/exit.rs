@@ -313,13 +313,10 @@ impl Outcome {
         match self {
             Outcome::Exit(code) => std::process::exit(code.into()),
             Outcome::Fail(failure) => {
-                match failure.code {
-                    Code::Usage | Code::Config => {
-                        crate::log::usage_error(format_args!("{}", failure.message))
-                    }
-                    _ => crate::log::error(format_args!("{}", failure.message)),
-                }
-                std::process::exit(failure.code.value().into())
+                let usage = matches!(failure.code, Code::Usage | Code::Config);
+                let code = failure.code.value();
+                crate::log::exit_error(code, usage, format_args!("{}", failure.message));
+                std::process::exit(code.into())
             }
             Outcome::Raise(signal) => {
                 let n = signal as i32;

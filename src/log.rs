@@ -8,6 +8,7 @@
 
 use std::fmt::Arguments;
 use std::io::Write;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
@@ -20,6 +21,19 @@ pub enum Level {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Normal as u8);
 static JSON: AtomicBool = AtomicBool::new(false);
+/// What every JSON line carries once it is known: `lock`, `identity`,
+/// `shard`, `token`.
+static CONTEXT: Mutex<Vec<(&'static str, serde_json::Value)>> = Mutex::new(Vec::new());
+
+/// From now on, every JSON line carries `field`: `value`.
+pub fn context(field: &'static str, value: impl Into<serde_json::Value>) {
+    let value = value.into();
+    let mut context = CONTEXT.lock().unwrap_or_else(|e| e.into_inner());
+    match context.iter_mut().find(|(f, _)| *f == field) {
+        Some((_, v)) => *v = value,
+        None => context.push((field, value)),
+    }
+}
 
 pub fn set(level: Level, json: bool) {
     LEVEL.store(level as u8, Ordering::Relaxed);
@@ -31,16 +45,33 @@ pub fn json() -> bool {
     JSON.load(Ordering::Relaxed)
 }
 
-/// Print one line, as text or as a JSON object for log shippers.
-fn emit(level: &str, args: Arguments<'_>, stamp: bool) {
+/// Print one line, as text or as a JSON object for log shippers: with
+/// the context's fields, and `event` and `exit_code` when given.
+fn emit_with(
+    level: &str,
+    args: Arguments<'_>,
+    stamp: bool,
+    event: Option<&str>,
+    exit_code: Option<u8>,
+) {
     let now = SystemTime::now();
     let mut line = if JSON.load(Ordering::Relaxed) {
-        serde_json::json!({
+        let mut object = serde_json::json!({
             "time": humantime::format_rfc3339_millis(now).to_string(),
             "level": level,
             "message": args.to_string(),
-        })
-        .to_string()
+        });
+        let context = CONTEXT.lock().unwrap_or_else(|e| e.into_inner());
+        for (field, value) in context.iter() {
+            object[*field] = value.clone();
+        }
+        if let Some(event) = event {
+            object["event"] = event.into();
+        }
+        if let Some(code) = exit_code {
+            object["exit_code"] = code.into();
+        }
+        object.to_string()
     } else if stamp {
         format!("elect: {} {args}", humantime::format_rfc3339_millis(now))
     } else {
@@ -51,6 +82,29 @@ fn emit(level: &str, args: Arguments<'_>, stamp: bool) {
     // systemd, containers), and a line written in pieces gets torn. A pipe
     // keeps writes of up to PIPE_BUF (4096) bytes whole.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+fn emit(level: &str, args: Arguments<'_>, stamp: bool) {
+    emit_with(level, args, stamp, None, None);
+}
+
+/// A step of a holder's life, named `event` in JSON (`acquired`,
+/// `started`, `ended`, `lost`, `released`, `busy`), at `level` (`Quiet`:
+/// an error, always printed).
+pub fn event(level: Level, event: &str, args: Arguments<'_>) {
+    if enabled(level) {
+        let name = match level {
+            Level::Verbose => "info",
+            Level::Normal => "notice",
+            Level::Quiet => "error",
+        };
+        emit_with(name, args, true, Some(event), None);
+    }
+}
+
+/// How elect ends, when it says why: an error with its exit code.
+pub fn exit_error(code: u8, usage: bool, args: Arguments<'_>) {
+    emit_with("error", args, !usage, Some("exit"), Some(code));
 }
 
 /// Whether stderr shows `notice`s: the live waiting line follows the same rule.

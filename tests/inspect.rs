@@ -118,6 +118,47 @@ fn json_logs_are_one_object_per_line() {
         );
     }
     assert!(text.contains("acquired lock j with token 1"));
+    // What a log shipper indexes, in fields of their own.
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let event = |name: &str| {
+        lines
+            .iter()
+            .find(|v| v["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} event: {text}"))
+    };
+    for name in ["acquired", "started", "ended", "released"] {
+        let v = event(name);
+        assert_eq!(
+            (&v["lock"], &v["token"]),
+            (&Value::from("j"), &Value::from(1)),
+            "{v}"
+        );
+        assert!(v["identity"].is_string(), "{v}");
+    }
+    assert_eq!(event("ended")["exit_code"], 0, "{text}");
+    // A failure's line carries elect's exit code.
+    let out = elect()
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--store",
+            &dir.url(),
+            "--lock",
+            "j",
+        ])
+        .args(["--", "/no/such/command"])
+        .output()
+        .unwrap();
+    let line: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(
+        (line["event"].as_str(), line["exit_code"].as_u64()),
+        (Some("exit"), Some(127)),
+        "{line}"
+    );
 }
 
 /// `since` is when the holder got the lock, `queued` when it joined the

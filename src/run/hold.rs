@@ -67,11 +67,15 @@ impl Job {
         };
         timeline::step("command started");
         let started = Instant::now();
-        log::verbose(format_args!(
-            "started the command as pid {} under lease {}",
-            child.pid(),
-            session.id()
-        ));
+        log::event(
+            log::Level::Verbose,
+            "started",
+            format_args!(
+                "started the command as pid {} under lease {}",
+                child.pid(),
+                session.id()
+            ),
+        );
         let mut watch = Watch::default();
         // Lost while the guard was on its way: it started the command all
         // the same, before it heard.
@@ -115,14 +119,21 @@ impl Job {
             }
         };
         timeline::step("command ended");
-        log::verbose(format_args!(
-            "the command {} after {}",
-            match ending {
-                Ending::Exited(code) => format!("exited with {code}"),
-                Ending::Killed(sig) => format!("was killed by {sig}"),
-            },
-            show(started.elapsed())
-        ));
+        if let Ending::Exited(code) = ending {
+            log::context("exit_code", code);
+        }
+        log::event(
+            log::Level::Verbose,
+            "ended",
+            format_args!(
+                "the command {} after {}",
+                match ending {
+                    Ending::Exited(code) => format!("exited with {code}"),
+                    Ending::Killed(sig) => format!("was killed by {sig}"),
+                },
+                show(started.elapsed())
+            ),
+        );
         let end = match (watch.lost, watch.told_to_stop) {
             (true, _) => TurnEnd::Lost,
             (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
@@ -357,10 +368,14 @@ impl Job {
                 show(grace)
             ),
         };
-        log::error(format_args!(
-            "lost the lease on lock {} at {}: {loss}; {stopping}; {then}",
-            self.lock, self.location,
-        ));
+        log::event(
+            log::Level::Quiet,
+            "lost",
+            format_args!(
+                "lost the lease on lock {} at {}: {loss}; {stopping}; {then}",
+                self.lock, self.location,
+            ),
+        );
         true
     }
 }

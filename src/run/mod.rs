@@ -184,6 +184,8 @@ impl Job {
             location.check_shard_names(&args.lock, n).map_err(usage)?;
         }
         let identity = args.identity.clone().unwrap_or_else(hostname);
+        log::context("lock", args.lock.clone());
+        log::context("identity", identity.clone());
         let inner = inner::for_the_command(&settings, &location).map_err(|e| {
             Failure::software(format!(
                 "cannot hand the store's settings to the command: {e}"
@@ -334,15 +336,24 @@ impl Job {
                 .await
             {
                 Queued::First(won) => {
+                    log::context("token", won.token);
+                    if let Some(k) = won.shard {
+                        log::context("shard", k);
+                    }
                     match won.shard {
-                        Some(k) => log::verbose(format_args!(
-                            "acquired shard {k} of lock {} with token {}",
-                            self.lock, won.token
-                        )),
-                        None => log::verbose(format_args!(
-                            "acquired lock {} with token {}",
-                            self.lock, won.token
-                        )),
+                        Some(k) => log::event(
+                            log::Level::Verbose,
+                            "acquired",
+                            format_args!(
+                                "acquired shard {k} of lock {} with token {}",
+                                self.lock, won.token
+                            ),
+                        ),
+                        None => log::event(
+                            log::Level::Verbose,
+                            "acquired",
+                            format_args!("acquired lock {} with token {}", self.lock, won.token),
+                        ),
                     }
                     let guard = guard.take().expect("one guard per turn");
                     self.hold(&won, &*session, guard, &mut keeper, signals)
@@ -409,7 +420,11 @@ impl Job {
             tokio::join!(release(&*session, within, reach.was_reached()), reaped);
             if reach.was_reached() {
                 timeline::step("lease released");
-                log::verbose(format_args!("released lock {}", self.lock));
+                log::event(
+                    log::Level::Verbose,
+                    "released",
+                    format_args!("released lock {}", self.lock),
+                );
             }
             return end;
         }
@@ -580,15 +595,17 @@ impl Job {
                 holder: Some(holder),
                 ..
             })) => {
-                log::notice(format_args!(
-                    "lock {} is held by {holder}{waited}",
-                    self.lock
-                ));
+                log::event(
+                    log::Level::Normal,
+                    "busy",
+                    format_args!("lock {} is held by {holder}{waited}", self.lock),
+                );
             }
-            _ => log::notice(format_args!(
-                "lock {} is held by someone else{waited}",
-                self.lock
-            )),
+            _ => log::event(
+                log::Level::Normal,
+                "busy",
+                format_args!("lock {} is held by someone else{waited}", self.lock),
+            ),
         }
         Outcome::Exit(self.busy_code)
     }
