@@ -37,6 +37,8 @@ _elect() {
         --lock|-l)
             case "$sub" in
                 status|check|break|checkpoint)
+                    # Lock names or nothing: never file names instead.
+                    compopt +o default +o bashdefault 2>/dev/null
                     COMPREPLY=( $(compgen -W "$(_elect_locks)" -- "$cur") )
                     return 0
                     ;;

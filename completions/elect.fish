@@ -39,7 +39,7 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "checkpoint" -d 'Read or
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
-complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -s l -l lock -d 'Name of the lock. Segments of ASCII letters, digits, \'.\', \'_\' and \'-\', separated by \'/\'' -x
 complete -c elect -n "__fish_elect_using_subcommand run" -l shards -d 'Split the lock into N shards, each with one owner: take a free one, or wait in every shard\'s queue and keep the first won. COMMAND gets ELECT_SHARD (0..N-1) and ELECT_SHARDS. N is recorded on first use; another N is refused (exit 78)' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l prefer-shard -d 'With --shards: take shard K when it is free [default: the shard this --identity held last]' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)' -r
@@ -73,7 +73,7 @@ complete -c elect -n "__fish_elect_using_subcommand run" -s h -l help -d 'Print 
 complete -c elect -n "__fish_elect_using_subcommand run" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand status" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
-complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand status" -s l -l lock -d 'Name of the lock' -x
 complete -c elect -n "__fish_elect_using_subcommand status" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
 complete -c elect -n "__fish_elect_using_subcommand status" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
@@ -104,7 +104,7 @@ complete -c elect -n "__fish_elect_using_subcommand list" -s h -l help -d 'Print
 complete -c elect -n "__fish_elect_using_subcommand list" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand check" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
-complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand check" -s l -l lock -d 'Name of the lock' -x
 complete -c elect -n "__fish_elect_using_subcommand check" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l holder-key -d 'The holder\'s key in the store' -r
 complete -c elect -n "__fish_elect_using_subcommand check" -l token -d 'The fencing token the holder was given' -r
@@ -122,7 +122,7 @@ complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Prin
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
-complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand break" -s l -l lock -d 'Name of the lock' -x
 complete -c elect -n "__fish_elect_using_subcommand break" -l shard -d 'For a lock run with --shards: the shard to break' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l token -d 'Only if the holder\'s token is T: refuse when the holder changed meanwhile' -r
 complete -c elect -n "__fish_elect_using_subcommand break" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)' -r
@@ -141,7 +141,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Prin
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
-complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s l -l lock -d 'Name of the lock' -r
+complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s l -l lock -d 'Name of the lock' -x
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l shard -d 'For a lock run with --shards: which shard (as ELECT_SHARD, which elect run sets)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l holder-key -d 'The holder\'s key in the store (put)' -r
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l token -d 'The fencing token the holder was given (put)' -r

@@ -80,6 +80,8 @@ _elect() {{
         --lock|-l)
             case "$sub" in
                 {pattern})
+                    # Lock names or nothing: never file names instead.
+                    compopt +o default +o bashdefault 2>/dev/null
                     COMPREPLY=( $(compgen -W "$(_elect_locks)" -- "$cur") )
                     return 0
                     ;;
@@ -133,7 +135,18 @@ _elect_stores() {{
 }
 
 fn fish(script: &str) -> String {
-    let mut out = script.to_string();
+    // A lock is a name, never a file: clap's -r lets fish offer files.
+    let mut out = String::new();
+    for line in script.lines() {
+        match line.contains(" -s l -l lock ") && line.ends_with(" -r") {
+            true => out.push_str(&format!(
+                "{} -x",
+                line.strip_suffix(" -r").expect("ends so")
+            )),
+            false => out.push_str(line),
+        }
+        out.push('\n');
+    }
     out.push_str(&format!(
         r#"
 # elect's own: lock names from the store, store URL schemes, and after --

@@ -380,6 +380,38 @@ _elect "${{COMP_WORDS[0]}}" "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CW
         .collect()
 }
 
+/// On a real bash line editor: a store with no locks offers no lock name,
+/// and never the files of the current directory instead.
+#[test]
+fn bash_offers_no_file_names_for_a_lock() {
+    let dir = TempDir::new("inspect-complete-files");
+    std::fs::write(dir.join("zz-a-file-not-a-lock"), "").unwrap();
+    let empty = TempDir::new("inspect-complete-empty");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/completions/elect.bash");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_elect"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .current_dir(&dir.0)
+        .env("PS1", "ready-\\#> ")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env_remove("ELECT_STORE");
+    let mut pty = support::Pty::spawn(bash);
+    // Each prompt numbered: typing waits for readline's, not the echo.
+    pty.expect("ready-1> ", 10 * SECOND);
+    pty.type_in(format!("source '{script}'\n").as_bytes());
+    pty.expect("ready-2> ", 10 * SECOND);
+    pty.type_in(format!("elect status --store {} --lock z\t\t", empty.url()).as_bytes());
+    // Then a line of our own, to know when the editor is done.
+    pty.type_in(b"\x15echo done-$((6*7))\n");
+    pty.expect("done-42", 10 * SECOND);
+    assert!(!pty.seen.contains("zz-a-file-not-a-lock"), "{:?}", pty.seen);
+    pty.type_in(b"exit\n");
+    pty.wait(10 * SECOND);
+}
+
 #[test]
 fn bash_completes_lock_names_signals_stores_and_commands() {
     let dir = TempDir::new("inspect-complete");
