@@ -458,6 +458,38 @@ mod tests {
         }
     }
 
+    /// Every option of every command, given a value it cannot take or none
+    /// at all: where the parser refuses, one line that ends by saying
+    /// where to look.
+    #[test]
+    fn every_refused_option_says_where_to_look_in_one_line() {
+        let mut cli = Cli::command();
+        cli.build();
+        let mut refused = 0;
+        for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name = sub.get_name();
+            for arg in sub
+                .get_arguments()
+                .filter(|a| a.get_action().takes_values())
+            {
+                let Some(long) = arg.get_long() else { continue };
+                for bad in ["", "=", "!not@valid#", "-1", "99999999999999999999"] {
+                    let line = match bad {
+                        "" => format!("elect {name} --lock x --{long}"),
+                        "=" => format!("elect {name} --lock x --{long}="),
+                        _ => format!("elect {name} --lock x --{long} {bad} -- true"),
+                    };
+                    if let Err(Outcome::Fail(f)) = parse(&args(&line)) {
+                        refused += 1;
+                        assert!(!f.message.contains('\n'), "{line}: {}", f.message);
+                        assert!(f.message.ends_with("--help)"), "{line}: {}", f.message);
+                    }
+                }
+            }
+        }
+        assert!(refused > 50, "only {refused} refused");
+    }
+
     #[test]
     fn the_log_format_is_known_before_parsing() {
         assert!(json_requested(&args("elect --log-format json run")));
