@@ -166,6 +166,50 @@ fn a_ttl_of_part_of_a_second_is_counted_as_given_and_said_so() {
     );
 }
 
+/// The README's etcd fencing example runs as written, inside elect run:
+/// the write lands while the holder's key is there.
+#[test]
+fn the_readmes_etcd_fencing_example_runs_as_written() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let from = readme
+        .find("**etcd** as the resource")
+        .expect("the example's heading");
+    let block = &readme[from..];
+    let start = block.find("```sh\n").unwrap() + "```sh\n".len();
+    let example = &block[start..start + block[start..].find("```").unwrap()];
+    let etcd = Etcd::start();
+    let etcdctl = support::tools::tool("ELECT_TEST_ETCDCTL", "etcdctl", "etcd-client");
+    let dir = etcdctl.parent().unwrap().display().to_string();
+    let out = elect_run(&etcd.url(), "app", &[], example)
+        .env("PATH", format!("{dir}:/usr/bin:/bin"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{example}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = etcd.etcdctl(&["get", "--print-value-only", "/app/state"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), "new value");
+}
+
+/// `--help`'s exit codes fit the help's width, each wrapped line under its
+/// text.
+#[test]
+fn the_exit_codes_in_help_wrap_under_their_text() {
+    let out = elect().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let codes = &help[help.find("Exit codes:").unwrap()..];
+    for line in codes.lines().skip(1).take_while(|l| !l.is_empty()) {
+        assert!(line.len() <= 100, "{line}");
+        assert!(line.starts_with("  "), "{line}");
+        let rest = line.trim_start();
+        let indent = line.len() - rest.len();
+        assert!(indent == 2 || indent == 8, "{line}");
+    }
+}
+
 fn partition(mode: Mode) {
     let etcd = Etcd::start();
     let proxy = Proxy::start(&etcd.endpoint);
