@@ -67,8 +67,9 @@ impl Job {
         };
         timeline::step("command started");
         log::verbose(format_args!(
-            "started the command as pid {} under lease {}",
+            "started the command as pid {} in process group {} under lease {}",
             child.pid(),
+            child.group(),
             session.id()
         ));
         let mut watch = Watch::default();
@@ -315,7 +316,7 @@ impl Job {
     /// not what the command started: kill the whole group here, see it
     /// gone, and only then let the lock go.
     async fn guard_lost(&self, child: Supervisor) -> TurnEnd {
-        let pgid = child.pid();
+        let pgid = child.group();
         crate::supervisor::kill_group(pgid).await;
         let how = match child.reap().await {
             Some(status) => describe_status(status),
