@@ -122,3 +122,59 @@ pub fn members_that_can_run(pgid: Pid) -> io::Result<Vec<Pid>> {
     }
     Ok(members)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+    use std::time::Instant;
+
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+
+    use super::*;
+
+    /// A group of its own, led by `sh -c script`, not yet reaped.
+    fn group_of(script: &str) -> (std::process::Child, Pid) {
+        let child = Command::new("sh")
+            .args(["-c", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = Pid::from_raw(child.id() as i32);
+        (child, group)
+    }
+
+    #[test]
+    fn a_zombie_is_a_member_that_cannot_run_and_a_reaped_group_is_none() {
+        let (mut child, group) = group_of("exec sleep 30");
+        assert_eq!(members_that_can_run(group).unwrap(), vec![group]);
+        assert!(kill(group), "a live member");
+        // Dead, not reaped: the group's id stays ours.
+        waitid(Id::Pid(group), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).unwrap();
+        assert_eq!(members_that_can_run(group).unwrap(), vec![]);
+        assert!(kill(group), "a zombie is still a member");
+        child.wait().unwrap();
+        // Signal 0 only: the id is free now, and could be another's.
+        assert_eq!(killpg(group, None), Err(Errno::ESRCH));
+    }
+
+    #[test]
+    fn what_a_command_left_behind_is_killed_and_waited_for() {
+        let (mut child, group) = group_of("sleep 30 & sleep 30 & exec sleep 30");
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while members_that_can_run(group).unwrap().len() < 3 {
+            assert!(Instant::now() < give_up, "the group did not fill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (done, waited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            kill_until_none_can_run(group);
+            done.send(()).unwrap();
+        });
+        waited
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the wait ended");
+        assert_eq!(members_that_can_run(group).unwrap(), vec![]);
+        child.wait().unwrap();
+    }
+}
