@@ -1494,8 +1494,9 @@ fn kill_at_once(pids: &[i32]) {
 }
 
 /// elect and its guard SIGKILLed together: the command's own process dies
-/// by its parent-death signal, and the sentinel the guard left in the
-/// command's group kills the rest of it. The lock passes only after that.
+/// by its parent-death signal, and the guard's sentinel, whose pid the
+/// command's group bears, kills the rest of it. The lock passes only after
+/// that.
 fn sigkill_of_elect_and_its_guard_together_leaves_nothing_running<S: StoreUnderTest>() {
     let store = S::start("elect-and-guard");
     let dir = TempDir::new(&format!("{}-elect-and-guard", S::NAME));

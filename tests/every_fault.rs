@@ -69,6 +69,9 @@ struct Run<S: StoreUnderTest> {
     a: Running,
     a_elect: i32,
     a_guard: i32,
+    /// The command's own process (`sh`), the guard's child.
+    a_command: i32,
+    /// Its process group (the id of the guard's sentinel).
     a_group: i32,
     a_token: u64,
     b: Running,
@@ -166,12 +169,14 @@ fn start_on<S: StoreUnderTest>(
     }
     let a_elect = a.pid();
     let a_guard = find_child(a_elect, support::GUARD);
+    let a_command = find_child(a_guard, "sh");
     Run {
         fault: fault.to_string(),
         began,
         a,
         a_elect,
         a_guard,
+        a_command,
         a_group,
         a_token,
         b,
@@ -422,7 +427,7 @@ fn sigkill<S: StoreUnderTest>(scenario: &str, victims: &[&str]) {
         let pid = match *victim {
             "elect" => run.a_elect,
             "guard" => run.a_guard,
-            "command" => run.a_group,
+            "command" => run.a_command,
             _ => unreachable!("{victim}"),
         };
         signal(pid, libc::SIGKILL);
@@ -438,7 +443,8 @@ fn sigkill_of_the_guard<S: StoreUnderTest>() {
     sigkill::<S>("kill-guard", &["guard"]);
 }
 
-/// Both watchers at once: the sentinel in the command's group is left.
+/// Both watchers at once: the sentinel, whose pid the command's group
+/// bears, is left.
 fn sigkill_of_elect_and_guard<S: StoreUnderTest>() {
     sigkill::<S>("kill-elect-guard", &["elect", "guard"]);
 }

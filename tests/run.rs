@@ -793,12 +793,19 @@ fn the_command_process_forked_while_waiting_runs_only_with_the_lock() {
     ));
     let guard = find_child(waiter.pid(), support::GUARD);
     let early = find_child(guard, support::GUARD);
-    // Waiting: still the guard's copy, in a process group of its own.
+    // Waiting: still the guard's copy, in a process group of its own, whose
+    // id is the pid of the guard's sentinel.
     let pid = nix::unistd::Pid::from_raw(early);
+    let sentinel = nix::unistd::Pid::from_raw(find_child(guard, support::SENTINEL));
     assert_eq!(
         nix::unistd::getpgid(Some(pid)),
-        Ok(pid),
-        "the waiting process leads its own group"
+        Ok(sentinel),
+        "the waiting process is in the group that bears the sentinel's pid"
+    );
+    assert_ne!(
+        nix::unistd::getpgid(Some(sentinel)),
+        Ok(sentinel),
+        "the sentinel is no member of the command's group"
     );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     holder.send_line("done");

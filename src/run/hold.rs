@@ -71,8 +71,9 @@ impl Job {
             log::Level::Verbose,
             "started",
             format_args!(
-                "started the command as pid {} under lease {}",
+                "started the command as pid {} in process group {} under lease {}",
                 child.pid(),
+                child.group(),
                 session.id()
             ),
         );
@@ -335,7 +336,7 @@ impl Job {
     /// not what the command started: kill the whole group here, see it
     /// gone, and only then let the lock go.
     async fn guard_lost(&self, child: Supervisor) -> TurnEnd {
-        let pgid = child.pid();
+        let pgid = child.group();
         crate::supervisor::kill_group(pgid).await;
         let how = match child.reap().await {
             Some(status) => describe_status(status),

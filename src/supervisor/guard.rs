@@ -9,8 +9,8 @@
 //! - If elect dies, even by SIGKILL, the guard sees its end of the socket
 //!   close and kills the command's whole process group, grandchildren
 //!   included. A parent-death signal alone reaches only the direct child;
-//!   should the guard die with elect, the sentinel it leaves in the
-//!   command's group ([`super::sentinel`]) kills the group.
+//!   should the guard die with elect, its sentinel ([`super::sentinel`]),
+//!   whose pid is the command's group id, kills the group.
 //! - It enforces the lease deadline on its own, with a `CLOCK_BOOTTIME`
 //!   timer: if elect is stopped, starved or stuck, the command still gets
 //!   its signal at the deadline minus the grace and SIGKILL at the deadline.
@@ -59,6 +59,7 @@ use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::launch::{Launch, Went};
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
+use super::sentinel::Sentinel;
 use crate::clock::Instant;
 
 /// The hidden first argument that turns elect into its guard.
@@ -170,13 +171,20 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
     // elect, by the pid it had: once it dies, our parent is another.
     let elect = nix::unistd::getppid();
     // Started while elect waits for the lock: fork the command's process
-    // now, and wait for the word to go.
+    // now, and wait for the word to go. It comes first, so that the first
+    // child of the guard is it (the sentinel bears the guard's name until
+    // it takes its own); then the sentinel, whose pid is the group's id.
     let launch = Launch::fork(&orders);
+    let sentinel = Sentinel::fork();
+    let launch = match &sentinel {
+        Ok(group) => launch.and_then(|launch| launch.join(group)),
+        Err(e) => Err(std::io::Error::from(*e)),
+    };
     let Some(lock) = wait_for_the_lock(&socket) else {
         // elect gave up waiting (or died): nothing to start.
         return 0;
     };
-    match Guard::start(socket, orders, lock, launch, elect) {
+    match Guard::start(socket, orders, lock, launch, sentinel, elect) {
         Ok(mut guard) => guard.run(),
         Err(e) => {
             eprintln!("elect: guard: {e}");
@@ -364,6 +372,8 @@ struct Guard {
     lock: Lock,
     inbox: Vec<u8>,
     child: Pid,
+    /// The command's process group: the sentinel's pid.
+    group: Pid,
     /// elect's process group: the job that a shell stops and continues.
     job: Pid,
     /// Readable when the command exits, stops or continues.
@@ -379,8 +389,8 @@ struct Guard {
     /// elect's job is stopped and the command with it (Ctrl-Z at the
     /// terminal, or SIGTSTP to elect): continued when elect is.
     suspended: bool,
-    /// The sentinel in the command's group, until it is reaped.
-    sentinel: Option<Pid>,
+    /// Whose pid is the command's group id: alive, or unreaped, until we exit.
+    sentinel: Sentinel,
     /// elect, which started us: named in what we say once it is gone.
     elect: Pid,
 }
@@ -399,6 +409,7 @@ impl Guard {
         orders: Orders,
         mut lock: Lock,
         launch: std::io::Result<Launch>,
+        sentinel: nix::Result<Sentinel>,
         elect: Pid,
     ) -> std::io::Result<Guard> {
         for sig in IGNORED {
@@ -418,9 +429,17 @@ impl Guard {
         // is lost.
         let mut inbox = Vec::with_capacity(SIZE);
         let told_to_stop = read_latest_orders(&socket, &mut lock, &mut inbox);
+        let sentinel = match sentinel {
+            Ok(sentinel) => sentinel,
+            Err(e) => {
+                // No group to run the command in.
+                socket.write_all(&Message::SpawnFailed(e as i32).encode())?;
+                std::process::exit(0);
+            }
+        };
         let started = match told_to_stop || Instant::now() >= lock.deadline - orders.grace {
             true => Ok(None),
-            false => start_command(&orders, &lock, terminal.is_some(), launch),
+            false => start_command(&orders, &lock, terminal.is_some(), launch, &sentinel),
         };
         let child = match started {
             Ok(Some(child)) => child,
@@ -429,21 +448,25 @@ impl Guard {
                 if terminal.is_some() {
                     let _ = nix::unistd::tcsetpgrp(std::io::stdin(), job);
                 }
+                drop(sentinel);
                 socket.write_all(&Message::NotStarted.encode())?;
                 std::process::exit(0);
             }
             Err(e) => {
+                drop(sentinel);
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
                 socket.write_all(&Message::SpawnFailed(errno).encode())?;
                 std::process::exit(0);
             }
         };
-        socket.write_all(&Message::Started(child.as_raw()).encode())?;
-        let sentinel = super::sentinel::fork(child)
-            .inspect_err(|e| {
-                eprintln!("elect: guard: cannot start the command group's sentinel: {e}")
-            })
-            .ok();
+        let group = sentinel.group();
+        socket.write_all(
+            &Message::Started {
+                pid: child.as_raw(),
+                group: group.as_raw(),
+            }
+            .encode(),
+        )?;
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
@@ -451,6 +474,7 @@ impl Guard {
             lock,
             inbox,
             child,
+            group,
             job,
             sigchld,
             terminal,
@@ -564,13 +588,23 @@ impl Guard {
             kill_at: (now + grace).min(self.deadline),
         };
         self.suspended = false;
-        let _ = killpg(self.child, self.signal);
-        let _ = killpg(self.child, Signal::SIGCONT);
+        self.signal_command(self.signal);
+        self.signal_command(Signal::SIGCONT);
     }
 
     fn kill_group(&mut self) {
-        let _ = killpg(self.child, Signal::SIGKILL);
+        self.signal_command(Signal::SIGKILL);
         self.phase = Phase::Killed;
+    }
+
+    /// Signal the command's group, and the command's own process as well if
+    /// it left the group (it leads none, so setsid(2) lets it): unreaped,
+    /// its pid is still its own. ESRCH from the group: none of it is left.
+    fn signal_command(&self, sig: Signal) {
+        let _ = killpg(self.group, sig);
+        if nix::unistd::getpgid(Some(self.child)) != Ok(self.group) {
+            let _ = nix::sys::signal::kill(self.child, sig);
+        }
     }
 
     /// Tell elect; if it is gone, the socket's end says so in the next poll.
@@ -601,12 +635,12 @@ impl Guard {
                 }
                 Some(Message::Signal(n)) => {
                     if let Ok(sig) = Signal::try_from(n) {
-                        let _ = killpg(self.child, sig);
+                        self.signal_command(sig);
                     }
                 }
                 Some(Message::Suspend) if self.phase == Phase::Running => {
                     self.suspended = true;
-                    let _ = killpg(self.child, Signal::SIGTSTP);
+                    self.signal_command(Signal::SIGTSTP);
                 }
                 Some(Message::Resume) => self.resume(),
                 _ => {}
@@ -617,8 +651,8 @@ impl Guard {
 
     /// Look at the command: exited, stopped, continued, or nothing new.
     fn child_state(&self) -> ChildState {
-        // WNOWAIT: an exited child stays a zombie, so its pid, and with it
-        // the process group id, cannot be reused while we clean up the group.
+        // WNOWAIT: an exited child is left for `finish` to reap, with its
+        // status.
         let peek = WaitPidFlag::WEXITED
             | WaitPidFlag::WSTOPPED
             | WaitPidFlag::WCONTINUED
@@ -652,7 +686,7 @@ impl Guard {
         let Some(terminal) = &mut self.terminal else {
             return;
         };
-        if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.child) {
+        if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.group) {
             return;
         }
         terminal.theirs = tcgetattr(&stdin).ok();
@@ -679,10 +713,10 @@ impl Guard {
             if let Some(modes) = &terminal.theirs {
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, modes);
             }
-            handed_over = nix::unistd::tcsetpgrp(&stdin, self.child).is_ok();
+            handed_over = nix::unistd::tcsetpgrp(&stdin, self.group).is_ok();
         }
         if self.suspended || handed_over {
-            let _ = killpg(self.child, Signal::SIGCONT);
+            self.signal_command(Signal::SIGCONT);
         }
         self.suspended = false;
     }
@@ -721,18 +755,21 @@ impl Guard {
     }
 
     /// Kill what the command left behind in its group, give the terminal
-    /// back as it was, wait until none of the group can run, reap the
-    /// command, report (elect then releases the lock), exit.
+    /// back as it was, reap the command, wait until none of the group can
+    /// run, report (elect then releases the lock), exit.
     fn finish(&mut self) -> i32 {
-        let _ = killpg(self.child, Signal::SIGKILL);
+        // The command, not yet reaped, is a member: the group is there.
+        super::group::kill(self.group);
         if let Some(terminal) = &self.terminal {
             let stdin = std::io::stdin();
-            if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.child) {
+            if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.group) {
                 let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
                 let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
             }
         }
-        self.wait_until_none_can_run();
+        // Reaped first: the group's id is the sentinel's pid, which stays
+        // ours whatever else is reaped, and a reaped command is no longer
+        // a member.
         let report = loop {
             match waitpid(self.child, None) {
                 Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
@@ -741,34 +778,14 @@ impl Guard {
                 Err(_) => break Message::Killed(libc::SIGKILL),
             }
         };
+        // A command that left nothing behind: one kill(2), which finds the
+        // group empty. Otherwise SIGKILL until none of it can run.
+        super::group::kill_until_none_can_run(self.group);
+        // Its watch is over; it is no member of the group, so it need not
+        // be gone before the lock is.
+        self.sentinel.dismiss();
         self.report(report);
         0
-    }
-
-    /// SIGKILL the command's group until none of it can run: a killed
-    /// process runs on until the kernel has torn it down (freeing a large
-    /// memory takes a while), and one that joined the group late missed the
-    /// last signal. Its leader, not yet reaped, keeps the group's id from
-    /// being reused meanwhile.
-    fn wait_until_none_can_run(&self) {
-        // Our own member of the group (or about to be: it may not have
-        // joined yet), killed by its pid, and waited for directly (left
-        // unreaped), which is cheaper than a look through /proc. It must
-        // never outlive us: it would SIGKILL the group's id.
-        if let Some(sentinel) = self.sentinel {
-            let _ = nix::sys::signal::kill(sentinel, Signal::SIGKILL);
-            while waitid(
-                Id::Pid(sentinel),
-                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
-            ) == Err(Errno::EINTR)
-            {}
-        }
-        let mut pause = Duration::from_micros(100);
-        while super::group_can_run(self.child.as_raw()) {
-            std::thread::sleep(pause);
-            let _ = killpg(self.child, Signal::SIGKILL);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
     }
 }
 
@@ -799,6 +816,7 @@ fn start_command(
     lock: &Lock,
     interactive: bool,
     launch: std::io::Result<Launch>,
+    group: &Sentinel,
 ) -> std::io::Result<Option<Pid>> {
     let stop_at = lock.deadline - orders.grace;
     let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, &lock.held, interactive);
@@ -809,7 +827,7 @@ fn start_command(
             Went::Gone => {}
         }
     }
-    match go(Launch::fork(orders)?)? {
+    match go(Launch::fork(orders)?.join(group)?)? {
         Went::Started(pid) => Ok(Some(pid)),
         Went::Late => Ok(None),
         Went::Gone => Err(std::io::Error::other(

@@ -1,12 +1,13 @@
 //! The command's process, forked by the guard before the lock is ours.
 //!
 //! A fork of the guard costs a copy of its page tables, and the new process
-//! must lead a group and ask for its parent-death signal before it execs.
-//! All of that can happen while elect still waits for the store: the
-//! process then waits on a pipe, and the word to go (the token and the
-//! variables that name the holder) leaves only the exec for the moment the
-//! lock is ours. It never execs without that word: if the guard closes the
-//! pipe first, or dies, it exits.
+//! must be put in the command's group ([`super::sentinel::Sentinel::admit`])
+//! and ask for its parent-death signal before it execs. All of that can
+//! happen while elect still waits for the store: the process then waits on
+//! a pipe, and the word to go (the token and the variables that name the
+//! holder) leaves only the exec for the moment the lock is ours. It never
+//! execs without that word: if the guard closes the pipe first, or dies, it
+//! exits.
 //!
 //! Over a second, close-on-exec pipe the process answers the word: `+`
 //! when it has it, then `!` and an errno if the command could not be
@@ -34,6 +35,7 @@ use nix::unistd::{ForkResult, Pid};
 
 use super::guard::Orders;
 use super::protocol::MAX_HELD;
+use super::sentinel::Sentinel;
 use crate::clock::Instant;
 
 /// The command's process, forked and waiting for the word to go.
@@ -63,7 +65,17 @@ pub enum Went {
 }
 
 impl Launch {
-    /// Fork the command's process. The guard must have one thread.
+    /// Put the process in the command's group, which it must be in before
+    /// it hears the word. Dropped on failure: it exits, and is reaped.
+    pub fn join(self, group: &Sentinel) -> std::io::Result<Launch> {
+        if let Some(pid) = self.pid {
+            group.admit(pid)?;
+        }
+        Ok(self)
+    }
+
+    /// Fork the command's process, in the guard's group until it
+    /// [`Launch::join`]s the command's. The guard must have one thread.
     pub fn fork(orders: &Orders) -> std::io::Result<Launch> {
         let (go_read, go_write) = socketpair(
             AddressFamily::Unix,
@@ -182,18 +194,15 @@ enum Waited {
     Failed(std::io::Error),
 }
 
-/// In the forked process: lead a new group, die with the guard, wait for
-/// the word, then take the terminal if told to, reset every signal to its
-/// default and exec the command. Returns only if it cannot.
+/// In the forked process: die with the guard, wait for the word (by then
+/// the guard has put this process in the command's group), then take the
+/// terminal if told to, reset every signal to its default and exec the
+/// command. Returns only if it cannot.
 fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs::File) -> Waited {
     let failed = |call: &str, e: nix::Error| {
         eprintln!("elect: guard: {call} failed in the command's process: {e}");
         Waited::Failed(std::io::Error::from(e))
     };
-    // Lead a new process group, so every signal reaches the whole job.
-    if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
-        return failed("setpgid", e);
-    }
     // If the guard dies, this process dies; and if the guard died before
     // this line, the signal will never come: give up.
     if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
@@ -230,7 +239,7 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
         } {
             return failed("rt_sigaction", e);
         }
-        if let Err(e) = nix::unistd::tcsetpgrp(std::io::stdin(), nix::unistd::getpid()) {
+        if let Err(e) = nix::unistd::tcsetpgrp(std::io::stdin(), nix::unistd::getpgrp()) {
             return failed("tcsetpgrp", e);
         }
     }

@@ -10,6 +10,7 @@
 //! ends the command by the deadline: the guard on its timer, elect with
 //! [`kill_group`] if the guard is stopped or dead.
 
+mod group;
 pub mod guard;
 mod launch;
 mod protocol;
@@ -197,6 +198,7 @@ pub struct Supervisor {
     inbox: Vec<u8>,
     guard: Guard,
     pid: i32,
+    group: i32,
 }
 
 /// A guard started ahead of time, while elect waits for the lock, so that a
@@ -343,6 +345,7 @@ impl Prepared {
             inbox: Vec::new(),
             guard,
             pid: 0,
+            group: 0,
         };
         let env: Vec<u8> = handover
             .set_env
@@ -375,8 +378,9 @@ impl Supervisor {
     /// [`Supervisor::reap`] the guard, which exits). Cancel-safe.
     pub async fn started(&mut self) -> Result<(), SpawnError> {
         match self.receive().await {
-            Some(Message::Started(pid)) => {
+            Some(Message::Started { pid, group }) => {
                 self.pid = pid;
+                self.group = group;
                 Ok(())
             }
             Some(Message::SpawnFailed(errno)) => Err(SpawnError::Exec(errno)),
@@ -387,9 +391,14 @@ impl Supervisor {
         }
     }
 
-    /// The command's pid, which is also its process group id.
+    /// The command's pid.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The command's process group id: the pid of the guard's sentinel.
+    pub fn group(&self) -> i32 {
+        self.group
     }
 
     /// A renewal made the lease safe until `deadline`.
@@ -405,10 +414,11 @@ impl Supervisor {
 
     /// SIGKILL the command's group from here, for when the guard cannot (it
     /// is stopped). Called only before the guard reported the command's end:
-    /// until then the guard has not reaped the command, whose pid is the
-    /// group's id, so the id cannot have been reused.
+    /// until then the guard holds its sentinel unreaped, whose pid is the
+    /// group's id, so the id cannot have been reused. ESRCH: the group is
+    /// gone already.
     pub fn kill_now(&self) {
-        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let _ = killpg(Pid::from_raw(self.group), Signal::SIGKILL);
     }
 
     /// elect was told to stop (SIGTSTP): stop the command with it.
@@ -517,7 +527,8 @@ impl Supervisor {
     }
 }
 
-/// A pidfd for our child `pid`: unreaped, its pid cannot be reused first.
+/// A pidfd for process `pid` (our child: unreaped, its pid cannot be reused
+/// first).
 fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open(2) with no flags; no wrapper in libc or nix.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
@@ -533,46 +544,10 @@ fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
 /// is gone, or holds only zombies (which whoever inherited them reaps).
 pub async fn kill_group(pgid: i32) {
     let group = Pid::from_raw(pgid);
-    let mut pause = Duration::from_millis(1);
-    loop {
-        if killpg(group, Signal::SIGKILL) == Err(Errno::ESRCH) || !group_can_run(pgid) {
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(50));
+    // Waits on the ends of the group's processes, in a thread of its own.
+    let waited = tokio::task::spawn_blocking(move || group::kill_until_none_can_run(group));
+    if waited.await.is_err() {
+        // That thread is lost (a panic): the same wait on this one.
+        group::kill_until_none_can_run(group);
     }
-}
-
-/// Whether a process of group `pgid` is not yet a zombie, by /proc.
-pub fn group_can_run(pgid: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
-        };
-        // One read into a buffer of our own: a stat line is short, and this
-        // look runs at every command's end (read_to_string takes a stat
-        // and five reads for it).
-        let mut buffer = [0u8; 1024];
-        let read = std::fs::File::open(format!("/proc/{pid}/stat"))
-            .and_then(|mut file| std::io::Read::read(&mut file, &mut buffer));
-        let Ok(n) = read else {
-            return false;
-        };
-        let stat = String::from_utf8_lossy(&buffer[..n]);
-        // Fields after the command name, which may contain anything: state ppid pgrp ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && !matches!(state, Some("Z" | "X"))
-    })
 }

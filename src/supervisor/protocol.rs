@@ -33,8 +33,9 @@ pub enum Message {
     /// elect: the next this many bytes are the order that ends the session
     /// from another process, should elect die while the command runs.
     Order(u64),
-    /// guard: the child runs with this pid (and process group).
-    Started(i32),
+    /// guard: the child runs with this pid, in this process group (the
+    /// sentinel's pid).
+    Started { pid: i32, group: i32 },
     /// guard: the child could not be started; the errno.
     SpawnFailed(i32),
     /// guard: the child was not started: elect said stop, or the deadline
@@ -58,7 +59,9 @@ impl Message {
             Message::Deadline(ns) => (1, ns),
             Message::Stop(grace) => (2, grace),
             Message::Signal(n) => (3, n as u64),
-            Message::Started(pid) => (4, pid as u64),
+            Message::Started { pid, group } => {
+                (4, u64::from(pid as u32) | u64::from(group as u32) << 32)
+            }
             Message::SpawnFailed(errno) => (5, errno as u64),
             Message::Stopping(why) => (6, why as u64),
             Message::Exited(code) => (7, code as u64),
@@ -84,7 +87,10 @@ impl Message {
             1 => Message::Deadline(value),
             2 => Message::Stop(value),
             3 => Message::Signal(small),
-            4 => Message::Started(small),
+            4 => Message::Started {
+                pid: small,
+                group: (value >> 32) as i32,
+            },
             5 => Message::SpawnFailed(small),
             6 => Message::Stopping(if value == Stop::ExpiredWhileStopped as u64 {
                 Stop::ExpiredWhileStopped
@@ -124,7 +130,10 @@ mod tests {
             Message::Deadline(u64::MAX - 1),
             Message::Stop(1_500_000_000),
             Message::Signal(15),
-            Message::Started(4_194_304),
+            Message::Started {
+                pid: 4_194_304,
+                group: 4_194_303,
+            },
             Message::SpawnFailed(2),
             Message::Stopping(Stop::Deadline),
             Message::Stopping(Stop::ExpiredWhileStopped),

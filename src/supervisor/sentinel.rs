@@ -1,55 +1,113 @@
-//! The sentinel: a process inside the command's group that kills the group
-//! when the guard dies.
+//! The sentinel: the process whose pid is the command's process group id,
+//! which kills the group when the guard dies.
 //!
 //! The guard kills the command's group when elect dies, and elect kills it
 //! when the guard dies; when both die at once (SIGKILL of both), the
 //! command's own process dies by its parent-death signal, but what it
 //! started would run on unwatched, and beside the next holder once the
-//! lease expires. The sentinel closes that: the guard forks it once the
-//! command runs; it joins the command's group, asks for a signal when the
-//! guard dies, and then SIGKILLs the group, itself included. Being a member
-//! keeps the group's id from being reused for as long as it could signal it.
+//! lease expires. The sentinel closes that: a child of the guard that asks
+//! for a signal when the guard dies, and then SIGKILLs the group.
 //!
-//! It blocks every signal it can, so that one meant for the group (a
-//! script's `kill 0`, Ctrl-C, the `--signal` that stops the command) leaves
-//! it be; it takes a signal as the guard's death only once its parent has
-//! changed. It holds no descriptor: elect must see the guard's socket close
-//! when the guard dies, and the lock must not be kept by it. The guard's
-//! SIGKILL to the group at the command's end ends it with the rest.
+//! The group bears the sentinel's pid, not the command's: the guard makes
+//! the sentinel lead a new group, puts the command's process in it, and
+//! takes the sentinel out again ([`Sentinel::admit`]). So the group's id
+//! belongs to a process that the guard never reaps and that is no member:
+//! the id cannot be reused while the guard lives (nor while the sentinel
+//! could signal it), whatever the command's processes do, and once the
+//! command is reaped, `kill(-group, 0)` failing with ESRCH proves that
+//! no process of the group is left, zombies included. That one system call
+//! is the whole check at a command's end when it left nothing behind; a
+//! look through `/proc` is needed only when it did.
+//!
+//! It blocks every signal it can, so that a stray one (to the guard's
+//! group, which it stays in) leaves it be; it takes a signal as the guard's
+//! death only once its parent has changed. It holds no descriptor: elect
+//! must see the guard's socket close when the guard dies, and the lock must
+//! not be kept by it.
 
-use nix::sys::signal::{SigSet, Signal, killpg};
-use nix::unistd::{ForkResult, Pid, getpid, getppid, setpgid};
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::unistd::{ForkResult, Pid, getpgrp, getpid, getppid, setpgid};
 
 /// Its name, as `ps` and `pkill` see it: not elect's (see [`super::guard::NAME`]).
 const NAME: &std::ffi::CStr = c"lease-sentinel";
 
-/// Fork the sentinel of the command's group `group`; its pid. The guard
-/// must have one thread. Best effort: without it, the guard and elect
-/// still watch.
-pub fn fork(group: Pid) -> nix::Result<Pid> {
-    let guard = getpid();
-    // SAFETY: the guard is single-threaded; the child only makes system
-    // calls and exits.
-    match unsafe { nix::unistd::fork() }? {
-        ForkResult::Parent { child } => Ok(child),
-        ForkResult::Child => {
-            watch(guard, group);
-            // SAFETY: _exit skips the guard's exit handlers, which are not ours.
-            unsafe { libc::_exit(0) }
+/// The sentinel, as the guard holds it: a child never reaped, whose pid is
+/// the command's group id.
+pub struct Sentinel {
+    pid: Pid,
+    /// SIGKILL went out to it: it is done with.
+    dismissed: bool,
+}
+
+impl Sentinel {
+    /// Fork the sentinel. The guard must have one thread.
+    pub fn fork() -> nix::Result<Sentinel> {
+        let guard = getpid();
+        // SAFETY: the guard is single-threaded; the child only makes system
+        // calls and exits.
+        match unsafe { nix::unistd::fork() }? {
+            ForkResult::Parent { child } => Ok(Sentinel {
+                pid: child,
+                dismissed: false,
+            }),
+            ForkResult::Child => {
+                watch(guard);
+                // SAFETY: _exit skips the guard's exit handlers, which are not ours.
+                unsafe { libc::_exit(0) }
+            }
+        }
+    }
+
+    /// The command's process group id.
+    pub fn group(&self) -> Pid {
+        self.pid
+    }
+
+    /// Put `member`, a child of the guard that has not exec'd, in the
+    /// command's group: the sentinel leads the group into being (again, if
+    /// an earlier member is gone), the member joins, and the sentinel
+    /// leaves, back to the guard's group. Each step from the parent's side:
+    /// neither child acts on its own group.
+    pub fn admit(&self, member: Pid) -> nix::Result<()> {
+        setpgid(self.pid, self.pid)?;
+        setpgid(member, self.pid)?;
+        setpgid(self.pid, getpgrp())
+    }
+
+    /// The command's group is gone, or the command never ran: SIGKILL the
+    /// sentinel, without waiting for it. It is no member of the group, and
+    /// the id it could signal is its own pid, which no other group can
+    /// bear while it exists; left unreaped, it is the guard's until the
+    /// guard exits, then whoever inherits it reaps it.
+    pub fn dismiss(&mut self) {
+        if self.dismissed {
+            return;
+        }
+        self.dismissed = true;
+        // ESRCH cannot be (the guard never reaps it); anything else would
+        // leave it to notice the guard's exit, find the group empty and end.
+        if let Err(e) = kill(self.pid, Signal::SIGKILL) {
+            eprintln!("elect: guard: cannot end the sentinel: {e}");
         }
     }
 }
 
-/// In the sentinel: returns only if it could not take its post.
-fn watch(guard: Pid, group: Pid) {
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.dismiss();
+    }
+}
+
+/// In the sentinel: wait for the guard's death, then kill the group that
+/// bears this process's pid. Returns when done, or if it could not take
+/// its post.
+fn watch(guard: Pid) {
     if SigSet::all().thread_block().is_err() {
         return;
     }
     close_every_descriptor();
     let _ = nix::sys::prctl::set_name(NAME);
-    if setpgid(Pid::from_raw(0), group).is_err()
-        || nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err()
-    {
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err() {
         return;
     }
     let waited = SigSet::all();
@@ -57,7 +115,9 @@ fn watch(guard: Pid, group: Pid) {
     while getppid() == guard {
         let _ = waited.wait();
     }
-    let _ = killpg(group, Signal::SIGKILL);
+    // Nobody to tell of a failure (every descriptor is closed); ESRCH: the
+    // group is empty, or was never made.
+    let _ = killpg(getpid(), Signal::SIGKILL);
 }
 
 /// Close every descriptor this copy of the guard holds.

@@ -15,7 +15,7 @@ use super::clock::{SECOND, now_ns};
 /// waits for the lock), as /proc/PID/comm shows it.
 pub const GUARD: &str = "lease-guard";
 
-/// The name of the guard's sentinel in the command's process group.
+/// The name of the guard's sentinel, whose pid is the command's process group id.
 pub const SENTINEL: &str = "lease-sentinel";
 
 /// `elect` with a clean environment for the store settings.
