@@ -955,7 +955,7 @@ echo "done $last""#,
 
     // The pause: A's elect, its guard and its command, all stopped.
     let guard = find_child(a.pid(), support::GUARD);
-    let command = find_child(guard, "sh");
+    let command = support::process::pgid(find_child(guard, "sh")).unwrap();
     for group in [a.pid(), guard, command] {
         // SAFETY: killpg(2) of groups our own descendants lead.
         assert_eq!(unsafe { libc::killpg(group, libc::SIGSTOP) }, 0);

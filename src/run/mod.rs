@@ -483,7 +483,13 @@ impl Job {
                          run it with --shards {n}"
                     )))
                 }
-                Err(e) => Err(e),
+                // The look is a courtesy: a store that failed it (a
+                // connection reset under the join, which the join itself
+                // outlived) leaves the run as it was without it.
+                Err(e) => {
+                    log::verbose(format_args!("could not look for a shard count ({e})"));
+                    Ok(lock)
+                }
             }
         };
         let join = async {

@@ -333,6 +333,18 @@ pub fn find_child(ancestor: i32, name: &str) -> i32 {
     }
 }
 
+/// The process group of `pid`, if it exists (a command's is its sentinel's
+/// pid, not its own).
+pub fn pgid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
 /// The state letter of a process (R, S, T, Z, ...), if it exists.
 pub fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
