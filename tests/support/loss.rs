@@ -38,7 +38,13 @@ impl Drop for Loss {
 }
 
 fn nft(script: &str) {
-    let mut child = Command::new(nft_bin())
+    nft_with(Command::new(nft_bin()), script);
+}
+
+/// Feed `script` to `nft` (a command of [`nft_bin`], maybe set to run in
+/// another network namespace); assert that nft took it.
+pub fn nft_with(mut nft: Command, script: &str) {
+    let mut child = nft
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::loss::nft_bin;
+use super::loss::{nft_bin, nft_with};
 use super::proxy::Proxy;
 use super::tools::which;
 
@@ -125,7 +125,6 @@ impl Network {
     /// An nftables script in the hub's namespace.
     fn nft(&self, script: &str) {
         let mut command = Command::new(nft_bin());
-        command.args(["-f", "-"]);
         let hub = open(&Path::new(NETNS).join(&self.hub));
         // SAFETY: as in `enter`.
         unsafe {
@@ -136,23 +135,7 @@ impl Network {
                 Ok(())
             });
         }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nft");
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(script.as_bytes()).unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "nft in {} refused {script:?}: {}",
-            self.hub,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        nft_with(command, script);
     }
 }
 

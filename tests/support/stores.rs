@@ -71,20 +71,30 @@ pub trait StoreUnderTest: Sized {
     /// How many servers keep the store's data; 1: no replicas.
     const REPLICAS: usize;
     /// Where a holder's connection goes, `127.0.0.1:PORT`: what a fault
-    /// proxy forwards to.
-    fn link(&self) -> String;
+    /// proxy forwards to (HAS_LINK).
+    fn link(&self) -> String {
+        unreachable!("{} has no link of its own", Self::NAME)
+    }
     /// The `--store` URL through a proxy on `127.0.0.1:port` that forwards
     /// to [`Self::link`], with whatever credentials it needs in it.
-    fn url_through(&self, port: u16) -> String;
+    fn url_through(&self, _port: u16) -> String {
+        unreachable!("{} has no link of its own", Self::NAME)
+    }
     /// SIGSTOP the store's server, every process of it: alive to TCP,
-    /// answering nothing.
-    fn pause_server(&self);
+    /// answering nothing (HAS_SERVER).
+    fn pause_server(&self) {
+        unreachable!("{} has no server of its own", Self::NAME)
+    }
     /// SIGCONT after [`Self::pause_server`].
-    fn resume_server(&self);
+    fn resume_server(&self) {
+        unreachable!("{} has no server of its own", Self::NAME)
+    }
     /// Stop the server and start it again, on its data and ports: `fast`
     /// (a clean shutdown that ends every session) or `immediate` (a crash,
     /// and recovery). Returns when it serves again.
-    fn restart_server(&mut self, how: &str);
+    fn restart_server(&mut self, _how: &str) {
+        unreachable!("{} has no server of its own", Self::NAME)
+    }
     /// How long a `break --force` may leave the old command running beside
     /// the next holder's, as the README promises it.
     fn forced_break_overlap(ttl: Duration) -> Duration;
@@ -358,26 +368,6 @@ impl StoreUnderTest for FileStore {
     /// flock(2): held while a descriptor is open, no clock at all.
     const JUDGES_BY_ITS_CLOCK: bool = false;
     const REPLICAS: usize = 1;
-
-    fn link(&self) -> String {
-        unreachable!("the file store has no link")
-    }
-
-    fn url_through(&self, _port: u16) -> String {
-        unreachable!("the file store has no link")
-    }
-
-    fn pause_server(&self) {
-        unreachable!("the file store has no server")
-    }
-
-    fn resume_server(&self) {
-        unreachable!("the file store has no server")
-    }
-
-    fn restart_server(&mut self, _how: &str) {
-        unreachable!("the file store has no server")
-    }
 
     /// The old holder's elect looks at its lock file every second.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
@@ -952,26 +942,6 @@ impl StoreUnderTest for EtcdCluster {
     const JUDGES_BY_ITS_CLOCK: bool = false;
     const REPLICAS: usize = MEMBERS;
 
-    fn link(&self) -> String {
-        unreachable!("the link's faults are the single member's")
-    }
-
-    fn url_through(&self, _port: u16) -> String {
-        unreachable!("the link's faults are the single member's")
-    }
-
-    fn pause_server(&self) {
-        unreachable!("the server's faults are the single member's")
-    }
-
-    fn resume_server(&self) {
-        unreachable!("the server's faults are the single member's")
-    }
-
-    fn restart_server(&mut self, _how: &str) {
-        unreachable!("the server's faults are the single member's")
-    }
-
     fn forced_break_overlap(ttl: Duration) -> Duration {
         Etcd::forced_break_overlap(ttl)
     }
@@ -1085,26 +1055,6 @@ impl StoreUnderTest for Ensemble {
     const HAS_SERVER: bool = false;
     const JUDGES_BY_ITS_CLOCK: bool = false;
     const REPLICAS: usize = MEMBERS;
-
-    fn link(&self) -> String {
-        unreachable!("the link's faults are the single server's")
-    }
-
-    fn url_through(&self, _port: u16) -> String {
-        unreachable!("the link's faults are the single server's")
-    }
-
-    fn pause_server(&self) {
-        unreachable!("the server's faults are the single server's")
-    }
-
-    fn resume_server(&self) {
-        unreachable!("the server's faults are the single server's")
-    }
-
-    fn restart_server(&mut self, _how: &str) {
-        unreachable!("the server's faults are the single server's")
-    }
 
     fn forced_break_overlap(ttl: Duration) -> Duration {
         ZooKeeper::forced_break_overlap(ttl)
