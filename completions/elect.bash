@@ -1,4 +1,4 @@
-# Lock names for --lock of status, check, break, checkpoint: asked of the store named on the
+# Lock names for --lock of status, check, break, checkpoint, history: asked of the store named on the
 # command line (or in ELECT_STORE), within 500ms, quietly.
 _elect_locks() {
     local -a words store=()
@@ -36,7 +36,7 @@ _elect() {
     case "$prev" in
         --lock|-l)
             case "$sub" in
-                status|check|break|checkpoint)
+                status|check|break|checkpoint|history)
                     # Lock names or nothing: never file names instead.
                     compopt +o default +o bashdefault 2>/dev/null
                     COMPREPLY=( $(compgen -W "$(_elect_locks)" -- "$cur") )
@@ -83,6 +83,9 @@ _elect_clap() {
             elect,help)
                 cmd="elect__subcmd__help"
                 ;;
+            elect,history)
+                cmd="elect__subcmd__history"
+                ;;
             elect,list)
                 cmd="elect__subcmd__list"
                 ;;
@@ -104,6 +107,9 @@ _elect_clap() {
             elect__subcmd__help,help)
                 cmd="elect__subcmd__help__subcmd__help"
                 ;;
+            elect__subcmd__help,history)
+                cmd="elect__subcmd__help__subcmd__history"
+                ;;
             elect__subcmd__help,list)
                 cmd="elect__subcmd__help__subcmd__list"
                 ;;
@@ -120,7 +126,7 @@ _elect_clap() {
 
     case "${cmd}" in
         elect)
-            opts="-q -v -h -V --quiet --verbose --log-format --help --version run status list check break checkpoint help"
+            opts="-q -v -h -V --quiet --verbose --log-format --help --version run status list check break checkpoint history help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -332,7 +338,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__help)
-            opts="run status list check break checkpoint help"
+            opts="run status list check break checkpoint history help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -401,6 +407,20 @@ _elect_clap() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        elect__subcmd__help__subcmd__history)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         elect__subcmd__help__subcmd__list)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -436,6 +456,68 @@ _elect_clap() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        elect__subcmd__history)
+            opts="-q -v -l -h -V --quiet --verbose --log-format --lock --shard --since --store --connect-timeout --cacert --cert --key --user --password-file --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --lock)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -494,7 +576,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --rejoin --subreaper --identity --help --version"
+            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --once-per --slot --done-exit-code --history --rejoin --subreaper --identity --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -573,6 +655,22 @@ _elect_clap() {
                     return 0
                     ;;
                 --lost-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --once-per)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --done-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

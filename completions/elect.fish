@@ -36,6 +36,7 @@ complete -c elect -n "__fish_elect_needs_command" -f -a "list" -d 'List the lock
 complete -c elect -n "__fish_elect_needs_command" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
 complete -c elect -n "__fish_elect_needs_command" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
 complete -c elect -n "__fish_elect_needs_command" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
+complete -c elect -n "__fish_elect_needs_command" -f -a "history" -d 'Show who held a lock, when, with which token, and how each tenure ended'
 complete -c elect -n "__fish_elect_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c elect -n "__fish_elect_using_subcommand run" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
 json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
@@ -62,6 +63,10 @@ ALRM\t''
 KILL\t''"
 complete -c elect -n "__fish_elect_using_subcommand run" -l busy-exit-code -d 'Exit code when the lock was not acquired within --wait' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l lost-exit-code -d 'Exit code when the lease was lost and COMMAND was stopped' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l once-per -d 'Run COMMAND only if no run of this lock succeeded within DUR (20h, 1d): else exit --done-exit-code at once, naming who ran it. The window is judged by this host\'s clock against the start time the successful run recorded' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l slot -d 'Run COMMAND only if no run of this lock succeeded for the period KEY ("$(date +%F)", a billing month): a slot done is never run again. Letters, digits and . _ - :' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l done-exit-code -d 'Exit code when --once-per or --slot found the work done already' -r
+complete -c elect -n "__fish_elect_using_subcommand run" -l history -d 'How many tenures the lock\'s history keeps in the store (elect history); 0 records none' -r
 complete -c elect -n "__fish_elect_using_subcommand run" -l rejoin -d 'After losing the lease, wait for the lock again and run COMMAND anew with a new token; "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns. The value needs \'=\': --rejoin=always' -r -f -a "lost\t'After the lease was lost'
 always\t'Also after COMMAND exited non-zero or was killed by a signal'"
 complete -c elect -n "__fish_elect_using_subcommand run" -l identity -d 'Who holds the lock, as recorded in the store and in ELECT_IDENTITY [default: hostname]' -r
@@ -157,13 +162,31 @@ complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s v -l verbose 
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l json -d 'get: print one JSON object, {value, token, at}'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -s V -l version -d 'Print version'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "list" -d 'List the locks in a store with their holders'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
-complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c elect -n "__fish_elect_using_subcommand history" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
+json\t'One JSON object per line: {"time", "level", "message"}, with "lock", "identity", "token", "shard", "exit_code" once known and an "event" for a holder\'s steps'"
+complete -c elect -n "__fish_elect_using_subcommand history" -s l -l lock -d 'Name of the lock' -x
+complete -c elect -n "__fish_elect_using_subcommand history" -l shard -d 'For a lock run with --shards: that shard\'s history only [default: every shard\'s]' -r
+complete -c elect -n "__fish_elect_using_subcommand history" -l since -d 'Only tenures that began less than DUR ago (24h, 7d)' -r
+complete -c elect -n "__fish_elect_using_subcommand history" -l store -d 'Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS, postgres://USER@HOST:PORT/DB (or libpq\'s \'host=H dbname=D\' words), zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR for locks on this host only ("file" alone: /var/lib/elect for root, else $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)' -r
+complete -c elect -n "__fish_elect_using_subcommand history" -l connect-timeout -d 'How long the store may take to answer, from connecting until elect is queued (or, for the other commands, until each look is answered), before giving up with exit code 69' -r
+complete -c elect -n "__fish_elect_using_subcommand history" -l cacert -d 'CA certificate (PEM) that signed the servers\' certificates (etcd: else the system\'s; PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand history" -l cert -d 'Client certificate (PEM) for servers that require one; needs --key' -r -F
+complete -c elect -n "__fish_elect_using_subcommand history" -l key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c elect -n "__fish_elect_using_subcommand history" -l user -d 'The store\'s user (etcd user, PostgreSQL role). The password comes from --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or ~/.pgpass)' -r
+complete -c elect -n "__fish_elect_using_subcommand history" -l password-file -d 'File whose first line is the user\'s password' -r -F
+complete -c elect -n "__fish_elect_using_subcommand history" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
+complete -c elect -n "__fish_elect_using_subcommand history" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
+complete -c elect -n "__fish_elect_using_subcommand history" -l json -d 'Print one JSON object per tenure, one per line (the format is stable; see the README)'
+complete -c elect -n "__fish_elect_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c elect -n "__fish_elect_using_subcommand history" -s V -l version -d 'Print version'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "status" -d 'Show who holds a lock, since when, with which token, and how many wait'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "list" -d 'List the locks in a store with their holders'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "check" -d 'Exit 0 only if the caller still holds its lock with its token (run it from COMMAND)'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "break" -d 'Make the current holder let go: its command is stopped and the next waiter proceeds'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "checkpoint" -d 'Read or commit the lock\'s checkpoint: the progress the next holder resumes from'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "history" -d 'Show who held a lock, when, with which token, and how each tenure ended'
+complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # elect's own: lock names from the store, store URL schemes, and after --
 # the command and its own completions.
@@ -191,5 +214,6 @@ complete -c elect -n "__fish_elect_using_subcommand status; and not __fish_elect
 complete -c elect -n "__fish_elect_using_subcommand check; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand break; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "__fish_elect_using_subcommand checkpoint; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
+complete -c elect -n "__fish_elect_using_subcommand history; and not __fish_elect_after_dashes" -s l -l lock -x -a "(__fish_elect_locks)"
 complete -c elect -n "not __fish_elect_after_dashes" -l store -x -a "etcd:// etcds:// postgres:// zk:// zks:// file:"
 complete -c elect -n "__fish_elect_using_subcommand run; and __fish_elect_after_dashes" -x -a "(__fish_elect_command)"

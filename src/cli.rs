@@ -127,6 +127,7 @@ pub enum Command {
     Check(CheckArgs),
     Break(BreakArgs),
     Checkpoint(CheckpointArgs),
+    History(HistoryArgs),
 }
 
 impl Command {
@@ -139,6 +140,7 @@ impl Command {
             Command::Check(_) => "check",
             Command::Break(_) => "break",
             Command::Checkpoint(_) => "checkpoint",
+            Command::History(_) => "history",
         }
     }
 }
@@ -208,6 +210,16 @@ impl Subcommand for Command {
                         c.after_help(help_text("checkpoint")),
                     )
                 }),
+            Sub::new("history")
+                .about("Show who held a lock, when, with which token, and how each tenure ended")
+                .long_about(
+                    "Show who held a lock, when, with which token, and how each tenure ended.\n\n\
+                     One line per tenure, oldest first, from the history elect run keeps in the \
+                     store (the last --history tenures, 100 unless told otherwise): runs that \
+                     did the work, failed, were stopped, found it done before, or found the lock \
+                     busy. Tab-separated; on a terminal, in columns under a header.",
+                )
+                .defer(|c| with_args::<HistoryArgs>(c.after_help(help_text("history")))),
         ])
     }
 
@@ -218,7 +230,7 @@ impl Subcommand for Command {
     fn has_subcommand(name: &str) -> bool {
         matches!(
             name,
-            "run" | "status" | "list" | "check" | "break" | "checkpoint"
+            "run" | "status" | "list" | "check" | "break" | "checkpoint" | "history"
         )
     }
 }
@@ -244,6 +256,7 @@ impl clap::FromArgMatches for Command {
             "check" => Command::Check(CheckArgs::from_arg_matches_mut(sub)?),
             "break" => Command::Break(BreakArgs::from_arg_matches_mut(sub)?),
             "checkpoint" => Command::Checkpoint(CheckpointArgs::from_arg_matches_mut(sub)?),
+            "history" => Command::History(HistoryArgs::from_arg_matches_mut(sub)?),
             other => {
                 return Err(clap::Error::raw(
                     ErrorKind::InvalidSubcommand,
@@ -384,6 +397,28 @@ pub struct StatusArgs {
     pub store: StoreArgs,
 
     /// Print one JSON object (the format is stable; see the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Name of the lock.
+    #[arg(short, long, value_name = "NAME")]
+    pub lock: String,
+
+    /// For a lock run with --shards: that shard's history only [default: every shard's].
+    #[arg(long, value_name = "K")]
+    pub shard: Option<u32>,
+
+    /// Only tenures that began less than DUR ago (24h, 7d).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print one JSON object per tenure, one per line (the format is stable; see the README).
     #[arg(long)]
     pub json: bool,
 }
@@ -613,6 +648,61 @@ pub struct RunArgs {
         hide_env_values = true
     )]
     pub lost_exit_code: u8,
+
+    /// Run COMMAND only if no run of this lock succeeded within DUR (20h, 1d): else exit
+    /// --done-exit-code at once, naming who ran it. The window is judged by this host's clock
+    /// against the start time the successful run recorded.
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = parse_duration,
+        env = "ELECT_ONCE_PER",
+        hide_env_values = true,
+        conflicts_with = "slot"
+    )]
+    pub once_per: Option<Duration>,
+
+    /// Run COMMAND only if no run of this lock succeeded for the period KEY ("$(date +%F)", a
+    /// billing month): a slot done is never run again. Letters, digits and . _ - :
+    #[arg(long, value_name = "KEY", env = "ELECT_SLOT", hide_env_values = true)]
+    pub slot: Option<String>,
+
+    /// Exit code when --once-per or --slot found the work done already.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        env = "ELECT_DONE_EXIT_CODE",
+        hide_env_values = true
+    )]
+    pub done_exit_code: u8,
+
+    /// Write node_exporter's textfile metrics of this run to PATH (atomically) when COMMAND
+    /// starts and when elect ends: held, token, start, end, duration, exit code, outcome.
+    #[arg(
+        long,
+        value_name = "PATH",
+        value_hint = clap::ValueHint::FilePath,
+        env = "ELECT_METRICS_FILE",
+        hide_env_values = true
+    )]
+    pub metrics_file: Option<std::path::PathBuf>,
+
+    /// Run CMD with sh -c once the lock is released, with ELECT_OUTCOME, ELECT_EXIT_CODE,
+    /// ELECT_TOKEN, ELECT_DURATION_MS and ELECT_LOCK set; killed after 10s; never changes
+    /// elect's exit code.
+    #[arg(long, value_name = "CMD", env = "ELECT_ON_END", hide_env_values = true)]
+    pub on_end: Option<String>,
+
+    /// How many tenures the lock's history keeps in the store (elect history); 0 records none.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::history::KEEP,
+        env = "ELECT_HISTORY",
+        hide_env_values = true
+    )]
+    pub history: usize,
 
     /// After losing the lease, wait for the lock again and run COMMAND anew with a new token;
     /// "always": also after COMMAND fails. Backs off 1s, 2s, ... up to 60s between turns.

@@ -10,7 +10,7 @@ use clap_complete::Shell;
 const ASK_WITHIN: &str = "500ms";
 
 /// The commands whose `--lock` names an existing lock.
-const LOCK_COMMANDS: &[&str] = &["status", "check", "break", "checkpoint"];
+const LOCK_COMMANDS: &[&str] = &["status", "check", "break", "checkpoint", "history"];
 
 /// The store URL schemes offered for `--store`.
 const SCHEMES: &str = "etcd:// etcds:// postgres:// zk:// zks:// file:";
@@ -113,7 +113,7 @@ fn zsh(script: &str) -> String {
         2 * LOCK_COMMANDS.len(),
     );
     // --store of each command: run, status, list, check, break, checkpoint.
-    let script = replace(&script, "]:URL:_default'", "]:URL:_elect_stores'", 6);
+    let script = replace(&script, "]:URL:_default'", "]:URL:_elect_stores'", 7);
     let own = format!(
         r#"(( $+functions[_elect_locks] )) ||
 _elect_locks() {{

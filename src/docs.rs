@@ -205,6 +205,13 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "history",
+        &[(
+            "Who ran the nightly job in the last day, on which host, and how it ended:",
+            "elect history --store etcd://etcd-1:2379 --lock nightly-report --since 24h",
+        )],
+    ),
+    (
         "checkpoint",
         &[(
             "Resume from the last holder's position, and commit each new one while still the holder:",

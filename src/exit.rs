@@ -104,7 +104,15 @@ pub const CHECKPOINT: &[(&str, &str)] = &[
         "76",
     ),
 ];
-/// The codes `status`, `list`, `check`, `break` and `checkpoint` share.
+/// `elect history`.
+pub const HISTORY: &[(&str, &str)] = &[
+    ("the history was printed", "0"),
+    (
+        "the lock has no history (never run, or run with --history 0)",
+        "1",
+    ),
+];
+/// The codes `status`, `list`, `check`, `break`, `checkpoint` and `history` share.
 pub const COMMON: &[(&str, &str)] = &[
     ("usage error", "64"),
     (
@@ -125,6 +133,7 @@ pub const INSPECTION: &[(&str, &[(&str, &str)])] = &[
     ("check", CHECK),
     ("break", BREAK),
     ("checkpoint", CHECKPOINT),
+    ("history", HISTORY),
 ];
 
 /// All the codes of a command, by its name.

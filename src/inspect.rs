@@ -8,9 +8,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cli::{
-    BreakArgs, CheckArgs, CheckpointAction, CheckpointArgs, ListArgs, StatusArgs, StoreArgs,
+    BreakArgs, CheckArgs, CheckpointAction, CheckpointArgs, HistoryArgs, ListArgs, StatusArgs,
+    StoreArgs,
 };
 use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
+use crate::history::{self, Tenure};
 use crate::log;
 use crate::reach::Reach;
 use crate::store::{
@@ -63,32 +65,45 @@ pub async fn status(args: StatusArgs) -> Outcome {
     };
     let mut shown = Vec::with_capacity(locks.len());
     for lock in &locks {
-        let both = async {
-            let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
-            Ok((status?, checkpoint?))
+        let all = async {
+            let (status, checkpoint, past) = tokio::join!(
+                store.status(lock),
+                store.checkpoint(lock),
+                history::read(&*store, lock)
+            );
+            let status = status?;
+            // The last tenure that ended (the holder's own is running).
+            let holder = status.holder.as_ref().map(|h| h.token);
+            let last = history::as_of(past?, holder)
+                .into_iter()
+                .rev()
+                .find(|t| t.token.is_some() && t.token != holder);
+            Ok((status, checkpoint?, last))
         };
-        match reach.answered("the lock's status", both).await {
-            Ok(both) => shown.push(both),
+        match reach.answered("the lock's status", all).await {
+            Ok(all) => shown.push(all),
             Err(e) => return Failure::from(e).into(),
         }
     }
-    let held = shown.iter().filter(|(s, _)| s.holder.is_some()).count();
-    let status_json = |status: &LockStatus, checkpoint: &Option<Checkpoint>| {
-        let mut one = to_json(status, &location);
-        one["checkpoint"] = match checkpoint {
-            Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
-            None => Value::Null,
+    let held = shown.iter().filter(|(s, _, _)| s.holder.is_some()).count();
+    let status_json =
+        |status: &LockStatus, checkpoint: &Option<Checkpoint>, last: &Option<Tenure>| {
+            let mut one = to_json(status, &location);
+            one["checkpoint"] = match checkpoint {
+                Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
+                None => Value::Null,
+            };
+            one["last"] = json!(last);
+            one
         };
-        one
-    };
     match (shards, args.json) {
-        (None, true) => println!("{}", status_json(&shown[0].0, &shown[0].1)),
+        (None, true) => println!("{}", status_json(&shown[0].0, &shown[0].1, &shown[0].2)),
         (Some(n), true) => {
             let each: Vec<Value> = shown
                 .iter()
                 .enumerate()
-                .map(|(k, (status, checkpoint))| {
-                    let mut one = status_json(status, checkpoint);
+                .map(|(k, (status, checkpoint, last))| {
+                    let mut one = status_json(status, checkpoint, last);
                     one["shard"] = json!(k);
                     one
                 })
@@ -109,8 +124,17 @@ pub async fn status(args: StatusArgs) -> Outcome {
             if let Some(n) = shards {
                 println!("lock {} at {location}: {n} shards, {held} held", args.lock);
             }
-            for (status, checkpoint) in &shown {
+            for (status, checkpoint, last) in &shown {
                 print!("{}", human(status, &location));
+                if let Some(t) = last {
+                    println!(
+                        "  last:     {}, {} to {}: {}",
+                        t.who(),
+                        t.started.as_deref().unwrap_or(&t.queued),
+                        t.ended.as_deref().unwrap_or("?"),
+                        t.how()
+                    );
+                }
                 if let Some(c) = checkpoint {
                     println!(
                         "  checkpoint: token {}, at {}{} ({} bytes)",
@@ -124,6 +148,103 @@ pub async fn status(args: StatusArgs) -> Outcome {
         }
     }
     Outcome::Exit(if held > 0 { YES } else { NO })
+}
+
+pub async fn history(args: HistoryArgs) -> Outcome {
+    let (_, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
+        Ok(o) => o,
+        Err(failure) => return failure.into(),
+    };
+    let locks: Vec<String> = match args.shard {
+        Some(k) => vec![shard_lock(&args.lock, k)],
+        None => match reach
+            .answered("the lock's shards", store.shards(&args.lock, None))
+            .await
+        {
+            Ok(Some(n)) => (0..n).map(|k| shard_lock(&args.lock, k)).collect(),
+            Ok(None) => vec![args.lock.clone()],
+            Err(e) => return Failure::from(e).into(),
+        },
+    };
+    let mut all = Vec::new();
+    for lock in &locks {
+        let both = async {
+            let (status, past) = tokio::join!(store.status(lock), history::read(&*store, lock));
+            Ok(history::as_of(past?, status?.holder.map(|h| h.token)))
+        };
+        match reach.answered("the lock's history", both).await {
+            Ok(entries) => all.extend(entries),
+            Err(e) => return Failure::from(e).into(),
+        }
+    }
+    if all.is_empty() {
+        log::notice(format_args!("lock {} has no history", args.lock));
+        return Outcome::Exit(NO);
+    }
+    if let Some(since) = args.since {
+        let from = std::time::SystemTime::now()
+            .checked_sub(since)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        all.retain(|t| t.began().is_some_and(|b| b >= from));
+    }
+    all.sort_by_key(|t| t.began());
+    if args.json {
+        for t in &all {
+            println!("{}", json!(t));
+        }
+    } else {
+        print!("{}", history_table(&all, std::io::stdout().is_terminal()));
+    }
+    Outcome::Exit(YES)
+}
+
+/// `elect history`'s lines: tab-separated, or on a terminal in columns
+/// under a header.
+fn history_table(entries: &[Tenure], terminal: bool) -> String {
+    let header = [
+        "STARTED", "ENDED", "SHARD", "TOKEN", "IDENTITY", "HOST", "PID", "OUTCOME",
+    ]
+    .map(String::from);
+    let rows: Vec<[String; 8]> = entries
+        .iter()
+        .map(|t| {
+            [
+                t.started.clone().unwrap_or_else(|| t.queued.clone()),
+                t.ended.clone().unwrap_or_else(|| "-".into()),
+                t.shard.map_or_else(|| "-".into(), |k| k.to_string()),
+                t.token.map_or_else(|| "-".into(), |k| k.to_string()),
+                t.identity.clone(),
+                t.host.clone(),
+                t.pid.to_string(),
+                t.how(),
+            ]
+        })
+        .collect();
+    columns(&header, &rows, terminal)
+}
+
+/// Rows as tab-separated lines, or on a terminal in columns under `header`.
+fn columns<const N: usize>(header: &[String; N], rows: &[[String; N]], terminal: bool) -> String {
+    if !terminal {
+        return rows.iter().map(|r| format!("{}\n", r.join("\t"))).collect();
+    }
+    let width = |i: usize| {
+        rows.iter()
+            .chain([header])
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..N).map(width).collect();
+    let line = |r: &[String; N]| {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        format!("{}\n", cells.join("  ").trim_end())
+    };
+    std::iter::once(header).chain(rows).map(line).collect()
 }
 
 /// ", N ago" for an RFC 3339 time, if it can be read.

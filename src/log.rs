@@ -121,6 +121,12 @@ pub fn error(args: Arguments<'_>) {
     emit("error", args, true);
 }
 
+/// Something failed that leaves the run's outcome as it is (a record the
+/// store did not take): always printed.
+pub fn warn(args: Arguments<'_>) {
+    emit("warning", args, true);
+}
+
 /// The command line or the configuration is wrong, found before anything
 /// started: always printed, without a timestamp in text.
 pub fn usage_error(args: Arguments<'_>) {

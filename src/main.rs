@@ -12,6 +12,7 @@ mod docs;
 mod exit;
 #[cfg(test)]
 mod fuzz;
+mod history;
 mod inspect;
 mod lease;
 mod log;
@@ -115,6 +116,7 @@ fn main() {
             Work::Other(Command::Check(args)) => inspect::check(args).await,
             Work::Other(Command::Break(args)) => inspect::break_lock(args).await,
             Work::Other(Command::Checkpoint(args)) => inspect::checkpoint(args).await,
+            Work::Other(Command::History(args)) => inspect::history(args).await,
         }
     });
     // Drop the runtime first: its blocking threads must not outlive a re-raise.

@@ -1585,6 +1585,537 @@ fn sigkill_of_every_watcher_of_the_command<S: StoreUnderTest>() {
     b.wait(10 * SECOND);
 }
 
+/// `elect history --json` of `lock`: its tenures, oldest first.
+fn history(store: &str, lock: &str, extra: &[&str]) -> Vec<Value> {
+    let out = elect()
+        .args(["history", "--store", store, "--lock", lock, "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    match out.status.code() {
+        Some(0) => stdout_of(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        Some(1) => Vec::new(),
+        _ => panic!("elect history: {}", stderr_of(&out)),
+    }
+}
+
+/// Until `lock`'s history has an entry for `token` with `outcome`; that entry.
+fn wait_history(store: &str, lock: &str, token: u64, outcome: &str) -> Value {
+    let give_up = Instant::now() + 10 * SECOND;
+    loop {
+        let entries = history(store, lock, &[]);
+        if let Some(e) = entries
+            .iter()
+            .find(|e| e["token"] == token && e["outcome"] == outcome)
+        {
+            return e.clone();
+        }
+        assert!(
+            Instant::now() < give_up,
+            "no {outcome} entry for token {token}: {entries:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Hosts that start 0.5 s apart run a 0.3 s job once between them: the
+/// later ones find it done and say who did it; a failed run counts for
+/// nothing.
+fn once_per_runs_a_job_once_across_hosts<S: StoreUnderTest>() {
+    let store = S::start("once");
+    let url = store.url();
+    let script = r#"echo "ran $ELECT_TOKEN"; sleep 0.3"#;
+    let mut hosts = Vec::new();
+    for name in ["host-a", "host-b", "host-c"] {
+        let mut c = elect_run(
+            &url,
+            "nightly",
+            &["--once-per", "1h", "--identity", name],
+            script,
+        );
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        hosts.push(c.spawn().unwrap());
+        // The scenario: cron on three hosts whose clocks differ by 0.5 s.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let outs: Vec<_> = hosts
+        .into_iter()
+        .map(|h| h.wait_with_output().unwrap())
+        .collect();
+    for out in &outs {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(out));
+    }
+    let ran: Vec<&std::process::Output> = outs.iter().filter(|o| !o.stdout.is_empty()).collect();
+    assert_eq!(ran.len(), 1, "the job ran {} times", ran.len());
+    let token = stdout_of(ran[0]).trim_start_matches("ran ").to_string();
+    assert_eq!(
+        stdout_of(&outs[0]),
+        format!("ran {token}"),
+        "the first host ran it"
+    );
+    for out in &outs[1..] {
+        let said = stderr_of(out);
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("done already")
+                && said.contains("host-a")
+                && said.contains(&format!("token {token}")),
+            "{said}"
+        );
+    }
+    let entries = history(&url, "nightly", &[]);
+    let outcomes: Vec<&str> = entries
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["succeeded", "done-before", "done-before"],
+        "{entries:#?}"
+    );
+    assert_eq!(entries[1]["identity"], "host-b");
+
+    // A failure records nothing: the next host runs it; the one after skips.
+    let run = |name: &str, script: &str| {
+        elect_run(
+            &url,
+            "weekly",
+            &["--once-per", "1h", "--identity", name],
+            script,
+        )
+        .output()
+        .unwrap()
+    };
+    let failed = run("host-a", "echo ran; exit 3");
+    assert_eq!(
+        (failed.status.code(), stdout_of(&failed).as_str()),
+        (Some(3), "ran")
+    );
+    let second = run("host-b", "echo ran");
+    assert_eq!(
+        (second.status.code(), stdout_of(&second).as_str()),
+        (Some(0), "ran")
+    );
+    let third = run("host-c", "echo ran");
+    assert_eq!(third.status.code(), Some(0));
+    assert!(third.stdout.is_empty(), "the third host ran it again");
+    assert!(
+        stderr_of(&third).contains("host-b"),
+        "{}",
+        stderr_of(&third)
+    );
+}
+
+/// A slot done is never run again, a new one is, and --done-exit-code
+/// tells "done before" apart.
+fn a_slot_done_is_not_run_again<S: StoreUnderTest>() {
+    let store = S::start("slot");
+    let url = store.url();
+    let run = |slot: &str, extra: &[&str]| {
+        let mut args = vec!["--slot", slot];
+        args.extend(extra);
+        elect_run(&url, "billing", &args, "echo ran")
+            .output()
+            .unwrap()
+    };
+    let first = run("2026-11", &[]);
+    assert_eq!(
+        (first.status.code(), stdout_of(&first).as_str()),
+        (Some(0), "ran")
+    );
+    for extra in [&[][..], &["--done-exit-code", "3"][..]] {
+        let again = run("2026-11", extra);
+        let code = if extra.is_empty() { 0 } else { 3 };
+        assert_eq!(again.status.code(), Some(code), "{}", stderr_of(&again));
+        assert!(again.stdout.is_empty(), "slot 2026-11 ran twice");
+        assert!(
+            stderr_of(&again).contains("slot 2026-11"),
+            "{}",
+            stderr_of(&again)
+        );
+    }
+    let next = run("2026-12", &[]);
+    assert_eq!(
+        (next.status.code(), stdout_of(&next).as_str()),
+        (Some(0), "ran")
+    );
+    let bad = run("2026/12", &[]);
+    assert_eq!(bad.status.code(), Some(64), "{}", stderr_of(&bad));
+    assert_eq!(stderr_of(&bad).lines().count(), 1);
+    let slots: Vec<Value> = history(&url, "billing", &[])
+        .into_iter()
+        .map(|e| e["slot"].clone())
+        .collect();
+    assert_eq!(slots, ["2026-11", "2026-11", "2026-11", "2026-12"]);
+}
+
+/// Every way a tenure ends is in the lock's history, with its token and
+/// identity; the history keeps its bound; status names the last holder.
+fn the_history_records_how_each_tenure_ended<S: StoreUnderTest>() {
+    let store = S::start("history");
+    let url = store.url();
+    let lock = "hist";
+    let token_of = |out: &std::process::Output| -> u64 { stdout_of(out).parse().unwrap() };
+    let run = |identity: &str, script: &str| {
+        elect_run(&url, lock, &["--identity", identity], script)
+            .output()
+            .unwrap()
+    };
+    let ok = run("h-ok", "echo $ELECT_TOKEN");
+    let failed = run("h-fail", "echo $ELECT_TOKEN; exit 3");
+    let killed = run("h-kill", "echo $ELECT_TOKEN; kill -TERM $$");
+    assert_eq!(killed.status.signal(), Some(libc::SIGTERM));
+
+    // Lost: the lease ended from outside.
+    let watched =
+        r#"echo "held $ELECT_TOKEN $ELECT_LEASE_ID $ELECT_KEY"; while :; do sleep 0.01; done"#;
+    let mut lost = Running::spawn(elect_run(
+        &url,
+        lock,
+        &["--identity", "h-lost", "--ttl", "3s"],
+        watched,
+    ));
+    let line = lost.expect_line("held", 10 * SECOND);
+    let mut fields = line.splitn(3, ' ');
+    let lost_token: u64 = fields.next().unwrap().parse().unwrap();
+    let held = Held {
+        lease: fields.next().unwrap().into(),
+        key: fields.next().unwrap().into(),
+    };
+    store.end_lease_from_outside(lock, &held, S::OUTSIDE_ENDS[0]);
+    assert_eq!(lost.wait_code(10 * SECOND), 76);
+
+    // Broken.
+    let (mut broken, broken_token) = hold(&url, lock, &["--identity", "h-broken"]);
+    let out = elect()
+        .args(["break", "--store", &url, "--lock", lock, "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(broken.wait_code(10 * SECOND), 76);
+
+    // Busy, beside a holder that then ends well.
+    let (mut holder, holder_token) = hold(&url, lock, &["--identity", "h-hold"]);
+    let busy = elect_run(&url, lock, &["-n", "--identity", "h-busy"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(75));
+    holder.send_line("");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+
+    // elect SIGKILLed: recorded as running once its command ran a second,
+    // and then, its guard having ended the tenure, no longer the holder.
+    let (mut doomed, doomed_token) = hold(&url, lock, &["--identity", "h-doomed"]);
+    wait_history(&url, lock, doomed_token, "running");
+    doomed.signal(libc::SIGKILL);
+    doomed.wait(10 * SECOND);
+    let give_up = Instant::now() + 10 * SECOND;
+    while status(&url, lock, false).0 != 1 {
+        assert!(Instant::now() < give_up, "the lock stayed held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let want = [
+        (Some(token_of(&ok)), "h-ok", "succeeded"),
+        (Some(token_of(&failed)), "h-fail", "failed"),
+        (Some(token_of(&killed)), "h-kill", "killed"),
+        (Some(lost_token), "h-lost", "lost"),
+        (Some(broken_token), "h-broken", "broken"),
+        (None, "h-busy", "busy"),
+        (Some(holder_token), "h-hold", "succeeded"),
+        (Some(doomed_token), "h-doomed", "unrecorded"),
+    ];
+    let mut entries = history(&url, lock, &[]);
+    // The busy run and the holder beside it end in either order.
+    entries.sort_by_key(|e| (e["identity"] == "h-doomed", e["identity"] == "h-hold"));
+    let got: Vec<(Option<u64>, &str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["token"].as_u64(),
+                e["identity"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{entries:#?}");
+    assert_eq!(entries[1]["exit_code"], 3);
+    assert_eq!(entries[2]["signal"], libc::SIGTERM);
+    assert!(
+        entries[3]["why"].as_str().is_some_and(|w| !w.is_empty()),
+        "{:#?}",
+        entries[3]
+    );
+    for e in &entries {
+        assert_eq!(e["lock"], lock);
+        assert!(
+            e["pid"].as_u64().is_some() && e["host"].is_string(),
+            "{e:#}"
+        );
+        assert!(
+            e["ended"].is_string() || e["outcome"] == "unrecorded",
+            "{e:#}"
+        );
+    }
+    assert_eq!(history(&url, lock, &["--since", "1h"]).len(), want.len());
+
+    // status of the free lock: the last tenure that ended.
+    let (code, out) = status(&url, lock, true);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["last"]["token"], doomed_token, "{v:#}");
+    let (_, out) = status(&url, lock, false);
+    assert!(out.contains("last:") && out.contains("h-doomed"), "{out}");
+
+    // Bounded: the last N.
+    for _ in 0..3 {
+        let out = elect_run(&url, lock, &["--history", "2"], "true")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    assert_eq!(history(&url, lock, &[]).len(), 2);
+}
+
+/// The history is written off the way from the lock to the command: a store
+/// slow to answer (reached through a proxy that delays each way by 100 ms,
+/// where the store has a link) starts the command no later with the
+/// history kept than without it.
+fn the_history_never_delays_the_commands_start<S: StoreUnderTest>() {
+    let store = S::start("history-slow");
+    let proxy = S::HAS_LINK.then(|| support::proxy::Proxy::start(&store.link()));
+    let url = match &proxy {
+        Some(proxy) => store.url_through(proxy.port),
+        None => store.url(),
+    };
+    if let Some(proxy) = &proxy {
+        proxy.set(support::proxy::Mode::Delay(Duration::from_millis(100)));
+    }
+    let start_after = |keep: &str| -> i128 {
+        let spawned = now_ns();
+        let out = elect_run(&url, "slow", &["--history", keep], "date +%s%N")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        assert!(out.stderr.is_empty(), "{}", stderr_of(&out));
+        stdout_of(&out).parse::<i128>().unwrap() - spawned
+    };
+    let median = |keep: &str| {
+        let mut runs: Vec<i128> = (0..5).map(|_| start_after(keep)).collect();
+        runs.sort();
+        runs[2]
+    };
+    let (with, without) = (median("100"), median("0"));
+    eprintln!(
+        "{}: the command started {:.1} ms after elect with the history kept, {:.1} ms without",
+        S::NAME,
+        ms(with),
+        ms(without)
+    );
+    assert!(
+        with - without < 100_000_000,
+        "the history delayed the start by {:.1} ms",
+        ms(with - without)
+    );
+    assert_eq!(history(&url, "slow", &[]).len(), 5);
+}
+
+/// `promtool check metrics` of `text`: Prometheus's own parser and linter.
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    let mut check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/test installs it)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}\n{text}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+}
+
+/// The README's metric table names the metrics elect writes, and its
+/// alert is a rule Prometheus takes.
+fn the_readme_tells_these_metrics_and_its_alert_parses(dir: &TempDir) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let part = &readme[readme.find("**Metrics for cron.**").unwrap()..];
+    let table: Vec<&str> = part
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('`').nth(1).unwrap())
+        .collect();
+    let text = std::fs::read_to_string(dir.join("elect.prom")).unwrap();
+    let mut written: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    // Written once a success is known.
+    written.push("elect_last_success_timestamp_seconds");
+    written.sort();
+    let mut told = table.clone();
+    told.sort();
+    assert_eq!(told, written, "README.md's metric table");
+    let rules = part
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let file = dir.join("rules.yml");
+    std::fs::write(&file, rules).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (Debian's prometheus package)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// The metrics file is Prometheus's text format, whole at every read; the
+/// hook sees how the run ended, and neither changes elect's exit code.
+fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
+    let store = S::start("report");
+    let url = store.url();
+    let dir = TempDir::new(&format!("report-{}", S::NAME));
+    let metrics = dir.join("elect.prom");
+    let hook_out = dir.join("hook");
+    let hook = format!(
+        r#"printf '%s %s %s %s %s\n' "$ELECT_OUTCOME" "$ELECT_EXIT_CODE" "$ELECT_TOKEN" "$ELECT_DURATION_MS" "$ELECT_LOCK" > {}; exit 9"#,
+        hook_out.display()
+    );
+    let metrics_arg = metrics.display().to_string();
+    let run = |script: &str, extra: &[&str]| {
+        let mut args = vec!["--metrics-file", &metrics_arg, "--on-end", &hook];
+        args.extend(extra);
+        elect_run(&url, "report", &args, script).output().unwrap()
+    };
+    // While it runs: held, with its token.
+    let out = run(
+        &format!("cat {metrics_arg}; echo token=$ELECT_TOKEN; sleep 0.2; exit 3"),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3), "the hook's 9 is not elect's");
+    let seen = stdout_of(&out);
+    let token = seen.rsplit("token=").next().unwrap().to_string();
+    assert!(seen.contains("elect_held{lock=\"report\"} 1"), "{seen}");
+    assert!(
+        seen.contains(&format!("elect_token{{lock=\"report\"}} {token}")),
+        "{seen}"
+    );
+    let warned = stderr_of(&out);
+    assert_eq!(warned.lines().count(), 1, "{warned}");
+    assert!(warned.contains("--on-end exited with 9"), "{warned}");
+    let hooked = std::fs::read_to_string(&hook_out).unwrap();
+    let fields: Vec<&str> = hooked.split_whitespace().collect();
+    assert_eq!(fields[..3], ["failed", "3", token.as_str()], "{hooked}");
+    assert!(fields[3].parse::<u64>().unwrap() >= 200, "{hooked}");
+    assert_eq!(fields[4], "report");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    promtool_accepts(&text);
+    for line in [
+        "elect_held{lock=\"report\"} 0",
+        "elect_exit_code{lock=\"report\"} 3",
+        "elect_outcome{lock=\"report\",outcome=\"failed\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+    assert!(!text.contains("elect_last_success"), "{text}");
+    the_readme_tells_these_metrics_and_its_alert_parses(&dir);
+
+    // A busy run reports too, and the last success is remembered.
+    let ok = run("true", &[]);
+    assert_eq!(ok.status.code(), Some(0));
+    let (mut holder, _) = hold(&url, "report", &[]);
+    let busy = run("true", &["-n"]);
+    assert_eq!(busy.status.code(), Some(75));
+    holder.send_line("");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    promtool_accepts(&text);
+    assert!(
+        text.contains("outcome=\"busy\"} 1")
+            && text.contains("elect_last_success_timestamp_seconds"),
+        "{text}"
+    );
+    assert!(
+        std::fs::read_to_string(&hook_out)
+            .unwrap()
+            .starts_with("busy  ")
+    );
+
+    // Never half-written: a reader all through ten runs sees whole files.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (stop, metrics) = (stop.clone(), metrics.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = std::fs::read_to_string(&metrics).unwrap();
+                assert!(
+                    text.ends_with("outcome=\"error\"} 0\n")
+                        || text.ends_with("outcome=\"error\"} 1\n"),
+                    "half a file: {text}"
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for _ in 0..10 {
+        assert!(run("true", &[]).status.success());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 10);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        2,
+        "no temporary file is left: {leftovers:?}"
+    );
+
+    // A hook that hangs is killed within its bound.
+    let started = Instant::now();
+    let out = elect_run(&url, "report", &["--on-end", "sleep 60"], "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(started.elapsed() < 13 * SECOND, "{:?}", started.elapsed());
+    assert!(
+        stderr_of(&out).contains("--on-end did not end within 10s"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -1613,6 +2144,11 @@ macro_rules! stores {
             pkill_9_elect_leaves_the_guard_to_stop_the_command_first,
             sigkill_of_elect_and_its_guard_together_leaves_nothing_running,
             sigkill_of_every_watcher_of_the_command,
+            once_per_runs_a_job_once_across_hosts,
+            a_slot_done_is_not_run_again,
+            the_history_records_how_each_tenure_ended,
+            a_run_reports_by_metrics_file_and_hook,
+            the_history_never_delays_the_commands_start,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

@@ -42,6 +42,7 @@ const FILES: &[&str] = &[
     "/usr/share/man/man1/elect-break.1.gz",
     "/usr/share/man/man1/elect-check.1.gz",
     "/usr/share/man/man1/elect-checkpoint.1.gz",
+    "/usr/share/man/man1/elect-history.1.gz",
     "/usr/share/man/man1/elect-list.1.gz",
     "/usr/share/man/man1/elect-run.1.gz",
     "/usr/share/man/man1/elect-status.1.gz",
@@ -190,6 +191,7 @@ fn the_package_installs_the_binary_man_pages_and_completions_where_they_are_look
         "elect-check",
         "elect-break",
         "elect-checkpoint",
+        "elect-history",
     ] {
         let found = run(
             "man -w",

@@ -11,7 +11,7 @@
 //!   releases.
 
 use std::os::fd::AsFd;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
 
@@ -20,9 +20,10 @@ use super::signals::{Signals, stop_self};
 use super::{Job, TurnEnd, Won};
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
+use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session};
+use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session, Store};
 use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
 
@@ -42,31 +43,55 @@ struct Watch {
     kill_by: Option<Instant>,
     /// elect's own kill (at the deadline, or at `kill_by`) is done.
     backstopped: bool,
+    /// Why the lease was lost, and whether the holder was asked to let go.
+    why: Option<String>,
+    asked: bool,
 }
+
+/// How long a command runs before its tenure is written into the history
+/// as running: a short one is written once, when it ends.
+const NOTE_RUNNING_AFTER: Duration = Duration::from_secs(1);
 
 impl Job {
     /// Run the command while the lease holds. How the turn ended, and the
     /// guard if it reported the end of the command's group: it is reaped
     /// while the lease is released, which need not wait for it to exit.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn hold(
         &self,
         won: &Won<'_>,
+        store: &dyn Store,
         session: &dyn Session,
         guard: Preparing,
         keeper: &mut Keeper,
         signals: &mut Signals,
+        tenure: &mut Tenure,
     ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
         let mut lost_watch = lock.lost();
         let (mut child, loss) = match self
-            .start(won, session, guard, keeper, &mut lost_watch)
+            .start(won, store, session, guard, keeper, &mut lost_watch, tenure)
             .await
         {
             Ok(started) => started,
-            Err(end) => return (end, None),
+            Err(end) => {
+                if matches!(end, TurnEnd::Lost) && tenure.outcome == Ended::Running {
+                    tenure.outcome = Ended::Lost;
+                    tenure.why = Some("lost as the command was about to start".into());
+                }
+                return (end, None);
+            }
         };
         timeline::step("command started");
         let started = Instant::now();
+
+        let running = tenure.clone();
+        let noting = async {
+            tokio::time::sleep(NOTE_RUNNING_AFTER).await;
+            history::note_or_warn(store, &running, self.keep_history).await;
+        };
+        tokio::pin!(noting);
+        let mut noted = self.keep_history == 0;
         log::event(
             log::Level::Verbose,
             "started",
@@ -117,8 +142,16 @@ impl Job {
                     child.kill_now();
                 },
                 sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
+                () = &mut noting, if !noted => noted = true,
             }
         };
+        if watch.lost {
+            tenure.outcome = match watch.asked {
+                true => Ended::Broken,
+                false => Ended::Lost,
+            };
+            tenure.why = watch.why.clone();
+        }
         timeline::step("command ended");
         if let Ending::Exited(code) = ending {
             log::context("exit_code", code);
@@ -150,22 +183,32 @@ impl Job {
     /// is told ends the turn with nothing started; a loss after is passed
     /// on, and the guard does not start the command, unless it already had:
     /// then the command is started, and the loss is returned with it.
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
         won: &Won<'_>,
+        store: &dyn Store,
         session: &dyn Session,
         guard: Preparing,
         keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
+        tenure: &mut Tenure,
     ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
-        // beside the guard's start.
-        let ready = async { tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired()) };
+        // beside the guard's start, and so is the record of work done.
+        let name = tenure.lock.clone();
+        let done = async {
+            match &self.once {
+                Some(once) => history::done_before(store, &name, once).await,
+                None => Ok(None),
+            }
+        };
+        let ready = async { tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired(), done) };
         tokio::pin!(ready);
-        let (guard, checkpoint, ()) = loop {
+        let (guard, checkpoint, (), done) = loop {
             tokio::select! {
                 // The lease first: nothing may start once it is lost.
                 biased;
@@ -191,6 +234,16 @@ impl Job {
                 );
             }
         };
+        match done {
+            Ok(None) => {}
+            Ok(Some(done)) => return Err(self.done_before(tenure, &done)),
+            Err(e) => {
+                return failed(Failure::from(e).about(format_args!(
+                    "the record of lock {}'s last success",
+                    tenure.lock
+                )));
+            }
+        }
         timeline::step("guard ready");
         let held = match lock.hold_fds() {
             Ok(held) => held,
@@ -225,11 +278,22 @@ impl Job {
             held: &held,
             release_order: self.location.release_order(&session.release_token()),
         };
+        // Before the command can look.
+        tenure.started = Some(history::timestamp(SystemTime::now()));
+        if let Some(path) = &self.metrics_file {
+            super::report::write_metrics(path, tenure, None);
+        }
         let mut child = match guard.start(token, keeper.deadline(), handover).await {
             Ok(child) => child,
-            Err(e) => return failed(self.spawn_failure(e)),
+            Err(e) => {
+                tenure.started = None;
+                return failed(self.spawn_failure(e));
+            }
         };
         let (started, loss) = self.await_start(&mut child, keeper, lost_watch).await;
+        if started.is_err() {
+            tenure.started = None;
+        }
         match started {
             Ok(()) => Ok((child, loss)),
             Err(SpawnError::NotStarted) => {
@@ -283,6 +347,34 @@ impl Job {
         }
     }
 
+    /// A run of this period succeeded already: say who, and end without
+    /// the command.
+    fn done_before(&self, tenure: &mut Tenure, done: &Tenure) -> TurnEnd {
+        let when = done.started.as_deref().unwrap_or(&done.queued);
+        let ago = done
+            .began()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .map_or_else(String::new, |ago| format!(" ({} ago)", show(ago)));
+        let period = match &self.once {
+            Some(Once::Slot(key)) => format!("slot {key}"),
+            Some(Once::Per(window)) => format!("the last {}", show(*window)),
+            None => "this period".to_string(),
+        };
+        let said = format!(
+            "lock {}: done already for {period}: {} ran it at {when}{ago}; not running the command",
+            tenure.lock,
+            done.who()
+        );
+        log::event(log::Level::Normal, "done-before", format_args!("{said}"));
+        tenure.outcome = Ended::DoneBefore;
+        tenure.done_ended = done
+            .ended
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok());
+        tenure.why = Some(format!("{} ran it at {when}", done.who()));
+        TurnEnd::Done(Outcome::Exit(self.done_code))
+    }
+
     /// The lease was lost before the command started: it never will.
     fn not_started(&self, loss: impl std::fmt::Display) -> TurnEnd {
         log::error(format_args!(
@@ -316,7 +408,9 @@ impl Job {
     /// The store ended the lease, or asked us to let go: stop the command.
     async fn stop(&self, child: &mut Supervisor, watch: &mut Watch, loss: &Loss) {
         let grace = self.grace_after(loss);
+        let asked = matches!(loss, Loss::Asked(_));
         if self.lose(watch, loss, grace) {
+            watch.asked = asked;
             watch.kill_by = Some(Instant::now() + grace);
             child.stop(grace).await;
         }
@@ -360,6 +454,7 @@ impl Job {
             return false;
         }
         watch.lost = true;
+        watch.why = Some(loss.to_string());
         let then = self.then();
         let stopping = match grace.is_zero() {
             true => "the command was killed".to_string(),

@@ -17,6 +17,7 @@ mod command;
 mod hold;
 mod inner;
 mod live;
+mod report;
 mod shards;
 mod signals;
 
@@ -28,12 +29,13 @@ use nix::sys::signal::Signal;
 use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::clock::{Instant, show};
 use crate::exit::{Failure, Outcome};
+use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Timing};
 use crate::log;
 use crate::reach::Reach;
 use crate::store::{
-    ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Session, Store, StoreError,
-    Turn, first_turn,
+    ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Put, Session, Store,
+    StoreError, Turn, first_turn, shard_lock,
 };
 use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
@@ -94,6 +96,13 @@ struct Job {
     signal: Signal,
     busy_code: u8,
     lost_code: u8,
+    /// `--once-per` or `--slot`, and the exit code when the work was done.
+    once: Option<Once>,
+    done_code: u8,
+    /// `--history`: how many tenures the lock's history keeps.
+    keep_history: usize,
+    metrics_file: Option<std::path::PathBuf>,
+    on_end: Option<String>,
     identity: String,
     connect_timeout: Duration,
     rejoin: Option<Rejoin>,
@@ -183,6 +192,17 @@ impl Job {
             }
             location.check_shard_names(&args.lock, n).map_err(usage)?;
         }
+        let once = match (args.once_per, &args.slot) {
+            (Some(window), _) if window.is_zero() => {
+                return Err(usage("--once-per must be longer than zero".into()));
+            }
+            (Some(window), _) => Some(Once::Per(window)),
+            (None, Some(key)) => {
+                crate::store::check_slot(key).map_err(usage)?;
+                Some(Once::Slot(key.clone()))
+            }
+            (None, None) => None,
+        };
         let identity = args.identity.clone().unwrap_or_else(hostname);
         log::context("lock", args.lock.clone());
         log::context("identity", identity.clone());
@@ -201,6 +221,11 @@ impl Job {
             signal: args.signal,
             busy_code: args.busy_exit_code,
             lost_code: args.lost_exit_code,
+            once,
+            done_code: args.done_exit_code,
+            keep_history: args.history,
+            metrics_file: args.metrics_file,
+            on_end: args.on_end,
             identity,
             connect_timeout: args.store.connect_timeout,
             rejoin: args.rejoin,
@@ -317,6 +342,7 @@ impl Job {
         };
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
+        let queued = SystemTime::now();
         loop {
             // Queued once, lost since: a new session, due in a new bound.
             if reach.was_reached() {
@@ -331,7 +357,7 @@ impl Job {
             // confirmed with the place in the queue).
             timeline::step("lease requested");
             let mut keeper = Keeper::start(&*session, self.timing);
-            let (end, guard_to_reap) = match self
+            let (end, guard_to_reap, mut tenure) = match self
                 .queue(store, &*session, &mut keeper, give_up, signals, &mut reach)
                 .await
             {
@@ -356,8 +382,24 @@ impl Job {
                         ),
                     }
                     let guard = guard.take().expect("one guard per turn");
-                    self.hold(&won, &*session, guard, &mut keeper, signals)
-                        .await
+                    let mut tenure = self.tenure(queued, Some(&won));
+                    let (end, guard) = self
+                        .hold(
+                            &won,
+                            store,
+                            &*session,
+                            guard,
+                            &mut keeper,
+                            signals,
+                            &mut tenure,
+                        )
+                        .await;
+                    // While the lock is still ours, fenced by its token.
+                    if let (Some(once), TurnEnd::Ended(Ending::Exited(0))) = (&self.once, &end) {
+                        self.record_success(store, once, &*won.lock, &mut tenure)
+                            .await;
+                    }
+                    (end, guard, Some(tenure))
                 }
                 Queued::Again(reason) => {
                     let queued = reach.was_reached();
@@ -400,8 +442,15 @@ impl Job {
                     }
                     continue;
                 }
-                Queued::Done(outcome) => (TurnEnd::Done(outcome), None),
+                Queued::Busy(outcome) => {
+                    let mut tenure = self.tenure(queued, None);
+                    tenure.outcome = Ended::Busy;
+                    (TurnEnd::Done(outcome), None, Some(tenure))
+                }
+                Queued::Done(outcome) => (TurnEnd::Done(outcome), None, None),
             };
+            let reported = (self.metrics_file.is_some() || self.on_end.is_some())
+                .then(|| tenure.clone().unwrap_or_else(|| self.tenure(queued, None)));
             drop(keeper);
             // The command's group is gone: the guard exits while the lease
             // is released.
@@ -417,7 +466,23 @@ impl Job {
                 true => RELEASE_TIMEOUT,
                 false => UNANSWERED_RELEASE_TIMEOUT,
             };
-            tokio::join!(release(&*session, within, reach.was_reached()), reaped);
+            // Beside the release, never before it: the history is not on
+            // the way of the next holder.
+            let noted = async {
+                if let Some(tenure) = &mut tenure {
+                    finish(tenure, &end);
+                    history::note_or_warn(store, tenure, self.keep_history).await;
+                }
+            };
+            tokio::join!(
+                release(&*session, within, reach.was_reached()),
+                reaped,
+                noted
+            );
+            if let Some(mut tenure) = reported {
+                finish(&mut tenure, &end);
+                self.report(&tenure).await;
+            }
             if reach.was_reached() {
                 timeline::step("lease released");
                 log::event(
@@ -428,6 +493,73 @@ impl Job {
             }
             return end;
         }
+    }
+
+    /// This turn's entry in the lock's history, as it begins: `won`, or
+    /// an attempt that never held the lock.
+    fn tenure(&self, queued: SystemTime, won: Option<&Won<'_>>) -> Tenure {
+        let shard = won.and_then(|w| w.shard);
+        Tenure {
+            lock: shard.map_or_else(|| self.lock.clone(), |k| shard_lock(&self.lock, k)),
+            shard,
+            token: won.map(|w| w.token),
+            identity: self.identity.clone(),
+            host: hostname(),
+            pid: std::process::id(),
+            queued: history::timestamp(queued),
+            started: None,
+            ended: None,
+            outcome: Ended::Running,
+            exit_code: None,
+            signal: None,
+            why: None,
+            slot: match &self.once {
+                Some(Once::Slot(key)) => Some(key.clone()),
+                _ => None,
+            },
+            done_ended: None,
+        }
+    }
+
+    /// The metrics file and the hook, once the lock is released.
+    async fn report(&self, tenure: &Tenure) {
+        if let Some(path) = &self.metrics_file {
+            report::write_metrics(path, tenure, tenure.done_ended);
+        }
+        if let Some(command) = &self.on_end {
+            report::on_end(command, tenure).await;
+        }
+    }
+
+    /// The command succeeded: say so in the store while the lock is ours, so
+    /// that no other host runs this period again.
+    async fn record_success(
+        &self,
+        store: &dyn Store,
+        once: &Once,
+        lock: &dyn crate::store::Lock,
+        tenure: &mut Tenure,
+    ) {
+        let mut done = tenure.clone();
+        done.outcome = Ended::Succeeded;
+        done.exit_code = Some(0);
+        done.ended = Some(history::timestamp(SystemTime::now()));
+        let recorded = tokio::time::timeout(
+            self.connect_timeout,
+            history::record_success(store, once, lock.key(), &done),
+        )
+        .await;
+        let why = match recorded {
+            Ok(Ok(Put::Stored)) => return,
+            Ok(Ok(Put::Stale(why))) => why,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {}", show(self.connect_timeout)),
+        };
+        log::warn(format_args!(
+            "the command succeeded, but its success could not be recorded for lock {} ({why}): \
+             another run may do this period's work again",
+            tenure.lock
+        ));
     }
 
     /// How to run the command; what names the holder (its key, its
@@ -525,7 +657,7 @@ impl Job {
                 token,
                 shard: None,
             }),
-            Ok((_, Turn::Busy)) => Queued::Done(self.busy(store).await),
+            Ok((_, Turn::Busy)) => Queued::Busy(self.busy(store).await),
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
             Err(e) => Queued::Done(self.store_failed(e)),
         }
@@ -655,7 +787,40 @@ enum Queued<'s> {
     First(Won<'s>),
     /// Our place was lost before our turn came; queue again.
     Again(String),
+    /// Someone else held the lock all the while (said already).
+    Busy(Outcome),
     Done(Outcome),
+}
+
+/// The history entry of a turn that ended as `end`, unless the turn said
+/// already (a lost lease, work done before).
+fn finish(tenure: &mut Tenure, end: &TurnEnd) {
+    tenure.ended = Some(history::timestamp(SystemTime::now()));
+    if tenure.outcome != Ended::Running {
+        return;
+    }
+    let exited = |tenure: &mut Tenure, code: i32| {
+        tenure.exit_code = Some(code);
+        tenure.outcome = match code {
+            0 => Ended::Succeeded,
+            _ => Ended::Failed,
+        };
+    };
+    let killed = |tenure: &mut Tenure, sig: Signal| {
+        tenure.signal = Some(sig as i32);
+        tenure.outcome = Ended::Killed;
+    };
+    match end {
+        TurnEnd::Lost => tenure.outcome = Ended::Lost,
+        TurnEnd::Ended(Ending::Exited(code)) => exited(tenure, *code),
+        TurnEnd::Ended(Ending::Killed(sig)) => killed(tenure, *sig),
+        TurnEnd::Done(Outcome::Exit(code)) => exited(tenure, i32::from(*code)),
+        TurnEnd::Done(Outcome::Raise(sig)) => killed(tenure, *sig),
+        TurnEnd::Done(Outcome::Fail(failure)) => {
+            tenure.outcome = Ended::Error;
+            tenure.why = Some(failure.message.clone());
+        }
+    }
 }
 
 async fn release(session: &dyn Session, within: Duration, reached: bool) {

@@ -52,7 +52,7 @@ impl Job {
                     "every shard of lock {} ({shards}) is held",
                     self.lock
                 ));
-                Queued::Done(Outcome::Exit(self.busy_code))
+                Queued::Busy(Outcome::Exit(self.busy_code))
             }
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
             Err(e) => Queued::Done(self.store_failed(e)),

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put};
+use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Record};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -86,6 +86,37 @@ pub trait Store {
         key: &'a str,
         checkpoint: &'a Checkpoint,
     ) -> Boxed<'a, Result<Put, StoreError>>;
+    /// `record` of `lock`, if it exists, with its version.
+    fn record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>>;
+    /// Write `record` of `lock` if `fence` holds: the check and the write
+    /// are one atomic step in the store.
+    fn put_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+        value: &'a str,
+        fence: Fence<'a>,
+    ) -> Boxed<'a, Result<Put, StoreError>>;
+}
+
+/// A record's value, and its version: what a [`Fence::Version`] names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    pub value: String,
+    pub version: u64,
+}
+
+/// What must still hold for a record to be written.
+#[derive(Clone, Copy, Debug)]
+pub enum Fence<'a> {
+    /// The holder of `key` still holds the lock with `token`.
+    Holder { key: &'a str, token: u64 },
+    /// The record is still as it was read: this version, or absent.
+    Version(Option<u64>),
 }
 
 /// A break begun on one holder's tenure ([`Store::begin_break`]).

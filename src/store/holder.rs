@@ -8,8 +8,66 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// What a store keeps of a lock beside its queue, named after the lock:
-/// `NAME.checkpoint`, `NAME.shards`, `NAME.last`.
-pub const RECORD_SUFFIXES: [&str; 3] = [".checkpoint", ".shards", ".last"];
+/// `NAME.checkpoint`, `NAME.shards`, `NAME.last`, and the [`Record`]s.
+pub const RECORD_SUFFIXES: [&str; 6] = [
+    ".checkpoint",
+    ".shards",
+    ".last",
+    ".done",
+    ".slots",
+    ".history",
+];
+
+/// A record elect keeps beside a lock alike on every store (read and
+/// written by [`crate::history`]): the last run that succeeded, each
+/// `--slot` done, and the lock's history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    Done,
+    Slot(&'a str),
+    History,
+}
+
+impl Record<'_> {
+    /// Its name beside the lock's, as a checkpoint's is `.checkpoint`:
+    /// `.done`, `.slots/KEY`, `.history`.
+    pub fn suffix(&self) -> String {
+        match self {
+            Record::Done => ".done".into(),
+            Record::Slot(key) => format!(".slots/{key}"),
+            Record::History => ".history".into(),
+        }
+    }
+}
+
+/// A `--slot` key: `[A-Za-z0-9._:-]`, at most 100 bytes, not `.` or `..`;
+/// it names a record in every store (an etcd key, a ZooKeeper node, a file).
+pub fn check_slot(key: &str) -> Result<(), String> {
+    const MAX: usize = 100;
+    if key.is_empty() {
+        return Err("--slot is empty: name the period, e.g. --slot \"$(date +%F)\"".into());
+    }
+    if key.len() > MAX {
+        return Err(format!(
+            "--slot is {} bytes long; the limit is {MAX}",
+            key.len()
+        ));
+    }
+    if key == "." || key == ".." {
+        return Err(format!("--slot '{key}' is not a name"));
+    }
+    match key
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+    {
+        Some(c) => Err(format!(
+            "--slot '{}' holds {:?}: a slot takes letters, digits and . _ - :",
+            key.escape_default(),
+            c
+        )),
+        None => Ok(()),
+    }
+}
 
 /// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
 /// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.

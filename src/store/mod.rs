@@ -23,12 +23,13 @@ pub use secret::Secret;
 pub mod zk;
 
 pub use api::{
-    Boxed, Breaking, ErrorKind, Lock, Loss, Renewal, Renewer, Session, Store, StoreError, Turn,
-    first_turn,
+    Boxed, Breaking, ErrorKind, Fence, Lock, Loss, Renewal, Renewer, Session, Store, StoreError,
+    Turn, Versioned, first_turn,
 };
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,
-    LockStatus, MAX_SHARDS, Owner, Put, check_lock_name, is_lock_or_shard, shard_lock,
+    LockStatus, MAX_SHARDS, Owner, Put, Record, check_lock_name, check_slot, is_lock_or_shard,
+    shard_lock,
 };
 
 use std::fmt;

@@ -30,8 +30,8 @@ mod target;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Breaking, Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session,
-    Store, StoreError,
+    Boxed, Breaking, Check, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put,
+    Record, Session, Store, StoreError, Versioned,
 };
 use crate::clock::Instant;
 use crate::log;
@@ -266,6 +266,65 @@ impl Store for Etcd {
         checkpoint: &'a Checkpoint,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(self.write_checkpoint(lock, key, checkpoint))
+    }
+
+    fn record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async move {
+            let key = record_key(lock, &record.suffix());
+            let mut reply = retry(&self.patience, || {
+                let mut kv = self.client.kv_client();
+                let key = key.clone();
+                async move { kv.get(key, None).await }
+            })
+            .await
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            Ok(reply.take_kvs().first().map(|kv| Versioned {
+                value: String::from_utf8_lossy(kv.value()).into_owned(),
+                version: kv.mod_revision() as u64,
+            }))
+        })
+    }
+
+    fn put_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+        value: &'a str,
+        fence: Fence<'a>,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move {
+            let key = record_key(lock, &record.suffix());
+            // An absent key's revisions are 0.
+            let compare = match fence {
+                Fence::Holder { key, token } => {
+                    Compare::create_revision(key, CompareOp::Equal, token as i64)
+                }
+                Fence::Version(v) => {
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, v.map_or(0, |v| v as i64))
+                }
+            };
+            let txn = Txn::new()
+                .when([compare])
+                .and_then([TxnOp::put(key.clone(), value, None)]);
+            let reply = retry(&self.patience, || {
+                let mut kv = self.client.kv_client();
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            Ok(match (reply.succeeded(), fence) {
+                (true, _) => Put::Stored,
+                (false, Fence::Holder { token, .. }) => {
+                    Put::Stale(format!("token {token} no longer holds lock {lock}"))
+                }
+                (false, Fence::Version(_)) => Put::Stale(format!("{key} changed meanwhile")),
+            })
+        })
     }
 }
 

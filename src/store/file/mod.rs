@@ -35,8 +35,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Check, Checkpoint, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Session, Store,
-    StoreError, Target,
+    Boxed, Check, Checkpoint, Fence, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Target, Versioned,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -381,6 +381,24 @@ impl Store for FileStore {
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move { self.existing()?.put_checkpoint(lock, key, checkpoint) })
     }
+
+    fn record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async move { self.existing()?.record(lock, record) })
+    }
+
+    fn put_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+        value: &'a str,
+        fence: Fence<'a>,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move { self.existing()?.put_record(lock, record, value, fence) })
+    }
 }
 
 impl FileStore {
@@ -636,38 +654,11 @@ impl Dir {
         checkpoint: &Checkpoint,
     ) -> Result<Put, StoreError> {
         let stem = stem(lock);
-        let path = self.path(&stem, ".token");
-        let fail = |e: std::io::Error| {
-            StoreError::config(format!("token counter {}: {e}", path.display()))
-        };
         if key != self.path(&stem, ".lock").display().to_string() {
             return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
         }
-        let mut counter = loop {
-            let file = match open_nofollow(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == IoKind::NotFound => {
-                    return Ok(Put::Stale(format!("lock {lock} never had a holder")));
-                }
-                Err(e) => return Err(fail(e)),
-            };
-            file.lock().map_err(fail)?;
-            // Replaced meanwhile (a counter rewritten in the new layout):
-            // the lock that counts is the new file's.
-            let ours = file.metadata().map_err(fail)?;
-            match std::fs::symlink_metadata(&path) {
-                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => break file,
-                _ => continue,
-            }
-        };
-        let last = match counter::parse(&counter::read(&mut counter).map_err(fail)?) {
-            Ok(Counter::Slots(n) | Counter::Line(n)) => n,
-            Err(Corrupt(what)) => {
-                return Err(StoreError::config(format!(
-                    "token counter {} is corrupt ({what})",
-                    path.display()
-                )));
-            }
+        let Some((_counter, last)) = self.locked_counter(&stem)? else {
+            return Ok(Put::Stale(format!("lock {lock} never had a holder")));
         };
         if last != checkpoint.token {
             return Ok(Put::Stale(format!(
@@ -680,6 +671,97 @@ impl Dir {
                     "checkpoint {}: {e}",
                     self.path(&stem, ".checkpoint").display()
                 ))
+            })?;
+        Ok(Put::Stored)
+    }
+
+    /// The token counter of `stem`, under its flock (which every new token
+    /// takes too), and the last token it handed out; `None` if the lock
+    /// never had a holder.
+    fn locked_counter(&self, stem: &str) -> Result<Option<(File, u64)>, StoreError> {
+        let path = self.path(stem, ".token");
+        let fail = |e: std::io::Error| {
+            StoreError::config(format!("token counter {}: {e}", path.display()))
+        };
+        let mut counter = loop {
+            let file = match open_nofollow(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+                Err(e) => return Err(fail(e)),
+            };
+            file.lock().map_err(fail)?;
+            // Replaced meanwhile (a counter rewritten in the new layout):
+            // the lock that counts is the new file's.
+            let ours = file.metadata().map_err(fail)?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => break file,
+                _ => continue,
+            }
+        };
+        match counter::parse(&counter::read(&mut counter).map_err(fail)?) {
+            Ok(Counter::Slots(n) | Counter::Line(n)) => Ok(Some((counter, n))),
+            Err(Corrupt(what)) => Err(StoreError::config(format!(
+                "token counter {} is corrupt ({what})",
+                path.display()
+            ))),
+        }
+    }
+
+    /// A record's file: beside the lock's, a slot's `/` spelled as in a stem.
+    fn record_suffix(record: Record<'_>) -> String {
+        record.suffix().replace('/', "%2F")
+    }
+
+    fn record(&self, lock: &str, record: Record<'_>) -> Result<Option<Versioned>, StoreError> {
+        let path = self.path(&stem(lock), &Dir::record_suffix(record));
+        match read_nofollow(&path) {
+            Ok(value) => Ok(Some(Versioned {
+                version: version_of(value.as_bytes()),
+                value,
+            })),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::config(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// Write a record under the lock's counter flock, so that the check of
+    /// `fence` and the rename are one step.
+    fn put_record(
+        &self,
+        lock: &str,
+        record: Record<'_>,
+        value: &str,
+        fence: Fence<'_>,
+    ) -> Result<Put, StoreError> {
+        let stem = stem(lock);
+        let suffix = Dir::record_suffix(record);
+        let Some((_counter, last)) = self.locked_counter(&stem)? else {
+            return Ok(Put::Stale(format!("lock {lock} never had a holder")));
+        };
+        match fence {
+            Fence::Holder { key, token } => {
+                if key != self.path(&stem, ".lock").display().to_string() {
+                    return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
+                }
+                if last != token {
+                    return Ok(Put::Stale(format!(
+                        "a later holder of lock {lock} got token {last}"
+                    )));
+                }
+            }
+            Fence::Version(version) => {
+                let now = self.record(lock, record)?.map(|r| r.version);
+                if now != version {
+                    return Ok(Put::Stale(format!(
+                        "{} changed meanwhile",
+                        self.path(&stem, &suffix).display()
+                    )));
+                }
+            }
+        }
+        self.replace(&stem, &suffix, value.as_bytes(), true)
+            .map_err(|e| {
+                StoreError::config(format!("{}: {e}", self.path(&stem, &suffix).display()))
             })?;
         Ok(Put::Stored)
     }
@@ -823,6 +905,13 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
     let mut text = String::new();
     open_nofollow(path)?.read_to_string(&mut text)?;
     Ok(text)
+}
+
+/// A record's version: FNV-1a of its bytes (a file has no revision).
+fn version_of(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]

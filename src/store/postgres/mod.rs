@@ -56,8 +56,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session, Store,
-    StoreError,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Versioned,
 };
 use conn::{Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -221,7 +221,7 @@ impl Postgres {
                 .map(|(_, c, ty)| (c.as_str(), ty.as_str()))
                 .collect()
         };
-        for table in ["lease", "waiter"] {
+        for table in ["lease", "waiter", "record"] {
             let ours: Vec<(&str, &str)> = sql::LAYOUT
                 .iter()
                 .filter(|(t, _, _)| *t == table)
@@ -688,6 +688,95 @@ impl Store for Postgres {
         })
     }
 
+    fn record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async move {
+            let name = record.suffix();
+            // A read never creates anything: no table, no record.
+            let rows = match self
+                .query(
+                    &self.sql.record,
+                    &[(&lock, Type::TEXT), (&name, Type::TEXT)],
+                )
+                .await
+            {
+                Err(_) if self.record_table_missing().await => Vec::new(),
+                rows => rows?,
+            };
+            Ok(rows.first().map(|row| Versioned {
+                value: row.get(0),
+                version: row.get::<_, i64>(1) as u64,
+            }))
+        })
+    }
+
+    fn put_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+        value: &'a str,
+        fence: Fence<'a>,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move {
+            let name = record.suffix();
+            let rows = match fence {
+                Fence::Holder { key, token } => {
+                    let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
+                        return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
+                    };
+                    let fence = token as i64;
+                    self.on_records(
+                        &self.sql.put_record_held,
+                        &[
+                            (&lock, Type::TEXT),
+                            (&name, Type::TEXT),
+                            (&value, Type::TEXT),
+                            (&tenure, Type::TEXT),
+                            (&fence, Type::INT8),
+                        ],
+                    )
+                    .await?
+                }
+                Fence::Version(None) => {
+                    self.on_records(
+                        &self.sql.put_record_new,
+                        &[
+                            (&lock, Type::TEXT),
+                            (&name, Type::TEXT),
+                            (&value, Type::TEXT),
+                        ],
+                    )
+                    .await?
+                }
+                Fence::Version(Some(v)) => {
+                    let v = v as i64;
+                    self.on_records(
+                        &self.sql.put_record_version,
+                        &[
+                            (&lock, Type::TEXT),
+                            (&name, Type::TEXT),
+                            (&value, Type::TEXT),
+                            (&v, Type::INT8),
+                        ],
+                    )
+                    .await?
+                }
+            };
+            Ok(match (rows[0].get::<_, bool>(0), fence) {
+                (true, _) => Put::Stored,
+                (false, Fence::Holder { token, .. }) => {
+                    Put::Stale(format!("token {token} no longer holds lock {lock}"))
+                }
+                (false, Fence::Version(_)) => {
+                    Put::Stale(format!("record {name} of lock {lock} changed meanwhile"))
+                }
+            })
+        })
+    }
+
     fn put_checkpoint<'a>(
         &'a self,
         lock: &'a str,
@@ -730,6 +819,60 @@ impl Store for Postgres {
                 ),
             }))
         })
+    }
+}
+
+impl Postgres {
+    /// A statement on the record table, which is created first if it is
+    /// missing (an earlier elect's schema has none).
+    async fn on_records(
+        &self,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        match self.query(statement, params).await {
+            Err(e) if self.record_table_missing().await => {
+                self.create_record_table(e).await?;
+                self.query(statement, params).await
+            }
+            rows => rows,
+        }
+    }
+
+    async fn record_table_missing(&self) -> bool {
+        let schema = &self.target().schema;
+        self.query(
+            "SELECT to_regclass(quote_ident($1) || '.record') IS NULL",
+            &[(schema, Type::TEXT)],
+        )
+        .await
+        .is_ok_and(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0)))
+    }
+
+    /// Create the record table; `first` is the error that showed it missing.
+    async fn create_record_table(&self, first: StoreError) -> Result<(), StoreError> {
+        let target = self.target();
+        let s = target.schema_sql();
+        let create = sql::create_record_table(&s);
+        log::verbose(format_args!("creating table {}.record", target.schema));
+        let client = self.link.client().await?;
+        match client.batch_execute(&create).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                Err(StoreError::config(format!(
+                    "{target}: table {}.record is missing, and role {} may not create it ({}); \
+                     an administrator runs once: {} GRANT SELECT, INSERT, UPDATE ON {s}.record TO {};",
+                    target.schema,
+                    target.user,
+                    describe(&e),
+                    create.replace(" IF NOT EXISTS", ""),
+                    target.user
+                )))
+            }
+            // Made meanwhile by another elect (two creates race).
+            Err(_) if !self.record_table_missing().await => Ok(()),
+            Err(_) => Err(first),
+        }
     }
 }
 

@@ -30,6 +30,10 @@ pub const LAYOUT: &[(&str, &str, &str)] = &[
     ("waiter", "since", "timestamp with time zone"),
     ("waiter", "expires_at", "timestamp with time zone"),
     ("waiter", "holder", "jsonb"),
+    ("record", "name", "text"),
+    ("record", "record", "text"),
+    ("record", "version", "bigint"),
+    ("record", "value", "text"),
 ];
 
 /// Evaluated in a statement, makes its commit wait for the WAL flush (and
@@ -48,7 +52,18 @@ pub fn create_tables(s: &str) -> String {
          checkpoint_at timestamptz, shards integer, renewals bigint NOT NULL DEFAULT 0); \
          CREATE TABLE IF NOT EXISTS {s}.waiter (name text NOT NULL, tenure text NOT NULL, \
          since timestamptz NOT NULL, expires_at timestamptz NOT NULL, holder jsonb, \
-         PRIMARY KEY (name, tenure));"
+         PRIMARY KEY (name, tenure)); {}",
+        create_record_table(s)
+    )
+}
+
+/// The table of the records beside each lock (`.done`, `.slots/KEY`,
+/// `.history`), which an earlier elect's schema lacks: created when first
+/// needed.
+pub fn create_record_table(s: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {s}.record (name text NOT NULL, record text NOT NULL, \
+         version bigint NOT NULL, value text NOT NULL, PRIMARY KEY (name, record));"
     )
 }
 
@@ -68,7 +83,8 @@ pub fn grants(s: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA {s} TO {role}; \
          GRANT SELECT, INSERT, UPDATE ON {s}.lease TO {role}; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role};"
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role}; \
+         GRANT SELECT, INSERT, UPDATE ON {s}.record TO {role};"
     )
 }
 
@@ -86,6 +102,10 @@ pub struct Sql {
     pub look: String,
     pub checkpoint: String,
     pub put_checkpoint: String,
+    pub record: String,
+    pub put_record_held: String,
+    pub put_record_new: String,
+    pub put_record_version: String,
     pub record_shards: String,
     pub shards: String,
     pub owners: String,
@@ -278,6 +298,34 @@ impl Sql {
                    (SELECT tenure IS NOT NULL AND expires_at > clock_timestamp() \
                       FROM {s}.lease WHERE name = $1), {DURABLE}"
             ),
+            // $1 lock, $2 record: its value and version.
+            record: format!(
+                "SELECT value, version FROM {s}.record WHERE name = $1 AND record = $2"
+            ),
+            // $1 lock, $2 record, $3 value, $4 tenure, $5 fence: written if
+            // the tenure still holds the lock with that fence, its row
+            // locked until the write commits, so that no taker comes between.
+            put_record_held: format!(
+                "WITH held AS (SELECT 1 FROM {s}.lease \
+                   WHERE name = $1 AND tenure = $4 AND fence = $5::bigint FOR SHARE), \
+                 put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
+                   SELECT $1, $2, 1, $3 FROM held \
+                   ON CONFLICT (name, record) DO UPDATE SET value = EXCLUDED.value, \
+                     version = r.version + 1 RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+            ),
+            // $1 lock, $2 record, $3 value: written if there is none.
+            put_record_new: format!(
+                "WITH put AS (INSERT INTO {s}.record (name, record, version, value) \
+                   VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+            ),
+            // $1 lock, $2 record, $3 value, $4 version: written if still that version.
+            put_record_version: format!(
+                "WITH put AS (UPDATE {s}.record SET value = $3, version = version + 1 \
+                   WHERE name = $1 AND record = $2 AND version = $4::bigint RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+            ),
             // $1 lock, $2 count: record the number of shards in the lock's
             // own row unless one is; the number recorded.
             record_shards: format!(
@@ -306,7 +354,7 @@ impl Sql {
             layout: "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  JOIN pg_attribute a ON a.attrelid = c.oid \
-                 WHERE n.nspname = $1 AND c.relname IN ('lease', 'waiter') \
+                 WHERE n.nspname = $1 AND c.relname IN ('lease', 'waiter', 'record') \
                  AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, a.attnum",
             // One transaction; the advisory lock (for this transaction only,
             // so it works through a pooler) keeps two first runs from racing.

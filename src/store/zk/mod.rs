@@ -34,8 +34,8 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Session, Store,
-    StoreError,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Versioned,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -235,9 +235,24 @@ impl ZooKeeper {
         key: &str,
         checkpoint: &Checkpoint,
     ) -> Result<Put, StoreError> {
-        let client = self.client().await?;
         let path = format!("{}.checkpoint", lock_path(lock));
         let data = checkpoint.to_json();
+        self.write_held(lock, &path, data.as_bytes(), key, checkpoint.token)
+            .await
+    }
+
+    /// Write `data` at `path` if the holder of `key` still holds `lock`
+    /// with `token`.
+    async fn write_held(
+        &self,
+        lock: &str,
+        path: &str,
+        data: &[u8],
+        key: &str,
+        token: u64,
+    ) -> Result<Put, StoreError> {
+        let client = self.client().await?;
+        let path = path.to_string();
         ensure_parent(&client, &path).await?;
         // The holder's node, made by the token's transaction (its czxid),
         // unchanged since we looked (its version), and the write, in one
@@ -246,18 +261,18 @@ impl ZooKeeper {
         let mut create = false;
         for _ in 0..5 {
             let version = match client.check_stat(key).await {
-                Ok(Some(stat)) if stat.czxid as u64 == checkpoint.token => stat.version,
-                Ok(_) => return self.stale(lock, checkpoint.token).await,
+                Ok(Some(stat)) if stat.czxid as u64 == token => stat.version,
+                Ok(_) => return self.stale(lock, token).await,
                 Err(e) => return Err(failed(&e, "read", key)),
             };
             let mut multi = client.new_multi_writer();
             let added = multi
                 .add_check_version(key, version)
                 .and_then(|()| match create {
-                    false => multi.add_set_data(&path, data.as_bytes(), None),
+                    false => multi.add_set_data(&path, data, None),
                     true => multi.add_create(
                         &path,
-                        data.as_bytes(),
+                        data,
                         &CreateMode::Persistent.with_acls(Acls::anyone_all()),
                     ),
                 });
@@ -275,7 +290,7 @@ impl ZooKeeper {
             }
         }
         Err(StoreError::unavailable(format!(
-            "the checkpoint {path} or the holder's node {key} kept changing"
+            "{path} or the holder's node {key} kept changing"
         )))
     }
 
@@ -615,5 +630,64 @@ impl Store for ZooKeeper {
         checkpoint: &'a Checkpoint,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(self.write_checkpoint(lock, key, checkpoint))
+    }
+
+    fn record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async move {
+            let path = format!("{}{}", lock_path(lock), record.suffix());
+            let client = self.client().await?;
+            match client.get_data(&path).await {
+                Ok((data, stat)) => Ok(Some(Versioned {
+                    value: String::from_utf8_lossy(&data).into_owned(),
+                    version: stat.version as u64,
+                })),
+                Err(ZkError::NoNode) => Ok(None),
+                Err(e) => Err(failed(&e, "read", &path)),
+            }
+        })
+    }
+
+    fn put_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+        value: &'a str,
+        fence: Fence<'a>,
+    ) -> Boxed<'a, Result<Put, StoreError>> {
+        Box::pin(async move {
+            let path = format!("{}{}", lock_path(lock), record.suffix());
+            let changed = || Ok(Put::Stale(format!("{path} changed meanwhile")));
+            let client = self.client().await?;
+            match fence {
+                Fence::Holder { key, token } => {
+                    self.write_held(lock, &path, value.as_bytes(), key, token)
+                        .await
+                }
+                Fence::Version(None) => {
+                    ensure_parent(&client, &path).await?;
+                    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                    match client.create(&path, value.as_bytes(), &options).await {
+                        Ok(_) => Ok(Put::Stored),
+                        Err(ZkError::NodeExists) => changed(),
+                        Err(e) => Err(failed(&e, "create", &path)),
+                    }
+                }
+                Fence::Version(Some(v)) => {
+                    let version = i32::try_from(v).unwrap_or(i32::MAX);
+                    match client
+                        .set_data(&path, value.as_bytes(), Some(version))
+                        .await
+                    {
+                        Ok(_) => Ok(Put::Stored),
+                        Err(ZkError::BadVersion | ZkError::NoNode) => changed(),
+                        Err(e) => Err(failed(&e, "write", &path)),
+                    }
+                }
+            }
+        })
     }
 }

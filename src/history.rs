@@ -1,0 +1,341 @@
+//! What a lock's runs leave in the store, the same on every store (each
+//! keeps only [`Record`]s, written under a [`Fence`]): the last run that
+//! succeeded, for `--once-per`; one record per slot done, for `--slot`;
+//! and the history of tenures, for `elect history` and `elect status`.
+//!
+//! A lock makes runs exclusive; cron users want them once. So a run that
+//! exits 0 records its success while it still holds the lock, fenced by its
+//! token, and the next holder looks for it before it starts its command. A
+//! failed run records nothing, so that another host may try.
+//!
+//! The history is one record per lock: a JSON array of the last `keep`
+//! tenures, oldest first, rewritten by compare-and-set. A write of it is
+//! never on the way from the lock to the command, and its failure is a
+//! warning, never the run's.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::log;
+use crate::store::{Fence, Put, Record, Store, StoreError};
+
+/// How many tenures a lock's history keeps unless told otherwise.
+pub const KEEP: usize = 100;
+
+/// How long a history write may take before it is given up with a warning.
+pub const WRITE_WITHIN: Duration = Duration::from_secs(5);
+
+/// How a tenure (or an attempt at one) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ended {
+    /// The command runs (or its elect died before it could say).
+    Running,
+    /// The command exited 0.
+    Succeeded,
+    /// The command exited with another code.
+    Failed,
+    /// The command was killed by a signal.
+    Killed,
+    /// The lease was lost and the command stopped.
+    Lost,
+    /// `elect break` asked the holder to let go.
+    Broken,
+    /// A run of this period had succeeded already: the command was not run.
+    DoneBefore,
+    /// Someone else held the lock: the command was not run.
+    Busy,
+    /// elect failed (the guard died, the command could not start).
+    Error,
+    /// Recorded as running, but no longer the holder: its elect ended
+    /// without saying how (killed), and its guard stopped the command.
+    /// Only ever read, never written.
+    Unrecorded,
+}
+
+impl Ended {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ended::Running => "running",
+            Ended::Succeeded => "succeeded",
+            Ended::Failed => "failed",
+            Ended::Killed => "killed",
+            Ended::Lost => "lost",
+            Ended::Broken => "broken",
+            Ended::DoneBefore => "done-before",
+            Ended::Busy => "busy",
+            Ended::Error => "error",
+            Ended::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+/// One tenure, or one attempt that never held the lock (busy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenure {
+    pub lock: String,
+    pub shard: Option<u32>,
+    /// `None` for a run that never held the lock.
+    pub token: Option<u64>,
+    pub identity: String,
+    pub host: String,
+    pub pid: u32,
+    /// RFC 3339 UTC, milliseconds: when elect began to ask for the lock,
+    /// when the command started, when the tenure ended.
+    pub queued: String,
+    pub started: Option<String>,
+    pub ended: Option<String>,
+    pub outcome: Ended,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why, where the outcome alone does not say (a lost lease, an error).
+    pub why: Option<String>,
+    /// With `--slot`: the slot.
+    pub slot: Option<String>,
+    /// Of a run that found the work done: when the run that did it ended.
+    #[serde(skip)]
+    pub done_ended: Option<SystemTime>,
+}
+
+/// A wall-clock time as the records keep it.
+pub fn timestamp(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn parse_time(text: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).ok()
+}
+
+impl Tenure {
+    /// When it started, or else when it queued.
+    pub fn began(&self) -> Option<SystemTime> {
+        parse_time(self.started.as_deref().unwrap_or(&self.queued))
+    }
+
+    /// "IDENTITY on HOST with token T", as a line names a holder.
+    pub fn who(&self) -> String {
+        let mut who = match self.identity == self.host {
+            true => self.identity.clone(),
+            false => format!("{} on {}", self.identity, self.host),
+        };
+        if let Some(token) = self.token {
+            who.push_str(&format!(" with token {token}"));
+        }
+        who
+    }
+
+    /// How it ended, in words: "succeeded", "failed with exit code 3".
+    pub fn how(&self) -> String {
+        let mut how = match (self.outcome, self.exit_code, self.signal) {
+            (Ended::Failed, Some(code), _) => format!("failed with exit code {code}"),
+            (Ended::Killed, _, Some(sig)) => format!("killed by {}", signal_name(sig)),
+            (outcome, _, _) => outcome.name().to_string(),
+        };
+        if let Some(why) = &self.why {
+            how.push_str(&format!(" ({why})"));
+        }
+        how
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map_or_else(|_| format!("signal {sig}"), |s| s.to_string())
+}
+
+/// What makes a run unnecessary: a success within a window, or a slot done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Once {
+    Per(Duration),
+    Slot(String),
+}
+
+impl Once {
+    fn record(&self) -> Record<'_> {
+        match self {
+            Once::Per(_) => Record::Done,
+            Once::Slot(key) => Record::Slot(key),
+        }
+    }
+}
+
+/// The run that makes this one unnecessary, if there is one: read by the
+/// holder of `lock`, before its command starts.
+pub async fn done_before(
+    store: &dyn Store,
+    lock: &str,
+    once: &Once,
+) -> Result<Option<Tenure>, StoreError> {
+    let Some(record) = store.record(lock, once.record()).await? else {
+        return Ok(None);
+    };
+    let Ok(done) = serde_json::from_str::<Tenure>(&record.value) else {
+        log::verbose(format_args!(
+            "the record of lock {lock}'s last success is not elect's; ignoring it"
+        ));
+        return Ok(None);
+    };
+    Ok(match once {
+        Once::Slot(_) => Some(done),
+        // By this machine's wall clock against the runner's: the window
+        // moves by the skew between the two.
+        Once::Per(window) => done
+            .began()
+            .and_then(|began| SystemTime::now().duration_since(began).ok())
+            .is_some_and(|ago| ago < *window)
+            .then_some(done),
+    })
+}
+
+/// Record `done`'s success, while its holder (`key`, its token) still
+/// holds the lock.
+pub async fn record_success(
+    store: &dyn Store,
+    once: &Once,
+    key: &str,
+    done: &Tenure,
+) -> Result<Put, StoreError> {
+    let token = done.token.unwrap_or(0);
+    let value = serde_json::to_string(done).expect("a tenure always serializes");
+    store
+        .put_record(
+            &done.lock,
+            once.record(),
+            &value,
+            Fence::Holder { key, token },
+        )
+        .await
+}
+
+/// The history of `lock`, oldest first (empty if none, or not elect's).
+pub async fn read(store: &dyn Store, lock: &str) -> Result<Vec<Tenure>, StoreError> {
+    Ok(store
+        .record(lock, Record::History)
+        .await?
+        .and_then(|r| serde_json::from_str(&r.value).ok())
+        .unwrap_or_default())
+}
+
+/// `entries` as they stand, knowing who holds the lock now (`holder`'s
+/// token): a "running" tenure that no longer holds it ended unrecorded.
+pub fn as_of(mut entries: Vec<Tenure>, holder: Option<u64>) -> Vec<Tenure> {
+    for e in &mut entries {
+        if e.outcome == Ended::Running && (e.token.is_none() || e.token != holder) {
+            e.outcome = Ended::Unrecorded;
+            e.why = Some("its elect ended without saying how (killed?)".into());
+        }
+    }
+    entries
+}
+
+/// Put `tenure` into its lock's history, keeping the last `keep`: in place
+/// of the same tenure's earlier entry (a running one), else at the end.
+pub async fn note(store: &dyn Store, tenure: &Tenure, keep: usize) -> Result<(), StoreError> {
+    if keep == 0 {
+        return Ok(());
+    }
+    for _ in 0..8 {
+        let found = store.record(&tenure.lock, Record::History).await?;
+        let version = found.as_ref().map(|r| r.version);
+        let mut entries: Vec<Tenure> = found
+            .and_then(|r| serde_json::from_str(&r.value).ok())
+            .unwrap_or_default();
+        let same = |e: &Tenure| {
+            e.pid == tenure.pid
+                && e.host == tenure.host
+                && e.queued == tenure.queued
+                && e.token == tenure.token
+        };
+        match entries.iter_mut().rev().find(|e| same(e)) {
+            // A late "running" never hides how it ended.
+            Some(_) if tenure.outcome == Ended::Running => return Ok(()),
+            Some(entry) => *entry = tenure.clone(),
+            None => entries.push(tenure.clone()),
+        }
+        let excess = entries.len().saturating_sub(keep);
+        entries.drain(..excess);
+        let value = serde_json::to_string(&entries).expect("tenures always serialize");
+        match store
+            .put_record(
+                &tenure.lock,
+                Record::History,
+                &value,
+                Fence::Version(version),
+            )
+            .await?
+        {
+            Put::Stored => return Ok(()),
+            // Another wrote it meanwhile: read it again.
+            Put::Stale(_) => {}
+        }
+    }
+    Err(StoreError::unavailable(format!(
+        "the history of lock {} kept changing",
+        tenure.lock
+    )))
+}
+
+/// [`note`], bounded, and a warning instead of a failure: the history never
+/// holds up or fails a run.
+pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize) {
+    match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::warn(format_args!(
+            "could not record the tenure in the history of lock {}: {e}",
+            tenure.lock
+        )),
+        Err(_) => log::warn(format_args!(
+            "could not record the tenure in the history of lock {} within {}",
+            tenure.lock,
+            crate::clock::show(WRITE_WITHIN)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenure(pid: u32, outcome: Ended) -> Tenure {
+        Tenure {
+            lock: "l".into(),
+            shard: None,
+            token: Some(7),
+            identity: "a".into(),
+            host: "h".into(),
+            pid,
+            queued: timestamp(SystemTime::UNIX_EPOCH),
+            started: None,
+            ended: None,
+            outcome,
+            exit_code: None,
+            signal: None,
+            why: None,
+            slot: None,
+            done_ended: None,
+        }
+    }
+
+    #[test]
+    fn a_tenure_says_who_and_how() {
+        let mut t = tenure(1, Ended::Failed);
+        t.exit_code = Some(3);
+        assert_eq!(t.who(), "a on h with token 7");
+        assert_eq!(t.how(), "failed with exit code 3");
+        t.outcome = Ended::Killed;
+        t.signal = Some(9);
+        assert_eq!(t.how(), "killed by SIGKILL");
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["outcome"], "killed");
+        assert_eq!(json["exit_code"], 3);
+    }
+
+    #[test]
+    fn times_read_back() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_600_000_123);
+        let mut t = tenure(1, Ended::Running);
+        t.started = Some(timestamp(at));
+        assert_eq!(t.began(), Some(at));
+    }
+}
