@@ -33,8 +33,6 @@ impl ZkSession {
     /// bounds make it shorter: elect's deadline must fit the session.
     pub async fn open(store: &ZooKeeper, ttl: Duration) -> Result<ZkSession, StoreError> {
         let granted_at = Instant::now();
-        // Beside the session, not after it.
-        let (learning, probe) = learn_settle(store.target.clone(), ttl);
         let client = store.connect(ttl).await?;
         let granted = client.session_timeout();
         if granted + Duration::from_millis(1) < ttl {
@@ -45,23 +43,20 @@ impl ZkSession {
                 crate::clock::show(ttl)
             )));
         }
-        if granted > ttl {
-            log::verbose(format_args!(
-                "the ZooKeeper servers granted a {} session (their minSessionTimeout); \
-                 elect still keeps --ttl {}",
-                crate::clock::show(granted),
-                crate::clock::show(ttl)
-            ));
-        }
         // A quarter of the session is no shorter than a quarter of the
         // servers' minimum; a longer session than asked is that minimum.
         let learning = match granted > ttl {
             true => {
-                probe.abort();
+                log::verbose(format_args!(
+                    "the ZooKeeper servers granted a {} session (their minSessionTimeout); \
+                     elect still keeps --ttl {}",
+                    crate::clock::show(granted),
+                    crate::clock::show(ttl)
+                ));
                 log::verbose(format_args!("{}", Ledger::waits(granted)));
-                None
+                Learning::Done
             }
-            false => Some(learning),
+            false => Learning::Due(store.target.clone(), ttl),
         };
         // Later reads and writes of this run go through this session too.
         *store.client.borrow_mut() = Some(client.clone());
@@ -80,32 +75,6 @@ impl ZkSession {
             nodes: RefCell::default(),
         })
     }
-}
-
-/// The servers' shortest session, looked for in the background (the
-/// command need not wait for it), as a quarter of it: until then a renewal
-/// waits a quarter of ours, also no shorter than tickTime/2.
-fn learn_settle(
-    target: super::ZkTarget,
-    ttl: Duration,
-) -> (
-    watch::Receiver<Option<Duration>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (tell, told) = watch::channel(None);
-    let probe = tokio::spawn(async move {
-        match super::shortest_session(&target, ttl).await {
-            Ok(shortest) => {
-                log::verbose(format_args!("{}", Ledger::waits(shortest)));
-                tell.send_replace(Some(shortest / 4));
-            }
-            Err(e) => log::verbose(format_args!(
-                "could not learn the ZooKeeper servers' shortest session ({e}): a renewal \
-                 waits a quarter of ours between its two syncs"
-            )),
-        }
-    });
-    (told, probe)
 }
 
 impl Session for ZkSession {
@@ -166,9 +135,9 @@ impl Session for ZkSession {
     }
 }
 
-/// A renewal: the leader counts the session from no earlier than the
-/// renewal's send time, answered by two `sync`s, the second sent tickTime/2
-/// after the first's answer.
+/// A renewal: two `sync`s, the second sent tickTime/2 after the first's
+/// answer, whose answer proves the leader counts the session from no
+/// earlier than the renewal's send time.
 ///
 /// Only the leader expires sessions. A read proves nothing: a follower cut
 /// off from the leader goes on answering reads (and the client's pings) for
@@ -226,24 +195,44 @@ impl ZkRenewer {
         if let Err(ended) = self.sync().await {
             return ended;
         }
-        let ready = {
-            let ledger = self.ledger.borrow();
-            if ledger.proven >= since {
-                return Ok(Renewal::Alive(self.ttl));
-            }
-            ledger.ready(since)
-        };
-        if let Some(ready) = ready {
-            sleep_until(ready).await;
-            if let Err(ended) = self.sync().await {
-                return ended;
-            }
+        if self.ledger.borrow().proven >= since {
+            return Ok(Renewal::Alive(self.ttl));
+        }
+        if self.ready(since).await
+            && let Err(ended) = self.sync().await
+        {
+            return ended;
         }
         match self.ledger.borrow().proven >= since {
             true => Ok(Renewal::Alive(self.ttl)),
             false => Err(StoreError::unavailable(
                 "the ZooKeeper leader did not confirm the renewal",
             )),
+        }
+    }
+
+    /// Wait until a sync sent would prove the leader counts from `since` or
+    /// later (sooner, should a shorter `settle` be learnt meanwhile); false
+    /// if none can.
+    async fn ready(&self, since: Instant) -> bool {
+        loop {
+            let (ready, coming) = {
+                let mut ledger = self.ledger.borrow_mut();
+                ledger.learn();
+                (ledger.ready(since), ledger.coming())
+            };
+            let Some(ready) = ready else {
+                return false;
+            };
+            let Some(mut coming) = coming else {
+                sleep_until(ready).await;
+                return true;
+            };
+            tokio::select! {
+                () = sleep_until(ready) => return true,
+                // Learnt, or given up on: look again.
+                _ = coming.changed() => {}
+            }
         }
     }
 }
@@ -257,6 +246,34 @@ impl Renewer for ZkRenewer {
     fn reset(&mut self) {}
 }
 
+/// The servers' shortest session, as a better `settle` than a quarter of
+/// ours.
+enum Learning {
+    /// To be looked for at `target`, below the TTL.
+    Due(super::ZkTarget, Duration),
+    Coming(watch::Receiver<Option<Duration>>),
+    Done,
+}
+
+/// Look for the servers' shortest session in the background; tell a
+/// quarter of it.
+fn learn_settle(target: super::ZkTarget, ttl: Duration) -> watch::Receiver<Option<Duration>> {
+    let (tell, told) = watch::channel(None);
+    tokio::spawn(async move {
+        match super::shortest_session(&target, ttl).await {
+            Ok(shortest) => {
+                log::verbose(format_args!("{}", Ledger::waits(shortest)));
+                tell.send_replace(Some(shortest / 4));
+            }
+            Err(e) => log::verbose(format_args!(
+                "could not learn the ZooKeeper servers' shortest session ({e}): a renewal \
+                 waits a quarter of ours between its two syncs"
+            )),
+        }
+    });
+    told
+}
+
 /// The session's answered `sync`s, and from when the leader counts the
 /// session as far as they prove.
 ///
@@ -267,8 +284,8 @@ impl Renewer for ZkRenewer {
 struct Ledger {
     /// tickTime/2, as far as elect can tell.
     settle: Duration,
-    /// A better `settle` on its way.
-    learning: Option<watch::Receiver<Option<Duration>>>,
+    /// A better `settle`, to be learnt.
+    learning: Learning,
     /// Syncs answered (send time, answer time) not yet known to have
     /// reached the leader, in the order of their answers.
     unproven: VecDeque<(Instant, Instant)>,
@@ -287,9 +304,14 @@ impl Ledger {
         )
     }
 
-    /// Take the better `settle`, once it came.
+    /// Look for the servers' shortest session if not yet begun (on the
+    /// first renewal: the command need not wait for it, and the first sync
+    /// goes out meanwhile); take the better `settle` once it came.
     fn learn(&mut self) {
-        let Some(told) = &self.learning else {
+        if let Learning::Due(target, ttl) = &self.learning {
+            self.learning = Learning::Coming(learn_settle(target.clone(), *ttl));
+        }
+        let Learning::Coming(told) = &self.learning else {
             return;
         };
         let (learned, given_up) = (*told.borrow(), told.has_changed().is_err());
@@ -297,7 +319,15 @@ impl Ledger {
             self.settle = self.settle.min(settle);
         }
         if learned.is_some() || given_up {
-            self.learning = None;
+            self.learning = Learning::Done;
+        }
+    }
+
+    /// What tells of the better `settle`, while it is on its way.
+    fn coming(&self) -> Option<watch::Receiver<Option<Duration>>> {
+        match &self.learning {
+            Learning::Coming(told) => Some(told.clone()),
+            _ => None,
         }
     }
 
@@ -682,7 +712,7 @@ mod tests {
     fn ledger() -> Ledger {
         Ledger {
             settle: 50 * MS,
-            learning: None,
+            learning: Learning::Done,
             unproven: VecDeque::new(),
             proven: at(0),
         }
@@ -727,21 +757,20 @@ mod tests {
     fn a_learned_settle_is_taken_once_it_came_and_never_a_longer_one() {
         let mut l = ledger();
         let (tell, told) = watch::channel(None);
-        l.learning = Some(told);
+        l.learning = Learning::Coming(told);
         l.learn();
-        assert!(l.learning.is_some(), "still on its way");
+        assert!(l.coming().is_some(), "still on its way");
         tell.send_replace(Some(20 * MS));
         l.learn();
-        assert_eq!((l.settle, l.learning.is_none()), (20 * MS, true));
-        let (tell, told) = watch::channel(Some(80 * MS));
-        l.learning = Some(told);
+        assert_eq!((l.settle, l.coming().is_none()), (20 * MS, true));
+        let (_tell, told) = watch::channel(Some(80 * MS));
+        l.learning = Learning::Coming(told);
         l.learn();
         assert_eq!(l.settle, 20 * MS);
-        drop(tell);
         let (tell, told) = watch::channel(None::<Duration>);
-        l.learning = Some(told);
+        l.learning = Learning::Coming(told);
         drop(tell);
         l.learn();
-        assert!(l.learning.is_none(), "given up on");
+        assert!(matches!(l.learning, Learning::Done), "given up on");
     }
 }
