@@ -1098,16 +1098,4 @@ impl StoreUnderTest for Ensemble {
     fn heal_member(&self, i: usize) {
         self.0.heal(i);
     }
-
-    /// A follower tells the leader of its clients' requests only with its
-    /// answer to the leader's next ping, every tickTime/2: a follower cut
-    /// off between a renewal's answer and that ping leaves the leader
-    /// counting from the session's request before the renewal, which the
-    /// client sends at most TTL/5 earlier (a ping after 3/20 of the session
-    /// idle, looked for every 1/20), less elect's margin (TTL/50 + 50 ms):
-    /// README, the ZooKeeper section.
-    fn cut_off_with_its_member_overlap(ttl: Duration) -> Duration {
-        let margin = ttl / 50 + Duration::from_millis(50);
-        (ttl / 5 + super::zookeeper::TICK_TIME / 2).saturating_sub(margin)
-    }
 }

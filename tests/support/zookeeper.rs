@@ -764,8 +764,8 @@ pub fn cut_the_reply_to_a_create(
 
 /// A cutter for [`Proxy::cutting`] that cuts nothing and tells, on the
 /// channel, of every answer to a `sync` (opcode 9) it passes to the client,
-/// as it passes: a moment a test can cut something else at.
-pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<()>) {
+/// as it passes, with the moment: a moment a test can cut something else at.
+pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<Instant>) {
     use std::collections::{HashMap, HashSet};
     const SYNC: i32 = 9;
     #[derive(Default)]
@@ -800,7 +800,7 @@ pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<(
                 }
             } else if syncs.remove(&(id, xid)) {
                 // Nobody listening any more is no matter.
-                let _ = tell.lock().unwrap().send(());
+                let _ = tell.lock().unwrap().send(Instant::now());
             }
         }
         false

@@ -14,9 +14,15 @@
 //!   again when a container parent is removed and created anew.
 //! - The session is the lease: its timeout is `--ttl`, as the servers
 //!   negotiate it. elect judges loss itself from the send time of the last
-//!   request the leader answered (a `sync` every TTL/3: a follower answers
-//!   reads on its own, even cut off from the leader, which alone expires
-//!   sessions), so its command is dead before the session could expire.
+//!   renewal the leader is proven to have counted: every TTL/3 a `sync`, and
+//!   another tickTime/2 after its answer. A follower answers reads on its
+//!   own, even cut off from the leader, which alone expires sessions, and
+//!   tells the leader of its clients' requests only in its answer to the
+//!   leader's ping, every tickTime/2: the second `sync` leaves after that
+//!   answer. So the command is dead before the session could expire.
+//!   tickTime/2 is taken as a quarter of the servers' minSessionTimeout:
+//!   ZooKeeper's default is 2 × tickTime, and a server set to less breaks
+//!   that.
 //!
 //! Checkpoints, shard counts and a shard's last holder live in persistent
 //! nodes beside the lock's node (`<lock>.checkpoint`, `.shards`, `.last`),
@@ -390,24 +396,7 @@ async fn connect(
     // An attempt may hang (a connection reset in the handshake is not
     // always noticed by the client): several attempts fit in `within`.
     let attempt_within = (within / 4).max(Duration::from_millis(500));
-    let mut connector = Client::connector()
-        .with_session_timeout(timeout)
-        .with_connection_timeout(attempt_within.min(timeout));
-    if let (Some(user), Some(password)) = (&target.user, &target.password) {
-        connector =
-            connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
-    }
-    if let Some(tls) = &target.tls {
-        let mut options = zookeeper_client::TlsOptions::new()
-            .with_pem_ca(&tls.ca)
-            .map_err(|e| StoreError::config(format!("--cacert: {e}")))?;
-        if let Some((cert, key)) = &tls.identity {
-            options = options
-                .with_pem_identity(cert, key.expose())
-                .map_err(|e| StoreError::config(format!("--cert and --key: {e}")))?;
-        }
-        connector = connector.with_tls(options);
-    }
+    let connector = connector(target, timeout, attempt_within.min(timeout))?;
     let give_up = Instant::now() + within;
     let shown = target.to_string();
     let mut backoff = Duration::from_millis(50);
@@ -459,6 +448,69 @@ async fn connect(
         tokio::time::sleep(backoff.min(give_up.remaining())).await;
         backoff = (backoff * 2).min(Duration::from_millis(500));
     }
+}
+
+/// A client for `target`, its session asking for `timeout`, each attempt
+/// to connect given `connection`.
+fn connector(
+    target: &ZkTarget,
+    timeout: Duration,
+    connection: Duration,
+) -> Result<zookeeper_client::Connector, StoreError> {
+    let mut connector = Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(connection);
+    if let (Some(user), Some(password)) = (&target.user, &target.password) {
+        connector =
+            connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
+    }
+    if let Some(tls) = &target.tls {
+        let mut options = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&tls.ca)
+            .map_err(|e| StoreError::config(format!("--cacert: {e}")))?;
+        if let Some((cert, key)) = &tls.identity {
+            options = options
+                .with_pem_identity(cert, key.expose())
+                .map_err(|e| StoreError::config(format!("--cert and --key: {e}")))?;
+        }
+        connector = connector.with_tls(options);
+    }
+    Ok(connector)
+}
+
+/// The shortest session the servers of `target` grant (their
+/// minSessionTimeout), or else one as short as `below` or shorter, if
+/// none is shorter than `below`.
+///
+/// A session asked for shorter than that is raised to the servers'
+/// minimum. But the client gives a session's first connection only as long
+/// as the session asked for, so a millisecond would fail on any real
+/// network: ask for 25 ms, then four times longer each time the connection
+/// does not come in time. A session a server granted is as good an answer
+/// as any shorter one: the servers' minimum is no longer.
+async fn shortest_session(target: &ZkTarget, below: Duration) -> Result<Duration, StoreError> {
+    let mut ask = Duration::from_millis(25);
+    while ask < below {
+        // The client's connection timeout at 3/5 of the session: its
+        // attempt at a server's answer then takes that long, not a tick.
+        let connector = connector(target, ask, ask * 3 / 5)?;
+        let attempt = tokio::time::timeout(ask * 2, async {
+            match target.tls.is_some() {
+                true => connector.secure_connect(&target.connect_string()).await,
+                false => connector.connect(&target.connect_string()).await,
+            }
+        })
+        .await;
+        match attempt {
+            // Dropped, it closes.
+            Ok(Ok(client)) => return Ok(client.session_timeout()),
+            Ok(Err(ZkError::AuthFailed | ZkError::NoAuth)) => {
+                return Err(StoreError::unavailable("authentication failed"));
+            }
+            Ok(Err(_)) | Err(_) => ask *= 4,
+        }
+    }
+    Ok(below)
 }
 
 /// A chroot must exist: elect never creates one (a typo would silently

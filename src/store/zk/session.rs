@@ -1,8 +1,11 @@
 //! A ZooKeeper session as elect's lease, and a place in one lock's queue.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, EventType, SessionState};
 
 use super::{ZooKeeper, ensure_parent, failed, lock_path, queue};
@@ -16,7 +19,11 @@ pub struct ZkSession {
     client: Client,
     /// As the servers negotiated it.
     ttl: Duration,
+    /// What the servers granted: `ttl`, or their minSessionTimeout if longer.
+    granted: Duration,
     granted_at: Instant,
+    /// What the session's answered syncs prove, for every renewer.
+    ledger: Rc<RefCell<Ledger>>,
     /// The nodes we created, for a release from another process.
     nodes: RefCell<Vec<String>>,
 }
@@ -36,20 +43,35 @@ impl ZkSession {
                 crate::clock::show(ttl)
             )));
         }
-        if granted > ttl {
-            log::verbose(format_args!(
-                "the ZooKeeper servers granted a {} session (their minSessionTimeout); \
-                 elect still keeps --ttl {}",
-                crate::clock::show(granted),
-                crate::clock::show(ttl)
-            ));
-        }
+        // A quarter of the session is no shorter than a quarter of the
+        // servers' minimum; a longer session than asked is that minimum.
+        let learning = match granted > ttl {
+            true => {
+                log::verbose(format_args!(
+                    "the ZooKeeper servers granted a {} session (their minSessionTimeout); \
+                     elect still keeps --ttl {}",
+                    crate::clock::show(granted),
+                    crate::clock::show(ttl)
+                ));
+                log::verbose(format_args!("{}", Ledger::waits(granted)));
+                Learning::Done
+            }
+            false => Learning::Due(store.target.clone(), ttl),
+        };
         // Later reads and writes of this run go through this session too.
         *store.client.borrow_mut() = Some(client.clone());
         Ok(ZkSession {
             client,
             ttl,
+            granted,
             granted_at,
+            ledger: Rc::new(RefCell::new(Ledger {
+                settle: granted / 4,
+                learning,
+                unproven: VecDeque::new(),
+                // The leader made the session after we asked for it.
+                proven: granted_at,
+            })),
             nodes: RefCell::default(),
         })
     }
@@ -76,6 +98,8 @@ impl Session for ZkSession {
         Box::new(ZkRenewer {
             client: self.client.clone(),
             ttl: self.ttl,
+            slack: self.granted.saturating_sub(self.ttl),
+            ledger: self.ledger.clone(),
         })
     }
 
@@ -111,39 +135,234 @@ impl Session for ZkSession {
     }
 }
 
-/// A `sync`, which only the leader answers: the session lives, counted
-/// from its send time.
+/// A renewal: two `sync`s, the second sent tickTime/2 after the first's
+/// answer, whose answer proves the leader counts the session from no
+/// earlier than the renewal's send time.
 ///
 /// Only the leader expires sessions. A read proves nothing: a follower cut
-/// off from the leader goes on answering reads (and the client's pings)
-/// for up to syncLimit × tickTime, while the leader, which hears of the
-/// session only through the followers that still reach it, lets it expire.
-/// A `sync` is forwarded to the leader and answered only once the leader
-/// has answered it, so its answer says the leader was reachable after it
-/// was sent. (The follower passes the session's requests on to the leader
-/// only with its answer to the leader's next ping, every tickTime/2: a cut
-/// in between leaves the leader counting from the session's request or
-/// ping before the `sync`.)
+/// off from the leader goes on answering reads (and the client's pings) for
+/// up to syncLimit × tickTime. A `sync` is forwarded to the leader and
+/// answered once the leader has, but forwarding it does not touch the
+/// session at the leader: the follower notes its clients' requests and
+/// tells the leader of them only in its answer to the leader's next ping,
+/// every tickTime/2. One `sync` answered, the follower cut off before that
+/// ping, would leave the leader counting from an earlier request. A second
+/// `sync` sent tickTime/2 after the first's answer leaves the follower
+/// after its answer to that ping (with the first noted in it), on the one
+/// connection the leader reads in order, so its answer proves the leader
+/// heard of the first. elect cannot read tickTime: it takes a quarter of
+/// the servers' shortest session, as ZooKeeper's minSessionTimeout defaults
+/// to 2 × tickTime (a server set shorter than that breaks the proof).
+///
+/// Every sync answered goes into the session's [`Ledger`], whichever
+/// renewer sent it: an earlier one may prove enough when the servers
+/// granted a longer session than `--ttl`, and then no second is needed.
 struct ZkRenewer {
     client: Client,
     ttl: Duration,
+    /// How much longer the leader keeps the session than elect: a renewal
+    /// needs the leader's count from no earlier than its send time less this.
+    slack: Duration,
+    ledger: Rc<RefCell<Ledger>>,
+}
+
+/// What a renewal brings instead of a sync's answer.
+type Ended = Result<Renewal, StoreError>;
+
+impl ZkRenewer {
+    /// One `sync`, its answer noted in the ledger.
+    async fn sync(&self) -> Result<(), Ended> {
+        let sent = Instant::now();
+        let vouches = self.ledger.borrow().vouched(sent);
+        match self.client.sync("/").await {
+            Ok(()) => {
+                self.ledger
+                    .borrow_mut()
+                    .answered(sent, Instant::now(), vouches);
+                Ok(())
+            }
+            Err(ZkError::SessionExpired) => {
+                Err(Ok(Renewal::Gone("the ZooKeeper session expired".into())))
+            }
+            Err(e) => Err(Err(StoreError::unavailable(e.to_string()))),
+        }
+    }
+
+    async fn renewal(&self) -> Ended {
+        self.ledger.borrow_mut().learn();
+        let sent = Instant::now();
+        let since = sent - self.slack;
+        if let Err(ended) = self.sync().await {
+            return ended;
+        }
+        if self.ledger.borrow().proven >= since {
+            return Ok(Renewal::Alive(self.ttl));
+        }
+        if self.ready(since).await
+            && let Err(ended) = self.sync().await
+        {
+            return ended;
+        }
+        match self.ledger.borrow().proven >= since {
+            true => Ok(Renewal::Alive(self.ttl)),
+            false => Err(StoreError::unavailable(
+                "the ZooKeeper leader did not confirm the renewal",
+            )),
+        }
+    }
+
+    /// Wait until a sync sent would prove the leader counts from `since` or
+    /// later (sooner, should a shorter `settle` be learnt meanwhile); false
+    /// if none can.
+    async fn ready(&self, since: Instant) -> bool {
+        loop {
+            let (ready, coming) = {
+                let mut ledger = self.ledger.borrow_mut();
+                ledger.learn();
+                (ledger.ready(since), ledger.coming())
+            };
+            let Some(ready) = ready else {
+                return false;
+            };
+            let Some(mut coming) = coming else {
+                sleep_until(ready).await;
+                return true;
+            };
+            tokio::select! {
+                () = sleep_until(ready) => return true,
+                // Learnt, or given up on: look again.
+                _ = coming.changed() => {}
+            }
+        }
+    }
 }
 
 impl Renewer for ZkRenewer {
     fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
-        Box::pin(async move {
-            match self.client.sync("/").await {
-                Ok(()) => Ok(Renewal::Alive(self.ttl)),
-                Err(ZkError::SessionExpired) => {
-                    Ok(Renewal::Gone("the ZooKeeper session expired".into()))
-                }
-                Err(e) => Err(StoreError::unavailable(e.to_string())),
-            }
-        })
+        Box::pin(self.renewal())
     }
 
     /// One session, one connection: the client reconnects by itself.
     fn reset(&mut self) {}
+}
+
+/// The servers' shortest session, as a better `settle` than a quarter of
+/// ours.
+enum Learning {
+    /// To be looked for at `target`, below the TTL.
+    Due(super::ZkTarget, Duration),
+    Coming(watch::Receiver<Option<Duration>>),
+    Done,
+}
+
+/// Look for the servers' shortest session in the background; tell a
+/// quarter of it.
+fn learn_settle(target: super::ZkTarget, ttl: Duration) -> watch::Receiver<Option<Duration>> {
+    let (tell, told) = watch::channel(None);
+    tokio::spawn(async move {
+        match super::shortest_session(&target, ttl).await {
+            Ok(shortest) => {
+                log::verbose(format_args!("{}", Ledger::waits(shortest)));
+                tell.send_replace(Some(shortest / 4));
+            }
+            Err(e) => log::verbose(format_args!(
+                "could not learn the ZooKeeper servers' shortest session ({e}): a renewal \
+                 waits a quarter of ours between its two syncs"
+            )),
+        }
+    });
+    told
+}
+
+/// The session's answered `sync`s, and from when the leader counts the
+/// session as far as they prove.
+///
+/// A sync answered proves the leader heard of every sync answered at least
+/// `settle` before it was sent (see [`ZkRenewer`]). (Over another
+/// connection, after a reconnect, as well: a server that takes over a
+/// session has the leader touch it.)
+struct Ledger {
+    /// tickTime/2, as far as elect can tell.
+    settle: Duration,
+    /// A better `settle`, to be learnt.
+    learning: Learning,
+    /// Syncs answered (send time, answer time) not yet known to have
+    /// reached the leader, in the order of their answers.
+    unproven: VecDeque<(Instant, Instant)>,
+    /// The leader counts the session from no earlier than this.
+    proven: Instant,
+}
+
+impl Ledger {
+    /// What a renewal waits, as told with -v.
+    fn waits(shortest: Duration) -> String {
+        format!(
+            "the ZooKeeper servers' shortest session is {}: a renewal waits {} between \
+             its two syncs (tickTime/2, taken as minSessionTimeout/4)",
+            crate::clock::show(shortest),
+            crate::clock::show(shortest / 4)
+        )
+    }
+
+    /// Look for the servers' shortest session if not yet begun (on the
+    /// first renewal: the command need not wait for it, and the first sync
+    /// goes out meanwhile); take the better `settle` once it came.
+    fn learn(&mut self) {
+        if let Learning::Due(target, ttl) = &self.learning {
+            self.learning = Learning::Coming(learn_settle(target.clone(), *ttl));
+        }
+        let Learning::Coming(told) = &self.learning else {
+            return;
+        };
+        let (learned, given_up) = (*told.borrow(), told.has_changed().is_err());
+        if let Some(settle) = learned {
+            self.settle = self.settle.min(settle);
+        }
+        if learned.is_some() || given_up {
+            self.learning = Learning::Done;
+        }
+    }
+
+    /// What tells of the better `settle`, while it is on its way.
+    fn coming(&self) -> Option<watch::Receiver<Option<Duration>>> {
+        match &self.learning {
+            Learning::Coming(told) => Some(told.clone()),
+            _ => None,
+        }
+    }
+
+    /// The most a sync sent at `at` proves once answered: the latest send
+    /// time of the syncs answered `settle` before it.
+    fn vouched(&self, at: Instant) -> Option<Instant> {
+        self.unproven
+            .iter()
+            .filter(|(_, answered)| *answered + self.settle <= at)
+            .map(|(sent, _)| *sent)
+            .max()
+    }
+
+    /// A sync sent at `sent` was answered at `answered`, proving `vouches`.
+    fn answered(&mut self, sent: Instant, answered: Instant, vouches: Option<Instant>) {
+        if let Some(vouches) = vouches {
+            self.proven = self.proven.max(vouches);
+        }
+        let proven = self.proven;
+        self.unproven.retain(|(sent, _)| *sent > proven);
+        self.unproven.push_back((sent, answered));
+        // Renewals come one at a time, two at most: a few suffice.
+        if self.unproven.len() > 8 {
+            self.unproven.pop_front();
+        }
+    }
+
+    /// When a sync sent would prove the leader counts from `since` or later.
+    fn ready(&self, since: Instant) -> Option<Instant> {
+        self.unproven
+            .iter()
+            .filter(|(sent, _)| *sent >= since)
+            .map(|(_, answered)| *answered + self.settle)
+            .min()
+    }
 }
 
 /// Our node in one lock's queue.
@@ -477,5 +696,81 @@ impl Lock for ZkLock<'_> {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(1_000_000_000_000 + ms * 1_000_000)
+    }
+
+    fn ledger() -> Ledger {
+        Ledger {
+            settle: 50 * MS,
+            learning: Learning::Done,
+            unproven: VecDeque::new(),
+            proven: at(0),
+        }
+    }
+
+    /// A renewal as it goes at its session's own TTL: the first sync
+    /// proves nothing of itself, the second, sent `settle` after its
+    /// answer, proves the leader counts from the first's send time.
+    #[test]
+    fn a_sync_proves_those_answered_settle_before_it_left() {
+        let mut l = ledger();
+        l.answered(at(333), at(335), l.vouched(at(333)));
+        assert_eq!(l.proven, at(0));
+        assert_eq!(l.ready(at(333)), Some(at(385)));
+        // Sent too soon: the follower may not have told the leader yet.
+        assert_eq!(l.vouched(at(384)), None);
+        let vouches = l.vouched(at(385));
+        assert_eq!(vouches, Some(at(333)));
+        l.answered(at(385), at(387), vouches);
+        assert_eq!(l.proven, at(333));
+        // What is proven is forgotten; the second sync is not, yet.
+        assert_eq!(l.unproven, [(at(385), at(387))]);
+    }
+
+    /// With a session longer than the TTL, the next renewal's first sync
+    /// proves an earlier renewal, and that may be enough.
+    #[test]
+    fn a_later_sync_proves_the_earlier_renewals() {
+        let mut l = ledger();
+        l.answered(at(333), at(335), l.vouched(at(333)));
+        l.answered(at(666), at(668), l.vouched(at(666)));
+        assert_eq!(l.proven, at(333));
+        // The latest one answered long enough ago counts, not the oldest.
+        l.answered(at(1000), at(1002), l.vouched(at(1000)));
+        assert_eq!(l.proven, at(666));
+        // What a second sync would wait for: one sent since, answered.
+        assert_eq!(l.ready(at(700)), Some(at(1052)));
+        assert_eq!(l.ready(at(1001)), None);
+    }
+
+    #[test]
+    fn a_learned_settle_is_taken_once_it_came_and_never_a_longer_one() {
+        let mut l = ledger();
+        let (tell, told) = watch::channel(None);
+        l.learning = Learning::Coming(told);
+        l.learn();
+        assert!(l.coming().is_some(), "still on its way");
+        tell.send_replace(Some(20 * MS));
+        l.learn();
+        assert_eq!((l.settle, l.coming().is_none()), (20 * MS, true));
+        let (_tell, told) = watch::channel(Some(80 * MS));
+        l.learning = Learning::Coming(told);
+        l.learn();
+        assert_eq!(l.settle, 20 * MS);
+        let (tell, told) = watch::channel(None::<Duration>);
+        l.learning = Learning::Coming(told);
+        drop(tell);
+        l.learn();
+        assert!(matches!(l.learning, Learning::Done), "given up on");
     }
 }
