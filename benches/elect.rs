@@ -307,17 +307,26 @@ fn verdict(ok: bool) -> Verdict {
 /// Figure `cycle`: one uncontended `LOCKER -- true`, spawn to exit.
 /// The cycle of each tool; returns elect's median (ms).
 fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) -> f64 {
-    let lockers = [&pair.elect, &pair.reference];
-    let mut times = [Samples::default(), Samples::default()];
+    // elect, the reference tool, and elect keeping no history.
+    let lockers = [&pair.elect, &pair.reference, &pair.elect];
+    let mut times = [Samples::default(), Samples::default(), Samples::default()];
     // Round 0 warms the page cache and etcd and is not counted.
     for round in 0..=mode.cycles {
-        // ABBA order, so neither tool always runs right after the other.
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        // Each order in turn, so no tool always runs right after another.
+        let order = [[0, 1, 2], [2, 0, 1], [1, 2, 0]][round % 3];
         for i in order {
             let locker = lockers[i];
-            let lock = format!("bench-cycle-{}", locker.tag());
+            let lock = format!(
+                "bench-cycle-{}{}",
+                locker.tag(),
+                if i == 2 { "-h0" } else { "" }
+            );
+            let mut command = locker.command(&lock, None, &["true"]);
+            if i == 2 {
+                command.env("ELECT_HISTORY", "0");
+            }
             let start = Instant::now();
-            let mut p = Quiet::spawn(locker.command(&lock, None, &["true"]))
+            let mut p = Quiet::spawn(command)
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", locker.name));
             let status = p.wait_within(PATIENCE).unwrap_or_else(|| {
                 panic!("{} -- true still running after {PATIENCE:?}", locker.name)
@@ -350,6 +359,18 @@ fn cycle(mode: &Mode, pair: &Pair, table: &mut Table) -> f64 {
             "file" => verdict(r <= 2.0),
             _ => Verdict::Info,
         },
+    });
+    let kept = times[0].median() / times[2].median();
+    table.row(Row {
+        figure: format!(
+            "cycle with the history kept [{}], median / p99, n={}",
+            pair.store, mode.cycles
+        ),
+        elect: median_p99(&times[0]),
+        reference: format!("elect --history 0: {}", median_p99(&times[2])),
+        ratio: ratio(times[0].median(), times[2].median()),
+        target: "<= 1.05x".into(),
+        verdict: verdict(kept <= 1.05),
     });
     times[0].median()
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::log;
-use crate::store::{Fence, Put, Record, Store, StoreError};
+use crate::store::{Fence, Put, Record, Store, StoreError, Versioned};
 
 /// How many tenures a lock's history keeps unless told otherwise.
 pub const KEEP: usize = 100;
@@ -229,14 +229,33 @@ pub fn as_of(mut entries: Vec<Tenure>, holder: Option<u64>) -> Vec<Tenure> {
     entries
 }
 
+/// A lock's history record as read: what a write of it replaces, unless
+/// someone wrote it meanwhile.
+pub type Read = Option<Versioned>;
+
+/// The history record of `lock`, read ahead of a write (while the command
+/// runs), so that the write at its end is one request, not two.
+pub async fn read_ahead(store: &dyn Store, lock: &str) -> Option<Read> {
+    store.record(lock, Record::History).await.ok()
+}
+
 /// Put `tenure` into its lock's history, keeping the last `keep`: in place
 /// of the same tenure's earlier entry (a running one), else at the end.
-pub async fn note(store: &dyn Store, tenure: &Tenure, keep: usize) -> Result<(), StoreError> {
+/// `ahead`: the record as read before, tried first.
+pub async fn note(
+    store: &dyn Store,
+    tenure: &Tenure,
+    keep: usize,
+    mut ahead: Option<Read>,
+) -> Result<(), StoreError> {
     if keep == 0 {
         return Ok(());
     }
     for _ in 0..8 {
-        let found = store.record(&tenure.lock, Record::History).await?;
+        let found = match ahead.take() {
+            Some(read) => read,
+            None => store.record(&tenure.lock, Record::History).await?,
+        };
         let version = found.as_ref().map(|r| r.version);
         let mut entries: Vec<Tenure> = found
             .and_then(|r| serde_json::from_str(&r.value).ok())
@@ -278,8 +297,8 @@ pub async fn note(store: &dyn Store, tenure: &Tenure, keep: usize) -> Result<(),
 
 /// [`note`], bounded, and a warning instead of a failure: the history never
 /// holds up or fails a run.
-pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize) {
-    match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep)).await {
+pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, ahead: Option<Read>) {
+    match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep, ahead)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::warn(format_args!(
             "could not record the tenure in the history of lock {}: {e}",

@@ -1751,6 +1751,19 @@ fn a_slot_done_is_not_run_again<S: StoreUnderTest>() {
         .map(|e| e["slot"].clone())
         .collect();
     assert_eq!(slots, ["2026-11", "2026-11", "2026-11", "2026-12"]);
+
+    // With --shards, each shard's slot is its own.
+    let on_shard = |k: &str| {
+        let args = ["--shards", "2", "--prefer-shard", k, "--slot", "2026-11"];
+        elect_run(&url, "sharded", &args, "echo ran $ELECT_SHARD")
+            .output()
+            .unwrap()
+    };
+    for (k, ran) in [("0", "ran 0"), ("0", ""), ("1", "ran 1"), ("1", "")] {
+        let out = on_shard(k);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert_eq!(stdout_of(&out), ran, "shard {k}: {}", stderr_of(&out));
+    }
 }
 
 /// Every way a tenure ends is in the lock's history, with its token and

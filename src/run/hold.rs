@@ -66,11 +66,32 @@ impl Job {
         keeper: &mut Keeper,
         signals: &mut Signals,
         tenure: &mut Tenure,
+        read_ahead: &mut Option<history::Read>,
     ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
         let mut lost_watch = lock.lost();
+        // The history record, read from the moment the lock is ours, beside
+        // the handover and the command and never before them: the write at
+        // the end is then one request. A command that runs a second is
+        // written in as running, which spends what was read.
+        let ahead = std::cell::RefCell::new(None);
+        let lock_name = tenure.lock.clone();
+        let mut reading: Option<Boxed<'_, ()>> = (self.keep_history > 0).then(|| {
+            Box::pin(async {
+                *ahead.borrow_mut() = history::read_ahead(store, &lock_name).await;
+            }) as Boxed<'_, ()>
+        });
         let (mut child, loss) = match self
-            .start(won, store, session, guard, keeper, &mut lost_watch, tenure)
+            .start(
+                won,
+                store,
+                session,
+                guard,
+                keeper,
+                &mut lost_watch,
+                tenure,
+                &mut reading,
+            )
             .await
         {
             Ok(started) => started,
@@ -88,7 +109,8 @@ impl Job {
         let running = tenure.clone();
         let noting = async {
             tokio::time::sleep(NOTE_RUNNING_AFTER).await;
-            history::note_or_warn(store, &running, self.keep_history).await;
+            let read = ahead.borrow_mut().take();
+            history::note_or_warn(store, &running, self.keep_history, read).await;
         };
         tokio::pin!(noting);
         let mut noted = self.keep_history == 0;
@@ -143,8 +165,10 @@ impl Job {
                 },
                 sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
                 () = &mut noting, if !noted => noted = true,
+                () = drive(&mut reading) => {}
             }
         };
+        *read_ahead = ahead.borrow_mut().take();
         if watch.lost {
             tenure.outcome = match watch.asked {
                 true => Ended::Broken,
@@ -193,6 +217,7 @@ impl Job {
         keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
         tenure: &mut Tenure,
+        reading: &mut Option<Boxed<'_, ()>>,
     ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
@@ -219,6 +244,7 @@ impl Job {
                 },
                 loss = &mut *lost_watch => return Err(self.not_started(&loss)),
                 ready = &mut ready => break ready,
+                () = drive(reading) => {}
             }
         };
         let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
@@ -483,6 +509,18 @@ impl Job {
             Some(_) => "then rejoining the queue".to_string(),
             None => format!("exiting {}", self.lost_code),
         }
+    }
+}
+
+/// Drive `work` to its end, then leave it done: a select arm that never
+/// loses what it was doing when another arm wins.
+async fn drive(work: &mut Option<Boxed<'_, ()>>) {
+    match work {
+        Some(future) => {
+            future.await;
+            *work = None;
+        }
+        None => std::future::pending().await,
     }
 }
 

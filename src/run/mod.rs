@@ -343,6 +343,8 @@ impl Job {
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
         let queued = SystemTime::now();
+        // The lock's history record as read while the command ran.
+        let mut history_read = None;
         loop {
             // Queued once, lost since: a new session, due in a new bound.
             if reach.was_reached() {
@@ -392,6 +394,7 @@ impl Job {
                             &mut keeper,
                             signals,
                             &mut tenure,
+                            &mut history_read,
                         )
                         .await;
                     // While the lock is still ours, fenced by its token.
@@ -471,7 +474,8 @@ impl Job {
             let noted = async {
                 if let Some(tenure) = &mut tenure {
                     finish(tenure, &end);
-                    history::note_or_warn(store, tenure, self.keep_history).await;
+                    history::note_or_warn(store, tenure, self.keep_history, history_read.take())
+                        .await;
                 }
             };
             tokio::join!(

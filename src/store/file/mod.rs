@@ -759,7 +759,10 @@ impl Dir {
                 }
             }
         }
-        self.replace(&stem, &suffix, value.as_bytes(), true)
+        // The history is an account, not a promise: a crash may cost its
+        // last entry, never a record that work was done.
+        let durable = record != Record::History;
+        self.replace(&stem, &suffix, value.as_bytes(), durable)
             .map_err(|e| {
                 StoreError::config(format!("{}: {e}", self.path(&stem, &suffix).display()))
             })?;
