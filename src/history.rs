@@ -8,17 +8,18 @@
 //! token, and the next holder looks for it before it starts its command. A
 //! failed run records nothing, so that another host may try.
 //!
-//! The history is one record per lock: a JSON array of the last `keep`
-//! tenures, oldest first, rewritten by compare-and-set. A write of it is
-//! never on the way from the lock to the command, and its failure is a
-//! warning, never the run's.
+//! The history is one small record per tenure, named by when it queued,
+//! so that a write costs the same however long the history; the oldest
+//! beyond `keep` are deleted while a command runs. A write is never on the
+//! way from the lock to the command, and its failure is a warning, never
+//! the run's.
 
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::log;
-use crate::store::{Fence, Put, Record, Store, StoreError, Versioned};
+use crate::store::{Fence, Put, Record, Store, StoreError};
 
 /// How many tenures a lock's history keeps unless told otherwise.
 pub const KEEP: usize = 100;
@@ -208,13 +209,45 @@ pub async fn record_success(
         .await
 }
 
-/// The history of `lock`, oldest first (empty if none, or not elect's).
+/// The history of `lock`, oldest first (empty if none).
 pub async fn read(store: &dyn Store, lock: &str) -> Result<Vec<Tenure>, StoreError> {
-    Ok(store
-        .record(lock, Record::History)
+    let mut entries: Vec<Tenure> = store
+        .tenures(lock, true)
         .await?
-        .and_then(|r| serde_json::from_str(&r.value).ok())
-        .unwrap_or_default())
+        .into_iter()
+        .filter_map(|(_, value)| serde_json::from_str(&value).ok())
+        .collect();
+    entries.sort_by_key(Tenure::began);
+    Ok(entries)
+}
+
+/// The last tenure of `lock` that ended, knowing who holds it now.
+pub async fn last_ended(
+    store: &dyn Store,
+    lock: &str,
+    holder: Option<u64>,
+) -> Result<Option<Tenure>, StoreError> {
+    let mut ids: Vec<String> = store
+        .tenures(lock, false)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    // The newest few: the holder's own, and waiters' busy ones, may come first.
+    for id in ids.iter().rev().take(8) {
+        let Some(found) = store.record(lock, Record::Tenure(id)).await? else {
+            continue;
+        };
+        let Ok(tenure) = serde_json::from_str::<Tenure>(&found.value) else {
+            continue;
+        };
+        let tenure = as_of(vec![tenure], holder).remove(0);
+        if tenure.token.is_some() && tenure.token != holder {
+            return Ok(Some(tenure));
+        }
+    }
+    Ok(None)
 }
 
 /// `entries` as they stand, knowing who holds the lock now (`holder`'s
@@ -229,76 +262,79 @@ pub fn as_of(mut entries: Vec<Tenure>, holder: Option<u64>) -> Vec<Tenure> {
     entries
 }
 
-/// A lock's history record as read: what a write of it replaces, unless
-/// someone wrote it meanwhile.
-pub type Read = Option<Versioned>;
-
-/// The history record of `lock`, read ahead of a write (while the command
-/// runs), so that the write at its end is one request, not two.
-pub async fn read_ahead(store: &dyn Store, lock: &str) -> Option<Read> {
-    store.record(lock, Record::History).await.ok()
+/// The record of `tenure`: its queue time first, so that ids sort by
+/// time; then its host and pid, which tell two elects apart.
+pub fn id(tenure: &Tenure) -> String {
+    let ms = parse_time(&tenure.queued)
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis());
+    let host: String = tenure
+        .host
+        .chars()
+        .take(64)
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect();
+    format!("{ms:013}-{host}-{}", tenure.pid)
 }
 
-/// Put `tenure` into its lock's history, keeping the last `keep`: in place
-/// of the same tenure's earlier entry (a running one), else at the end.
-/// `ahead`: the record as read before, tried first.
+/// Delete the oldest tenures of `lock` until at most `leave` are left.
+pub async fn trim(store: &dyn Store, lock: &str, leave: usize) -> Result<(), StoreError> {
+    let mut ids: Vec<String> = store
+        .tenures(lock, false)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    if ids.len() <= leave {
+        return Ok(());
+    }
+    ids.sort();
+    for id in &ids[..ids.len() - leave] {
+        store.delete_record(lock, Record::Tenure(id)).await?;
+    }
+    Ok(())
+}
+
+/// Write `tenure` into its lock's history, one record of its own, and with
+/// `trimmed` false keep the last `keep` (with it true, room was made before,
+/// while the command ran). A "running" one is written only where none is:
+/// a late one never hides how the tenure ended.
 pub async fn note(
     store: &dyn Store,
     tenure: &Tenure,
     keep: usize,
-    mut ahead: Option<Read>,
+    trimmed: bool,
 ) -> Result<(), StoreError> {
     if keep == 0 {
         return Ok(());
     }
-    for _ in 0..8 {
-        let found = match ahead.take() {
-            Some(read) => read,
-            None => store.record(&tenure.lock, Record::History).await?,
-        };
-        let version = found.as_ref().map(|r| r.version);
-        let mut entries: Vec<Tenure> = found
-            .and_then(|r| serde_json::from_str(&r.value).ok())
-            .unwrap_or_default();
-        let same = |e: &Tenure| {
-            e.pid == tenure.pid
-                && e.host == tenure.host
-                && e.queued == tenure.queued
-                && e.token == tenure.token
-        };
-        match entries.iter_mut().rev().find(|e| same(e)) {
-            // A late "running" never hides how it ended.
-            Some(_) if tenure.outcome == Ended::Running => return Ok(()),
-            Some(entry) => *entry = tenure.clone(),
-            None => entries.push(tenure.clone()),
-        }
-        let excess = entries.len().saturating_sub(keep);
-        entries.drain(..excess);
-        let value = serde_json::to_string(&entries).expect("tenures always serialize");
-        match store
-            .put_record(
-                &tenure.lock,
-                Record::History,
-                &value,
-                Fence::Version(version),
-            )
-            .await?
-        {
-            Put::Stored => return Ok(()),
-            // Another wrote it meanwhile: read it again.
-            Put::Stale(_) => {}
-        }
+    let value = serde_json::to_string(tenure).expect("a tenure always serializes");
+    let fence = match tenure.outcome {
+        Ended::Running => Fence::Version(None),
+        _ => Fence::Any,
+    };
+    store
+        .put_record(&tenure.lock, Record::Tenure(&id(tenure)), &value, fence)
+        .await?;
+    if !trimmed {
+        trim(store, &tenure.lock, keep).await?;
     }
-    Err(StoreError::unavailable(format!(
-        "the history of lock {} kept changing",
-        tenure.lock
-    )))
+    Ok(())
 }
 
 /// [`note`], bounded, and a warning instead of a failure: the history never
 /// holds up or fails a run.
-pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, ahead: Option<Read>) {
-    match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep, ahead)).await {
+pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, trimmed: bool) {
+    let noting = async {
+        note(store, tenure, keep, trimmed).await?;
+        Ok::<_, StoreError>(())
+    };
+    match tokio::time::timeout(WRITE_WITHIN, noting).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::warn(format_args!(
             "could not record the tenure in the history of lock {}: {e}",

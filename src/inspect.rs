@@ -66,18 +66,11 @@ pub async fn status(args: StatusArgs) -> Outcome {
     let mut shown = Vec::with_capacity(locks.len());
     for lock in &locks {
         let all = async {
-            let (status, checkpoint, past) = tokio::join!(
-                store.status(lock),
-                store.checkpoint(lock),
-                history::read(&*store, lock)
-            );
+            let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
             let status = status?;
             // The last tenure that ended (the holder's own is running).
             let holder = status.holder.as_ref().map(|h| h.token);
-            let last = history::as_of(past?, holder)
-                .into_iter()
-                .rev()
-                .find(|t| t.token.is_some() && t.token != holder);
+            let last = history::last_ended(&*store, lock, holder).await?;
             Ok((status, checkpoint?, last))
         };
         match reach.answered("the lock's status", all).await {

@@ -66,21 +66,10 @@ impl Job {
         keeper: &mut Keeper,
         signals: &mut Signals,
         tenure: &mut Tenure,
-        read_ahead: &mut Option<history::Read>,
+        trimming: &mut Option<Boxed<'_, ()>>,
     ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
         let mut lost_watch = lock.lost();
-        // The history record, read from the moment the lock is ours, beside
-        // the handover and the command and never before them: the write at
-        // the end is then one request. A command that runs a second is
-        // written in as running, which spends what was read.
-        let ahead = std::cell::RefCell::new(None);
-        let lock_name = tenure.lock.clone();
-        let mut reading: Option<Boxed<'_, ()>> = (self.keep_history > 0).then(|| {
-            Box::pin(async {
-                *ahead.borrow_mut() = history::read_ahead(store, &lock_name).await;
-            }) as Boxed<'_, ()>
-        });
         let (mut child, loss) = match self
             .start(
                 won,
@@ -90,7 +79,7 @@ impl Job {
                 keeper,
                 &mut lost_watch,
                 tenure,
-                &mut reading,
+                trimming,
             )
             .await
         {
@@ -106,11 +95,11 @@ impl Job {
         timeline::step("command started");
         let started = Instant::now();
 
+        // A command that runs a second is written in as running.
         let running = tenure.clone();
         let noting = async {
             tokio::time::sleep(NOTE_RUNNING_AFTER).await;
-            let read = ahead.borrow_mut().take();
-            history::note_or_warn(store, &running, self.keep_history, read).await;
+            history::note_or_warn(store, &running, self.keep_history, true).await;
         };
         tokio::pin!(noting);
         let mut noted = self.keep_history == 0;
@@ -165,10 +154,9 @@ impl Job {
                 },
                 sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
                 () = &mut noting, if !noted => noted = true,
-                () = drive(&mut reading) => {}
+                () = drive(trimming) => {}
             }
         };
-        *read_ahead = ahead.borrow_mut().take();
         if watch.lost {
             tenure.outcome = match watch.asked {
                 true => Ended::Broken,
@@ -217,7 +205,7 @@ impl Job {
         keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
         tenure: &mut Tenure,
-        reading: &mut Option<Boxed<'_, ()>>,
+        trimming: &mut Option<Boxed<'_, ()>>,
     ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
@@ -244,7 +232,7 @@ impl Job {
                 },
                 loss = &mut *lost_watch => return Err(self.not_started(&loss)),
                 ready = &mut ready => break ready,
-                () = drive(reading) => {}
+                () = drive(trimming) => {}
             }
         };
         let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
@@ -316,7 +304,9 @@ impl Job {
                 return failed(self.spawn_failure(e));
             }
         };
-        let (started, loss) = self.await_start(&mut child, keeper, lost_watch).await;
+        let (started, loss) = self
+            .await_start(&mut child, keeper, lost_watch, trimming)
+            .await;
         if started.is_err() {
             tenure.started = None;
         }
@@ -345,6 +335,7 @@ impl Job {
         child: &mut Supervisor,
         keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
+        trimming: &mut Option<Boxed<'_, ()>>,
     ) -> (Result<(), SpawnError>, Option<Loss>) {
         let mut loss = None;
         loop {
@@ -353,6 +344,7 @@ impl Job {
                 started = child.started() => return (started, loss),
                 kept = keeper.next(), if loss.is_none() => kept,
                 lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
+                () = drive(trimming) => continue,
             };
             match news {
                 Kept::Extended(at) => child.extend(at).await,
@@ -514,13 +506,21 @@ impl Job {
 
 /// Drive `work` to its end, then leave it done: a select arm that never
 /// loses what it was doing when another arm wins.
-async fn drive(work: &mut Option<Boxed<'_, ()>>) {
+pub(super) async fn drive(work: &mut Option<Boxed<'_, ()>>) {
     match work {
         Some(future) => {
             future.await;
             *work = None;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// Drive `work` to its end, if it has one left.
+pub(super) async fn drive_to_end(work: &mut Option<Boxed<'_, ()>>) {
+    if let Some(future) = work {
+        future.await;
+        *work = None;
     }
 }
 

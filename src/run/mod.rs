@@ -343,8 +343,11 @@ impl Job {
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
         let queued = SystemTime::now();
-        // The lock's history record as read while the command ran.
-        let mut history_read = None;
+        // Room in the history for this turn's tenure, made from the moment
+        // the lock is ours, beside the handover and the command and never
+        // before them, so that the write at the end is one request.
+        let room = std::cell::Cell::new(false);
+        let mut trimming: Option<crate::store::Boxed<'_, ()>> = None;
         loop {
             // Queued once, lost since: a new session, due in a new bound.
             if reach.was_reached() {
@@ -385,6 +388,14 @@ impl Job {
                     }
                     let guard = guard.take().expect("one guard per turn");
                     let mut tenure = self.tenure(queued, Some(&won));
+                    let (keep, lock) = (self.keep_history, tenure.lock.clone());
+                    let room = &room;
+                    room.set(false);
+                    trimming = (keep > 0).then(|| {
+                        Box::pin(async move {
+                            room.set(history::trim(store, &lock, keep - 1).await.is_ok());
+                        }) as crate::store::Boxed<'_, ()>
+                    });
                     let (end, guard) = self
                         .hold(
                             &won,
@@ -394,7 +405,7 @@ impl Job {
                             &mut keeper,
                             signals,
                             &mut tenure,
-                            &mut history_read,
+                            &mut trimming,
                         )
                         .await;
                     // While the lock is still ours, fenced by its token.
@@ -474,8 +485,7 @@ impl Job {
             let noted = async {
                 if let Some(tenure) = &mut tenure {
                     finish(tenure, &end);
-                    history::note_or_warn(store, tenure, self.keep_history, history_read.take())
-                        .await;
+                    self.note_end(store, tenure, &mut trimming, &room).await;
                 }
             };
             tokio::join!(
@@ -522,6 +532,29 @@ impl Job {
                 _ => None,
             },
             done_ended: None,
+        }
+    }
+
+    /// `tenure` into the history as it ended: beside the trim begun while
+    /// the command ran, if that is still on its way; once more after it,
+    /// should the trim have failed (or never begun: a busy run).
+    async fn note_end(
+        &self,
+        store: &dyn Store,
+        tenure: &Tenure,
+        trimming: &mut Option<crate::store::Boxed<'_, ()>>,
+        room: &std::cell::Cell<bool>,
+    ) {
+        let keep = self.keep_history;
+        if trimming.is_none() && !room.get() {
+            return history::note_or_warn(store, tenure, keep, false).await;
+        }
+        let ((), ()) = tokio::join!(
+            hold::drive_to_end(trimming),
+            history::note_or_warn(store, tenure, keep, true)
+        );
+        if !room.get() {
+            history::note_or_warn(store, tenure, keep, false).await;
         }
     }
 

@@ -101,6 +101,19 @@ pub trait Store {
         value: &'a str,
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>>;
+    /// Delete `record` of `lock`, if it exists.
+    fn delete_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<(), StoreError>>;
+    /// The ids of `lock`'s [`Record::Tenure`]s, in no order; with `values`,
+    /// each with its value (else an empty one).
+    fn tenures<'a>(
+        &'a self,
+        lock: &'a str,
+        values: bool,
+    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>>;
 }
 
 /// A record's value, and its version: what a [`Fence::Version`] names.
@@ -117,6 +130,8 @@ pub enum Fence<'a> {
     Holder { key: &'a str, token: u64 },
     /// The record is still as it was read: this version, or absent.
     Version(Option<u64>),
+    /// Nothing: the record is its writer's alone.
+    Any,
 }
 
 /// A break begun on one holder's tenure ([`Store::begin_break`]).

@@ -25,20 +25,24 @@ pub const RECORD_SUFFIXES: [&str; 6] = [
 pub enum Record<'a> {
     Done,
     Slot(&'a str),
-    History,
+    /// One tenure in the lock's history, by its id ([`crate::history`]).
+    Tenure(&'a str),
 }
 
 impl Record<'_> {
     /// Its name beside the lock's, as a checkpoint's is `.checkpoint`:
-    /// `.done`, `.slots/KEY`, `.history`.
+    /// `.done`, `.slots/KEY`, `.history/ID`.
     pub fn suffix(&self) -> String {
         match self {
             Record::Done => ".done".into(),
             Record::Slot(key) => format!(".slots/{key}"),
-            Record::History => ".history".into(),
+            Record::Tenure(id) => format!("{HISTORY}{id}"),
         }
     }
 }
+
+/// Where a lock's history lives beside it: one record per tenure under it.
+pub const HISTORY: &str = ".history/";
 
 /// A `--slot` key: `[A-Za-z0-9._:-]`, at most 100 bytes, not `.` or `..`;
 /// it names a record in every store (an etcd key, a ZooKeeper node, a file).

@@ -27,9 +27,9 @@ pub use api::{
     Turn, Versioned, first_turn,
 };
 pub use holder::{
-    Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, HolderRecord,
-    LockStatus, MAX_SHARDS, Owner, Put, Record, check_lock_name, check_slot, is_lock_or_shard,
-    shard_lock,
+    Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, HISTORY, Holder,
+    HolderRecord, LockStatus, MAX_SHARDS, Owner, Put, Record, check_lock_name, check_slot,
+    is_lock_or_shard, shard_lock,
 };
 
 use std::fmt;

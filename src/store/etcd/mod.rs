@@ -306,6 +306,8 @@ impl Store for Etcd {
                 Fence::Version(v) => {
                     Compare::mod_revision(key.clone(), CompareOp::Equal, v.map_or(0, |v| v as i64))
                 }
+                // (Always true: a revision is never negative.)
+                Fence::Any => Compare::mod_revision(key.clone(), CompareOp::Greater, -1),
             };
             let txn = Txn::new()
                 .when([compare])
@@ -322,8 +324,55 @@ impl Store for Etcd {
                 (false, Fence::Holder { token, .. }) => {
                     Put::Stale(format!("token {token} no longer holds lock {lock}"))
                 }
-                (false, Fence::Version(_)) => Put::Stale(format!("{key} changed meanwhile")),
+                (false, _) => Put::Stale(format!("{key} changed meanwhile")),
             })
+        })
+    }
+
+    fn delete_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let key = record_key(lock, &record.suffix());
+            retry(&self.patience, || {
+                let mut kv = self.client.kv_client();
+                let key = key.clone();
+                async move { kv.delete(key, None).await }
+            })
+            .await
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            Ok(())
+        })
+    }
+
+    fn tenures<'a>(
+        &'a self,
+        lock: &'a str,
+        values: bool,
+    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let prefix = record_key(lock, super::HISTORY);
+            let mut reply = retry(&self.patience, || {
+                let mut kv = self.client.kv_client();
+                let prefix = prefix.clone();
+                let options = match values {
+                    true => GetOptions::new().with_prefix(),
+                    false => GetOptions::new().with_prefix().with_keys_only(),
+                };
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await
+            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            Ok(reply
+                .take_kvs()
+                .iter()
+                .filter_map(|kv| {
+                    let id = kv.key_str().ok()?.strip_prefix(&prefix)?.to_string();
+                    Some((id, String::from_utf8_lossy(kv.value()).into_owned()))
+                })
+                .collect())
         })
     }
 }

@@ -35,8 +35,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Check, Checkpoint, Fence, Holder, HolderRecord, Kind, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Target, Versioned,
+    Boxed, Check, Checkpoint, Fence, HISTORY, Holder, HolderRecord, Kind, LockStatus, Owner, Put,
+    Record, Session, Store, StoreError, Target, Versioned,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -399,6 +399,22 @@ impl Store for FileStore {
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move { self.existing()?.put_record(lock, record, value, fence) })
     }
+
+    fn delete_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.existing()?.delete_record(lock, record) })
+    }
+
+    fn tenures<'a>(
+        &'a self,
+        lock: &'a str,
+        values: bool,
+    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move { self.existing()?.tenures(lock, values) })
+    }
 }
 
 impl FileStore {
@@ -758,15 +774,52 @@ impl Dir {
                     )));
                 }
             }
+            Fence::Any => {}
         }
         // The history is an account, not a promise: a crash may cost its
         // last entry, never a record that work was done.
-        let durable = record != Record::History;
+        let durable = !matches!(record, Record::Tenure(_));
         self.replace(&stem, &suffix, value.as_bytes(), durable)
             .map_err(|e| {
                 StoreError::config(format!("{}: {e}", self.path(&stem, &suffix).display()))
             })?;
         Ok(Put::Stored)
+    }
+
+    fn delete_record(&self, lock: &str, record: Record<'_>) -> Result<(), StoreError> {
+        let path = self.path(&stem(lock), &Dir::record_suffix(record));
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != IoKind::NotFound => {
+                Err(StoreError::config(format!("{}: {e}", path.display())))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn tenures(&self, lock: &str, values: bool) -> Result<Vec<(String, String)>, StoreError> {
+        let prefix = format!("{}{}", stem(lock), HISTORY.replace('/', "%2F"));
+        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", self.0.display()));
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.0).map_err(fail)? {
+            let name = entry.map_err(fail)?.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+                continue;
+            };
+            if id.ends_with(".tmp") {
+                continue;
+            }
+            let value = match values {
+                true => match read_nofollow(&self.0.join(&name)) {
+                    Ok(value) => value,
+                    // Trimmed meanwhile.
+                    Err(e) if e.kind() == IoKind::NotFound => continue,
+                    Err(e) => return Err(fail(e)),
+                },
+                false => String::new(),
+            };
+            found.push((id.to_string(), value));
+        }
+        Ok(found)
     }
 
     /// The next token for `stem`, durable before it is returned, under the

@@ -751,6 +751,17 @@ impl Store for Postgres {
                     )
                     .await?
                 }
+                Fence::Any => {
+                    self.on_records(
+                        &self.sql.put_record_any,
+                        &[
+                            (&lock, Type::TEXT),
+                            (&name, Type::TEXT),
+                            (&value, Type::TEXT),
+                        ],
+                    )
+                    .await?
+                }
                 Fence::Version(Some(v)) => {
                     let v = v as i64;
                     self.on_records(
@@ -770,10 +781,53 @@ impl Store for Postgres {
                 (false, Fence::Holder { token, .. }) => {
                     Put::Stale(format!("token {token} no longer holds lock {lock}"))
                 }
-                (false, Fence::Version(_)) => {
-                    Put::Stale(format!("record {name} of lock {lock} changed meanwhile"))
-                }
+                (false, _) => Put::Stale(format!("record {name} of lock {lock} changed meanwhile")),
             })
+        })
+    }
+
+    fn delete_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let name = record.suffix();
+            match self
+                .query(
+                    &self.sql.delete_record,
+                    &[(&lock, Type::TEXT), (&name, Type::TEXT)],
+                )
+                .await
+            {
+                Err(_) if self.record_table_missing().await => Ok(()),
+                done => done.map(|_| ()),
+            }
+        })
+    }
+
+    fn tenures<'a>(
+        &'a self,
+        lock: &'a str,
+        values: bool,
+    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let prefix = crate::store::HISTORY;
+            let rows = match self
+                .query(
+                    &self.sql.tenures,
+                    &[
+                        (&lock, Type::TEXT),
+                        (&prefix, Type::TEXT),
+                        (&values, Type::BOOL),
+                    ],
+                )
+                .await
+            {
+                Err(_) if self.record_table_missing().await => Vec::new(),
+                rows => rows?,
+            };
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
 
@@ -861,7 +915,7 @@ impl Postgres {
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
                 Err(StoreError::config(format!(
                     "{target}: table {}.record is missing, and role {} may not create it ({}); \
-                     an administrator runs once: {} GRANT SELECT, INSERT, UPDATE ON {s}.record TO {};",
+                     an administrator runs once: {} GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {};",
                     target.schema,
                     target.user,
                     describe(&e),

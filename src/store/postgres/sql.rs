@@ -84,7 +84,7 @@ pub fn grants(s: &str, role: &str) -> String {
         "GRANT USAGE ON SCHEMA {s} TO {role}; \
          GRANT SELECT, INSERT, UPDATE ON {s}.lease TO {role}; \
          GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role}; \
-         GRANT SELECT, INSERT, UPDATE ON {s}.record TO {role};"
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {role};"
     )
 }
 
@@ -106,6 +106,9 @@ pub struct Sql {
     pub put_record_held: String,
     pub put_record_new: String,
     pub put_record_version: String,
+    pub put_record_any: String,
+    pub delete_record: String,
+    pub tenures: String,
     pub record_shards: String,
     pub shards: String,
     pub owners: String,
@@ -325,6 +328,20 @@ impl Sql {
                 "WITH put AS (UPDATE {s}.record SET value = $3, version = version + 1 \
                    WHERE name = $1 AND record = $2 AND version = $4::bigint RETURNING 1) \
                  SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+            ),
+            // $1 lock, $2 record, $3 value: written whatever was there.
+            put_record_any: format!(
+                "WITH put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
+                   VALUES ($1, $2, 1, $3) ON CONFLICT (name, record) DO UPDATE \
+                   SET value = EXCLUDED.value, version = r.version + 1 RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM put)"
+            ),
+            // $1 lock, $2 record.
+            delete_record: format!("DELETE FROM {s}.record WHERE name = $1 AND record = $2"),
+            // $1 lock, $2 the history's prefix, $3 with values: each tenure's id and value.
+            tenures: format!(
+                "SELECT substr(record, length($2) + 1), CASE WHEN $3::boolean THEN value ELSE '' END \
+                 FROM {s}.record WHERE name = $1 AND starts_with(record, $2)"
             ),
             // $1 lock, $2 count: record the number of shards in the lock's
             // own row unless one is; the number recorded.

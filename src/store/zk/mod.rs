@@ -739,7 +739,72 @@ impl Store for ZooKeeper {
                         Err(e) => Err(failed(&e, "write", &path)),
                     }
                 }
+                Fence::Any => {
+                    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                    for _ in 0..4 {
+                        match client.set_data(&path, value.as_bytes(), None).await {
+                            Ok(_) => return Ok(Put::Stored),
+                            Err(ZkError::NoNode) => {}
+                            Err(e) => return Err(failed(&e, "write", &path)),
+                        }
+                        ensure_parent(&client, &path).await?;
+                        match client.create(&path, value.as_bytes(), &options).await {
+                            Ok(_) => return Ok(Put::Stored),
+                            Err(ZkError::NodeExists) => {}
+                            Err(e) => return Err(failed(&e, "create", &path)),
+                        }
+                    }
+                    changed()
+                }
             }
+        })
+    }
+
+    fn delete_record<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Record<'a>,
+    ) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let path = format!("{}{}", lock_path(lock), record.suffix());
+            match self.client().await?.delete(&path, None).await {
+                Ok(()) | Err(ZkError::NoNode) => Ok(()),
+                Err(e) => Err(failed(&e, "delete", &path)),
+            }
+        })
+    }
+
+    fn tenures<'a>(
+        &'a self,
+        lock: &'a str,
+        values: bool,
+    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let parent = format!(
+                "{}{}",
+                lock_path(lock),
+                crate::store::HISTORY.trim_end_matches('/')
+            );
+            let ids = match client.list_children(&parent).await {
+                Ok(ids) => ids,
+                Err(ZkError::NoNode) => return Ok(Vec::new()),
+                Err(e) => return Err(failed(&e, "list", &parent)),
+            };
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                let value = match values {
+                    true => match client.get_data(&format!("{parent}/{id}")).await {
+                        Ok((data, _)) => String::from_utf8_lossy(&data).into_owned(),
+                        // Trimmed meanwhile.
+                        Err(ZkError::NoNode) => continue,
+                        Err(e) => return Err(failed(&e, "read", &parent)),
+                    },
+                    false => String::new(),
+                };
+                found.push((id, value));
+            }
+            Ok(found)
         })
     }
 }
