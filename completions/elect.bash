@@ -576,7 +576,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --once-per --slot --done-exit-code --history --rejoin --subreaper --identity --help --version"
+            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --once-per --slot --done-exit-code --metrics-file --on-end --history --rejoin --subreaper --identity --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -667,6 +667,25 @@ _elect_clap() {
                     return 0
                     ;;
                 --done-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --on-end)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
