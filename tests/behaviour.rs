@@ -1917,14 +1917,16 @@ fn the_history_never_delays_the_commands_start<S: StoreUnderTest>() {
         assert!(out.stderr.is_empty(), "{}", stderr_of(&out));
         stdout_of(&out).parse::<i128>().unwrap() - spawned
     };
-    let median = |keep: &str| {
-        let mut runs: Vec<i128> = (0..5).map(|_| start_after(keep)).collect();
-        runs.sort();
-        runs[2]
-    };
-    let (with, without) = (median("100"), median("0"));
+    // In turns, and the quickest of each: what else may slow a run (the
+    // previous holder's release still on its way: a round trip) comes and
+    // goes, while a write on the way to the command would slow every run.
+    let (mut with, mut without) = (i128::MAX, i128::MAX);
+    for _ in 0..7 {
+        with = with.min(start_after("100"));
+        without = without.min(start_after("0"));
+    }
     eprintln!(
-        "{}: the command started {:.1} ms after elect with the history kept, {:.1} ms without",
+        "{}: the command started {:.1} ms after elect with the history kept, {:.1} ms without (the quickest of 7 each)",
         S::NAME,
         ms(with),
         ms(without)
@@ -1934,7 +1936,7 @@ fn the_history_never_delays_the_commands_start<S: StoreUnderTest>() {
         "the history delayed the start by {:.1} ms",
         ms(with - without)
     );
-    assert_eq!(history(&url, "slow", &[]).len(), 5);
+    assert_eq!(history(&url, "slow", &[]).len(), 7);
 }
 
 /// `promtool check metrics` of `text`: Prometheus's own parser and linter.

@@ -482,10 +482,19 @@ impl Job {
             };
             // Beside the release, never before it: the history is not on
             // the way of the next holder.
+            // Within the release's own bound: a store that cannot take the
+            // release cannot take the history either.
             let noted = async {
                 if let Some(tenure) = &mut tenure {
                     finish(tenure, &end);
-                    self.note_end(store, tenure, &mut trimming, &room).await;
+                    let noting = self.note_end(store, tenure, &mut trimming, &room);
+                    if tokio::time::timeout(within, noting).await.is_err() {
+                        log::warn(format_args!(
+                            "could not record the tenure in the history of lock {} within {}",
+                            tenure.lock,
+                            show(within)
+                        ));
+                    }
                 }
             };
             tokio::join!(
