@@ -24,6 +24,13 @@ use support::{
     Curator, Running, SECOND, TempDir, ZooKeeper, assert_outcome, elect, elect_run, hold,
 };
 
+/// Three servers each, with 100 ms ticks, on two cores: one ensemble at a
+/// time (beside another, a waiter once never got its turn within 30 s).
+fn one_ensemble_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn the_test_servers_start() {
     let started = Instant::now();
@@ -48,6 +55,7 @@ fn the_test_servers_start() {
     drop(zk);
 
     let started = Instant::now();
+    let _one = one_ensemble_at_a_time();
     let mut zk = ZooKeeper::ensemble(3);
     eprintln!("three servers: {:?}", started.elapsed());
     let leader = zk.wait_leader();
@@ -234,6 +242,7 @@ fn a_partitioned_holder_stops_before_its_session_can_expire() {
 /// runs each, cut at different moments of the renewal cycle.
 #[test]
 fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_session() {
+    let _one = one_ensemble_at_a_time();
     let mut zk = ZooKeeper::ensemble_with_links(3);
     let dir = TempDir::new("zk-follower-cut");
     let mut failures = Vec::new();
@@ -328,6 +337,7 @@ fn a_holder_cut_off_with_its_follower_just_after_a_renewal_stops_before_the_lead
     use support::stores::{Ensemble, StoreUnderTest};
     let ttl = Duration::from_secs(2);
     let allowed = Ensemble::cut_off_with_its_member_overlap(ttl).as_secs_f64() * 1e3;
+    let _one = one_ensemble_at_a_time();
     let mut zk = ZooKeeper::ensemble_with_links(3);
     let dir = TempDir::new("zk-follower-moment");
     let mut failures = Vec::new();
@@ -472,6 +482,7 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
 /// could expire, and no other holder runs meanwhile.
 #[test]
 fn the_lock_holds_while_a_quorum_lives_and_the_command_stops_in_time_when_it_does_not() {
+    let _one = one_ensemble_at_a_time();
     let mut zk = ZooKeeper::ensemble(3);
     let dir = TempDir::new("zk-quorum");
     let ticks = Ticks::new(&dir.0);
