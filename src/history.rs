@@ -180,13 +180,19 @@ pub async fn done_before(
     Ok(match once {
         Once::Slot(_) => Some(done),
         // By this machine's wall clock against the runner's: the window
-        // moves by the skew between the two.
+        // moves by the skew between the two (a start "in the future", by a
+        // runner's clock ahead of ours, is within it).
         Once::Per(window) => done
             .began()
-            .and_then(|began| SystemTime::now().duration_since(began).ok())
-            .is_some_and(|ago| ago < *window)
+            .is_some_and(|began| within(began, SystemTime::now(), *window))
             .then_some(done),
     })
+}
+
+/// Whether a run that began at `began` is less than `window` before `now`;
+/// one that began after `now` (by a clock ahead of ours) is.
+fn within(began: SystemTime, now: SystemTime, window: Duration) -> bool {
+    now.duration_since(began).unwrap_or_default() < window
 }
 
 /// Record `done`'s success, while its holder (`key`, its token) still
@@ -384,6 +390,15 @@ mod tests {
         let json = serde_json::to_value(&t).unwrap();
         assert_eq!(json["outcome"], "killed");
         assert_eq!(json["exit_code"], 3);
+    }
+
+    #[test]
+    fn a_window_is_judged_by_our_clock_and_a_start_ahead_of_it_is_within() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hour = Duration::from_secs(3600);
+        assert!(within(now - hour / 2, now, hour));
+        assert!(!within(now - hour, now, hour));
+        assert!(within(now + hour, now, hour));
     }
 
     #[test]
