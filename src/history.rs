@@ -114,6 +114,16 @@ impl Tenure {
         parse_time(self.started.as_deref().unwrap_or(&self.queued))
     }
 
+    /// When the command started, if it did.
+    pub fn started_at(&self) -> Option<SystemTime> {
+        self.started.as_deref().and_then(parse_time)
+    }
+
+    /// When the tenure ended, if it has.
+    pub fn ended_at(&self) -> Option<SystemTime> {
+        self.ended.as_deref().and_then(parse_time)
+    }
+
     /// "IDENTITY on HOST with token T", as a line names a holder.
     pub fn who(&self) -> String {
         let mut who = match self.identity == self.host {
@@ -336,11 +346,7 @@ pub async fn note(
 /// [`note`], bounded, and a warning instead of a failure: the history never
 /// holds up or fails a run.
 pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, trimmed: bool) {
-    let noting = async {
-        note(store, tenure, keep, trimmed).await?;
-        Ok::<_, StoreError>(())
-    };
-    match tokio::time::timeout(WRITE_WITHIN, noting).await {
+    match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep, trimmed)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::warn(format_args!(
             "could not record the tenure in the history of lock {}: {e}",

@@ -301,35 +301,18 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
                 Some(h) => format!("held by {h}"),
                 None => "free".to_string(),
             };
-            [s.lock.clone(), holder, format!("{} waiting", s.waiting)]
+            let waiting = match terminal {
+                true => s.waiting.to_string(),
+                false => format!("{} waiting", s.waiting),
+            };
+            [s.lock.clone(), holder, waiting]
         })
         .collect();
-    if !terminal {
-        return rows.iter().map(|r| format!("{}\n", r.join("\t"))).collect();
-    }
-    let header = ["LOCK", "HOLDER", "WAITING"].map(String::from);
-    let width = |i: usize| {
-        rows.iter()
-            .chain([&header])
-            .map(|r| r[i].chars().count())
-            .max()
-            .unwrap_or(0)
-    };
-    let (lock, holder) = (width(0), width(1));
-    let waiting = |r: &[String; 3]| r[2].trim_end_matches(" waiting").to_string();
-    let mut out = format!(
-        "{:<lock$}  {:<holder$}  {}\n",
-        header[0], header[1], header[2]
-    );
-    for r in &rows {
-        out.push_str(&format!(
-            "{:<lock$}  {:<holder$}  {}\n",
-            r[0],
-            r[1],
-            waiting(r)
-        ));
-    }
-    out
+    columns(
+        &["LOCK", "HOLDER", "WAITING"].map(String::from),
+        &rows,
+        terminal,
+    )
 }
 
 pub async fn check(mut args: CheckArgs) -> Outcome {

@@ -385,10 +385,7 @@ impl Job {
         );
         log::event(log::Level::Normal, "done-before", format_args!("{said}"));
         tenure.outcome = Ended::DoneBefore;
-        tenure.done_ended = done
-            .ended
-            .as_deref()
-            .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok());
+        tenure.done_ended = done.ended_at();
         tenure.why = Some(format!("{} ran it at {when}", done.who()));
         TurnEnd::Done(Outcome::Exit(self.done_code))
     }

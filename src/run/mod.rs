@@ -463,8 +463,16 @@ impl Job {
                 }
                 Queued::Done(outcome) => (TurnEnd::Done(outcome), None, None),
             };
-            let reported = (self.metrics_file.is_some() || self.on_end.is_some())
-                .then(|| tenure.clone().unwrap_or_else(|| self.tenure(queued, None)));
+            if let Some(tenure) = &mut tenure {
+                finish(tenure, &end);
+            }
+            let reported = (self.metrics_file.is_some() || self.on_end.is_some()).then(|| {
+                tenure.clone().unwrap_or_else(|| {
+                    let mut tenure = self.tenure(queued, None);
+                    finish(&mut tenure, &end);
+                    tenure
+                })
+            });
             drop(keeper);
             // The command's group is gone: the guard exits while the lease
             // is released.
@@ -480,13 +488,11 @@ impl Job {
                 true => RELEASE_TIMEOUT,
                 false => UNANSWERED_RELEASE_TIMEOUT,
             };
-            // Beside the release, never before it: the history is not on
-            // the way of the next holder.
-            // Within the release's own bound: a store that cannot take the
-            // release cannot take the history either.
+            // Beside the release, never before it (the history is not on
+            // the way of the next holder), and within its bound: a store
+            // that cannot take the release cannot take the history either.
             let noted = async {
-                if let Some(tenure) = &mut tenure {
-                    finish(tenure, &end);
+                if let Some(tenure) = &tenure {
                     let noting = self.note_end(store, tenure, &mut trimming, &room);
                     if tokio::time::timeout(within, noting).await.is_err() {
                         log::warn(format_args!(
@@ -502,8 +508,7 @@ impl Job {
                 reaped,
                 noted
             );
-            if let Some(mut tenure) = reported {
-                finish(&mut tenure, &end);
+            if let Some(tenure) = reported {
                 self.report(&tenure).await;
             }
             if reach.was_reached() {

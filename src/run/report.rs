@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::command::describe_status;
 use crate::history::{Ended, Tenure};
 use crate::log;
 
@@ -76,16 +77,9 @@ fn seconds(at: Option<SystemTime>) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn parse(text: Option<&str>) -> Option<SystemTime> {
-    humantime::parse_rfc3339_weak(text?.trim_end_matches('Z')).ok()
-}
-
 /// How long the command ran, if it started.
 pub fn ran_for(tenure: &Tenure) -> Duration {
-    match (
-        parse(tenure.started.as_deref()),
-        parse(tenure.ended.as_deref()),
-    ) {
+    match (tenure.started_at(), tenure.ended_at()) {
         (Some(start), Some(end)) => end.duration_since(start).unwrap_or_default(),
         (Some(start), None) => SystemTime::now().duration_since(start).unwrap_or_default(),
         _ => Duration::ZERO,
@@ -110,10 +104,10 @@ pub fn metrics(tenure: &Tenure, last_success: Option<SystemTime>) -> String {
             "elect_held" => u8::from(held).to_string(),
             "elect_token" => tenure.token.unwrap_or(0).to_string(),
             "elect_start_timestamp_seconds" => {
-                format!("{:.3}", seconds(parse(tenure.started.as_deref())))
+                format!("{:.3}", seconds(tenure.started_at()))
             }
             "elect_end_timestamp_seconds" => {
-                format!("{:.3}", seconds(parse(tenure.ended.as_deref())))
+                format!("{:.3}", seconds(tenure.ended_at()))
             }
             "elect_duration_seconds" => format!("{:.3}", ran_for(tenure).as_secs_f64()),
             "elect_exit_code" => tenure.exit_code.unwrap_or(-1).to_string(),
@@ -163,7 +157,7 @@ fn earlier_success(path: &Path) -> Option<SystemTime> {
 /// `done`: when the run that made this one unnecessary ended.
 pub fn write_metrics(path: &Path, tenure: &Tenure, done: Option<SystemTime>) {
     let last_success = match tenure.outcome {
-        Ended::Succeeded => parse(tenure.ended.as_deref()),
+        Ended::Succeeded => tenure.ended_at(),
         _ => done,
     }
     .or_else(|| earlier_success(path));
@@ -217,7 +211,7 @@ pub async fn on_end(command: &str, tenure: &Tenure) {
     let group = child.id().and_then(|id| i32::try_from(id).ok());
     match tokio::time::timeout(HOOK_WITHIN, child.wait()).await {
         Ok(Ok(status)) if status.success() => {}
-        Ok(Ok(status)) => log::warn(format_args!("--on-end {}", describe(status))),
+        Ok(Ok(status)) => log::warn(format_args!("--on-end {}", describe_status(status))),
         Ok(Err(e)) => log::warn(format_args!("--on-end: {e}")),
         Err(_) => {
             if let Some(group) = group {
@@ -232,15 +226,6 @@ pub async fn on_end(command: &str, tenure: &Tenure) {
                 crate::clock::show(HOOK_WITHIN)
             ));
         }
-    }
-}
-
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with {code}"),
-        (_, Some(sig)) => format!("was killed by signal {sig}"),
-        _ => "ended".into(),
     }
 }
 

@@ -275,13 +275,7 @@ impl Store for Etcd {
     ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
         Box::pin(async move {
             let key = record_key(lock, &record.suffix());
-            let mut reply = retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let key = key.clone();
-                async move { kv.get(key, None).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            let mut reply = self.get(&key, None).await?;
             Ok(reply.take_kvs().first().map(|kv| Versioned {
                 value: String::from_utf8_lossy(kv.value()).into_owned(),
                 version: kv.mod_revision() as u64,
@@ -300,25 +294,22 @@ impl Store for Etcd {
             let key = record_key(lock, &record.suffix());
             // An absent key's revisions are 0.
             let compare = match fence {
-                Fence::Holder { key, token } => {
-                    Compare::create_revision(key, CompareOp::Equal, token as i64)
-                }
-                Fence::Version(v) => {
-                    Compare::mod_revision(key.clone(), CompareOp::Equal, v.map_or(0, |v| v as i64))
-                }
-                // (Always true: a revision is never negative.)
-                Fence::Any => Compare::mod_revision(key.clone(), CompareOp::Greater, -1),
+                Fence::Holder { key, token } => Some(Compare::create_revision(
+                    key,
+                    CompareOp::Equal,
+                    token as i64,
+                )),
+                Fence::Version(v) => Some(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    v.map_or(0, |v| v as i64),
+                )),
+                Fence::Any => None,
             };
             let txn = Txn::new()
-                .when([compare])
+                .when(Vec::from_iter(compare))
                 .and_then([TxnOp::put(key.clone(), value, None)]);
-            let reply = retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            let reply = self.txn(&txn).await?;
             Ok(match (reply.succeeded(), fence) {
                 (true, _) => Put::Stored,
                 (false, Fence::Holder { token, .. }) => {
@@ -336,14 +327,7 @@ impl Store for Etcd {
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let key = record_key(lock, &record.suffix());
-            retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let key = key.clone();
-                async move { kv.delete(key, None).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
-            Ok(())
+            self.delete(&key).await
         })
     }
 
@@ -354,17 +338,11 @@ impl Store for Etcd {
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
         Box::pin(async move {
             let prefix = record_key(lock, super::HISTORY);
-            let mut reply = retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let prefix = prefix.clone();
-                let options = match values {
-                    true => GetOptions::new().with_prefix(),
-                    false => GetOptions::new().with_prefix().with_keys_only(),
-                };
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            let options = match values {
+                true => GetOptions::new().with_prefix(),
+                false => GetOptions::new().with_prefix().with_keys_only(),
+            };
+            let mut reply = self.get(&prefix, Some(options)).await?;
             Ok(reply
                 .take_kvs()
                 .iter()
@@ -443,13 +421,7 @@ impl Etcd {
                 .or_else([TxnOp::get(key.as_str(), None)]),
             None => Txn::new().and_then([TxnOp::get(key.as_str(), None)]),
         };
-        let reply = retry(&self.patience, || {
-            let mut kv = self.client.kv_client();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await
-        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        let reply = self.txn(&txn).await?;
         if count.is_some() && reply.succeeded() {
             return Ok(count);
         }
@@ -485,13 +457,7 @@ impl Etcd {
                 })
                 .collect();
             let txn = Txn::new().and_then(ops);
-            let reply = retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+            let reply = self.txn(&txn).await?;
             let answers = reply.op_responses();
             for pair in answers.chunks(2) {
                 let (Some(TxnOpResponse::Get(queue)), Some(TxnOpResponse::Get(last))) =
@@ -535,13 +501,7 @@ impl Etcd {
             )])
             .and_then([TxnOp::put(checkpoint_key(lock), checkpoint.to_json(), None)])
             .or_else([TxnOp::get(format!("{lock}/"), Some(oldest))]);
-        let reply = retry(&self.patience, || {
-            let mut kv = self.client.kv_client();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await
-        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        let reply = self.txn(&txn).await?;
         if reply.succeeded() {
             return Ok(Put::Stored);
         }
@@ -563,6 +523,45 @@ impl Etcd {
 }
 
 impl Etcd {
+    /// One transaction, retried within the store's patience.
+    async fn txn(&self, txn: &Txn) -> Result<etcd_client::TxnResponse, StoreError> {
+        retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))
+    }
+
+    /// One read, retried within the store's patience.
+    async fn get(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, StoreError> {
+        retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            let options = options.clone();
+            async move { kv.get(key, options).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))
+    }
+
+    /// One delete, retried within the store's patience.
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        retry(&self.patience, || {
+            let mut kv = self.client.kv_client();
+            async move { kv.delete(key, None).await }
+        })
+        .await
+        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        Ok(())
+    }
+}
+
+impl Etcd {
     async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
         let kvs = self.read(&format!("{lock}/")).await?;
         let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
@@ -574,14 +573,7 @@ impl Etcd {
             let options = GetOptions::new()
                 .with_all_keys()
                 .with_sort(SortTarget::Create, SortOrder::Ascend);
-            retry(&self.patience, || {
-                let mut kv = self.client.kv_client();
-                let options = options.clone();
-                async move { kv.get("", Some(options)).await }
-            })
-            .await
-            .map_err(|e| e.unreachable(&self.shown, self.patience.within))?
-            .take_kvs()
+            self.get("", Some(options)).await?.take_kvs()
         } else {
             self.read(prefix).await?
         };
@@ -613,12 +605,7 @@ impl Etcd {
     /// revision: same token).
     async fn holder_key(&self, holder: &Holder) -> Result<Option<KeyValue>, StoreError> {
         let key = holder.key.as_str();
-        let mut reply = retry(&self.patience, || {
-            let mut kv = self.client.kv_client();
-            async move { kv.get(key, None).await }
-        })
-        .await
-        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
+        let mut reply = self.get(key, None).await?;
         Ok(reply
             .take_kvs()
             .into_iter()
@@ -756,14 +743,7 @@ impl Etcd {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let mut reply = retry(&self.patience, || {
-            let mut kv = self.client.kv_client();
-            let options = options.clone();
-            async move { kv.get(prefix, Some(options)).await }
-        })
-        .await
-        .map_err(|e| e.unreachable(&self.shown, self.patience.within))?;
-        Ok(reply.take_kvs())
+        Ok(self.get(prefix, Some(options)).await?.take_kvs())
     }
 
     /// A holder's key as seen by others, with the time left on its lease

@@ -696,16 +696,12 @@ impl Store for Postgres {
         Box::pin(async move {
             let name = record.suffix();
             // A read never creates anything: no table, no record.
-            let rows = match self
-                .query(
+            let rows = self
+                .off_records(
                     &self.sql.record,
                     &[(&lock, Type::TEXT), (&name, Type::TEXT)],
                 )
-                .await
-            {
-                Err(_) if self.record_table_missing().await => Vec::new(),
-                rows => rows?,
-            };
+                .await?;
             Ok(rows.first().map(|row| Versioned {
                 value: row.get(0),
                 version: row.get::<_, i64>(1) as u64,
@@ -793,16 +789,12 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let name = record.suffix();
-            match self
-                .query(
-                    &self.sql.delete_record,
-                    &[(&lock, Type::TEXT), (&name, Type::TEXT)],
-                )
-                .await
-            {
-                Err(_) if self.record_table_missing().await => Ok(()),
-                done => done.map(|_| ()),
-            }
+            self.off_records(
+                &self.sql.delete_record,
+                &[(&lock, Type::TEXT), (&name, Type::TEXT)],
+            )
+            .await?;
+            Ok(())
         })
     }
 
@@ -813,8 +805,8 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
         Box::pin(async move {
             let prefix = crate::store::HISTORY;
-            let rows = match self
-                .query(
+            let rows = self
+                .off_records(
                     &self.sql.tenures,
                     &[
                         (&lock, Type::TEXT),
@@ -822,11 +814,7 @@ impl Store for Postgres {
                         (&values, Type::BOOL),
                     ],
                 )
-                .await
-            {
-                Err(_) if self.record_table_missing().await => Vec::new(),
-                rows => rows?,
-            };
+                .await?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
@@ -893,6 +881,19 @@ impl Postgres {
         }
     }
 
+    /// A statement that only reads or removes records: without the table
+    /// there are none, and nothing is created.
+    async fn off_records(
+        &self,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        match self.query(statement, params).await {
+            Err(_) if self.record_table_missing().await => Ok(Vec::new()),
+            rows => rows,
+        }
+    }
+
     async fn record_table_missing(&self) -> bool {
         let schema = &self.target().schema;
         self.query(
@@ -915,12 +916,12 @@ impl Postgres {
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
                 Err(StoreError::config(format!(
                     "{target}: table {}.record is missing, and role {} may not create it ({}); \
-                     an administrator runs once: {} GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {};",
+                     an administrator runs once: {} {}",
                     target.schema,
                     target.user,
                     describe(&e),
                     create.replace(" IF NOT EXISTS", ""),
-                    target.user
+                    sql::record_grant(&s, &target.user)
                 )))
             }
             // Made meanwhile by another elect (two creates race).

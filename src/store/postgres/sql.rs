@@ -83,9 +83,14 @@ pub fn grants(s: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA {s} TO {role}; \
          GRANT SELECT, INSERT, UPDATE ON {s}.lease TO {role}; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role}; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {role};"
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiter TO {role}; {}",
+        record_grant(s, role)
     )
+}
+
+/// What a role needs of the record table.
+pub fn record_grant(s: &str, role: &str) -> String {
+    format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {role};")
 }
 
 /// The statements, for one schema.
