@@ -49,6 +49,9 @@ pub enum Ended {
     Busy,
     /// elect failed (the guard died, the command could not start).
     Error,
+    /// elect died while the command ran; its guard stopped the command and
+    /// released the lease, and recorded this.
+    ElectDied,
     /// Recorded as running, but no longer the holder: its elect ended
     /// without saying how (killed), and its guard stopped the command.
     /// Only ever read, never written.
@@ -67,6 +70,7 @@ impl Ended {
             Ended::DoneBefore => "done-before",
             Ended::Busy => "busy",
             Ended::Error => "error",
+            Ended::ElectDied => "elect-died",
             Ended::Unrecorded => "unrecorded",
         }
     }

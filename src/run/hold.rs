@@ -287,16 +287,20 @@ impl Job {
             )),
             None => {}
         }
+        // Before the command can look.
+        tenure.started = Some(history::timestamp(SystemTime::now()));
+        self.reports.started(tenure);
         let handover = Handover {
             set_env,
             held: &held,
-            release_order: self.location.release_order(&session.release_token()),
+            release_order: crate::release::order(
+                &self.location,
+                &session.release_token(),
+                tenure,
+                self.keep_history,
+                &self.reports,
+            ),
         };
-        // Before the command can look.
-        tenure.started = Some(history::timestamp(SystemTime::now()));
-        if let Some(path) = &self.metrics_file {
-            super::report::write_metrics(path, tenure, None);
-        }
         let mut child = match guard.start(token, keeper.deadline(), handover).await {
             Ok(child) => child,
             Err(e) => {

@@ -17,7 +17,7 @@ mod command;
 mod hold;
 mod inner;
 mod live;
-mod report;
+pub(crate) mod report;
 mod shards;
 mod signals;
 
@@ -101,8 +101,8 @@ struct Job {
     done_code: u8,
     /// `--history`: how many tenures the lock's history keeps.
     keep_history: usize,
-    metrics_file: Option<std::path::PathBuf>,
-    on_end: Option<String>,
+    /// `--metrics-file` and `--on-end`.
+    reports: report::Reports,
     identity: String,
     connect_timeout: Duration,
     rejoin: Option<Rejoin>,
@@ -224,8 +224,10 @@ impl Job {
             once,
             done_code: args.done_exit_code,
             keep_history: args.history,
-            metrics_file: args.metrics_file,
-            on_end: args.on_end,
+            reports: report::Reports {
+                metrics_file: args.metrics_file,
+                on_end: args.on_end,
+            },
             identity,
             connect_timeout: args.store.connect_timeout,
             rejoin: args.rejoin,
@@ -466,7 +468,7 @@ impl Job {
             if let Some(tenure) = &mut tenure {
                 finish(tenure, &end);
             }
-            let reported = (self.metrics_file.is_some() || self.on_end.is_some()).then(|| {
+            let reported = self.reports.any().then(|| {
                 tenure.clone().unwrap_or_else(|| {
                     let mut tenure = self.tenure(queued, None);
                     finish(&mut tenure, &end);
@@ -509,7 +511,7 @@ impl Job {
                 noted
             );
             if let Some(tenure) = reported {
-                self.report(&tenure).await;
+                self.reports.ended(&tenure).await;
             }
             if reach.was_reached() {
                 timeline::step("lease released");
@@ -569,16 +571,6 @@ impl Job {
         );
         if !room.get() {
             history::note_or_warn(store, tenure, keep, false).await;
-        }
-    }
-
-    /// The metrics file and the hook, once the lock is released.
-    async fn report(&self, tenure: &Tenure) {
-        if let Some(path) = &self.metrics_file {
-            report::write_metrics(path, tenure, tenure.done_ended);
-        }
-        if let Some(command) = &self.on_end {
-            report::on_end(command, tenure).await;
         }
     }
 

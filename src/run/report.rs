@@ -8,9 +8,44 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use serde::{Deserialize, Serialize};
+
 use super::command::describe_status;
 use crate::history::{Ended, Tenure};
 use crate::log;
+
+/// Where a run tells how it ended beyond the store: what elect does at its
+/// end, and its guard's releaser if elect died.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Reports {
+    /// `--metrics-file`.
+    pub metrics_file: Option<PathBuf>,
+    /// `--on-end`.
+    pub on_end: Option<String>,
+}
+
+impl Reports {
+    pub fn any(&self) -> bool {
+        self.metrics_file.is_some() || self.on_end.is_some()
+    }
+
+    /// When the command starts.
+    pub fn started(&self, tenure: &Tenure) {
+        if let Some(path) = &self.metrics_file {
+            write_metrics(path, tenure, None);
+        }
+    }
+
+    /// The metrics file and the hook, once the lock is released.
+    pub async fn ended(&self, tenure: &Tenure) {
+        if let Some(path) = &self.metrics_file {
+            write_metrics(path, tenure, tenure.done_ended);
+        }
+        if let Some(command) = &self.on_end {
+            on_end(command, tenure).await;
+        }
+    }
+}
 
 /// How long `--on-end` may run before its process group is killed.
 pub const HOOK_WITHIN: Duration = Duration::from_secs(10);
@@ -70,6 +105,7 @@ const OUTCOMES: &[Ended] = &[
     Ended::DoneBefore,
     Ended::Busy,
     Ended::Error,
+    Ended::ElectDied,
 ];
 
 fn seconds(at: Option<SystemTime>) -> f64 {

@@ -58,13 +58,13 @@ pub struct Kind {
     /// `--store` nor `ELECT_STORE` is set: the variable's name and the URL
     /// (etcd: `ETCDCTL_ENDPOINTS`).
     pub from_env: fn() -> Option<(&'static str, String)>,
-    /// Carry out a release order ([`Target::release_order`]), if this kind
-    /// gives any.
-    pub release: Option<ReleaseFn>,
+    /// Carry out a release order ([`Target::release_order`]), and give back
+    /// the store it reached, for the history.
+    pub release: ReleaseFn,
 }
 
 /// How a kind carries out a release order.
-pub type ReleaseFn = fn(&[u8], Duration) -> Boxed<'static, Result<(), StoreError>>;
+pub type ReleaseFn = fn(&[u8], Duration) -> Boxed<'static, Result<Box<dyn Store>, StoreError>>;
 
 /// How a kind parses its URLs.
 pub type ParseFn = fn(&str, &Settings) -> Result<Box<dyn Target>, StoreError>;
@@ -97,11 +97,9 @@ pub trait Target: fmt::Display + fmt::Debug {
     /// it over through a pipe, never argv or the environment), for when
     /// elect dies while its command runs: the guard kills the command's
     /// group and then ends the session, so the next holder need not wait
-    /// for the lease to expire. `None` where the session ends with the
-    /// process anyway (the file store's locks end with their descriptors).
-    fn release_order(&self, _id: &str) -> Option<Vec<u8>> {
-        None
-    }
+    /// for the lease to expire; and where it records how the tenure ended.
+    /// `None` if the order cannot be written.
+    fn release_order(&self, id: &str) -> Option<Vec<u8>>;
     /// Connect. A keep-alive ping may go unanswered for `ping_timeout`;
     /// `connect_timeout` bounds how long to keep trying to reach the store.
     fn open(
@@ -298,8 +296,9 @@ impl Location {
         Some(order)
     }
 
-    /// Carry out a release order from [`Location::release_order`].
-    pub async fn release(order: &[u8], within: Duration) -> Result<(), StoreError> {
+    /// Carry out a release order from [`Location::release_order`]; the
+    /// store it reached.
+    pub async fn release(order: &[u8], within: Duration) -> Result<Box<dyn Store>, StoreError> {
         let (name, body) = order
             .iter()
             .position(|&b| b == b'\n')
@@ -309,10 +308,7 @@ impl Location {
             .iter()
             .find(|k| k.name.as_bytes() == name)
             .ok_or_else(|| StoreError::config("a release order for an unknown store"))?;
-        match kind.release {
-            Some(release) => release(body, within).await,
-            None => Ok(()),
-        }
+        (kind.release)(body, within).await
     }
 
     /// Variables of the environment that the command must not see.

@@ -61,6 +61,7 @@ use super::launch::{Launch, Went};
 use super::protocol::{MAX_HELD, Message, SIZE, Stop};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
+use crate::release::status_arg;
 
 /// The hidden first argument that turns elect into its guard.
 pub const ARG: &str = "__lease-guard";
@@ -364,6 +365,9 @@ enum Phase {
     Stopping { kill_at: Instant },
     /// SIGKILL went out; waiting for the command to be reaped.
     Killed,
+    /// The command was reaped, and none of its group can run: how it ended
+    /// (what [`Guard::report`] tells elect).
+    Reaped(Message),
 }
 
 struct Guard {
@@ -494,7 +498,7 @@ impl Guard {
         match self.phase {
             Phase::Running => Some(self.deadline - self.grace),
             Phase::Stopping { kill_at } => Some(kill_at),
-            Phase::Killed => None,
+            Phase::Killed | Phase::Reaped(_) => None,
         }
     }
 
@@ -731,6 +735,14 @@ impl Guard {
         let Some(order) = self.lock.release_order.take() else {
             return;
         };
+        let status = match self.phase {
+            Phase::Reaped(Message::Exited(code)) => status_arg(Some(code), None),
+            Phase::Reaped(Message::Killed(sig)) => status_arg(None, Some(sig)),
+            _ => status_arg(None, None),
+        };
+        // The file store's lock ends with these: the releaser must not
+        // hold it on.
+        self.lock.held.clear();
         let handed = || -> std::io::Result<OwnedFd> {
             let fd = nix::sys::memfd::memfd_create(c"elect-release", MFdFlags::empty())?;
             let mut file = std::fs::File::from(fd);
@@ -750,6 +762,7 @@ impl Guard {
             .arg(RELEASE_ARG)
             .arg(fd.as_raw_fd().to_string())
             .arg(self.elect.as_raw().to_string())
+            .arg(status)
             .exec();
         eprintln!("elect: guard: cannot release the lease: {error}");
     }
@@ -785,6 +798,7 @@ impl Guard {
         // be gone before the lock is.
         self.sentinel.dismiss();
         self.report(report);
+        self.phase = Phase::Reaped(report);
         0
     }
 }

@@ -43,15 +43,16 @@ pub const KIND: Kind = Kind {
         let list = std::env::var("ETCDCTL_ENDPOINTS").ok()?;
         (!list.trim().is_empty()).then(|| ("ETCDCTL_ENDPOINTS", format!("etcd://{list}")))
     },
-    release: Some(|order, within| {
+    release: |order, within| {
         let order: Result<ReleaseOrder, _> = serde_json::from_slice(order);
         Box::pin(async move {
             let order =
                 order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
             let etcd = Etcd::connect(&order.target, within, within).await?;
-            etcd.revoke(order.lease, within).await
+            etcd.revoke(order.lease, within).await?;
+            Ok(Box::new(etcd) as Box<dyn Store>)
         })
-    }),
+    },
 };
 
 /// Everything needed to revoke a lease from another process.

@@ -56,11 +56,21 @@ pub const KIND: Kind = Kind {
             .map_err(|e| StoreError::config(format!("store URL '{url}': {e}")))
     },
     from_env: || None,
-    release: None,
+    // The lock ends with its descriptors, which the guard closes first:
+    // there is nothing to end, only the store to give back.
+    release: |order, _within| {
+        let target: Result<FileTarget, _> = serde_json::from_slice(order);
+        Box::pin(async move {
+            let target =
+                target.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
+            let store = FileStore::open(&target.dir, target.network_fs_ok)?;
+            Ok(Box::new(store) as Box<dyn Store>)
+        })
+    },
 };
 
 /// A directory on this host.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileTarget {
     dir: PathBuf,
     network_fs_ok: bool,
@@ -126,6 +136,10 @@ impl Target for FileTarget {
     ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
         let opened = FileStore::open(&self.dir, self.network_fs_ok);
         Box::pin(async move { opened.map(|store| Box::new(store) as Box<dyn Store>) })
+    }
+
+    fn release_order(&self, _id: &str) -> Option<Vec<u8>> {
+        serde_json::to_vec(self).ok()
     }
 }
 

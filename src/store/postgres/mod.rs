@@ -106,12 +106,12 @@ impl Postgres {
         target: &PgTarget,
         tenure: &str,
         within: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Postgres, StoreError> {
         let store = Postgres::connect(target, within).await?;
         store
             .query(&store.sql.release, &[(&tenure, Type::TEXT)])
-            .await
-            .map(drop)
+            .await?;
+        Ok(store)
     }
 
     /// Run one statement on the main connection; a transient failure is

@@ -44,14 +44,15 @@ pub const KIND: Kind = Kind {
     },
     parse: |url, settings| Ok(Box::new(PgTarget::parse(url, settings)?)),
     from_env: || None,
-    release: Some(|order, within| {
+    release: |order, within| {
         let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
         Box::pin(async move {
             let order =
                 order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
-            Postgres::release_tenure(&order.target, &order.tenure, within).await
+            let store = Postgres::release_tenure(&order.target, &order.tenure, within).await?;
+            Ok(Box::new(store) as Box<dyn Store>)
         })
-    }),
+    },
 };
 
 /// The libpq words elect understands, and its own two.

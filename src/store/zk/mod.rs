@@ -92,18 +92,19 @@ impl ZooKeeper {
 
     /// Delete the nodes of a dead elect's session, for its guard.
     pub async fn release_nodes(
-        target: &ZkTarget,
+        target: ZkTarget,
         nodes: &[String],
         within: Duration,
-    ) -> Result<(), StoreError> {
-        let client = connect(target, INSPECTION_TIMEOUT, within).await?;
+    ) -> Result<ZooKeeper, StoreError> {
+        let store = ZooKeeper::new(target, within);
+        let client = store.client().await?;
         for node in nodes {
             match client.delete(node, None).await {
                 Ok(()) | Err(ZkError::NoNode) => {}
                 Err(e) => return Err(failed(&e, "delete", node)),
             }
         }
-        Ok(())
+        Ok(store)
     }
 
     /// The contenders for `lock`: (node name, sequence), in queue order.

@@ -30,14 +30,15 @@ pub const KIND: Kind = Kind {
         Ok(Box::new(target))
     },
     from_env: || None,
-    release: Some(|order, within| {
+    release: |order, within| {
         let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
         Box::pin(async move {
             let order =
                 order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
-            ZooKeeper::release_nodes(&order.target, &order.nodes, within).await
+            let store = ZooKeeper::release_nodes(order.target, &order.nodes, within).await?;
+            Ok(Box::new(store) as Box<dyn Store>)
         })
-    }),
+    },
 };
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
