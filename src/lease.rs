@@ -127,6 +127,37 @@ impl Timing {
     pub fn stop_at(&self, deadline: Instant) -> Instant {
         deadline - self.grace
     }
+
+    /// How long the renewal sent TTL/3 after the last confirmed one may
+    /// take to be answered: until the stop time that confirmation set.
+    pub fn answer_within(&self) -> Duration {
+        let confirmed = Instant::from_nanos(1_000_000_000_000);
+        let stop_at = self.stop_at(self.deadline(confirmed, self.ttl));
+        stop_at.since(confirmed + self.renew_every())
+    }
+
+    /// A store whose renewal `waits` (beyond its round trips) cannot keep
+    /// the lease with this timing: say so, and what would do.
+    pub fn refuse_renewal_wait(&self, waits: Duration, why: &str) -> Option<String> {
+        if waits < self.answer_within() {
+            return None;
+        }
+        let enough = (1..=MAX_TTL.as_secs() * 10)
+            .map(|tenths| Duration::from_millis(100 * tenths))
+            .find(|&ttl| Timing::new(ttl, None).is_ok_and(|t| waits < t.answer_within()));
+        let lengthen = match enough {
+            Some(ttl) => format!("lengthen --ttl to {} or more", show(ttl)),
+            None => "lengthen --ttl".into(),
+        };
+        Some(format!(
+            "--ttl {} with --grace {} is too short for this store: {why}, and \
+             it must be answered within {} (TTL less the renewal interval TTL/3, the grace and \
+             the safety margin); {lengthen}, or shorten --grace",
+            show(self.ttl),
+            show(self.grace),
+            show(self.answer_within())
+        ))
+    }
 }
 
 /// The deadline of a lease that does not expire by time.
@@ -445,12 +476,14 @@ mod tests {
         assert_eq!(t.ttl(), 4 * S);
     }
 
-    /// The answer to the renewal sent TTL/3 after the last confirmed one
-    /// must arrive before the stop time that confirmation set.
-    fn max_round_trip(t: &Timing) -> Duration {
-        let confirmed = Instant::from_nanos(1_000_000_000_000);
-        let stop_at = t.stop_at(t.deadline(confirmed, t.ttl()));
-        stop_at.since(confirmed + t.renew_every())
+    #[test]
+    fn a_renewal_that_waits_too_long_is_refused_with_what_would_do() {
+        let t = Timing::new(3 * S, None).unwrap();
+        assert_eq!(t.refuse_renewal_wait(Duration::from_millis(889), "w"), None);
+        let said = t.refuse_renewal_wait(S, "w").unwrap();
+        assert!(said.contains("to 3s 400ms or more"), "{said}");
+        let t = Timing::new(Duration::from_millis(3400), None).unwrap();
+        assert_eq!(t.refuse_renewal_wait(S, "w"), None);
     }
 
     #[test]
@@ -463,7 +496,7 @@ mod tests {
             (60 * S, ms(18750)),
         ] {
             let t = Timing::new(ttl, None).unwrap();
-            assert_eq!(max_round_trip(&t), limit, "TTL {ttl:?}");
+            assert_eq!(t.answer_within(), limit, "TTL {ttl:?}");
             assert_eq!(limit, ttl - t.renew_every() - t.grace() - t.margin());
             // Requests are awaited that long: the grace is what limits.
             assert!(limit < t.renew_every());

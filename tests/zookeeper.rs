@@ -476,6 +476,43 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
     assert_eq!(zk.children("/"), ["zookeeper"], "nothing was created");
 }
 
+/// ZooKeeper's default tick (2 s: sessions of 4 s at least) makes a
+/// renewal wait 1 s between its two syncs. A `--ttl` whose renewal cannot
+/// be answered in time is refused at once, naming what would do, before
+/// anything is left in the store; one shorter than the servers' session
+/// (the difference spares the wait) and one long enough keep the lease.
+#[test]
+fn a_ttl_too_short_for_the_servers_tick_is_refused_at_once() {
+    let zk = ZooKeeper::start_with("tickTime=2000\nminSessionTimeout=4000\n");
+    let url = zk.url();
+    for (ttl, shown) in [("3s", "3s"), ("3.2s", "3s 200ms")] {
+        let started = Instant::now();
+        let out = elect_run(&url, "ticks", &["--ttl", ttl], "echo ran")
+            .output()
+            .unwrap();
+        assert_outcome(ttl, &out, 78, "or more, or shorten --grace");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(&format!("--ttl {shown} ")) && said.contains("to 3s 400ms or more"),
+            "{said}"
+        );
+        assert!(started.elapsed() < 3 * SECOND, "{:?}", started.elapsed());
+    }
+    assert_eq!(zk.children("/"), ["zookeeper"], "nothing was left");
+    // Each long enough for a few renewals.
+    for (ttl, runs) in [("2.5s", "sleep 2.5"), ("3.5s", "sleep 3.5")] {
+        let out = elect_run(&url, "ticks", &["--ttl", ttl], runs)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "--ttl {ttl}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// On a three-server ensemble: the leader killed, then a follower: the lock
 /// holds while a quorum lives (two of three, then, with the old leader
 /// back, again); quorum lost: the command is stopped before the session

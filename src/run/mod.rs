@@ -360,6 +360,12 @@ impl Job {
                 Ok(session) => session,
                 Err(outcome) => return TurnEnd::Done(outcome),
             };
+            if let Some(refused) = session
+                .renewal_waits()
+                .and_then(|(waits, why)| self.timing.refuse_renewal_wait(waits, &why))
+            {
+                return TurnEnd::Done(Failure::new(crate::exit::Code::Config, refused).into());
+            }
             // Not "granted": etcd's grant may still be on its way (it is
             // confirmed with the place in the queue).
             timeline::step("lease requested");

@@ -170,6 +170,12 @@ pub trait Session {
     /// End the lease now, and with it every place it holds, so that the
     /// next waiters go ahead at once.
     fn release(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// How long every renewal waits beyond its round trips, where the
+    /// store's protocol makes it wait and that is known now, with why
+    /// (ZooKeeper: between its two syncs); `None` if it does not.
+    fn renewal_waits(&self) -> Option<(Duration, String)> {
+        None
+    }
 }
 
 /// A place in one lock's queue, held under a session.

@@ -151,12 +151,18 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// One server, standalone.
     pub fn start() -> ZooKeeper {
-        ZooKeeper::start_servers(1, None, false)
+        ZooKeeper::start_servers(1, None, false, "")
+    }
+
+    /// One server with `settings` beside (after, so over) the tests' own:
+    /// `tickTime=2000` for ZooKeeper's default tick, say.
+    pub fn start_with(settings: &str) -> ZooKeeper {
+        ZooKeeper::start_servers(1, None, false, settings)
     }
 
     /// `n` servers in a quorum (`n` = 1 is a standalone server).
     pub fn ensemble(n: usize) -> ZooKeeper {
-        ZooKeeper::start_servers(n, None, false)
+        ZooKeeper::start_servers(n, None, false, "")
     }
 
     /// `n` servers in a quorum, each reaching the others through proxies
@@ -164,13 +170,13 @@ impl ZooKeeper {
     /// off.
     pub fn ensemble_with_links(n: usize) -> ZooKeeper {
         assert!(n > 1, "links need an ensemble");
-        ZooKeeper::start_servers(n, None, true)
+        ZooKeeper::start_servers(n, None, true, "")
     }
 
     /// One server that also serves TLS with `certs`' server certificate,
     /// and requires a client certificate that `certs`' CA signed.
     pub fn start_tls(certs: &super::certs::Certs) -> ZooKeeper {
-        ZooKeeper::start_servers(1, Some(certs), false)
+        ZooKeeper::start_servers(1, Some(certs), false, "")
     }
 
     /// `zks://127.0.0.1:PORT`, the TLS port.
@@ -184,7 +190,12 @@ impl ZooKeeper {
     /// Start every server and wait until each serves. A server that exits
     /// while starting (a port taken meanwhile) makes it start again on
     /// other ports. With `links`, servers reach each other through proxies.
-    fn start_servers(n: usize, certs: Option<&super::certs::Certs>, links: bool) -> ZooKeeper {
+    fn start_servers(
+        n: usize,
+        certs: Option<&super::certs::Certs>,
+        links: bool,
+        settings: &str,
+    ) -> ZooKeeper {
         assert!(n > 0, "a ZooKeeper of no servers");
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         for attempt in 1..=ATTEMPTS {
@@ -258,7 +269,7 @@ impl ZooKeeper {
                 std::fs::write(
                     s.dir.join("zoo.cfg"),
                     format!(
-                        "{SETTINGS}dataDir={}\nclientPort={}\n{ensemble}{tls}",
+                        "{SETTINGS}dataDir={}\nclientPort={}\n{ensemble}{tls}{settings}",
                         data.display(),
                         s.client_port
                     ),

@@ -114,6 +114,30 @@ impl Session for ZkSession {
         })
     }
 
+    /// Known at once where the servers granted a longer session than
+    /// asked (their minimum): then the wait is a quarter of it, unless the
+    /// difference spares it (see [`ZkRenewer`]).
+    fn renewal_waits(&self) -> Option<(Duration, String)> {
+        let ledger = self.ledger.borrow();
+        if !matches!(ledger.learning, Learning::Done) || self.granted <= self.ttl {
+            return None;
+        }
+        let timing = crate::lease::Timing::new(self.ttl, None).ok()?;
+        let slack = self.granted - self.ttl;
+        if timing.renew_every() + timing.margin() <= slack {
+            return None;
+        }
+        Some((
+            ledger.settle,
+            format!(
+                "a renewal waits {} between its two syncs (a quarter of the ZooKeeper \
+                 servers' shortest session, {})",
+                crate::clock::show(ledger.settle),
+                crate::clock::show(self.granted)
+            ),
+        ))
+    }
+
     fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(async move {
             // The nodes at once, so that the next waiter goes ahead; the
