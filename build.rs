@@ -15,8 +15,8 @@ use std::process::Command;
 const SOURCES: &[&str] = &["src", "build.rs", "Cargo.toml", "Cargo.lock", ".cargo"];
 
 fn main() {
-    let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let version = std::env::var("CARGO_PKG_VERSION").unwrap();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let version = env!("CARGO_PKG_VERSION").to_string();
     let commit = from_git(&root).or_else(|| from_crate_archive(&root));
     let full = match commit {
         Some(commit) => format!("{version} ({commit})"),

@@ -218,7 +218,7 @@ pub async fn record_success(
     done: &Tenure,
 ) -> Result<Put, StoreError> {
     let token = done.token.unwrap_or(0);
-    let value = serde_json::to_string(done).expect("a tenure always serializes");
+    let value = crate::store::to_json(done);
     store
         .put_record(
             &done.lock,
@@ -333,7 +333,7 @@ pub async fn note(
     if keep == 0 {
         return Ok(());
     }
-    let value = serde_json::to_string(tenure).expect("a tenure always serializes");
+    let value = crate::store::to_json(tenure);
     let fence = match tenure.outcome {
         Ended::Running => Fence::Version(None),
         _ => Fence::Any,

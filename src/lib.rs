@@ -5,6 +5,12 @@
 //! code in one place ([`exit::Outcome::finish`]). ARCHITECTURE.md maps the
 //! modules.
 
+// elect never panics on bad input or a store's answer: a failure is one
+// line and an exit code. An `expect` that states an invariant says why it
+// holds where it is allowed.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod cli;
 mod clock;
 #[cfg(test)]

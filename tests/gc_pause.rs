@@ -81,6 +81,7 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     // time, which is what it is for, and there would be no story.
     let paused_at = now_ns();
     a.signal_group(libc::SIGSTOP);
+    // SAFETY: plain killpg(2) of a group our child leads.
     unsafe { libc::killpg(a_child, libc::SIGSTOP) };
     story("A is paused: SIGSTOP to A's elect and guard, and to its command's group".into());
 
@@ -109,6 +110,7 @@ fn a_paused_holder_wakes_up_to_a_rejected_write_and_exit_76() {
     // late write got in would be a race. Continuing the command first makes
     // the late write certain: the worst case, which the token must handle.
     let resumed_at = now_ns();
+    // SAFETY: as above.
     unsafe { libc::killpg(a_child, libc::SIGCONT) };
     story("A's command is continued; it still believes it holds the lock".into());
     let late = register.wait_write(

@@ -94,6 +94,7 @@ impl Quiet {
             kill_group(pid);
             return Err(e);
         }
+        // SAFETY: a new descriptor, ours alone.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         Ok(Quiet {
             child,

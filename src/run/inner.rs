@@ -61,7 +61,7 @@ pub fn for_the_command(settings: &Settings, location: &Location) -> std::io::Res
 /// and inherited across exec (no MFD_CLOEXEC): the guard and the command
 /// get it.
 fn sealed_file(name: &str, bytes: &[u8]) -> std::io::Result<OwnedFd> {
-    let name = CString::new(name).expect("no NUL");
+    let name = CString::new(name).map_err(std::io::Error::other)?;
     let fd = memfd_create(name.as_c_str(), MFdFlags::MFD_ALLOW_SEALING)?;
     std::fs::File::from(fd.try_clone()?).write_all(bytes)?;
     fcntl(

@@ -394,7 +394,9 @@ impl Job {
                             format_args!("acquired lock {} with token {}", self.lock, won.token),
                         ),
                     }
-                    let guard = guard.take().expect("one guard per turn");
+                    let Some(guard) = guard.take() else {
+                        return TurnEnd::Done(Failure::software("a turn without its guard").into());
+                    };
                     let mut tenure = self.tenure(queued, Some(&won));
                     let (keep, lock) = (self.keep_history, tenure.lock.clone());
                     let room = &room;

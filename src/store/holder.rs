@@ -46,6 +46,16 @@ pub const HISTORY: &str = ".history/";
 
 /// A `--slot` key: `[A-Za-z0-9._:-]`, at most 100 bytes, not `.` or `..`;
 /// it names a record in every store (an etcd key, a ZooKeeper node, a file).
+/// `value` as JSON: what elect writes of its own records, plain data of
+/// strings, numbers and lists, which always serializes.
+pub fn to_json(value: &impl Serialize) -> String {
+    #[allow(
+        clippy::expect_used,
+        reason = "serde_json fails only on maps with non-string keys or a failing Serialize impl; these records have neither"
+    )]
+    serde_json::to_string(value).expect("a record of plain data serializes")
+}
+
 pub fn check_slot(key: &str) -> Result<(), String> {
     const MAX: usize = 100;
     if key.is_empty() {
@@ -205,7 +215,7 @@ impl HolderRecord {
     }
 
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a holder record always serializes")
+        to_json(self)
     }
 
     /// A record read back from the store, or `None` if another tool wrote it.
@@ -260,7 +270,7 @@ impl Checkpoint {
     }
 
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a checkpoint always serializes")
+        to_json(self)
     }
 
     pub fn from_json(bytes: &[u8]) -> Option<Self> {

@@ -29,7 +29,7 @@ pub use api::{
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, HISTORY, Holder,
     HolderRecord, LockStatus, MAX_SHARDS, Owner, Put, Record, check_lock_name, check_slot,
-    is_lock_or_shard, shard_lock,
+    is_lock_or_shard, shard_lock, to_json,
 };
 
 use std::fmt;
@@ -153,7 +153,7 @@ impl Credentials {
     pub const VARIABLE: &'static str = "ELECT_STORE_CREDENTIALS";
 
     pub fn to_env(&self) -> String {
-        serde_json::to_string(self).expect("plain data")
+        to_json(self)
     }
 }
 

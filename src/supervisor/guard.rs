@@ -307,7 +307,8 @@ fn read_latest_orders(socket: &UnixStream, lock: &mut Lock, inbox: &mut Vec<u8>)
         }
     }
     while inbox.len() >= SIZE {
-        let record: [u8; SIZE] = inbox[..SIZE].try_into().expect("SIZE bytes");
+        let mut record = [0u8; SIZE];
+        record.copy_from_slice(&inbox[..SIZE]);
         inbox.drain(..SIZE);
         match Message::decode(&record) {
             Some(Message::Deadline(ns)) => {
@@ -626,7 +627,8 @@ impl Guard {
             Err(_) => return false,
         }
         while self.inbox.len() >= SIZE {
-            let record: [u8; SIZE] = self.inbox[..SIZE].try_into().expect("SIZE bytes");
+            let mut record = [0u8; SIZE];
+            record.copy_from_slice(&self.inbox[..SIZE]);
             self.inbox.drain(..SIZE);
             match Message::decode(&record) {
                 // Once the stop has begun it is final: never un-stop.

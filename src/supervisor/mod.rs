@@ -300,7 +300,11 @@ impl Supervisor {
             .map_err(|e| SpawnError::Guard(e.into()))?;
         let mut command = Command::new("/proc/self/exe");
         command
-            .arg0(guard::NAME.to_str().expect("an ASCII name"))
+            .arg0(
+                <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                    guard::NAME.to_bytes(),
+                ),
+            )
             .args(guard::args(theirs.as_raw_fd(), plan.signal, plan.grace))
             .args(&plan.command)
             .stdin(Stdio::inherit())

@@ -153,6 +153,7 @@ impl Contender {
             // of the groups its children (its guards) lead.
             unsafe { libc::killpg(self.pid, sig) };
             for guard in children(self.pid) {
+                // SAFETY: as above.
                 unsafe { libc::killpg(guard, sig) };
             }
         }

@@ -243,6 +243,7 @@ impl Death {
         // SAFETY: plain syscall; we own the returned descriptor.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         assert!(fd >= 0, "pidfd_open({pid}) failed: is it still alive?");
+        // SAFETY: a new descriptor, ours alone.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let (tx, rx) = channel();
         thread::spawn(move || {

@@ -39,7 +39,9 @@ impl Pty {
             )
         };
         assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: openpty gave us both, open and owned by nothing else.
         let master = unsafe { std::fs::File::from_raw_fd(master) };
+        // SAFETY: as above.
         let slave = unsafe { std::fs::File::from_raw_fd(slave) };
         command
             .stdin(slave.try_clone().unwrap())
@@ -132,9 +134,10 @@ impl Pty {
     /// The terminal's local modes (ICANON, ECHO, ...).
     pub fn local_modes(&self) -> libc::tcflag_t {
         use std::os::fd::AsRawFd;
+        // SAFETY: termios is plain integers; all zeroes is a valid value.
         let mut t: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: tcgetattr fills a termios struct.
         assert_eq!(
+            // SAFETY: tcgetattr fills the termios struct it is given.
             unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut t) },
             0
         );

@@ -244,6 +244,7 @@ fn watch_death(pid: i32, history: &Arc<History>, seen: i128) -> Option<Arc<Owned
         history.log_at(seen, What::Death { pid, exact: false });
         return None;
     }
+    // SAFETY: a new descriptor, ours alone.
     let fd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd as i32) });
     let watched = fd.clone();
     let history = history.clone();

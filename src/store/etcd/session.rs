@@ -313,7 +313,7 @@ impl Renewer for EtcdRenewer {
 
 impl EtcdRenewer {
     async fn renew_once(&mut self) -> Result<Renewal, StoreError> {
-        if self.stream.is_none() {
+        let Some((keeper, replies)) = self.stream.as_mut() else {
             let client = match self.member {
                 None => self.client.clone(),
                 Some(index) => self.members.client(index).await?,
@@ -332,8 +332,7 @@ impl EtcdRenewer {
             };
             self.stream = Some(opened);
             return Ok(Renewal::Alive(self.ttl));
-        }
-        let (keeper, replies) = self.stream.as_mut().expect("opened above");
+        };
         let result = match keeper.keep_alive().await {
             Ok(()) => replies.message().await,
             Err(e) => Err(e),

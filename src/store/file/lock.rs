@@ -187,11 +187,11 @@ impl FileLock {
                 continue;
             }
             let token = self.dir.next_token(&self.stem)?;
-            let holder = serde_json::to_vec(&FileHolder {
+            let holder = crate::store::to_json(&FileHolder {
                 record: self.record.acquired_now(),
                 token,
             })
-            .expect("a holder record always serializes");
+            .into_bytes();
             if let Err(e) = self.dir.replace(&self.stem, ".holder", &holder, false) {
                 log::verbose(format_args!("could not write the holder record: {e}"));
             }

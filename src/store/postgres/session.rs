@@ -422,7 +422,12 @@ impl PgLock<'_> {
                             wake = wake_at(ttl + Duration::from_millis(5));
                         }
                     },
-                    listened = async { listening.as_mut().expect("listening").await }, if listening.is_some() => {
+                    listened = async {
+                        match listening.as_mut() {
+                            Some(listening) => listening.await,
+                            None => std::future::pending().await,
+                        }
+                    }, if listening.is_some() => {
                         listening = None;
                         // Listening now, or never here: either way look again,
                         // as a release before this went unheard.

@@ -350,8 +350,11 @@ fn shown_input(url: &str) -> String {
 /// The settings a URL or `key=value` words give, by libpq's names.
 fn words_of(input: &str) -> Result<BTreeMap<String, String>, String> {
     let lower = input.to_ascii_lowercase();
-    let words = if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-        url_words(&input[input.find("://").unwrap() + 3..])?
+    let words = if let Some((_, rest)) = input
+        .split_once("://")
+        .filter(|_| lower.starts_with("postgres://") || lower.starts_with("postgresql://"))
+    {
+        url_words(rest)?
     } else {
         key_value_words(input)?
     };
@@ -596,15 +599,17 @@ fn passfile_lookup(file: &Path, target: &PgTarget) -> Option<String> {
 
 /// The `:`-separated fields of a password file line, `\:` and `\\` unescaped.
 fn pgpass_fields(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
+    let mut fields = Vec::new();
+    let mut field = String::new();
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => fields.last_mut().unwrap().extend(chars.next()),
-            ':' if fields.len() < 5 => fields.push(String::new()),
-            c => fields.last_mut().unwrap().push(c),
+            '\\' => field.extend(chars.next()),
+            ':' if fields.len() < 4 => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
         }
     }
+    fields.push(field);
     fields
 }
 

@@ -61,7 +61,9 @@ pub struct ZkTls {
 
 impl ZkTarget {
     fn parse(url: &str, settings: &Settings) -> Result<ZkTarget, String> {
-        let (scheme, rest) = url.split_once("://").expect("claimed");
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or("expected zk://HOST:PORT or zks://HOST:PORT")?;
         let pem = |path: &std::path::Path, flag: &str, kind: &str| {
             crate::store::secret::read_pem(path, flag, kind)
                 .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
