@@ -2089,8 +2089,8 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let text = std::fs::read_to_string(&metrics).unwrap();
                 assert!(
-                    text.ends_with("outcome=\"error\"} 0\n")
-                        || text.ends_with("outcome=\"error\"} 1\n"),
+                    text.ends_with("outcome=\"elect-died\"} 0\n")
+                        || text.ends_with("outcome=\"elect-died\"} 1\n"),
                     "half a file: {text}"
                 );
                 reads += 1;

@@ -1204,6 +1204,31 @@ fn an_earlier_lease_table_gets_its_renewals_column() {
     assert_eq!((code, stdout.as_str()), (Some(0), "6"), "{stderr}");
 }
 
+/// A column of elect's tables changed to another type (by hand, or by
+/// another program) is one line and 78 from every command that reads it,
+/// never an abort.
+#[test]
+fn a_column_of_another_type_is_one_line_not_an_abort() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let out = pg_run(&url, "typed", &[], "true").output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    pg.psql("ALTER TABLE elect.lease ALTER COLUMN fence TYPE integer");
+    let run = pg_run(&url, "typed", &[], "echo ran").output().unwrap();
+    assert_outcome("run", &run, 78, "fence");
+    assert!(run.stdout.is_empty(), "the command ran");
+    let mut status = elect();
+    status
+        .args(["status", "--store", &url, "--lock", "typed"])
+        .env("PGPASSWORD", PASSWORD);
+    assert_outcome("status", &status.output().unwrap(), 78, "fence");
+}
+
 /// `elect check` and `elect checkpoint` inside the command reach the
 /// database with the password its elect was given, whether by
 /// `--password-file` (a relative path), in the URL, or in `PGPASSWORD` or

@@ -424,3 +424,28 @@ pub fn is_transient(e: &tokio_postgres::Error) -> bool {
         }
     }
 }
+
+/// A row's cells as elect's statements make them. A cell of another type
+/// (a table another program made, or an older elect's) is a one-line 78,
+/// never an abort.
+pub trait Cells {
+    fn cell<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, i: usize)
+    -> Result<T, StoreError>;
+}
+
+impl Cells for tokio_postgres::Row {
+    fn cell<'a, T: tokio_postgres::types::FromSql<'a>>(
+        &'a self,
+        i: usize,
+    ) -> Result<T, StoreError> {
+        self.try_get(i).map_err(|e| {
+            let column = self.columns().get(i).map_or("?", |c| c.name());
+            // The type mismatch itself is the source; the error says only "column i".
+            let why = std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+            StoreError::config(format!(
+                "the database answered elect's statement with a column {column} it did not \
+                 expect ({why}): are elect's tables another program's, or an older elect's?"
+            ))
+        })
+    }
+}

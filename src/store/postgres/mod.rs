@@ -59,7 +59,7 @@ use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
     Session, Store, StoreError, Versioned,
 };
-use conn::{Link, describe, is_transient};
+use conn::{Cells, Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
 
 /// How often a waiter looks at a busy lock when it cannot LISTEN.
@@ -190,10 +190,10 @@ impl Postgres {
             answer.await.ok()?.ok()
         };
         match asked.await.as_deref().and_then(<[_]>::first) {
-            Some(row) if row.get::<_, bool>(0) => format!(
+            Some(row) if row.cell::<bool>(0).is_ok_and(|standby| standby) => format!(
                 "{shown} is a read-only server, a hot standby: elect takes locks on the primary only"
             ),
-            Some(row) if row.get::<_, String>(1) == "on" => format!(
+            Some(row) if row.cell::<String>(1).is_ok_and(|off| off == "on") => format!(
                 "{shown} is a read-only server for role {}: default_transaction_read_only is on, \
                  and elect writes its lease rows",
                 shown.user
@@ -212,8 +212,9 @@ impl Postgres {
             .ok()?;
         let found: Vec<(String, String, String)> = rows
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
+            .map(|r| Ok((r.cell(0)?, r.cell(1)?, r.cell(2)?)))
+            .collect::<Result<_, StoreError>>()
+            .ok()?;
         let columns = |table: &str| -> Vec<(&str, &str)> {
             found
                 .iter()
@@ -292,7 +293,10 @@ impl Postgres {
             &[(schema, Type::TEXT)],
         )
         .await
-        .is_ok_and(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0)))
+        .is_ok_and(|rows| {
+            rows.first()
+                .is_some_and(|row| row.cell(0).is_ok_and(|yes| yes))
+        })
     }
 
     /// Create the schema and tables, as far as they are missing.
@@ -316,7 +320,10 @@ impl Postgres {
                 &[(&target.schema, Type::TEXT)],
             )
             .await
-            .map(|rows| rows[0].get::<_, bool>(0));
+            .map(|rows| {
+                rows.first()
+                    .is_some_and(|row| row.cell(0).is_ok_and(|yes| yes))
+            });
         let setup = match exists {
             Ok(true) => self.sql.setup.clone(),
             Ok(false) => {
@@ -427,15 +434,15 @@ impl Postgres {
     }
 
     /// Lock statuses from rows of [`sql::Sql::status`] or [`sql::Sql::list`].
-    fn statuses(rows: &[tokio_postgres::Row]) -> Vec<LockStatus> {
+    fn statuses(rows: &[tokio_postgres::Row]) -> Result<Vec<LockStatus>, StoreError> {
         rows.iter()
             .map(|row| {
-                let lock: String = row.get(6);
-                let fence: Option<i64> = row.get(0);
-                let tenure: Option<String> = row.get(1);
-                let record: Option<String> = row.get(2);
-                let left: Option<i64> = row.get(3);
-                let waiting: i64 = row.get(5);
+                let lock: String = row.cell(6)?;
+                let fence: Option<i64> = row.cell(0)?;
+                let tenure: Option<String> = row.cell(1)?;
+                let record: Option<String> = row.cell(2)?;
+                let left: Option<i64> = row.cell(3)?;
+                let waiting: i64 = row.cell(5)?;
                 let holder = match (tenure, left) {
                     (Some(tenure), Some(left)) => Some(Holder {
                         key: session::key(&lock, &tenure),
@@ -446,12 +453,12 @@ impl Postgres {
                     }),
                     _ => None,
                 };
-                LockStatus {
+                Ok(LockStatus {
                     lock,
                     holder,
                     waiting: waiting as usize,
                     ranks: Vec::new(),
-                }
+                })
             })
             .collect()
     }
@@ -477,7 +484,7 @@ impl Postgres {
 
     async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
         let rows = self.read(&self.sql.status, lock).await?;
-        Ok(Self::statuses(&rows).pop().unwrap_or(LockStatus {
+        Ok(Self::statuses(&rows)?.pop().unwrap_or(LockStatus {
             lock: lock.to_string(),
             holder: None,
             waiting: 0,
@@ -488,10 +495,11 @@ impl Postgres {
     /// The lease TTL of the holder of `lock`, from its last renewal.
     async fn holder_ttl(&self, lock: &str) -> Result<Option<Duration>, StoreError> {
         let rows = self.read(&self.sql.status, lock).await?;
-        Ok(rows
-            .first()
-            .and_then(|row| row.get::<_, Option<i64>>(4))
-            .map(|ms| Duration::from_millis(ms.max(0) as u64)))
+        let ms = match rows.first() {
+            Some(row) => row.cell::<Option<i64>>(4)?,
+            None => None,
+        };
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 
     /// Whether the row of `lock` is still held by `tenure`.
@@ -581,7 +589,7 @@ impl Store for Postgres {
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
         Box::pin(async move {
             let rows = self.read(&self.sql.list, prefix).await?;
-            Ok(Self::statuses(&rows))
+            Self::statuses(&rows)
         })
     }
 
@@ -636,10 +644,7 @@ impl Store for Postgres {
         Box::pin(async move {
             let Some(n) = count else {
                 let rows = self.read(&self.sql.shards, lock).await?;
-                return Ok(rows
-                    .first()
-                    .and_then(|row| row.get::<_, Option<i32>>(0))
-                    .map(|n| n as u32));
+                return first_count(&rows);
             };
             let n = n as i32;
             let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
@@ -650,10 +655,7 @@ impl Store for Postgres {
                 }
                 rows => rows?,
             };
-            Ok(rows
-                .first()
-                .and_then(|row| row.get::<_, Option<i32>>(0))
-                .map(|n| n as u32))
+            first_count(&rows)
         })
     }
 
@@ -668,11 +670,13 @@ impl Store for Postgres {
             };
             let mut owners: Vec<Owner> = rows
                 .iter()
-                .map(|row| Owner {
-                    held: row.get(0),
-                    last: row.get(1),
+                .map(|row| {
+                    Ok(Owner {
+                        held: row.cell(0)?,
+                        last: row.cell(1)?,
+                    })
                 })
-                .collect();
+                .collect::<Result<_, StoreError>>()?;
             owners.resize(locks.len(), Owner::default());
             Ok(owners)
         })
@@ -684,7 +688,10 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
         Box::pin(async move {
             let rows = self.read(&self.sql.checkpoint, lock).await?;
-            Ok(rows.first().and_then(|row| checkpoint_of(row, 0)))
+            match rows.first() {
+                Some(row) => checkpoint_of(row, 0),
+                None => Ok(None),
+            }
         })
     }
 
@@ -702,9 +709,12 @@ impl Store for Postgres {
                     &[(&lock, Type::TEXT), (&name, Type::TEXT)],
                 )
                 .await?;
-            Ok(rows.first().map(|row| Versioned {
-                value: row.get(0),
-                version: row.get::<_, i64>(1) as u64,
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            Ok(Some(Versioned {
+                value: row.cell(0)?,
+                version: row.cell::<i64>(1)? as u64,
             }))
         })
     }
@@ -772,7 +782,7 @@ impl Store for Postgres {
                     .await?
                 }
             };
-            Ok(match (rows[0].get::<_, bool>(0), fence) {
+            Ok(match (first_row(&rows)?.cell::<bool>(0)?, fence) {
                 (true, _) => Put::Stored,
                 (false, Fence::Holder { token, .. }) => {
                     Put::Stale(format!("token {token} no longer holds lock {lock}"))
@@ -815,7 +825,7 @@ impl Store for Postgres {
                     ],
                 )
                 .await?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            rows.iter().map(|r| Ok((r.cell(0)?, r.cell(1)?))).collect()
         })
     }
 
@@ -841,12 +851,12 @@ impl Store for Postgres {
                     ],
                 )
                 .await?;
-            let row = &rows[0];
-            if row.get::<_, bool>(0) {
+            let row = first_row(&rows)?;
+            if row.cell::<bool>(0)? {
                 return Ok(Put::Stored);
             }
-            let now: Option<i64> = row.get(1);
-            let live: Option<bool> = row.get(2);
+            let now: Option<i64> = row.cell(1)?;
+            let live: Option<bool> = row.cell(2)?;
             Ok(Put::Stale(match (now, live) {
                 (Some(now), Some(true)) if now as u64 != checkpoint.token => format!(
                     "lock {lock} is held with token {now} now, not {}",
@@ -901,7 +911,10 @@ impl Postgres {
             &[(schema, Type::TEXT)],
         )
         .await
-        .is_ok_and(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0)))
+        .is_ok_and(|rows| {
+            rows.first()
+                .is_some_and(|row| row.cell(0).is_ok_and(|yes| yes))
+        })
     }
 
     /// Create the record table; `first` is the error that showed it missing.
@@ -933,11 +946,27 @@ impl Postgres {
 
 /// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
 /// token, time.
-fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Option<Checkpoint> {
-    let value: Option<String> = row.get(at);
-    Some(Checkpoint {
-        value: value?,
-        token: row.get::<_, Option<i64>>(at + 1).unwrap_or(0) as u64,
-        at: row.get::<_, Option<String>>(at + 2).unwrap_or_default(),
-    })
+/// The one row a statement always answers with.
+fn first_row(rows: &[tokio_postgres::Row]) -> Result<&tokio_postgres::Row, StoreError> {
+    rows.first()
+        .ok_or_else(|| StoreError::config("the database answered elect's statement with no row"))
+}
+
+/// The shard count in the first row, if any.
+fn first_count(rows: &[tokio_postgres::Row]) -> Result<Option<u32>, StoreError> {
+    match rows.first() {
+        Some(row) => Ok(row.cell::<Option<i32>>(0)?.map(|n| n as u32)),
+        None => Ok(None),
+    }
+}
+
+fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Result<Option<Checkpoint>, StoreError> {
+    let Some(value) = row.cell::<Option<String>>(at)? else {
+        return Ok(None);
+    };
+    Ok(Some(Checkpoint {
+        value,
+        token: row.cell::<Option<i64>>(at + 1)?.unwrap_or(0) as u64,
+        at: row.cell::<Option<String>>(at + 2)?.unwrap_or_default(),
+    }))
 }

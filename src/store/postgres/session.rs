@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, RwLock, broadcast};
 use tokio_postgres::types::Type;
 
-use super::conn::{Link, describe, is_transient};
+use super::conn::{Cells, Link, describe, is_transient};
 use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
@@ -174,8 +174,8 @@ impl Renewer for PgRenewer {
                 .map_err(|e| StoreError::unavailable(describe(&e)))?;
             let mut renewed = BTreeSet::new();
             for row in rows {
-                let lock: String = row.get(0);
-                if let Some(why) = row.get::<_, Option<String>>(1) {
+                let lock: String = row.cell(0)?;
+                if let Some(why) = row.cell::<Option<String>>(1)? {
                     self.shared
                         .asked
                         .borrow_mut()
@@ -245,8 +245,15 @@ impl Version {
 
 /// Why an acquisition attempt failed.
 enum Failed {
-    Connect(StoreError),
+    /// Reaching the database, or reading its answer.
+    Store(StoreError),
     Statement(tokio_postgres::Error),
+}
+
+impl From<StoreError> for Failed {
+    fn from(e: StoreError) -> Self {
+        Failed::Store(e)
+    }
 }
 
 /// What one acquisition attempt found.
@@ -267,7 +274,7 @@ impl PgLock<'_> {
     async fn attempt(&self) -> Result<Attempt, Failed> {
         let shared = &self.session.shared;
         let _alone = shared.exclusive.write().await;
-        let client = self.store().link.client().await.map_err(Failed::Connect)?;
+        let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
         let (tenure, renewals, micros) = self.ripe();
         let rows = client
@@ -286,24 +293,24 @@ impl PgLock<'_> {
             .await
             .map_err(Failed::Statement)?;
         let answered = Instant::now();
-        let row = &rows[0];
-        let fence: Option<i64> = row.get(0);
-        let left: Option<i64> = row.get(1);
+        let row = super::first_row(&rows)?;
+        let fence: Option<i64> = row.cell(0)?;
+        let left: Option<i64> = row.cell(1)?;
         if let Some(fence) = fence {
             shared.held.borrow_mut().insert(self.lock.clone());
-            *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3);
+            *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3)?;
             return Ok(Attempt::Ours(fence as u64));
         }
         let mut observed = self.observed.borrow_mut();
-        match row.get::<_, Option<String>>(6) {
+        match row.cell::<Option<String>>(6)? {
             Some(tenure) => {
                 let version = Version {
                     tenure,
-                    renewals: row.get::<_, Option<i64>>(7).unwrap_or(0),
-                    micros: row.get(8),
+                    renewals: row.cell::<Option<i64>>(7)?.unwrap_or(0),
+                    micros: row.cell(8)?,
                 };
                 let ttl = row
-                    .get::<_, Option<i64>>(9)
+                    .cell::<Option<i64>>(9)?
                     .map_or(shared.ttl, |ms| Duration::from_millis(ms.max(0) as u64));
                 observed.saw(version, ttl, answered);
             }
@@ -361,11 +368,11 @@ impl PgLock<'_> {
                 Ok(Err(Failed::Statement(e))) if !is_transient(&e) => {
                     return Err(store.failed(&e).await);
                 }
-                Ok(Err(Failed::Connect(e))) if e.kind != ErrorKind::Unavailable => return Err(e),
+                Ok(Err(Failed::Store(e))) if e.kind != ErrorKind::Unavailable => return Err(e),
                 Ok(Err(failed)) => {
                     let why = match failed {
                         Failed::Statement(e) => describe(&e),
-                        Failed::Connect(e) => e.message,
+                        Failed::Store(e) => e.message,
                     };
                     log::verbose(format_args!("could not try for lock {}: {why}", self.lock));
                     store.link.reset();
@@ -503,8 +510,9 @@ impl PgLock<'_> {
             .await
             .ok()?;
         let row = rows.first()?;
-        let tenure: Option<String> = row.get(0);
-        let asked: Option<String> = row.get(1);
+        // An answer unread, as one not come: the renewals judge the lease.
+        let tenure: Option<String> = row.cell(0).ok()?;
+        let asked: Option<String> = row.cell(1).ok()?;
         if tenure.as_deref() != Some(&self.session.shared.tenure) {
             return Some(Loss::Gone(format!(
                 "the lease row of lock {} was ended or taken over",
