@@ -36,6 +36,9 @@ fn the_test_servers_start() {
     let started = Instant::now();
     let zk = ZooKeeper::start();
     eprintln!("one server: {:?}", started.elapsed());
+    let version = zk.version(0).expect("srvr names the version");
+    eprintln!("ZooKeeper {version}");
+    assert!(version.starts_with("3."), "{version}");
     assert_eq!(zk.mode(0).as_deref(), Some("standalone"));
     assert!(zk.url().starts_with("zk://127.0.0.1:"), "{}", zk.url());
     assert!(!zk.exists("/smoke"));
@@ -75,6 +78,8 @@ fn the_test_servers_start() {
 
     let started = Instant::now();
     let mut first = Curator::spawn(&zk.connect_string(), "/locks/smoke", None);
+    let versions = first.expect_line("versions ", 30 * SECOND);
+    eprintln!("Curator: {versions}");
     first.expect_line("held", 30 * SECOND);
     eprintln!("Curator holds (javac included): {:?}", started.elapsed());
     let started = Instant::now();

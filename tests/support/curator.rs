@@ -7,10 +7,14 @@
 //! binary with javac against Debian's jars (libcurator-recipes-java, whose
 //! manifest names the rest: curator-framework and -client, zookeeper and
 //! zookeeper-jute, guava, slf4j-api, netty...) plus slf4j-simple for its
-//! warnings on stderr. ELECT_TEST_CURATOR_CLASSPATH replaces those jars,
+//! warnings on stderr (Curator 5.4 on bookworm). ELECT_TEST_CURATOR_CLASSPATH
+//! replaces those jars (scripts/servers-zk sets it to Curator 5.9's from
+//! Maven Central, on the ZooKeeper 3.9 client),
 //! ELECT_TEST_JAVAC names javac, ELECT_TEST_JAVA java.
 //!
-//! `java CuratorLock CONNECT PATH [WAIT_MS]`: a client (session timeout
+//! `java CuratorLock CONNECT PATH [WAIT_MS]`: first prints `versions curator
+//! V zookeeper V` (Curator's `unknown` where its jar's manifest does not
+//! say, as Debian's does not); then a client (session timeout
 //! 3 s, connection timeout 3 s, exponential back-off retries) takes the
 //! mutex at PATH; with WAIT_MS it gives up after that long, prints `busy`
 //! and exits 3; without, it waits as long as it takes. Holding, it prints
@@ -48,6 +52,9 @@ public class CuratorLock {
             System.err.println("usage: CuratorLock CONNECT PATH [WAIT_MS]");
             System.exit(2);
         }
+        String curator = CuratorFramework.class.getPackage().getImplementationVersion();
+        say("versions curator " + (curator == null ? "unknown" : curator)
+            + " zookeeper " + org.apache.zookeeper.Version.getFullVersion());
         CuratorFramework client = CuratorFrameworkFactory.newClient(
             args[0], 3000, 3000, new ExponentialBackoffRetry(100, 10));
         client.getConnectionStateListenable().addListener(

@@ -11,7 +11,9 @@
 //! `/usr/share/java/zookeeper.jar`, whose manifest names the jars it needs)
 //! plus slf4j's log4j 1.2 binding and log4j 1.2 (both among
 //! libzookeeper-java's dependencies), without which the server logs nothing;
-//! ELECT_TEST_ZOOKEEPER_CLASSPATH replaces it, ELECT_TEST_JAVA names java.
+//! ELECT_TEST_ZOOKEEPER_CLASSPATH replaces it (scripts/servers-zk sets it to
+//! ZooKeeper 3.9's jars from Maven Central, which log with Logback: the
+//! server is given a configuration for either), ELECT_TEST_JAVA names java.
 //! Time is short (`tickTime=100`: a session may be as short as 200 ms) and
 //! the log is not fsynced (a killed server loses nothing by that: only a
 //! machine crash would).
@@ -104,13 +106,24 @@ admin.enableServer=false
 forceSync=no
 ";
 
-/// The servers' log, on stdout (into each server's `server.log`).
+/// The servers' log, on stdout (into each server's `server.log`), for
+/// Debian's 3.8 (log4j 1.2)...
 const LOG4J: &str = "\
 log4j.rootLogger=INFO, CONSOLE
 log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
 ";
+
+/// ... and for ZooKeeper's own builds (Logback), which without it log
+/// everything down to DEBUG.
+const LOGBACK: &str = r#"<configuration>
+  <appender name="CONSOLE" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{ISO8601} %-5level [%thread:%logger{0}] - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="CONSOLE"/></root>
+</configuration>
+"#;
 
 /// A four-letter word to the server on `port`: its answer, or None if it
 /// does not answer (down, or starting).
@@ -205,6 +218,7 @@ impl ZooKeeper {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("log4j.properties"), LOG4J).unwrap();
+            std::fs::write(dir.join("logback.xml"), LOGBACK).unwrap();
             let servers: Vec<Server> = (1..=n)
                 .map(|id| Server {
                     id,
@@ -314,6 +328,10 @@ impl ZooKeeper {
                 "-Dlog4j.configuration=file:{}",
                 self.dir.join("log4j.properties").display()
             ))
+            .arg(format!(
+                "-Dlogback.configurationFile={}",
+                self.dir.join("logback.xml").display()
+            ))
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(s.dir.join("zoo.cfg"))
             .current_dir(&s.dir)
@@ -407,6 +425,15 @@ impl ZooKeeper {
     /// None if it does not answer.
     pub fn four_letter(&self, i: usize, word: &str) -> Option<String> {
         four_letter(self.servers[i].client_port, word)
+    }
+
+    /// Server `i`'s version by `srvr` (`3.8.0-...`), None while it does not
+    /// answer.
+    pub fn version(&self, i: usize) -> Option<String> {
+        let srvr = four_letter(self.servers[i].client_port, "srvr")?;
+        srvr.lines()
+            .find_map(|l| l.strip_prefix("Zookeeper version: "))
+            .map(|v| v.split(',').next().unwrap_or(v).trim().to_string())
     }
 
     /// Server `i`'s `Mode:` by `srvr` (`standalone`, `leader`, `follower`),
