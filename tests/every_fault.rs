@@ -44,7 +44,17 @@ use support::ticker::{Ticks, group_alive, group_members, monotonic_ns};
 use support::{Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, find_child};
 
 const TTL: Duration = Duration::from_secs(2);
-const TIMING: [&str; 5] = ["--ttl", "2s", "--grace", "500ms", "-v"];
+/// A waiter outlives any fault here: a quorum lost and restarted members
+/// can take longer than the default `--connect-timeout` on a busy machine.
+const TIMING: [&str; 7] = [
+    "--ttl",
+    "2s",
+    "--grace",
+    "500ms",
+    "--connect-timeout",
+    "30s",
+    "-v",
+];
 const LOCK: &str = "fault";
 /// After the fault heals (or, where A keeps the lock, after A is told to
 /// end), someone must hold the lock within this.
