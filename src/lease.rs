@@ -26,14 +26,22 @@
 //! third is due, at least TTL/3 after it was sent, so no longer round trip
 //! can keep the lease, whatever the grace.
 //!
+//! A lock that lives in a record with an expiry of its own (a row) is
+//! renewed with the session, but a renewal sent while the request that took
+//! it was on its way may have missed it. So until a renewal sent after that
+//! request's answer is confirmed, no deadline counts past the taking
+//! request's own send time plus the TTL ([`Keeper::taken`]): the rule is
+//! here, once, not kept apart by each store.
+//!
 //! This module knows no store and no child.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::clock::{Instant, show, sleep_until};
 use crate::log;
@@ -176,6 +184,39 @@ pub struct Keeper {
     /// The loop until it ends; `None` after.
     renewing: Option<Pin<Box<dyn Future<Output = Loss>>>>,
     deadline: watch::Receiver<Instant>,
+    taking: Rc<Taking>,
+    timing: Timing,
+}
+
+/// A lock taken by a request of its own, as the renewal loop must know it.
+#[derive(Default)]
+pub struct Taking {
+    /// The taking request's send time, and when its answer was known.
+    taken: Cell<Option<(Instant, Instant)>>,
+    /// Told when a lock is taken.
+    told: Notify,
+}
+
+impl Taking {
+    /// `deadline` no later than the taken lock's own, while it caps it.
+    fn cap(&self, timing: Timing, ttl: Duration, deadline: Instant) -> Instant {
+        match self.taken.get() {
+            Some((sent, _)) => deadline.min(timing.deadline(sent, ttl)),
+            None => deadline,
+        }
+    }
+
+    /// A renewal sent at `sent` was confirmed: if it left after the taking
+    /// request's answer, it renewed the taken lock too.
+    fn renewed(&self, sent: Instant) {
+        if self
+            .taken
+            .get()
+            .is_some_and(|(_, answered)| sent >= answered)
+        {
+            self.taken.set(None);
+        }
+    }
 }
 
 impl Keeper {
@@ -192,16 +233,28 @@ impl Keeper {
         let (tx, deadline) = watch::channel(first);
         let renewers = [session.renewer(), session.renewer()];
         let granted_at = session.granted_at();
-        let renewing = async move { keep(renewers, timing, granted_at, &tx).await };
+        let taking = Rc::new(Taking::default());
+        let theirs = taking.clone();
+        let renewing = async move { keep(renewers, timing, granted_at, &tx, &theirs).await };
         Keeper {
             renewing: Some(Box::pin(renewing)),
             deadline,
+            taking,
+            timing,
         }
+    }
+
+    /// The lock just won was taken by a request sent at `sent`, into a
+    /// record with an expiry of its own: see the module's doc.
+    pub fn taken(&mut self, sent: Instant) {
+        self.taking.taken.set(Some((sent, Instant::now())));
+        self.taking.told.notify_one();
     }
 
     /// Until when the lease is safe, as of the last confirmed renewal.
     pub fn deadline(&self) -> Instant {
-        *self.deadline.borrow()
+        self.taking
+            .cap(self.timing, self.timing.ttl(), *self.deadline.borrow())
     }
 
     /// The next thing the renewals bring: a later deadline, or the loss
@@ -288,6 +341,7 @@ pub async fn keep(
     timing: Timing,
     granted_at: Instant,
     deadline: &watch::Sender<Instant>,
+    taking: &Taking,
 ) -> Loss {
     let renewers = renewers.map(RefCell::new);
     // The second starts on a connection of its own: a retry must not wait
@@ -302,11 +356,19 @@ pub async fn keep(
                 return Loss::Expired { last_confirmed: book.last_confirmed };
             }
             (i, sent, answer) = landing(&mut book.flights) => {
-                if let Some(loss) = book.answered(i, sent, answer, deadline) {
+                if let Some(loss) = book.answered(i, sent, answer, deadline, taking) {
                     return loss;
                 }
             }
             () = sleep_until(book.next) => book.send_next(),
+            () = taking.told.notified() => {
+                let capped = taking.cap(timing, timing.ttl(), *deadline.borrow());
+                deadline.send_if_modified(|d| {
+                    let lower = capped < *d;
+                    *d = capped;
+                    lower
+                });
+            }
         }
     }
 }
@@ -355,6 +417,7 @@ impl<'a> Book<'a> {
         sent: Instant,
         answer: Result<Renewal, StoreError>,
         deadline: &watch::Sender<Instant>,
+        taking: &Taking,
     ) -> Option<Loss> {
         let renewal = match answer {
             Ok(Renewal::Gone(why)) => return Some(Loss::Gone(why)),
@@ -366,7 +429,8 @@ impl<'a> Book<'a> {
         };
         self.heard[i] = Instant::now();
         if let Renewal::Alive(ttl) = renewal {
-            let new = self.timing.deadline(sent, ttl);
+            taking.renewed(sent);
+            let new = taking.cap(self.timing, ttl, self.timing.deadline(sent, ttl));
             if new > *deadline.borrow() {
                 deadline.send_replace(new);
                 log::verbose(format_args!(
@@ -559,8 +623,9 @@ mod tests {
         };
         let granted_at = Instant::now();
         let (tx, rx) = watch::channel(timing.deadline(granted_at, 3 * S));
+        let taking = Taking::default();
         let loss = tokio::select! {
-            loss = keep([renewer(), renewer()], timing, granted_at, &tx) => {
+            loss = keep([renewer(), renewer()], timing, granted_at, &tx, &taking) => {
                 Some((loss, Instant::now().since(granted_at)))
             }
             () = tokio::time::sleep(within) => None,
@@ -571,6 +636,46 @@ mod tests {
     }
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A lock taken by a request sent at 0.9 s, answered at 1.005 s, while
+    /// the renewal sent at 1 s was on its way: that renewal may have missed
+    /// the lock, so the deadline stays the taking request's own (0.9 s +
+    /// 3 s − 110 ms) until the renewal sent at 2 s, after the answer, is
+    /// confirmed.
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_taken_by_its_own_request_caps_the_deadline_until_a_later_renewal() {
+        let timing = Timing::new(3 * S, None).unwrap();
+        let alive = (10 * MS, Some(Renewal::Alive(3 * S)));
+        let script: Script = std::rc::Rc::new(RefCell::new(vec![alive; 10].into()));
+        let sent = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let renewer = || -> Box<dyn Renewer> {
+            Box::new(Scripted {
+                script: script.clone(),
+                sent: sent.clone(),
+            })
+        };
+        let t0 = Instant::now();
+        let (tx, rx) = watch::channel(timing.deadline(t0, 3 * S));
+        let taking = Taking::default();
+        let at = |d: Duration| t0 + d;
+        let watched = async {
+            sleep_until(at(1005 * MS)).await;
+            taking.taken.set(Some((at(900 * MS), Instant::now())));
+            taking.told.notify_one();
+            sleep_until(at(1500 * MS)).await;
+            let capped = *rx.borrow();
+            sleep_until(at(2500 * MS)).await;
+            (capped, *rx.borrow())
+        };
+        let (capped, lifted) = tokio::select! {
+            _ = keep([renewer(), renewer()], timing, t0, &tx, &taking) => panic!("lost"),
+            seen = watched => seen,
+        };
+        assert_eq!(sent.borrow()[..2], [at(S), at(2 * S)]);
+        assert_eq!(capped, at(900 * MS + 3 * S - 110 * MS));
+        assert_eq!(lifted, at(2 * S + 3 * S - 110 * MS));
+        assert!(taking.taken.get().is_none());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_counts_from_when_it_was_sent_not_when_answered() {

@@ -375,6 +375,9 @@ impl Job {
                 .await
             {
                 Queued::First(won) => {
+                    if let Some(sent) = won.taken {
+                        keeper.taken(sent);
+                    }
                     log::context("token", won.token);
                     if let Some(k) = won.shard {
                         log::context("shard", k);
@@ -699,13 +702,14 @@ impl Job {
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };
-        if let Ok((_, Turn::First(_))) = turn {
+        if let Ok((_, Turn::First { .. })) = turn {
             timeline::step("first in line");
         }
         match turn {
-            Ok((i, Turn::First(token))) => Queued::First(Won {
+            Ok((i, Turn::First { token, taken })) => Queued::First(Won {
                 lock: locks.swap_remove(i),
                 token,
+                taken,
                 shard: None,
             }),
             Ok((_, Turn::Busy)) => Queued::Busy(self.busy(store).await),
@@ -805,6 +809,8 @@ pub struct Won<'s> {
     pub lock: Box<dyn Lock + 's>,
     /// Its fencing token.
     pub token: u64,
+    /// See [`Turn::First`].
+    pub taken: Option<Instant>,
     /// With `--shards`: which shard it is.
     pub shard: Option<u32>,
 }

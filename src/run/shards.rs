@@ -20,8 +20,9 @@ use crate::timeline;
 
 use super::signals::Signals;
 
-/// The shard won: its lock, its number and its token.
-type Shard<'s> = (Box<dyn Lock + 's>, u32, u64);
+/// The shard won: its lock, its number, its token and when it was taken
+/// (see [`Turn::First`]).
+type Shard<'s> = (Box<dyn Lock + 's>, u32, u64, Option<Instant>);
 
 impl Job {
     /// Queue for a shard of the lock (`--shards`), as [`Job::queue`] does
@@ -42,9 +43,10 @@ impl Job {
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
         };
         match raced {
-            Ok(Some((lock, shard, token))) => Queued::First(Won {
+            Ok(Some((lock, shard, token, taken))) => Queued::First(Won {
                 lock,
                 token,
+                taken,
                 shard: Some(shard),
             }),
             Ok(None) => {
@@ -94,9 +96,9 @@ impl Job {
             let lock = reach.bounded("a place in a shard's queue", join).await?;
             let look = lock.wait_turn(Some(Instant::now()));
             match reach.bounded("a look at a shard's queue", look).await? {
-                Turn::First(token) => {
+                Turn::First { token, taken } => {
                     reach.reached();
-                    return Ok(Some((lock, k, token)));
+                    return Ok(Some((lock, k, token, taken)));
                 }
                 // Taken meanwhile.
                 Turn::Busy => {
@@ -120,7 +122,7 @@ impl Job {
         ));
         let (i, turn) = first_turn(&locks, give_up).await?;
         let won = match turn {
-            Turn::First(token) => Some((locks.swap_remove(i), order[i], token)),
+            Turn::First { token, taken } => Some((locks.swap_remove(i), order[i], token, taken)),
             Turn::Busy => None,
         };
         for other in &locks {

@@ -251,9 +251,13 @@ pub async fn first_turn(
 /// How waiting in the queue ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// First in line: the lock is ours, with this fencing token, strictly
-    /// greater than every earlier holder's.
-    First(u64),
+    /// First in line: the lock is ours, with a fencing `token` strictly
+    /// greater than every earlier holder's. `taken`: where the lock is a
+    /// record with an expiry of its own (a row), the send time of the
+    /// earliest request that may have taken it, from which that expiry
+    /// counts ([`crate::lease::Keeper::taken`]); `None` where the lock
+    /// lives exactly as long as the session's lease.
+    First { token: u64, taken: Option<Instant> },
     /// Still behind someone when the wait ran out.
     Busy,
 }

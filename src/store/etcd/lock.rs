@@ -157,7 +157,10 @@ impl EtcdLock<'_> {
         let mine = i64::try_from(self.rank).unwrap_or(i64::MAX);
         if self.first.take() {
             self.record_acquisition();
-            return Ok(Turn::First(self.rank));
+            return Ok(Turn::First {
+                token: self.rank,
+                taken: None,
+            });
         }
         loop {
             // One read answers both questions: is our key still there (a
@@ -184,7 +187,10 @@ impl EtcdLock<'_> {
             let Some(ahead) = own.next() else {
                 *self.checkpoint.borrow_mut() = Some(checkpoint);
                 self.record_acquisition();
-                return Ok(Turn::First(self.rank));
+                return Ok(Turn::First {
+                    token: self.rank,
+                    taken: None,
+                });
             };
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);

@@ -204,7 +204,7 @@ impl FileLock {
                 }
             }
             self.held.set(true);
-            return Ok(Turn::First(token));
+            return Ok(Turn::First { token, taken: None });
         }
     }
 

@@ -5,10 +5,13 @@
 //! `expires_at` of each row it holds, all renewed by one statement. The
 //! deadline elect keeps counts from the send time of the last renewal that
 //! confirmed every row we hold. A renewal sent while an acquisition is on
-//! its way could miss the row being taken (not committed yet) and still
-//! confirm a later send time than the row's expiry, so the two never
-//! overlap: an acquisition holds `exclusive` for writing from send to
-//! answer; renewals hold it for reading.
+//! its way may miss the row being taken; the lease loop's rule for a lock
+//! taken by a request of its own covers that (the turn says when the
+//! acquisition left: `crate::lease`). A renewal judges only the rows held
+//! both when it left and when it came back, and a row is forgotten before
+//! the statement that lets it go is sent: a renewal that crosses an
+//! acquisition, a leave or a release never reports a row lost that it was
+//! not meant to renew.
 //!
 //! A waiter takes a row its holder has not let go only once it has seen it
 //! unchanged for the holder's TTL on its own clock ([`Observed`]), so a
@@ -21,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, RwLock, broadcast};
+use tokio::sync::{Notify, broadcast};
 use tokio_postgres::types::Type;
 
 use super::conn::{Cells, Link, describe, is_transient};
@@ -61,8 +64,6 @@ pub fn key(lock: &str, tenure: &str) -> String {
 struct Shared {
     tenure: String,
     ttl: Duration,
-    /// Held for writing while an acquisition is on its way.
-    exclusive: RwLock<()>,
     /// The locks whose rows we hold.
     held: RefCell<BTreeSet<String>>,
     /// Break requests seen by renewals, by lock.
@@ -83,7 +84,6 @@ impl<'s> PgSession<'s> {
             shared: Rc::new(Shared {
                 tenure: tenure_id(),
                 ttl,
-                exclusive: RwLock::new(()),
                 held: RefCell::default(),
                 asked: RefCell::default(),
                 news: Notify::new(),
@@ -138,14 +138,14 @@ impl Session for PgSession<'_> {
 
     fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let _alone = self.shared.exclusive.write().await;
+            // Before: no renewal may count them lost once they are let go.
+            self.shared.held.borrow_mut().clear();
             self.store
                 .query(
                     &self.store.sql.release,
                     &[(&self.shared.tenure, Type::TEXT)],
                 )
                 .await?;
-            self.shared.held.borrow_mut().clear();
             Ok(())
         })
     }
@@ -161,7 +161,6 @@ struct PgRenewer {
 impl Renewer for PgRenewer {
     fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
         Box::pin(async move {
-            let _shared = self.shared.exclusive.read().await;
             let held = self.shared.held.borrow().clone();
             let client = self.link.client().await?;
             let ttl_ms = self.shared.ttl.as_millis() as i64;
@@ -184,7 +183,11 @@ impl Renewer for PgRenewer {
                 }
                 renewed.insert(lock);
             }
-            if let Some(lost) = held.difference(&renewed).next() {
+            let still = self.shared.held.borrow();
+            if let Some(lost) = held
+                .iter()
+                .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
+            {
                 return Ok(Renewal::Gone(format!(
                     "the lease row of lock {lost} was ended or taken over"
                 )));
@@ -270,10 +273,9 @@ impl PgLock<'_> {
         self.session.store
     }
 
-    /// One acquisition, alone: no renewal is in flight meanwhile.
+    /// One acquisition.
     async fn attempt(&self) -> Result<Attempt, Failed> {
         let shared = &self.session.shared;
-        let _alone = shared.exclusive.write().await;
         let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
         let (tenure, renewals, micros) = self.ripe();
@@ -344,10 +346,24 @@ impl PgLock<'_> {
         let mut set_up = false;
         let mut read_only_once = false;
         let mut backoff = Duration::from_millis(50);
+        // Since when attempts may have taken the row unanswered: one given
+        // up, or failed with its connection, may have committed.
+        let mut unanswered: Option<Instant> = None;
         loop {
+            let tried = Instant::now();
+            let since = *unanswered.get_or_insert(tried);
             let left = match tokio::time::timeout(patience, self.attempt()).await {
-                Ok(Ok(Attempt::Ours(fence))) => return Ok(Turn::First(fence)),
-                Ok(Ok(Attempt::Busy(left))) => left,
+                // The row's expiry counts from no earlier than that.
+                Ok(Ok(Attempt::Ours(token))) => {
+                    return Ok(Turn::First {
+                        token,
+                        taken: Some(since),
+                    });
+                }
+                Ok(Ok(Attempt::Busy(left))) => {
+                    unanswered = None;
+                    left
+                }
                 Ok(Err(Failed::Statement(e)))
                     if (missing_tables(&e) || missing_column(&e)) && !set_up =>
                 {
@@ -577,14 +593,14 @@ impl Lock for PgLock<'_> {
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let shared = &self.session.shared;
-            let _alone = shared.exclusive.write().await;
+            // Before: no renewal may count it lost once it is let go.
+            shared.held.borrow_mut().remove(&self.lock);
             self.store()
                 .query(
                     &self.store().sql.leave,
                     &[(&self.lock, Type::TEXT), (&shared.tenure, Type::TEXT)],
                 )
                 .await?;
-            shared.held.borrow_mut().remove(&self.lock);
             Ok(())
         })
     }

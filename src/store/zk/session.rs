@@ -525,7 +525,10 @@ impl<'s> ZkLock<'s> {
                 )));
             };
             if at == 0 {
-                return Ok(Turn::First(self.czxid as u64));
+                return Ok(Turn::First {
+                    token: self.czxid as u64,
+                    taken: None,
+                });
             }
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
