@@ -34,6 +34,10 @@ const PROBE_AFTER: Duration = Duration::from_millis(250);
 /// certificate?"): so long it may come after the bound.
 const STORE_LAST_WORD: Duration = Duration::from_millis(500);
 
+/// The pauses between tries of a store waited for ([`Reach::again`]).
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
 /// One bound over the calls that reach a store, and the probe's findings.
 pub struct Reach {
     /// The store, as shown.
@@ -45,6 +49,9 @@ pub struct Reach {
     probe: Option<JoinHandle<Findings>>,
     found: Option<Findings>,
     reached: bool,
+    /// Whether a store that cannot be reached is waited for within the
+    /// bound ([`Reach::again`]), and the pause before the next try.
+    patient: Option<Duration>,
 }
 
 impl Reach {
@@ -66,7 +73,39 @@ impl Reach {
             probe,
             found: None,
             reached: false,
+            patient: None,
         }
+    }
+
+    /// The bound of a new session after an outage cost our place in the
+    /// queue: the store was there, and one that cannot be reached yet is
+    /// most likely on its way back (a restart: etcd 3.5 and later close
+    /// their port at once on SIGTERM, then take a second or two to end), so
+    /// it is tried again until the bound, with no probe to give up at once.
+    pub fn again(location: &Location, bound: Duration) -> Reach {
+        let started = Instant::now();
+        Reach {
+            shown: location.to_string(),
+            bound,
+            started,
+            until: started + bound,
+            probe: None,
+            found: None,
+            reached: false,
+            patient: Some(FIRST_PAUSE),
+        }
+    }
+
+    /// After `e`: how long to pause before trying again, if the store is
+    /// waited for and the bound has time left for it.
+    pub fn try_again(&mut self, e: &StoreError) -> Option<Duration> {
+        let pause = self.patient?;
+        let left = self.until.remaining();
+        if e.kind != crate::store::ErrorKind::Unavailable || left.is_zero() {
+            return None;
+        }
+        self.patient = Some((pause * 2).min(MAX_PAUSE));
+        Some(pause.min(left))
     }
 
     /// The store answered what it had to: no probe is needed any more.
@@ -250,5 +289,21 @@ mod tests {
         assert_eq!(e.message, "refused us: no");
         reach.reached();
         assert!(reach.was_reached());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_waited_for_is_tried_again_until_the_bound_and_only_when_unreachable() {
+        let mut reach = Reach::again(&directory(), Duration::from_secs(3));
+        let down = StoreError::unavailable("nothing listens there");
+        let mut pauses = Vec::new();
+        while let Some(pause) = reach.try_again(&down) {
+            pauses.push(pause.as_millis());
+            tokio::time::sleep(pause).await;
+        }
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 450]);
+        let mut reach = Reach::again(&directory(), Duration::from_secs(3));
+        assert_eq!(reach.try_again(&StoreError::config("wrong password")), None);
+        let mut first = Reach::new(&directory(), Duration::from_secs(3));
+        assert_eq!(first.try_again(&down), None);
     }
 }

@@ -251,10 +251,41 @@ impl Job {
         waiting_for: &str,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, Outcome> {
-        tokio::select! {
-            result = reach.bounded(waiting_for, call) => result.map_err(|e| self.store_failed(e)),
+        self.attempt(reach, signals, waiting_for, call)
+            .await
+            .map_err(|outcome| outcome.expect("only a patient bound tries again"))
+    }
+
+    /// [`Run::reaching`], except that within a bound that waits for the
+    /// store ([`Reach::again`]) one that cannot be reached yet ends the
+    /// call after a pause with `Err(None)`: try again.
+    async fn attempt<T>(
+        &self,
+        reach: &mut Reach,
+        signals: &mut Signals,
+        waiting_for: &str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, Option<Outcome>> {
+        let result = tokio::select! {
+            result = reach.bounded(waiting_for, call) => result,
             never = self.connecting_line() => match never {},
-            sig = signals.terminating() => Err(Outcome::Raise(sig)),
+            sig = signals.terminating() => return Err(Some(Outcome::Raise(sig))),
+        };
+        let e = match result {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        let Some(pause) = reach.try_again(&e) else {
+            return Err(Some(self.store_failed(e)));
+        };
+        log::verbose(format_args!(
+            "still waiting for {waiting_for} ({}); trying again in {}",
+            e.message,
+            show(pause)
+        ));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => Err(None),
+            sig = signals.terminating() => Err(Some(Outcome::Raise(sig))),
         }
     }
 
@@ -351,14 +382,16 @@ impl Job {
         let room = std::cell::Cell::new(false);
         let mut trimming: Option<crate::store::Boxed<'_, ()>> = None;
         loop {
-            // Queued once, lost since: a new session, due in a new bound.
+            // Queued once, lost since: a new session, due in a new bound
+            // that waits for a store on its way back.
             if reach.was_reached() {
-                reach = Reach::new(&self.location, self.connect_timeout);
+                reach = Reach::again(&self.location, self.connect_timeout);
             }
             let open = store.open_session(self.timing.ttl(), self.connect_timeout);
-            let session = match self.reaching(&mut reach, signals, "a lease", open).await {
+            let session = match self.attempt(&mut reach, signals, "a lease", open).await {
                 Ok(session) => session,
-                Err(outcome) => return TurnEnd::Done(outcome),
+                Err(Some(outcome)) => return TurnEnd::Done(outcome),
+                Err(None) => continue,
             };
             if let Some(refused) = session
                 .renewal_waits()
@@ -685,12 +718,13 @@ impl Job {
             }
         };
         let lock = match self
-            .reaching(reach, signals, "a place in the queue", join)
+            .attempt(reach, signals, "a place in the queue", join)
             .await
         {
             Ok(Ok(lock)) => lock,
             Ok(Err(loss)) => return Queued::Again(loss.to_string()),
-            Err(outcome) => return Queued::Done(outcome),
+            Err(Some(outcome)) => return Queued::Done(outcome),
+            Err(None) => return Queued::Again("the store is not back yet".into()),
         };
         reach.reached();
         timeline::step("queued");

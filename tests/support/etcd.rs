@@ -42,6 +42,8 @@ pub struct EtcdOptions {
     /// Each member in a network namespace of its own, so that
     /// [`Etcd::isolate`] can cut it off (see the module's doc).
     pub isolable: bool,
+    /// The etcd program; else `ELECT_TEST_ETCD` or `etcd` on the PATH.
+    pub binary: Option<std::path::PathBuf>,
 }
 
 impl Default for EtcdOptions {
@@ -53,6 +55,7 @@ impl Default for EtcdOptions {
             heartbeat_ms: 10,
             election_ms: 100,
             isolable: false,
+            binary: None,
         }
     }
 }
@@ -169,7 +172,11 @@ impl Etcd {
     }
 
     fn launch(&mut self, i: usize) {
-        let etcd = tool("ELECT_TEST_ETCD", "etcd", "etcd-server");
+        let etcd = self
+            .options
+            .binary
+            .clone()
+            .unwrap_or_else(|| tool("ELECT_TEST_ETCD", "etcd", "etcd-server"));
         let scheme = match self.options.tls {
             Some(_) => "https",
             None => "http",

@@ -3,7 +3,7 @@
 //!
 //! - stores: [`etcd`] (one member or a cluster; [`etcd_http`] for its metrics), [`postgres`] (a server,
 //!   and a PgBouncer in front of it), [`zookeeper`] (one server or an
-//!   ensemble), [`tempdir`] (the `file:` store's directory, and any test's
+//!   ensemble), [`kube`] (kube-apiserver on an etcd 3.6 of its own), [`tempdir`] (the `file:` store's directory, and any test's
 //!   files), [`certs`] for TLS;
 //! - processes: [`process`] (elect, its output, deaths, the process tree),
 //!   [`pty`] (a process on a terminal), [`inspect`] (`elect status`/`check`),
@@ -26,6 +26,7 @@ pub mod etcd;
 pub mod etcd_http;
 pub mod history;
 pub mod inspect;
+pub mod kube;
 pub mod loss;
 pub mod nemesis;
 pub mod netns;
