@@ -253,7 +253,12 @@ impl Job {
     ) -> Result<T, Outcome> {
         self.attempt(reach, signals, waiting_for, call)
             .await
-            .map_err(|outcome| outcome.expect("only a patient bound tries again"))
+            .map_err(|outcome| {
+                // Only a bound made to wait (Reach::again) tries again.
+                outcome.unwrap_or_else(|| {
+                    Failure::software("a call to the store was to be tried again").into()
+                })
+            })
     }
 
     /// [`Run::reaching`], except that within a bound that waits for the
