@@ -261,7 +261,8 @@ impl From<StoreError> for Failed {
 
 /// What one acquisition attempt found.
 enum Attempt {
-    Ours(u64),
+    /// Ours, with this token, by the statement sent at this instant.
+    Ours(u64, Instant),
     /// Busy; worth another try in this long: when the holder's lease ends
     /// by the database's clock and we have seen its row unchanged for its
     /// TTL (`None`: both are so now; a race).
@@ -279,6 +280,7 @@ impl PgLock<'_> {
         let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
         let (tenure, renewals, micros) = self.ripe();
+        let sent = Instant::now();
         let rows = client
             .query_typed(
                 &self.store().sql.acquire,
@@ -301,7 +303,7 @@ impl PgLock<'_> {
         if let Some(fence) = fence {
             shared.held.borrow_mut().insert(self.lock.clone());
             *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3)?;
-            return Ok(Attempt::Ours(fence as u64));
+            return Ok(Attempt::Ours(fence as u64, sent));
         }
         let mut observed = self.observed.borrow_mut();
         match row.cell::<Option<String>>(6)? {
@@ -350,14 +352,15 @@ impl PgLock<'_> {
         // up, or failed with its connection, may have committed.
         let mut unanswered: Option<Instant> = None;
         loop {
-            let tried = Instant::now();
-            let since = *unanswered.get_or_insert(tried);
+            let earlier = unanswered;
+            unanswered.get_or_insert(Instant::now());
             let left = match tokio::time::timeout(patience, self.attempt()).await {
-                // The row's expiry counts from no earlier than that.
-                Ok(Ok(Attempt::Ours(token))) => {
+                // The row's expiry counts from no earlier than the first
+                // statement that may have taken it.
+                Ok(Ok(Attempt::Ours(token, sent))) => {
                     return Ok(Turn::First {
                         token,
-                        taken: Some(since),
+                        taken: Some(earlier.map_or(sent, |e| e.min(sent))),
                     });
                 }
                 Ok(Ok(Attempt::Busy(left))) => {
