@@ -348,25 +348,17 @@ impl PgLock<'_> {
         let mut set_up = false;
         let mut read_only_once = false;
         let mut backoff = Duration::from_millis(50);
-        // Since when attempts may have taken the row unanswered: one given
-        // up, or failed with its connection, may have committed.
-        let mut unanswered: Option<Instant> = None;
         loop {
-            let earlier = unanswered;
-            unanswered.get_or_insert(Instant::now());
             let left = match tokio::time::timeout(patience, self.attempt()).await {
-                // The row's expiry counts from no earlier than the first
-                // statement that may have taken it.
+                // The statement that answered sets the row's expiry, also
+                // where an earlier one, unanswered, had taken it.
                 Ok(Ok(Attempt::Ours(token, sent))) => {
                     return Ok(Turn::First {
                         token,
-                        taken: Some(earlier.map_or(sent, |e| e.min(sent))),
+                        taken: Some(sent),
                     });
                 }
-                Ok(Ok(Attempt::Busy(left))) => {
-                    unanswered = None;
-                    left
-                }
+                Ok(Ok(Attempt::Busy(left))) => left,
                 Ok(Err(Failed::Statement(e)))
                     if (missing_tables(&e) || missing_column(&e)) && !set_up =>
                 {
