@@ -606,13 +606,11 @@ mod tests {
         fn reset(&mut self) {}
     }
 
-    /// Run `keep` at TTL 3s (grace 1s, margin 110 ms) over `script` for at
-    /// most `within`; the loss, if any, when it came, and the deadlines seen.
-    async fn play(
-        script: Vec<(Duration, Option<Renewal>)>,
-        within: Duration,
-    ) -> (Option<(Loss, Duration)>, Vec<Instant>, Instant) {
-        let timing = Timing::new(3 * S, None).unwrap();
+    /// The send times the scripted renewers note.
+    type Sent = std::rc::Rc<RefCell<Vec<Instant>>>;
+
+    /// Two renewers playing `script` between them, and the send times they note.
+    fn scripted(script: Vec<(Duration, Option<Renewal>)>) -> ([Box<dyn Renewer>; 2], Sent) {
         let script: Script = std::rc::Rc::new(RefCell::new(script.into()));
         let sent = std::rc::Rc::new(RefCell::new(Vec::new()));
         let renewer = || -> Box<dyn Renewer> {
@@ -621,11 +619,22 @@ mod tests {
                 sent: sent.clone(),
             })
         };
+        ([renewer(), renewer()], sent)
+    }
+
+    /// Run `keep` at TTL 3s (grace 1s, margin 110 ms) over `script` for at
+    /// most `within`; the loss, if any, when it came, and the deadlines seen.
+    async fn play(
+        script: Vec<(Duration, Option<Renewal>)>,
+        within: Duration,
+    ) -> (Option<(Loss, Duration)>, Vec<Instant>, Instant) {
+        let timing = Timing::new(3 * S, None).unwrap();
+        let (renewers, sent) = scripted(script);
         let granted_at = Instant::now();
         let (tx, rx) = watch::channel(timing.deadline(granted_at, 3 * S));
         let taking = Taking::default();
         let loss = tokio::select! {
-            loss = keep([renewer(), renewer()], timing, granted_at, &tx, &taking) => {
+            loss = keep(renewers, timing, granted_at, &tx, &taking) => {
                 Some((loss, Instant::now().since(granted_at)))
             }
             () = tokio::time::sleep(within) => None,
@@ -646,14 +655,7 @@ mod tests {
     async fn a_lock_taken_by_its_own_request_caps_the_deadline_until_a_later_renewal() {
         let timing = Timing::new(3 * S, None).unwrap();
         let alive = (10 * MS, Some(Renewal::Alive(3 * S)));
-        let script: Script = std::rc::Rc::new(RefCell::new(vec![alive; 10].into()));
-        let sent = std::rc::Rc::new(RefCell::new(Vec::new()));
-        let renewer = || -> Box<dyn Renewer> {
-            Box::new(Scripted {
-                script: script.clone(),
-                sent: sent.clone(),
-            })
-        };
+        let (renewers, sent) = scripted(vec![alive; 10]);
         let t0 = Instant::now();
         let (tx, rx) = watch::channel(timing.deadline(t0, 3 * S));
         let taking = Taking::default();
@@ -668,7 +670,7 @@ mod tests {
             (capped, *rx.borrow())
         };
         let (capped, lifted) = tokio::select! {
-            _ = keep([renewer(), renewer()], timing, t0, &tx, &taking) => panic!("lost"),
+            _ = keep(renewers, timing, t0, &tx, &taking) => panic!("lost"),
             seen = watched => seen,
         };
         assert_eq!(sent.borrow()[..2], [at(S), at(2 * S)]);
