@@ -302,13 +302,21 @@ pub fn id(tenure: &Tenure) -> String {
     format!("{ms:013}-{host}-{}", tenure.pid)
 }
 
-/// Delete the oldest tenures of `lock` until at most `leave` are left.
-pub async fn trim(store: &dyn Store, lock: &str, leave: usize) -> Result<(), StoreError> {
+/// Delete the oldest tenures of `lock` other than `mine` (the id of the
+/// tenure about to be written) until at most `leave` others are left. Its
+/// own record is never counted, written before or after the listing.
+pub async fn trim(
+    store: &dyn Store,
+    lock: &str,
+    leave: usize,
+    mine: &str,
+) -> Result<(), StoreError> {
     let mut ids: Vec<String> = store
         .tenures(lock, false)
         .await?
         .into_iter()
         .map(|(id, _)| id)
+        .filter(|id| id != mine)
         .collect();
     if ids.len() <= leave {
         return Ok(());
@@ -338,11 +346,12 @@ pub async fn note(
         Ended::Running => Fence::Version(None),
         _ => Fence::Any,
     };
+    let mine = id(tenure);
     store
-        .put_record(&tenure.lock, Record::Tenure(&id(tenure)), &value, fence)
+        .put_record(&tenure.lock, Record::Tenure(&mine), &value, fence)
         .await?;
     if !trimmed {
-        trim(store, &tenure.lock, keep).await?;
+        trim(store, &tenure.lock, keep - 1, &mine).await?;
     }
     Ok(())
 }

@@ -85,7 +85,7 @@ impl Job {
         {
             Ok(started) => started,
             Err(end) => {
-                if matches!(end, TurnEnd::Lost) && tenure.outcome == Ended::Running {
+                if matches!(end, TurnEnd::NotStarted) && tenure.outcome == Ended::Running {
                     tenure.outcome = Ended::Lost;
                     tenure.why = Some("lost as the command was about to start".into());
                 }
@@ -396,14 +396,12 @@ impl Job {
 
     /// The lease was lost before the command started: it never will.
     fn not_started(&self, loss: impl std::fmt::Display) -> TurnEnd {
-        log::error(format_args!(
+        log::warn(format_args!(
             "lost the lease on lock {} at {} as the command was about to start: {loss}; \
-             the command was not started; {}",
-            self.lock,
-            self.location,
-            self.then()
+             the command was not started; queueing again",
+            self.lock, self.location,
         ));
-        TurnEnd::Lost
+        TurnEnd::NotStarted
     }
 
     /// The guard began to stop the command on its own.

@@ -327,15 +327,26 @@ impl Job {
         const FIRST_BACKOFF: Duration = Duration::from_secs(1);
         const MAX_BACKOFF: Duration = Duration::from_secs(60);
         let mut backoff = FIRST_BACKOFF;
+        // Kept across a turn whose command never started: it still waits.
+        let mut wait_from: Option<Instant> = None;
         loop {
             let started = Instant::now();
             let guard = first_guard
                 .take()
                 .unwrap_or_else(|| Supervisor::prepare(self.plan()));
-            let reach = first_reach
-                .take()
-                .unwrap_or_else(|| Reach::new(&self.location, self.connect_timeout));
-            let end = self.take_turn(store, signals, guard, reach).await;
+            let reach = match (first_reach.take(), wait_from) {
+                (Some(reach), _) => reach,
+                (None, Some(_)) => Reach::again(&self.location, self.connect_timeout),
+                (None, None) => Reach::new(&self.location, self.connect_timeout),
+            };
+            let waited_from = *wait_from.get_or_insert(started);
+            let end = self
+                .take_turn(store, signals, guard, reach, waited_from)
+                .await;
+            if matches!(end, TurnEnd::NotStarted) {
+                continue;
+            }
+            wait_from = None;
             let why = match (&end, self.rejoin) {
                 (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
                 (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
@@ -373,10 +384,11 @@ impl Job {
         signals: &mut Signals,
         guard: Preparing,
         mut reach: Reach,
+        waited_from: Instant,
     ) -> TurnEnd {
         let give_up = match self.wait {
             Wait::Forever => None,
-            Wait::For(d) => Some(Instant::now() + d),
+            Wait::For(d) => Some(waited_from + d),
         };
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
@@ -440,11 +452,13 @@ impl Job {
                     };
                     let mut tenure = self.tenure(queued, Some(&won));
                     let (keep, lock) = (self.keep_history, tenure.lock.clone());
+                    let mine = history::id(&tenure);
                     let room = &room;
                     room.set(false);
                     trimming = (keep > 0).then(|| {
                         Box::pin(async move {
-                            room.set(history::trim(store, &lock, keep - 1).await.is_ok());
+                            let trimmed = history::trim(store, &lock, keep - 1, &mine).await;
+                            room.set(trimmed.is_ok());
                         }) as crate::store::Boxed<'_, ()>
                     });
                     let (end, guard) = self
@@ -858,6 +872,9 @@ pub struct Won<'s> {
 enum TurnEnd {
     /// The lease was lost and elect stopped the command.
     Lost,
+    /// The lease was lost while the lock was being handed to the command,
+    /// which never started: elect queues again, as a waiter would.
+    NotStarted,
     /// The command ended on its own.
     Ended(Ending),
     /// Anything else: this is how elect ends.
@@ -867,7 +884,7 @@ enum TurnEnd {
 impl TurnEnd {
     fn outcome(self, lost_code: u8) -> Outcome {
         match self {
-            TurnEnd::Lost => Outcome::Exit(lost_code),
+            TurnEnd::Lost | TurnEnd::NotStarted => Outcome::Exit(lost_code),
             TurnEnd::Ended(Ending::Exited(code)) => {
                 Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1))
             }
@@ -907,7 +924,7 @@ fn finish(tenure: &mut Tenure, end: &TurnEnd) {
         tenure.outcome = Ended::Killed;
     };
     match end {
-        TurnEnd::Lost => tenure.outcome = Ended::Lost,
+        TurnEnd::Lost | TurnEnd::NotStarted => tenure.outcome = Ended::Lost,
         TurnEnd::Ended(Ending::Exited(code)) => exited(tenure, *code),
         TurnEnd::Ended(Ending::Killed(sig)) => killed(tenure, *sig),
         TurnEnd::Done(Outcome::Exit(code)) => exited(tenure, i32::from(*code)),
