@@ -9,63 +9,100 @@ use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
 /// Environment variables that are no flag's: those elect reads besides the
-/// flags' own (each flag's variable is in its help), and those it sets for
-/// COMMAND.
-pub const ENVIRONMENT: &[(&str, &str)] = &[
-    (
-        "ETCDCTL_ENDPOINTS",
-        "Read: etcd endpoints (HOST:PORT,...) when neither --store nor ELECT_STORE is set.",
-    ),
-    (
-        "ELECT_PASSWORD",
-        "Read: the user's password when --password-file is not given.",
-    ),
-    (
-        "PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGCONNECT_TIMEOUT",
-        "Read: libpq's variables, for what a postgres:// store URL leaves out.",
-    ),
-    (
-        "ETCDCTL_USER, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY",
-        "Read: etcdctl's own variables (ETCDCTL_USER is NAME[:PASSWORD]), when elect's flags and variables do not say otherwise.",
-    ),
-    (
-        "ELECT_TOKEN",
-        "Set for COMMAND: the fencing token, a decimal number greater than every earlier holder's.",
-    ),
-    ("ELECT_LOCK", "Set for COMMAND: the lock name."),
-    (
-        "ELECT_KEY",
-        "Set for COMMAND: the key that represents this holder in the store (file: the lock file).",
-    ),
-    (
-        "ELECT_LEASE_ID",
-        "Set for COMMAND: etcd: the lease id, in hexadecimal; PostgreSQL: the holder's tenure id (32 hex digits); ZooKeeper: the session id, in hexadecimal; file: the pid of the elect that holds the lock.",
-    ),
-    (
-        "ELECT_IDENTITY",
-        "Set for COMMAND: the holder's identity (--identity, else the hostname).",
-    ),
-    (
-        "ELECT_SHARD, ELECT_SHARDS",
-        "Set for COMMAND with --shards: the shard it owns (0 to N-1), and N; never inherited.",
-    ),
-    (
+/// flags' own (each flag's variable is in its help), each store's among
+/// them, and those it sets for COMMAND.
+pub fn environment() -> Vec<(String, String)> {
+    let kinds = || crate::store::kinds().map(|kind| &kind.about);
+    let per_store = |what: fn(&crate::store::About) -> &'static str| {
+        let each: Vec<String> = kinds()
+            .map(|about| format!("{}: {}", about.title, what(about)))
+            .collect();
+        each.join("; ").replace('`', "")
+    };
+    let mut all = vec![(
+        "ELECT_PASSWORD".to_string(),
+        "Read: the user's password when --password-file is not given.".to_string(),
+    )];
+    for about in kinds() {
+        for (names, meaning) in about.reads {
+            all.push((names.to_string(), format!("Read: {meaning}")));
+        }
+    }
+    let set = |name: &str, meaning: &str| (name.to_string(), format!("Set for COMMAND: {meaning}"));
+    all.extend([
+        set(
+            "ELECT_TOKEN",
+            "the fencing token, a decimal number greater than every earlier holder's.",
+        ),
+        set("ELECT_LOCK", "the lock name."),
+        set(
+            "ELECT_KEY",
+            &format!(
+                "the key that represents this holder in the store: {}.",
+                per_store(|a| a.key)
+            ),
+        ),
+        set("ELECT_LEASE_ID", &format!("{}.", per_store(|a| a.lease_id))),
+        set(
+            "ELECT_IDENTITY",
+            "the holder's identity (--identity, else the hostname).",
+        ),
+    ]);
+    all.push((
+        "ELECT_SHARD, ELECT_SHARDS".to_string(),
+        "Set for COMMAND with --shards: the shard it owns (0 to N-1), and N; never inherited."
+            .to_string(),
+    ));
+    all.push(set(
         "ELECT_CHECKPOINT",
-        "Set for COMMAND: the lock's last checkpoint (elect checkpoint), if there is one of at most 4 KiB; never inherited.",
-    ),
-    (
-        "ELECT_STORE",
-        "Set for COMMAND: the store URL, without credentials.",
-    ),
-    (
-        "ELECT_STORE_CREDENTIALS",
-        "Set for COMMAND when elect reached the store with a user or certificates, however given: how it did, as JSON (user, password_file, cacert, cert, key), which an elect inside COMMAND uses for ELECT_STORE and no other store. The password file is /dev/fd/N, a read-only memory file that COMMAND's processes inherit: the password is never in COMMAND's environment or arguments; never inherited.",
-    ),
-    (
-        "ELECT_PASSWORD, ETCDCTL_USER, ETCDCTL_PASSWORD, PGPASSWORD",
-        "Removed from COMMAND's environment, ELECT_PASSWORD always and the others with their store (etcd, PostgreSQL): they may carry secrets.",
-    ),
-];
+        "the lock's last checkpoint (elect checkpoint), if there is one of at most 4 KiB; never inherited.",
+    ));
+    all.push(set("ELECT_STORE", "the store URL, without credentials."));
+    all.push((
+        "ELECT_STORE_CREDENTIALS".to_string(),
+        "Set for COMMAND when elect reached the store with a user or certificates, however given: how it did, as JSON (user, password_file, cacert, cert, key), which an elect inside COMMAND uses for ELECT_STORE and no other store. The password file is /dev/fd/N, a read-only memory file that COMMAND's processes inherit: the password is never in COMMAND's environment or arguments; never inherited.".to_string(),
+    ));
+    let with_secrets: Vec<&crate::store::About> =
+        kinds().filter(|about| !about.secrets.is_empty()).collect();
+    let names: Vec<&str> = std::iter::once("ELECT_PASSWORD")
+        .chain(
+            with_secrets
+                .iter()
+                .flat_map(|about| about.secrets.iter().copied()),
+        )
+        .collect();
+    let stores: Vec<&str> = with_secrets.iter().map(|about| about.title).collect();
+    all.push((
+        names.join(", "),
+        format!(
+            "Removed from COMMAND's environment, ELECT_PASSWORD always and the others with their store ({}): they may carry secrets.",
+            stores.join(", ")
+        ),
+    ));
+    all
+}
+
+/// The URL forms `--store` takes, from every kind of store: the first
+/// paragraph of its help.
+fn store_forms() -> String {
+    let forms: Vec<&str> = crate::store::kinds().map(|kind| kind.about.help).collect();
+    match forms.split_last() {
+        Some((last, [])) => format!("Where the lock lives: {last}."),
+        Some((last, rest)) => format!("Where the lock lives: {}, or {last}.", rest.join(", ")),
+        None => "Where the lock lives".to_string(),
+    }
+}
+
+/// `--store`'s long help.
+fn store_help() -> String {
+    format!(
+        "{}\n\nWithout it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then {}. \
+         etcd://USER:PASSWORD@HOST:PORT works, but every user of the host can read a command line \
+         in ps: prefer --password-file.",
+        store_forms(),
+        crate::store::DEFAULT_STORE
+    )
+}
 
 /// What a yes/no variable accepts, for messages and help.
 pub const BOOLEANS: &str = "1, true, yes, on or 0, false, no, off";
@@ -309,16 +346,15 @@ pub enum LogFormat {
 /// Where the lock lives, shared by every subcommand.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Where the lock lives: etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS,
-    /// postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words),
-    /// zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS), or file:DIR
-    /// for locks on this host only ("file" alone: /var/lib/elect for root, else
-    /// $XDG_STATE_HOME/elect, or ~/.local/state/elect without it).
-    ///
-    /// Without it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then etcd://127.0.0.1:2379.
-    /// etcd://USER:PASSWORD@HOST:PORT works, but every user of the host can read a command
-    /// line in ps: prefer --password-file.
-    #[arg(long, env = "ELECT_STORE", value_name = "URL", hide_env_values = true)]
+    /// Where the lock lives: a store URL (the forms come from the stores).
+    #[arg(
+        long,
+        env = "ELECT_STORE",
+        value_name = "URL",
+        hide_env_values = true,
+        help = store_forms(),
+        long_help = store_help()
+    )]
     pub store: Option<String>,
 
     /// How long the store may take to answer, from connecting until elect is queued (or, for
@@ -747,7 +783,7 @@ pub struct RunArgs {
 fn run_after_help() -> String {
     let mut text = crate::exit::help_text("run");
     text.push_str("\nEnvironment:\n");
-    for (name, meaning) in ENVIRONMENT {
+    for (name, meaning) in environment() {
         text.push_str(&format!("  {name}\n      {meaning}\n"));
     }
     text

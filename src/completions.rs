@@ -12,8 +12,13 @@ const ASK_WITHIN: &str = "500ms";
 /// The commands whose `--lock` names an existing lock.
 const LOCK_COMMANDS: &[&str] = &["status", "check", "break", "checkpoint", "history"];
 
-/// The store URL schemes offered for `--store`.
-const SCHEMES: &str = "etcd:// etcds:// postgres:// zk:// zks:// file:";
+/// The store URL schemes offered for `--store`, from every kind of store.
+fn schemes() -> String {
+    let schemes: Vec<&str> = crate::store::kinds()
+        .flat_map(|kind| kind.about.schemes.iter().copied())
+        .collect();
+    schemes.join(" ")
+}
 
 /// clap's script for `shell`, with elect's additions.
 pub fn extend(shell: Shell, script: &str) -> String {
@@ -37,6 +42,7 @@ fn replace(script: &str, from: &str, to: &str, count: usize) -> String {
 }
 
 fn bash(script: &str) -> String {
+    let schemes = schemes();
     // clap's function becomes _elect_clap; _elect handles elect's own cases
     // first and hands everything else to it.
     let script = replace(script, "_elect() {\n", "_elect_clap() {\n", 1);
@@ -89,7 +95,7 @@ _elect() {{
             ;;
         --store)
             compopt -o nospace 2>/dev/null
-            COMPREPLY=( $(compgen -W "{SCHEMES}" -- "$cur") )
+            COMPREPLY=( $(compgen -W "{schemes}" -- "$cur") )
             return 0
             ;;
     esac
@@ -105,6 +111,7 @@ _elect() {{
 }
 
 fn zsh(script: &str) -> String {
+    let schemes = schemes();
     // Each of status, check and break has -l and --lock with this help.
     let script = replace(
         script,
@@ -124,7 +131,7 @@ _elect_locks() {{
 }}
 (( $+functions[_elect_stores] )) ||
 _elect_stores() {{
-    compadd -S '' {SCHEMES}
+    compadd -S '' {schemes}
 }}
 
 "#
@@ -135,6 +142,7 @@ _elect_stores() {{
 }
 
 fn fish(script: &str) -> String {
+    let schemes = schemes();
     // A lock is a name, never a file: clap's -r lets fish offer files.
     let mut out = String::new();
     for line in script.lines() {
@@ -179,7 +187,7 @@ end
         ));
     }
     out.push_str(&format!(
-        "complete -c elect -n \"not __fish_elect_after_dashes\" -l store -x -a \"{SCHEMES}\"\n"
+        "complete -c elect -n \"not __fish_elect_after_dashes\" -l store -x -a \"{schemes}\"\n"
     ));
     out.push_str(
         "complete -c elect -n \"__fish_elect_using_subcommand run; and __fish_elect_after_dashes\" -x -a \"(__fish_elect_command)\"\n",

@@ -12,7 +12,7 @@ use clap_complete::Shell;
 use clap_mangen::Man;
 use clap_mangen::roff::{Inline, Roff, bold, italic, roman};
 
-use crate::cli::{BOOLEANS, Cli, ENVIRONMENT};
+use crate::cli::{BOOLEANS, Cli, environment};
 use crate::exit::{COMMON, INSPECTION, TABLE, codes};
 
 /// The README's exit-code table of `elect run`.
@@ -280,10 +280,13 @@ fn man_page(name: &str, cmd: clap::Command) -> Vec<u8> {
         "Each option's variable is named with it above; a variable set to the empty \
          string counts as unset. Yes-or-no variables take {BOOLEANS}."
     ))]);
-    for (variable, meaning) in ENVIRONMENT.iter().filter(|(_, m)| shown_on(&command, m)) {
+    for (variable, meaning) in environment()
+        .into_iter()
+        .filter(|(_, m)| shown_on(&command, m))
+    {
         roff.control("TP", []);
-        roff.text([bold(*variable)]);
-        roff.text([roman(*meaning)]);
+        roff.text([bold(variable)]);
+        roff.text([roman(meaning)]);
     }
     examples(&mut roff, &command);
     roff.control("SH", ["SEE ALSO"]);
@@ -354,6 +357,50 @@ fn generated_files_match_the_definitions() {
 #[cfg(test)]
 fn readme() -> String {
     std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+}
+
+/// What the README says of every store, made from the stores' own
+/// descriptions: the `--store` row of the options table, the `ELECT_KEY`
+/// and `ELECT_LEASE_ID` rows of what the command sees, and the schemes the
+/// completions offer.
+#[cfg(test)]
+fn readme_store_lines() -> Vec<String> {
+    let abouts: Vec<&crate::store::About> = crate::store::kinds().map(|k| &k.about).collect();
+    let in_turn = |items: Vec<String>, and: &str| match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{}{and}{last}", rest.join(", ")),
+        _ => items.join(""),
+    };
+    let forms = abouts.iter().map(|a| a.readme.to_string()).collect();
+    let per_store = |what: fn(&crate::store::About) -> &'static str| {
+        let each: Vec<String> = abouts
+            .iter()
+            .map(|a| format!("{}: {}", a.title, what(a)))
+            .collect();
+        each.join("; ")
+    };
+    let schemes = abouts
+        .iter()
+        .flat_map(|a| a.schemes.iter().map(|s| format!("`{s}`")))
+        .collect();
+    vec![
+        format!(
+            "| `--store URL` | `ELECT_STORE`, else `ETCDCTL_ENDPOINTS`, else `{}` | {} |",
+            crate::store::DEFAULT_STORE,
+            in_turn(forms, ", or ")
+        ),
+        format!("| `ELECT_KEY` | {} |", per_store(|a| a.key)),
+        format!("| `ELECT_LEASE_ID` | {} |", per_store(|a| a.lease_id)),
+        format!("{} after `--store`", in_turn(schemes, " and ")),
+    ]
+}
+
+#[test]
+fn the_readme_describes_every_store_as_the_store_does() {
+    // The README wraps its prose: compare it unwrapped.
+    let readme = readme().replace('\n', " ");
+    for line in readme_store_lines() {
+        assert!(readme.contains(&line), "README.md must contain:\n{line}");
+    }
 }
 
 #[test]
@@ -443,7 +490,8 @@ fn the_readme_environment_table_matches_the_flags() {
             "README.md's environment table lacks | `{variable}` | `{flag}` |"
         );
     }
-    let others: Vec<&str> = ENVIRONMENT
+    let environment = environment();
+    let others: Vec<&str> = environment
         .iter()
         .flat_map(|(names, _)| names.split(", "))
         .collect();
@@ -537,7 +585,8 @@ fn example_invocations(lines: &str) -> Vec<(Vec<String>, bool)> {
 /// ELECT_TOKEN, ELECT_STORE) given as the flags those variables stand for.
 #[cfg(test)]
 fn as_inside_the_command(mut argv: Vec<String>) -> Vec<String> {
-    let set: Vec<&str> = ENVIRONMENT
+    let environment = environment();
+    let set: Vec<&str> = environment
         .iter()
         .filter(|(_, meaning)| meaning.starts_with("Set for COMMAND"))
         .flat_map(|(names, _)| names.split(", "))

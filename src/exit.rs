@@ -50,12 +50,12 @@ pub const TABLE: &[(&str, &str)] = &[
         "76, or `--lost-exit-code`",
     ),
     (
-        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the store says no or another kind of server answers; else after `--connect-timeout`)",
+        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`)",
         "69",
     ),
     ("usage error", "64"),
     (
-        "configuration error (unreadable file, bad store URL, a store server that takes no writes)",
+        "configuration error (unreadable file, bad store URL, credentials the store refuses or a permission its user lacks, a store server that takes no writes)",
         "78",
     ),
     ("command not found / not executable", "127 / 126"),
@@ -116,11 +116,11 @@ pub const HISTORY: &[(&str, &str)] = &[
 pub const COMMON: &[(&str, &str)] = &[
     ("usage error", "64"),
     (
-        "store unreachable or refused (at once when nothing listens, the host name does not exist, the store says no or another kind of server answers; else after `--connect-timeout`)",
+        "store unreachable or refused (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`)",
         "69",
     ),
     (
-        "configuration error (unreadable file, bad store URL, a `file:` store directory that does not exist, a store server that takes no writes)",
+        "configuration error (unreadable file, bad store URL, a `file:` store directory that does not exist, credentials the store refuses or a permission its user lacks, a store server that takes no writes)",
         "78",
     ),
     ("elect's own failure", "70"),

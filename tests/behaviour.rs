@@ -13,7 +13,7 @@
 //! What only one store does is tested beside it: tests/run.rs (etcd),
 //! tests/file.rs.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::time::{Duration, Instant};

@@ -31,7 +31,7 @@
 //! and SIGKILL 1.91 s after the send of its last confirmed renewal
 //! (`src/lease.rs`), the store lets the lease go 2 s after it.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! A store that is not there, or says no, is answered at once: a new user's
 //! first mistake costs them no ten seconds of silence.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::Instant;

@@ -10,7 +10,7 @@
 //! The tests in this file run one at a time: they measure handovers in
 //! milliseconds, and CI has two cores.
 
-mod support;
+use crate::support;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

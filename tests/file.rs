@@ -5,7 +5,7 @@
 //! record is not believed. What every store does
 //! is in tests/behaviour.rs.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 

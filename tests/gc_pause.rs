@@ -9,9 +9,9 @@
 //! t'. elect, once it runs again, sees that its lease ran out, kills its
 //! command and exits 76.
 //!
-//! Run with `cargo test --test gc_pause -- --nocapture` to read the story.
+//! Run with `cargo test --test elect -- gc_pause:: --nocapture` to read the story.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::thread;

@@ -5,7 +5,7 @@
 //! nothing of the group can run is checked on every store in
 //! tests/behaviour.rs.)
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! logs. What `status`, `list`, `check` and `break` show of elect's own
 //! holders, on every store, is in tests/behaviour.rs.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

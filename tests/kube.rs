@@ -2,7 +2,7 @@
 //! client-go contender beside it: what the Kubernetes Lease store builds on,
 //! seen through the API with the test's own credentials.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

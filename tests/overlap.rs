@@ -4,7 +4,7 @@
 //! command's last tick must come before the new one's first, and nothing of
 //! the old command's group may be left.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

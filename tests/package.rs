@@ -9,7 +9,7 @@
 //! of its own: every other step is the one a user's `scripts/package` takes,
 //! and a release build would cost the suite minutes.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

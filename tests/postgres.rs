@@ -11,7 +11,7 @@
 //! and an immediate (crash) restart, and a PgBouncer pooling by transaction
 //! passes a query on with the password, and refuses a wrong one.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -450,7 +450,7 @@ fn bad_input_gets_one_line_the_right_code_and_leaves_nothing() {
             "a wrong password",
             base.clone(),
             "wrong",
-            69,
+            78,
             "password authentication failed",
         ),
         (

@@ -3,7 +3,7 @@
 //! elect racing a lease that expires by time; and usage errors, which need
 //! no store. What every store does is in tests/behaviour.rs.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A real etcd with TLS and client certificates, and one with users and
 //! roles: what works, what is refused and how, and where secrets never go.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Instant;

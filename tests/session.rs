@@ -1,7 +1,7 @@
 //! Long-running and interactive use: `--rejoin`, elect as PID 1, and
 //! commands that use the terminal.
 
-mod support;
+use crate::support;
 
 use support::{Etcd, Running, SECOND, elect};
 

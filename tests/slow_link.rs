@@ -5,7 +5,7 @@
 //! The tests in this file run one at a time: they measure round trips to
 //! the millisecond, and CI has two cores.
 
-mod support;
+use crate::support;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};

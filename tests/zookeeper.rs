@@ -13,7 +13,7 @@
 //! as it restarts, and Curator's lock holds, refuses a second taker and
 //! lets go.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
@@ -657,7 +657,7 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
     });
     let dir = TempDir::new("zk-auth");
     let url = format!("{}/secure", zk.url());
-    for (password, code, says) in [("wrong", 69, "no permission"), ("right", 0, "ran")] {
+    for (password, code, says) in [("wrong", 78, "no permission"), ("right", 0, "ran")] {
         let file = dir.join(password);
         std::fs::write(&file, format!("{password}\n")).unwrap();
         let out = elect()

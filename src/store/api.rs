@@ -305,6 +305,10 @@ pub enum ErrorKind {
     Config,
     /// Our lease or our key vanished.
     Gone,
+    /// The store refused the user elect reached it as: its credentials, or
+    /// a permission it lacks. Asking again would not help; the operator
+    /// must fix the credentials or grant the permission.
+    Denied,
 }
 
 #[derive(Clone, Debug)]
@@ -326,6 +330,12 @@ impl StoreError {
             message: message.into(),
         }
     }
+    pub fn denied(message: impl Into<String>) -> Self {
+        StoreError {
+            kind: ErrorKind::Denied,
+            message: message.into(),
+        }
+    }
     pub fn gone(message: impl Into<String>) -> Self {
         StoreError {
             kind: ErrorKind::Gone,
@@ -337,7 +347,7 @@ impl StoreError {
 impl From<StoreError> for crate::exit::Failure {
     fn from(e: StoreError) -> Self {
         let code = match e.kind {
-            ErrorKind::Config => crate::exit::Code::Config,
+            ErrorKind::Config | ErrorKind::Denied => crate::exit::Code::Config,
             ErrorKind::Unavailable | ErrorKind::Gone => crate::exit::Code::Unavailable,
         };
         crate::exit::Failure::new(code, e.message)

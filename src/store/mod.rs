@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Every store elect knows. Registering a store is one line here.
-const KINDS: &[&Kind] = &[&etcd::KIND, &file::KIND, &postgres::KIND, &zk::KIND];
+const KINDS: &[&Kind] = &[&etcd::KIND, &postgres::KIND, &zk::KIND, &file::KIND];
 
 /// The store used when neither `--store`, `ELECT_STORE` nor a store's own
 /// environment names one.
@@ -61,6 +61,39 @@ pub struct Kind {
     /// Carry out a release order ([`Target::release_order`]), and give back
     /// the store it reached, for the history.
     pub release: ReleaseFn,
+    /// What it says of itself, for everything that lists the stores.
+    pub about: About,
+}
+
+/// What a kind of store says of itself: `--store`'s help, the ENVIRONMENT
+/// section of the help and the man pages, the completions' schemes and the
+/// README's tables are made from these, so that a new store is one entry
+/// in [`KINDS`] and none of those places.
+pub struct About {
+    /// Its name in prose: `PostgreSQL`.
+    pub title: &'static str,
+    /// Its URL forms for `--store`'s help, plain.
+    pub help: &'static str,
+    /// The same for the README's `--store` row, in Markdown.
+    // Read by the tests that write and check the docs and completions.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub readme: &'static str,
+    /// Its URL schemes, for the completions: `etcd://`, `file:`.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub schemes: &'static [&'static str],
+    /// The variables it reads beside the flags', grouped as the
+    /// ENVIRONMENT section lists them, with what each group is for.
+    pub reads: &'static [(&'static str, &'static str)],
+    /// Variables that may carry its secrets: the command never sees them.
+    pub secrets: &'static [&'static str],
+    /// What `ELECT_KEY` and `ELECT_LEASE_ID` are on it (Markdown).
+    pub key: &'static str,
+    pub lease_id: &'static str,
+}
+
+/// Every kind of store, for what lists them.
+pub fn kinds() -> impl Iterator<Item = &'static Kind> {
+    KINDS.iter().copied()
 }
 
 /// How a kind carries out a release order.
@@ -76,11 +109,6 @@ pub trait Target: fmt::Display + fmt::Debug {
     /// This store's limits on lock names, beyond [`check_lock_name`].
     fn check_lock_name(&self, _name: &str) -> Result<(), String> {
         Ok(())
-    }
-    /// Variables that may carry this store's secrets: the command never
-    /// sees them.
-    fn secret_variables(&self) -> &'static [&'static str] {
-        &[]
     }
     /// The user this store is reached as, wherever it came from (a flag,
     /// the URL, a variable of the store's own tools).
@@ -313,7 +341,7 @@ impl Location {
 
     /// Variables of the environment that the command must not see.
     pub fn secret_variables(&self) -> &'static [&'static str] {
-        self.target.secret_variables()
+        self.kind.about.secrets
     }
 
     /// The user the store is reached as, if any.
@@ -384,6 +412,20 @@ mod tests {
 
     fn parse(url: &str) -> Result<String, StoreError> {
         Location::parse(url, &Settings::default()).map(|l| l.to_string())
+    }
+
+    #[test]
+    fn every_scheme_a_store_offers_is_its_own() {
+        for kind in kinds() {
+            for scheme in kind.about.schemes {
+                let url = format!("{scheme}somewhere");
+                let claimed: Vec<&str> = kinds()
+                    .filter(|k| (k.claims)(&url))
+                    .map(|k| k.name)
+                    .collect();
+                assert_eq!(claimed, [kind.name], "{url}");
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Etcd;
 use crate::store::secret::{Secret, read_client_certificate, read_password, read_pem};
-use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
+use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target, redact};
 
 /// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
 /// as etcdctl writes them; `ETCDCTL_ENDPOINTS` when nothing else names a
@@ -52,6 +52,25 @@ pub const KIND: Kind = Kind {
             etcd.revoke(order.lease, within).await?;
             Ok(Box::new(etcd) as Box<dyn Store>)
         })
+    },
+    about: About {
+        title: "etcd",
+        help: "etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS",
+        readme: "`etcd://HOST:PORT[,HOST:PORT...]`, `etcds://` for TLS",
+        schemes: &["etcd://", "etcds://"],
+        reads: &[
+            (
+                "ETCDCTL_ENDPOINTS",
+                "etcd endpoints (HOST:PORT,...) when neither --store nor ELECT_STORE is set.",
+            ),
+            (
+                "ETCDCTL_USER, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY",
+                "etcdctl's own variables (ETCDCTL_USER is NAME[:PASSWORD]), when elect's flags and variables do not say otherwise.",
+            ),
+        ],
+        secrets: SECRET_VARIABLES,
+        key: "the key of this holder, `<lock>/<lease id hex>`",
+        lease_id: "the lease id, hexadecimal",
     },
 };
 
@@ -261,10 +280,6 @@ impl Target for EtcdTarget {
 
     fn password(&self) -> Option<&Secret> {
         self.password.as_ref()
-    }
-
-    fn secret_variables(&self) -> &'static [&'static str] {
-        SECRET_VARIABLES
     }
 
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {

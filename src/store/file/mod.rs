@@ -35,8 +35,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Boxed, Check, Checkpoint, Fence, HISTORY, Holder, HolderRecord, Kind, LockStatus, Owner, Put,
-    Record, Session, Store, StoreError, Target, Versioned,
+    About, Boxed, Check, Checkpoint, Fence, HISTORY, Holder, HolderRecord, Kind, LockStatus, Owner,
+    Put, Record, Session, Store, StoreError, Target, Versioned,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -66,6 +66,17 @@ pub const KIND: Kind = Kind {
             let store = FileStore::open(&target.dir, target.network_fs_ok)?;
             Ok(Box::new(store) as Box<dyn Store>)
         })
+    },
+    about: About {
+        title: "file",
+        help: "file:DIR for locks on this host only (\"file\" alone: /var/lib/elect for root, else \
+               $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)",
+        readme: "`file:DIR` (`file` alone: `/var/lib/elect` for root, else `$XDG_STATE_HOME/elect`, or `~/.local/state/elect` without it)",
+        schemes: &["file:"],
+        reads: &[],
+        secrets: &[],
+        key: "the lock file",
+        lease_id: "the pid (decimal) of the elect that holds the lock",
     },
 };
 

@@ -341,6 +341,8 @@ struct Failure {
     passing: bool,
     /// The user's to fix: no such database, TLS refused, bad certificate.
     config: bool,
+    /// The user's credentials refused.
+    refused: bool,
 }
 
 impl Failure {
@@ -375,6 +377,7 @@ impl Failure {
             text,
             passing,
             config,
+            refused,
         }
     }
 
@@ -382,6 +385,9 @@ impl Failure {
         let shown = target.to_string();
         match (self.config, self.passing) {
             (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
+            (false, false) if self.refused => {
+                StoreError::denied(format!("{shown} refused us: {}", self.text))
+            }
             (false, false) => StoreError::unavailable(format!("{shown} refused us: {}", self.text)),
             (false, true) => StoreError::unavailable(format!(
                 "cannot reach {shown} within {}: {}",

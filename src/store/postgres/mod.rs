@@ -160,7 +160,7 @@ impl Postgres {
             return StoreError::config(self.read_only_why(&text).await);
         }
         if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
-            return StoreError::config(format!(
+            return StoreError::denied(format!(
                 "{shown}: {text}; the least role {} needs: {}",
                 self.target().user,
                 sql::grants(&self.target().schema_sql(), &self.target().user)
@@ -272,7 +272,7 @@ impl Postgres {
         match client.batch_execute(&alter).await {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                Err(StoreError::config(format!(
+                Err(StoreError::denied(format!(
                     "{target}: table {}.lease is an earlier elect's, without column {}, and role {} \
                      may not add it ({}); an administrator runs once: {alter}",
                     target.schema,
@@ -340,7 +340,7 @@ impl Postgres {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
                 let _ = client.batch_execute("ROLLBACK").await;
-                Err(StoreError::config(format!(
+                Err(StoreError::denied(format!(
                     "{}: role {} may not create the lease tables ({}); an administrator runs once: {}{} {}",
                     target,
                     target.user,
@@ -927,7 +927,7 @@ impl Postgres {
         match client.batch_execute(&create).await {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                Err(StoreError::config(format!(
+                Err(StoreError::denied(format!(
                     "{target}: table {}.record is missing, and role {} may not create it ({}); \
                      an administrator runs once: {} {}",
                     target.schema,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Postgres;
 use crate::store::secret::{Secret, read_password};
-use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target};
+use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target};
 
 /// PostgreSQL's URLs and libpq's `key=value` words.
 pub const KIND: Kind = Kind {
@@ -52,6 +52,19 @@ pub const KIND: Kind = Kind {
             let store = Postgres::release_tenure(&order.target, &order.tenure, within).await?;
             Ok(Box::new(store) as Box<dyn Store>)
         })
+    },
+    about: About {
+        title: "PostgreSQL",
+        help: "postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words)",
+        readme: "`postgres://USER@HOST:PORT/DB` or libpq's `host=H dbname=D` words (see [PostgreSQL](#postgresql))",
+        schemes: &["postgres://"],
+        reads: &[(
+            "PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGCONNECT_TIMEOUT",
+            "libpq's variables, for what a postgres:// store URL leaves out.",
+        )],
+        secrets: SECRET_VARIABLES,
+        key: "`<lock>/<tenure>`",
+        lease_id: "the holder's tenure id (32 hex digits, fresh for each `elect run`)",
     },
 };
 
@@ -711,10 +724,6 @@ impl Target for PgTarget {
 
     fn password(&self) -> Option<&Secret> {
         self.password.as_ref()
-    }
-
-    fn secret_variables(&self) -> &'static [&'static str] {
-        SECRET_VARIABLES
     }
 
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {

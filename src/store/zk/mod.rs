@@ -418,7 +418,7 @@ async fn connect(
         };
         match error {
             ZkError::AuthFailed | ZkError::NoAuth => {
-                return Err(StoreError::unavailable(format!(
+                return Err(StoreError::denied(format!(
                     "{shown} refused us: authentication failed for user {}",
                     target.user.as_deref().unwrap_or("(none)")
                 )));
@@ -506,7 +506,7 @@ async fn shortest_session(target: &ZkTarget, below: Duration) -> Result<Duration
             // Dropped, it closes.
             Ok(Ok(client)) => return Ok(client.session_timeout()),
             Ok(Err(ZkError::AuthFailed | ZkError::NoAuth)) => {
-                return Err(StoreError::unavailable("authentication failed"));
+                return Err(StoreError::denied("authentication failed"));
             }
             Ok(Err(_)) | Err(_) => ask *= 4,
         }
@@ -582,7 +582,7 @@ fn queue(children: Vec<String>) -> Vec<(String, i64)> {
 fn failed(e: &ZkError, what: &str, path: &str) -> StoreError {
     match e {
         ZkError::NoAuth | ZkError::AuthFailed => {
-            StoreError::unavailable(format!("ZooKeeper refused to {what} {path}: no permission"))
+            StoreError::denied(format!("ZooKeeper refused to {what} {path}: no permission"))
         }
         ZkError::SessionExpired => StoreError::gone(format!("{what} {path}: the session expired")),
         e => StoreError::unavailable(format!("cannot {what} {path}: {e}")),

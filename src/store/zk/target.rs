@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ZooKeeper;
 use crate::store::secret::{Secret, read_password};
-use crate::store::{Boxed, Kind, Settings, Store, StoreError, Target, redact};
+use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target, redact};
 
 /// ZooKeeper's URLs.
 pub const KIND: Kind = Kind {
@@ -38,6 +38,16 @@ pub const KIND: Kind = Kind {
             let store = ZooKeeper::release_nodes(order.target, &order.nodes, within).await?;
             Ok(Box::new(store) as Box<dyn Store>)
         })
+    },
+    about: About {
+        title: "ZooKeeper",
+        help: "zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS)",
+        readme: "`zk://HOST:PORT[,HOST:PORT...][/CHROOT]` or `zks://` for TLS (see [ZooKeeper](#zookeeper))",
+        schemes: &["zk://", "zks://"],
+        reads: &[],
+        secrets: &[],
+        key: "its node, `/<lock>/_c_<uuid>-lock-<seq>`",
+        lease_id: "the session id, hexadecimal",
     },
 };
 

@@ -1,0 +1,27 @@
+//! elect's integration tests, one binary: each file below is a module,
+//! and all of them share [`support`] (real stores, elect as a process, the
+//! fault proxy), compiled once.
+//!
+//! Run one file's tests with a filter: `cargo test --test elect -- behaviour::`
+//! (or `behaviour::zookeeper::`, `every_fault::etcd::`).
+
+mod support;
+
+mod behaviour;
+mod every_fault;
+mod fail_fast;
+mod faults;
+mod file;
+mod gc_pause;
+mod guard;
+mod handover;
+mod inspect;
+mod kube;
+mod overlap;
+mod package;
+mod postgres;
+mod run;
+mod security;
+mod session;
+mod slow_link;
+mod zookeeper;
