@@ -46,8 +46,8 @@ fn group_of(holder: &mut Running) -> i32 {
 
 /// Wait until `lock` has a holder and `waiters` live waiters, by the tables.
 fn wait_contenders(pg: &Postgres, lock: &str, n: usize) {
-    let give_up = Instant::now() + 10 * SECOND;
-    loop {
+    let what = format!("{n} contenders for {lock}");
+    support::eventually(&what, 10 * SECOND, || {
         let found: usize = pg
             .try_psql(&format!(
                 "SELECT (SELECT count(*) FROM elect.lease WHERE name = '{lock}' \
@@ -56,15 +56,11 @@ fn wait_contenders(pg: &Postgres, lock: &str, n: usize) {
                    AND expires_at > clock_timestamp())"
             ))
             .map_or(0, |n| n.parse().unwrap());
-        if found == n {
-            return;
+        match found == n {
+            true => Ok(()),
+            false => Err(format!("found {found}")),
         }
-        assert!(
-            Instant::now() < give_up,
-            "{n} contenders for {lock}, found {found}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 fn token_of(run: &mut Running) -> u64 {

@@ -264,15 +264,8 @@ fn started_in_the_background_elect_leaves_the_terminal_alone() {
     assert!(tty.wait(10 * SECOND).success());
 }
 
-fn wait_until(mut condition: impl FnMut() -> bool, what: &str) {
-    let give_up = std::time::Instant::now() + 10 * SECOND;
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+fn wait_until(condition: impl FnMut() -> bool, what: &str) {
+    support::until(what, 10 * SECOND, condition)
 }
 
 #[test]

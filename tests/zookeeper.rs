@@ -156,18 +156,13 @@ fn elect_and_curator_exclude_each_other_both_ways() {
 /// Wait until `path` has `n` nodes queued (the holder's among them), at
 /// most 30 s (Curator's first start compiles it).
 fn wait_queued(zk: &ZooKeeper, path: &str, n: usize) {
-    let give_up = Instant::now() + 30 * SECOND;
-    loop {
+    support::eventually(&format!("{n} queued at {path}"), 30 * SECOND, || {
         let queued = zk.children(path);
-        if queued.len() == n {
-            return;
+        match queued.len() == n {
+            true => Ok(()),
+            false => Err(format!("{queued:?} queued")),
         }
-        assert!(
-            Instant::now() < give_up,
-            "{path}: {queued:?} queued, not {n}, after 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// The token is the node's czxid: it rises when the lock's parent node is

@@ -411,14 +411,9 @@ impl Etcd {
 
     /// Poll for the leader.
     pub fn wait_leader(&self) -> usize {
-        let give_up = Instant::now() + HEALTHY_WITHIN;
-        loop {
-            if let Some(i) = self.leader() {
-                return i;
-            }
-            assert!(Instant::now() < give_up, "no etcd leader");
-            thread::sleep(Duration::from_millis(50));
-        }
+        super::eventually("an etcd leader", HEALTHY_WITHIN, || {
+            self.leader().ok_or_else(|| "none".to_string())
+        })
     }
 
     /// Turn authentication on: a root user, and `user` with `password`
@@ -475,18 +470,14 @@ impl Etcd {
 
     /// Poll until `prefix` has `n` keys: etcd has no "tell me when", short of a watch.
     pub fn wait_keys(&self, prefix: &str, n: usize) {
-        let give_up = Instant::now() + Duration::from_secs(10);
-        loop {
+        let what = format!("{n} keys under {prefix}");
+        super::eventually(&what, Duration::from_secs(10), || {
             let keys = self.keys(prefix);
-            if keys.len() == n {
-                return;
+            match keys.len() == n {
+                true => Ok(()),
+                false => Err(format!("found {keys:?}")),
             }
-            assert!(
-                Instant::now() < give_up,
-                "expected {n} keys under {prefix}, found {keys:?}"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 }
 

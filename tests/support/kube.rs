@@ -138,21 +138,15 @@ impl Kube {
     }
 
     fn wait_ready(&mut self) {
-        let give_up = Instant::now() + READY_WITHIN;
-        loop {
+        super::eventually("kube-apiserver ready", READY_WITHIN, || {
             if let Some(status) = self.process.try_wait().unwrap() {
                 panic!("kube-apiserver exited with {status}: {}", self.log_tail());
             }
-            if self.request("GET", "/readyz", None).0 == 200 {
-                return;
+            match self.request("GET", "/readyz", None).0 {
+                200 => Ok(()),
+                _ => Err(self.log_tail()),
             }
-            assert!(
-                Instant::now() < give_up,
-                "kube-apiserver not ready within {READY_WITHIN:?}: {}",
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        })
     }
 
     fn log_tail(&self) -> String {

@@ -11,7 +11,8 @@
 //! - [`stores`]: every store as the shared suites see it; [`silent`]:
 //!   addresses where no store answers (silent, closing, garbage, HTTP/1,
 //!   refused, a name that cannot resolve);
-//! - [`clock`], and [`tools`] (programs on the PATH, free ports);
+//! - [`clock`], [`eventually`] (the one poller), and [`tools`] (programs on
+//!   the PATH, free ports);
 //! - the fault suite: [`proxy`], [`loss`], [`netns`] (members cut apart below TCP), [`contender`], [`register`],
 //!   [`history`], [`nemesis`], [`ticker`].
 
@@ -24,6 +25,7 @@ pub mod contender;
 pub mod curator;
 pub mod etcd;
 pub mod etcd_http;
+pub mod eventually;
 pub mod history;
 pub mod inspect;
 pub mod kube;
@@ -45,6 +47,7 @@ pub mod zookeeper;
 pub use clock::{SECOND, ms, now_ns};
 pub use curator::Curator;
 pub use etcd::{Etcd, EtcdOptions};
+pub use eventually::{eventually, until};
 pub use postgres::{PgBouncer, Postgres};
 pub use process::{
     Death, GUARD, HOLD, Running, SENTINEL, alive, assert_outcome, elect, elect_run, find_child,

@@ -145,21 +145,15 @@ impl Register {
         what: &str,
         found: impl Fn(&What) -> bool,
     ) -> What {
-        let give_up = Instant::now() + within;
-        loop {
-            if let Some(e) =
-                self.history.events().into_iter().find(|e| {
-                    e.at > since && matches!(e.what, What::Write { .. }) && found(&e.what)
-                })
-            {
-                return e.what;
-            }
-            assert!(
-                Instant::now() < give_up,
-                "the register saw no {what} within {within:?}"
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
+        let what = format!("the register's {what}");
+        super::eventually(&what, within, || {
+            self.history
+                .events()
+                .into_iter()
+                .find(|e| e.at > since && matches!(e.what, What::Write { .. }) && found(&e.what))
+                .map(|e| e.what)
+                .ok_or_else(|| "no such write".to_string())
+        })
     }
 }
 

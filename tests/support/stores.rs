@@ -646,18 +646,11 @@ impl StoreUnderTest for ZooKeeper {
 
 /// Poll until the store has `n` contenders for `lock`.
 pub fn wait_contenders<S: StoreUnderTest>(store: &S, lock: &str, n: usize) {
-    let give_up = Instant::now() + 10 * SECOND;
-    loop {
-        let found = store.contenders(lock);
-        if found == n {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "expected {n} contenders for {lock}, found {found}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("{n} contenders for {lock}");
+    super::eventually(&what, 10 * SECOND, || match store.contenders(lock) {
+        found if found == n => Ok(()),
+        found => Err(format!("found {found}")),
+    })
 }
 
 /// Tokens rise; one by one if the store counts them.

@@ -463,18 +463,10 @@ impl ZooKeeper {
 
     /// Poll for the leader.
     pub fn wait_leader(&self) -> usize {
-        let give_up = Instant::now() + READY_WITHIN;
-        loop {
-            if let Some(i) = self.leader() {
-                return i;
-            }
-            assert!(
-                Instant::now() < give_up,
-                "no ZooKeeper leader within {READY_WITHIN:?}; logs in {}",
-                self.dir.display()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        super::eventually("a ZooKeeper leader", READY_WITHIN, || {
+            self.leader()
+                .ok_or_else(|| format!("none; logs in {}", self.dir.display()))
+        })
     }
 
     /// Poll until every server that is up serves; Err if one exits.
