@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::{
     Certificate, Client, ConnectOptions, DeleteResponse, GetOptions, GetResponse, Identity,
     LeaseGrantOptions, LeaseGrantResponse, LeaseTimeToLiveResponse, PutResponse, TlsOptions, Txn,
-    TxnResponse,
+    TxnOpResponse, TxnResponse,
 };
 use tokio::time::{sleep, timeout};
 
@@ -198,6 +198,15 @@ impl Cluster {
             Err(e) if e.text.contains("not found") => Ok(()),
             Err(e) => Err(StoreError::unavailable(e)),
         }
+    }
+}
+
+/// The answer to the read at `index` among a transaction's operations, if
+/// that operation was a read.
+pub(super) fn read_at(reply: &TxnResponse, index: usize) -> Option<GetResponse> {
+    match reply.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Get(get)) => Some(get),
+        _ => None,
     }
 }
 

@@ -5,11 +5,11 @@
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    TxnResponse,
 };
 use tokio::time::sleep;
 
-use super::client::RETRY;
+use super::client::{Failed, RETRY, read_at};
 use super::records::{self, checkpoint_key, last_key};
 use super::session::EtcdSession;
 use super::watch::{deleted, until_gone};
@@ -109,29 +109,20 @@ impl EtcdLock<'_> {
                 TxnOp::get(checkpoint_key(lock), None),
             ])
         };
-        let gets = |reply: TxnResponse| {
+        let gets = |reply: Result<TxnResponse, Failed>| {
+            let reply = reply.map_err(StoreError::unavailable)?;
             let revision = reply.header().map_or(0, |h| h.revision());
-            let mut gets = reply.op_responses().into_iter().map(|op| match op {
-                TxnOpResponse::Get(get) => Some(get),
-                _ => None,
-            });
-            match (gets.next().flatten(), gets.next().flatten()) {
+            match (read_at(&reply, 0), read_at(&reply, 1)) {
                 (Some(queue), Some(checkpoint)) => Ok((queue, checkpoint, revision)),
                 _ => Err(StoreError::unavailable(format!(
                     "etcd answered the read of the queue of {lock} with something else"
                 ))),
             }
         };
-        let (mut queue, mut checkpoint, mut revision) = gets(
-            cluster
-                .txn(&read(2))
-                .await
-                .map_err(StoreError::unavailable)?,
-        )?;
+        let (mut queue, mut checkpoint, mut revision) = gets(cluster.txn(&read(2)).await)?;
         // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
         if queue.more() && queue.kvs().iter().any(|kv| !own_key(lock, kv)) {
-            let reply = cluster.txn(&read(0)).await;
-            (queue, checkpoint, revision) = gets(reply.map_err(StoreError::unavailable)?)?;
+            (queue, checkpoint, revision) = gets(cluster.txn(&read(0)).await)?;
         }
         let checkpoint = checkpoint
             .take_kvs()

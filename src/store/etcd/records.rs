@@ -9,7 +9,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
-use super::client::Cluster;
+use super::client::{Cluster, read_at};
 use super::inspect::holder_of;
 use crate::store::{Checkpoint, Fence, HISTORY, Owner, Put, Record, StoreError, Versioned};
 
@@ -78,10 +78,7 @@ pub(super) async fn put_checkpoint(
     if reply.succeeded() {
         return Ok(Put::Stored);
     }
-    let holder = match reply.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(holder_of),
-        _ => None,
-    };
+    let holder = read_at(&reply, 0).and_then(|get| get.kvs().first().map(holder_of));
     Ok(Put::Stale(match holder {
         Some(h) => format!(
             "lock {lock} is held by {h} now, not by token {}",
@@ -113,10 +110,7 @@ pub(super) async fn shards(
     if count.is_some() && reply.succeeded() {
         return Ok(count);
     }
-    let value = match reply.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.value().to_vec()),
-        _ => None,
-    };
+    let value = read_at(&reply, 0).and_then(|get| get.kvs().first().map(|kv| kv.value().to_vec()));
     match value {
         None => Ok(None),
         Some(value) => String::from_utf8_lossy(&value)

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 
-use super::client::{Cluster, Failed, Members, describe};
+use super::client::{Cluster, Failed, Members, describe, read_at};
 use super::lock::EtcdLock;
 use super::records::checkpoint_key;
 use crate::clock::Instant;
@@ -221,29 +221,24 @@ impl EtcdSession {
             reply.header().map_or(0, |h| h.revision())
         } else {
             // Our key exists already (a retried request): its creation is our place.
-            match reply.op_responses().first() {
-                Some(TxnOpResponse::Get(get)) => {
-                    get.kvs().first().map_or(0, |kv| kv.create_revision())
-                }
-                _ => 0,
-            }
+            read_at(&reply, 0)
+                .and_then(|get| get.kvs().first().map(|kv| kv.create_revision()))
+                .unwrap_or(0)
         };
         if token <= 0 {
             return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
         }
         let first = reply.succeeded()
-            && matches!(reply.op_responses().get(1), Some(TxnOpResponse::Get(get))
-            if get.kvs().first().is_some_and(|kv| {
-                kv.key() == key.as_bytes() && kv.create_revision() == token
-            }));
-        let checkpoint = match reply.op_responses().get(2) {
-            Some(TxnOpResponse::Get(get)) if first => Some(
+            && read_at(&reply, 1).is_some_and(|get| {
                 get.kvs()
                     .first()
-                    .and_then(|kv| Checkpoint::from_json(kv.value())),
-            ),
-            _ => None,
-        };
+                    .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == token)
+            });
+        let checkpoint = read_at(&reply, 2).filter(|_| first).map(|get| {
+            get.kvs()
+                .first()
+                .and_then(|kv| Checkpoint::from_json(kv.value()))
+        });
         log::verbose(format_args!(
             "queued for lock {lock} as {key} (token {token})"
         ));
