@@ -5,12 +5,14 @@
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    TxnResponse,
 };
 use tokio::time::sleep;
 
+use super::client::{Failed, RETRY, read_at};
+use super::records::{self, checkpoint_key, last_key};
 use super::session::EtcdSession;
-use super::{RETRY, changed, deleted, key_exists, own_key, retry};
+use super::watch::{deleted, until_gone};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{Boxed, Checkpoint, HolderRecord, Lock, Loss, StoreError, Turn};
@@ -60,12 +62,8 @@ impl Lock for EtcdLock<'_> {
             // Who held this shard last: an instance prefers its own shard
             // when it starts again.
             if self.record.shard.is_some() {
-                let key = super::last_key(&self.lock);
-                let put = retry(&self.session.patience, || {
-                    let mut kv = self.session.client.kv_client();
-                    let (key, identity) = (key.clone(), self.record.identity.clone());
-                    async move { kv.put(key, identity, None).await }
-                });
+                let key = last_key(&self.lock);
+                let put = self.session.cluster.put(&key, &self.record.identity);
                 if let Err(e) = put.await {
                     log::verbose(format_args!("could not record the shard's holder: {e}"));
                 }
@@ -80,16 +78,7 @@ impl Lock for EtcdLock<'_> {
             let early = self.checkpoint.borrow_mut().take();
             match early {
                 Some(checkpoint) => Ok(checkpoint),
-                None => {
-                    let session = self.session;
-                    super::read_checkpoint(
-                        &session.client,
-                        &session.patience,
-                        &session.shown,
-                        &self.lock,
-                    )
-                    .await
-                }
+                None => records::checkpoint(&self.session.cluster, &self.lock).await,
             }
         })
     }
@@ -107,7 +96,7 @@ impl EtcdLock<'_> {
         mine: i64,
     ) -> Result<(Vec<KeyValue>, i64, Option<Checkpoint>), StoreError> {
         let lock = self.lock.as_str();
-        let session = self.session;
+        let cluster = &self.session.cluster;
         let read = |limit: i64| {
             let options = GetOptions::new()
                 .with_prefix()
@@ -115,34 +104,25 @@ impl EtcdLock<'_> {
                 .with_max_create_revision(mine)
                 .with_sort(SortTarget::Create, SortOrder::Descend)
                 .with_limit(limit);
-            let txn = Txn::new().and_then([
+            Txn::new().and_then([
                 TxnOp::get(format!("{lock}/"), Some(options)),
-                TxnOp::get(super::checkpoint_key(lock), None),
-            ]);
-            retry(&session.patience, move || {
-                let mut kv = session.client.kv_client();
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
+                TxnOp::get(checkpoint_key(lock), None),
+            ])
         };
-        let gets = |reply: TxnResponse| {
+        let gets = |reply: Result<TxnResponse, Failed>| {
+            let reply = reply.map_err(StoreError::unavailable)?;
             let revision = reply.header().map_or(0, |h| h.revision());
-            let mut gets = reply.op_responses().into_iter().map(|op| match op {
-                TxnOpResponse::Get(get) => Some(get),
-                _ => None,
-            });
-            match (gets.next().flatten(), gets.next().flatten()) {
+            match (read_at(&reply, 0), read_at(&reply, 1)) {
                 (Some(queue), Some(checkpoint)) => Ok((queue, checkpoint, revision)),
                 _ => Err(StoreError::unavailable(format!(
                     "etcd answered the read of the queue of {lock} with something else"
                 ))),
             }
         };
-        let (mut queue, mut checkpoint, mut revision) =
-            gets(read(2).await.map_err(StoreError::unavailable)?)?;
+        let (mut queue, mut checkpoint, mut revision) = gets(cluster.txn(&read(2)).await)?;
         // Keys of nested locks (`lock/x/...`) can take those two places: then look at all.
         if queue.more() && queue.kvs().iter().any(|kv| !own_key(lock, kv)) {
-            (queue, checkpoint, revision) = gets(read(0).await.map_err(StoreError::unavailable)?)?;
+            (queue, checkpoint, revision) = gets(cluster.txn(&read(0)).await)?;
         }
         let checkpoint = checkpoint
             .take_kvs()
@@ -153,7 +133,7 @@ impl EtcdLock<'_> {
 
     async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
         let lock = self.lock.as_str();
-        let client = &self.session.client;
+        let client = &self.session.cluster.client;
         let mine = i64::try_from(self.rank).unwrap_or(i64::MAX);
         if self.first.take() {
             self.record_acquisition();
@@ -215,48 +195,27 @@ impl EtcdLock<'_> {
         }
     }
 
+    /// Until our key is deleted, or a break request is written into it
+    /// (another write, our own record of the acquisition, is watched past).
     async fn watch_own_key(&self) -> Loss {
-        let client = &self.session.client;
-        let mut after = i64::try_from(self.rank).unwrap_or(i64::MAX);
-        loop {
-            match changed(client, self.key.as_bytes(), after).await {
-                Ok(Some((value, revision))) => {
-                    let record = HolderRecord::from_json(&value);
-                    if let Some(request) = record.and_then(|r| r.break_request) {
-                        return Loss::Asked(format!("{request} asked it to let go"));
-                    }
-                    // Another write (our own record of the acquisition):
-                    // watch on from there.
-                    after = revision;
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    log::verbose(format_args!("watching {} failed: {e}", self.key));
-                    sleep(RETRY).await;
-                }
-            }
-            // The watch ended: a deletion, a compaction or a broken stream. Look.
-            match key_exists(client, &self.session.patience, &self.key).await {
-                Ok(None) => {
-                    return Loss::Gone(format!(
-                        "{} was deleted from etcd (lease revoked or expired)",
-                        self.key
-                    ));
-                }
-                Ok(Some(revision)) => after = revision,
-                Err(e) => {
-                    log::verbose(format_args!("checking {} failed: {e}", self.key));
-                    sleep(RETRY).await;
-                }
-            }
+        let after = i64::try_from(self.rank).unwrap_or(i64::MAX);
+        let asked = |value: &[u8]| {
+            let request = HolderRecord::from_json(value)?.break_request?;
+            Some(Loss::Asked(format!("{request} asked it to let go")))
+        };
+        match until_gone(&self.session.cluster, self.key.as_bytes(), after, asked).await {
+            Some(asked) => asked,
+            None => Loss::Gone(format!(
+                "{} was deleted from etcd (lease revoked or expired)",
+                self.key
+            )),
         }
     }
 
     /// Write when we got the lock into our key, a second from now, if the
     /// key is still as we put it (a break request is never overwritten).
     fn record_acquisition(&self) {
-        let client = self.session.client.clone();
+        let client = self.session.cluster.client.clone();
         let key = self.key.clone();
         let value = self.record.acquired_now().to_json();
         let put = i64::try_from(self.rank).unwrap_or(i64::MAX);
@@ -275,7 +234,6 @@ impl EtcdLock<'_> {
 
     /// Leave the queue but keep the session: delete our key, if it is still ours.
     async fn delete_own_key(&self) -> Result<(), StoreError> {
-        let session = self.session;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 self.key.as_str(),
@@ -283,13 +241,27 @@ impl EtcdLock<'_> {
                 i64::try_from(self.rank).unwrap_or(i64::MAX),
             )])
             .and_then([TxnOp::delete(self.key.as_str(), None)]);
-        retry(&session.patience, || {
-            let mut kv = session.client.kv_client();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await
-        .map(|_| ())
-        .map_err(StoreError::unavailable)
+        self.session
+            .cluster
+            .txn(&txn)
+            .await
+            .map(|_| ())
+            .map_err(StoreError::unavailable)
     }
+}
+
+/// Keys of `lock` itself, not of locks nested under it (`a/b` under `a`).
+pub(super) fn own_key(lock: &str, kv: &KeyValue) -> bool {
+    kv.key()
+        .strip_prefix(format!("{lock}/").as_bytes())
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+}
+
+/// Is `kv` a contender of the lock recipe: `<lock>/<its own lease in hex>`?
+/// Returns the lock name.
+pub(super) fn contender(kv: &KeyValue) -> Option<&str> {
+    let key = std::str::from_utf8(kv.key()).ok()?;
+    let (lock, lease) = key.rsplit_once('/')?;
+    (kv.lease() != 0 && i64::from_str_radix(lease, 16).ok()? == kv.lease() && !lock.is_empty())
+        .then_some(lock)
 }

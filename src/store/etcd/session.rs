@@ -5,28 +5,27 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, LeaseGrantResponse,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, GetOptions, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 
+use super::client::{Cluster, Failed, Members, describe, read_at};
 use super::lock::EtcdLock;
-use super::{Etcd, Failed, Members, Patience, describe, retry, revoke};
+use super::records::checkpoint_key;
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{Boxed, Checkpoint, HolderRecord, Lock, Renewal, Renewer, Session, StoreError};
 
 pub struct EtcdSession {
-    pub(super) client: Client,
+    /// The cluster, with this session's patience: how long to keep
+    /// retrying a request before giving up.
+    pub(super) cluster: Cluster,
     members: Members,
     pub(super) id: i64,
     /// As asked, in whole seconds: etcd grants at least that.
     ttl: Duration,
     granted_at: Instant,
-    /// How long to keep retrying a request before giving up.
-    pub(super) patience: Patience,
-    pub(super) shown: String,
-    /// The grant, on its way while the first key is put (see [`Etcd::grant`]).
+    /// The grant, on its way while the first key is put (see [`EtcdSession::grant`]).
     grant: RefCell<Option<Grant>>,
     /// The `--ttl` asked for, which `ttl` rounds up to whole seconds.
     asked: Duration,
@@ -37,7 +36,7 @@ pub struct EtcdSession {
 /// A grant request in flight, and what it came to.
 type Grant = tokio::task::JoinHandle<Result<LeaseGrantResponse, Failed>>;
 
-impl Etcd {
+impl EtcdSession {
     /// Grant a lease of at least `ttl`, retrying until `within` has passed.
     ///
     /// elect chooses the lease's id, so the grant need not be answered
@@ -45,43 +44,32 @@ impl Etcd {
     /// this task next waits, and [`EtcdSession::join_queue`] sends the
     /// queue transaction beside it, so both take one round trip (etcd may
     /// still write them to its disk one after the other).
-    pub(super) async fn grant(
-        &self,
+    pub(super) fn grant(
+        cluster: &Cluster,
+        members: &Members,
         ttl: Duration,
         within: Duration,
-    ) -> Result<EtcdSession, StoreError> {
+    ) -> EtcdSession {
         // etcd grants whole seconds; ask for at least what the user asked.
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let asked = i64::try_from(secs).unwrap_or(i64::MAX);
         let id = lease_id();
-        let patience = self.patience.for_(within);
-        let client = self.client.clone();
+        let cluster = cluster.within(within);
         let granted_at = Instant::now();
         let grant = {
-            let patience = patience.clone();
-            tokio::spawn(async move {
-                retry(&patience, || {
-                    let mut lease = client.lease_client();
-                    async move {
-                        let options = LeaseGrantOptions::new().with_id(id);
-                        lease.grant(asked, Some(options)).await
-                    }
-                })
-                .await
-            })
+            let cluster = cluster.clone();
+            tokio::spawn(async move { cluster.grant(id, asked).await })
         };
-        Ok(EtcdSession {
-            client: self.client.clone(),
-            members: self.members.clone(),
+        EtcdSession {
+            cluster,
+            members: members.clone(),
             id,
             ttl: Duration::from_secs(secs),
             asked: ttl,
             granted_at,
-            patience,
-            shown: self.shown.clone(),
             grant: RefCell::new(Some(grant)),
             refused: std::cell::Cell::new(false),
-        })
+        }
     }
 }
 
@@ -101,7 +89,6 @@ impl EtcdSession {
         let Some(grant) = self.grant.borrow_mut().take() else {
             return Ok(());
         };
-        let within = self.patience.within;
         let failed = |e: StoreError| {
             self.refused.set(true);
             e
@@ -109,11 +96,11 @@ impl EtcdSession {
         let reply = grant
             .await
             .map_err(|e| failed(StoreError::unavailable(e.to_string())))?
-            .map_err(|e| failed(e.unreachable(&self.shown, within)))?;
+            .map_err(|e| failed(e.into()))?;
         if reply.ttl() <= 0 {
             return Err(failed(StoreError::unavailable(format!(
                 "{} refused the lease: {}",
-                self.shown,
+                self.cluster.shown(),
                 reply.error()
             ))));
         }
@@ -127,7 +114,7 @@ impl EtcdSession {
         };
         log::verbose(format_args!(
             "connected to {}; lease {:x} granted for {}s{counted}",
-            self.shown,
+            self.cluster.shown(),
             reply.id(),
             reply.ttl()
         ));
@@ -150,7 +137,7 @@ impl Session for EtcdSession {
 
     fn renewer(&self) -> Box<dyn Renewer> {
         Box::new(EtcdRenewer {
-            client: self.client.clone(),
+            client: self.cluster.client.clone(),
             members: self.members.clone(),
             member: None,
             id: self.id,
@@ -202,14 +189,10 @@ impl EtcdSession {
                 TxnOp::get(format!("{lock}/"), Some(oldest)),
                 // And the checkpoint, which a holder that is first at once
                 // needs before its command starts.
-                TxnOp::get(super::checkpoint_key(&lock), None),
+                TxnOp::get(checkpoint_key(&lock), None),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let send = || {
-            let mut kv = self.client.kv_client();
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        };
+        let cluster = &self.cluster;
         // Beside the grant, and ahead of it on the wire: the grant's task
         // runs only when this one waits. etcd handles each request in a
         // goroutine of its own, and Go tends to run the one made last
@@ -218,12 +201,12 @@ impl EtcdSession {
         // If etcd takes the transaction first, it says the lease does not
         // exist: then put again once the grant is in. Retrying is safe: a
         // second attempt finds our key and its place.
-        let beside = tokio::time::timeout(self.patience.attempt(), send());
+        let beside = tokio::time::timeout(cluster.patience.attempt(), cluster.txn_once(&txn));
         let (beside, granted) = tokio::join!(beside, self.granted());
         granted?;
         let tried = match beside {
             Ok(Ok(reply)) => Ok(reply),
-            _ => retry(&self.patience, send).await,
+            _ => cluster.txn(&txn).await,
         };
         let reply = tried.map_err(|e| {
             let hint = match e.text.contains("permission denied") {
@@ -238,29 +221,24 @@ impl EtcdSession {
             reply.header().map_or(0, |h| h.revision())
         } else {
             // Our key exists already (a retried request): its creation is our place.
-            match reply.op_responses().first() {
-                Some(TxnOpResponse::Get(get)) => {
-                    get.kvs().first().map_or(0, |kv| kv.create_revision())
-                }
-                _ => 0,
-            }
+            read_at(&reply, 0)
+                .and_then(|get| get.kvs().first().map(|kv| kv.create_revision()))
+                .unwrap_or(0)
         };
         if token <= 0 {
             return Err(StoreError::gone(format!("etcd gave no revision for {key}")));
         }
         let first = reply.succeeded()
-            && matches!(reply.op_responses().get(1), Some(TxnOpResponse::Get(get))
-            if get.kvs().first().is_some_and(|kv| {
-                kv.key() == key.as_bytes() && kv.create_revision() == token
-            }));
-        let checkpoint = match reply.op_responses().get(2) {
-            Some(TxnOpResponse::Get(get)) if first => Some(
+            && read_at(&reply, 1).is_some_and(|get| {
                 get.kvs()
                     .first()
-                    .and_then(|kv| Checkpoint::from_json(kv.value())),
-            ),
-            _ => None,
-        };
+                    .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == token)
+            });
+        let checkpoint = read_at(&reply, 2).filter(|_| first).map(|get| {
+            get.kvs()
+                .first()
+                .and_then(|kv| Checkpoint::from_json(kv.value()))
+        });
         log::verbose(format_args!(
             "queued for lock {lock} as {key} (token {token})"
         ));
@@ -280,7 +258,7 @@ impl EtcdSession {
         if self.granted().await.is_err() || self.refused.get() {
             return Ok(());
         }
-        revoke(&self.client, self.id, &self.patience).await
+        self.cluster.revoke(self.id).await
     }
 }
 
