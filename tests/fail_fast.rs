@@ -91,7 +91,7 @@ fn a_user_against_an_etcd_without_users_is_told_at_once() {
     let took = started.elapsed().as_secs_f64() * 1e3;
     let said = String::from_utf8_lossy(&out.stderr);
     eprintln!("--user against an etcd without auth: {took:.0} ms: {said}");
-    assert_eq!(out.status.code(), Some(69), "{said}");
+    assert_eq!(out.status.code(), Some(78), "{said}");
     assert!(took < 2000.0, "took {took:.0} ms");
     assert!(said.contains("authentication is not enabled"), "{said}");
 }

@@ -300,21 +300,21 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
             "a wrong password",
             vec!["--user", "alice", "--password-file", path(&wrong)],
             "jobs/x",
-            69,
+            78,
             "authentication failed",
         ),
         (
             "no role for the lock",
             vec!["--user", "alice", "--password-file", path(&good)],
             "other",
-            69,
+            78,
             "permission denied",
         ),
         (
             "no user at all",
             vec![],
             "jobs/x",
-            69,
+            78,
             "this etcd has users: give --user NAME",
         ),
         (
@@ -357,7 +357,7 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
         err.contains("--prefix PREFIX") && err.lines().count() == 1,
         "{err}"

@@ -196,7 +196,7 @@ impl Cluster {
         match revoked {
             Ok(_) => Ok(()),
             Err(e) if e.text.contains("not found") => Ok(()),
-            Err(e) => Err(StoreError::unavailable(e)),
+            Err(e) => Err(e.plain()),
         }
     }
 }
@@ -289,7 +289,7 @@ where
         }
         match timeout(left.min(patience.attempt()), op()).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if is_refusal(&e) => return Err(failed(Why::Refused, describe(&e))),
+            Ok(Err(e)) if let Some(why) = refusal(&e) => return Err(failed(why, describe(&e))),
             Ok(Err(e)) => {
                 last = describe(&e);
                 // A refused connection is answered at once; only what can
@@ -364,7 +364,9 @@ impl Patience {
 /// Why a retried request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Why {
-    /// Refused (auth, permission, certificate): retrying would not help.
+    /// The user refused: its credentials, or a permission it lacks.
+    Denied,
+    /// Refused otherwise (a certificate, bad input): retrying would not help.
     Refused,
     /// Nothing listens at any endpoint.
     NothingListens,
@@ -395,13 +397,32 @@ impl Failed {
     }
 }
 
+impl Failed {
+    /// `message` about this failure, of its kind: the user denied, or the
+    /// store unavailable.
+    pub(super) fn error(&self, message: String) -> StoreError {
+        match self.why {
+            Why::Denied => StoreError::denied(message),
+            _ => StoreError::unavailable(message),
+        }
+    }
+
+    /// What etcd said, of its kind.
+    pub(super) fn plain(self) -> StoreError {
+        let text = self.text.clone();
+        self.error(text)
+    }
+}
+
 impl From<Failed> for StoreError {
     /// The error for a request to the store that failed so, with what to check.
     fn from(f: Failed) -> StoreError {
         let shown = &f.shown;
         let tls = shown.starts_with("etcds:");
-        StoreError::unavailable(match f.why {
-            Why::Refused => format!("{shown} refused the request: {f}{}", f.users_hint()),
+        f.error(match f.why {
+            Why::Denied | Why::Refused => {
+                format!("{shown} refused the request: {f}{}", f.users_hint())
+            }
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
@@ -445,27 +466,35 @@ pub(super) fn describe(e: &etcd_client::Error) -> String {
     text.replace('\n', " ")
 }
 
-/// Errors that retrying will not fix: refusals, and certificates that do
-/// not match (a TLS failure is never retried in the clear).
-fn is_refusal(e: &etcd_client::Error) -> bool {
+/// Errors that retrying will not fix, and why: the user refused (by the
+/// status code where etcd gives one, else by the words of its message:
+/// etcd answers a wrong password and a user where it has none with
+/// InvalidArgument), bad input, and certificates that do not match (a TLS
+/// failure is never retried in the clear). `None`: worth another try.
+fn refusal(e: &etcd_client::Error) -> Option<Why> {
     use tonic::Code;
-    let refused_code = matches!(e, etcd_client::Error::GRpcStatus(s)
-        if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument | Code::NotFound));
-    let bad_input = matches!(
-        e,
-        etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
-    );
+    let code = match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s.code()),
+        _ => None,
+    };
     let text = describe(e).to_ascii_lowercase();
-    let tls = [
-        "certificate",
-        "handshake",
-        "unknownissuer",
-        "invalid peer",
-        "tls",
-        "authentication failed",
-        "authentication is not enabled",
-    ]
-    .iter()
-    .any(|w| text.contains(w));
-    refused_code || bad_input || tls
+    let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    let denied = matches!(code, Some(Code::PermissionDenied | Code::Unauthenticated))
+        || says(&[
+            "authentication failed",
+            "authentication is not enabled",
+            "user name is empty",
+            "permission denied",
+        ]);
+    let refused = matches!(code, Some(Code::InvalidArgument | Code::NotFound))
+        || matches!(
+            e,
+            etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
+        )
+        || says(&["certificate", "handshake", "unknownissuer", "invalid peer", "tls"]);
+    match (denied, refused) {
+        (true, _) => Some(Why::Denied),
+        (false, true) => Some(Why::Refused),
+        (false, false) => None,
+    }
 }

@@ -12,7 +12,7 @@ use etcd_client::{
 };
 use tokio::time::timeout;
 
-use super::client::Cluster;
+use super::client::{Cluster, Failed};
 use super::lock::{contender, own_key};
 use super::watch::gone;
 use crate::store::{Boxed, Breaking, Check, Holder, HolderRecord, LockStatus, StoreError};
@@ -212,7 +212,7 @@ async fn ask_to_let_go(
     let reply = cluster
         .txn(&txn)
         .await
-        .map_err(|e| StoreError::unavailable(format!("cannot ask the holder to let go: {e}")))?;
+        .map_err(|e| e.error(format!("cannot ask the holder to let go: {e}")))?;
     Ok(reply
         .succeeded()
         .then(|| reply.header().map_or(0, |h| h.revision())))
@@ -237,7 +237,11 @@ async fn end(cluster: &Cluster, kv: &KeyValue) -> Result<(), StoreError> {
         // A lease already gone is what we came for: its holder let go
         // (or expired) between our read and this request.
         cluster.revoke(kv.lease()).await.map_err(|e| {
-            StoreError::unavailable(format!("cannot revoke lease {:x}: {e}", kv.lease()))
+            let kind = e.kind;
+            StoreError {
+                kind,
+                message: format!("cannot revoke lease {:x}: {e}", kv.lease()),
+            }
         })?;
     } else {
         let txn = Txn::new()
@@ -247,7 +251,7 @@ async fn end(cluster: &Cluster, kv: &KeyValue) -> Result<(), StoreError> {
                 kv.create_revision(),
             )])
             .and_then([TxnOp::delete(kv.key(), None)]);
-        cluster.txn(&txn).await.map_err(StoreError::unavailable)?;
+        cluster.txn(&txn).await.map_err(Failed::plain)?;
     }
     Ok(())
 }

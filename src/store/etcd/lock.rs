@@ -110,7 +110,7 @@ impl EtcdLock<'_> {
             ])
         };
         let gets = |reply: Result<TxnResponse, Failed>| {
-            let reply = reply.map_err(StoreError::unavailable)?;
+            let reply = reply.map_err(Failed::plain)?;
             let revision = reply.header().map_or(0, |h| h.revision());
             match (read_at(&reply, 0), read_at(&reply, 1)) {
                 (Some(queue), Some(checkpoint)) => Ok((queue, checkpoint, revision)),
@@ -246,7 +246,7 @@ impl EtcdLock<'_> {
             .txn(&txn)
             .await
             .map(|_| ())
-            .map_err(StoreError::unavailable)
+            .map_err(Failed::plain)
     }
 }
 

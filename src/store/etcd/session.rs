@@ -215,7 +215,7 @@ impl EtcdSession {
                 ),
                 false => e.users_hint().to_string(),
             };
-            StoreError::unavailable(format!("cannot queue for lock {lock}: {e}{hint}"))
+            e.error(format!("cannot queue for lock {lock}: {e}{hint}"))
         })?;
         let token = if reply.succeeded() {
             reply.header().map_or(0, |h| h.revision())

@@ -7,7 +7,7 @@
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use tokio::time::sleep;
 
-use super::client::{Cluster, RETRY, describe};
+use super::client::{Cluster, Failed, RETRY, describe};
 use crate::log;
 use crate::store::StoreError;
 
@@ -106,7 +106,7 @@ async fn key_exists(cluster: &Cluster, key: &str) -> Result<Option<i64>, StoreEr
     let reply = cluster
         .get(key, Some(GetOptions::new().with_keys_only()))
         .await
-        .map_err(StoreError::unavailable)?;
+        .map_err(Failed::plain)?;
     let revision = reply.header().map_or(0, |h| h.revision());
     Ok(reply.kvs().first().map(|_| revision))
 }
