@@ -23,20 +23,29 @@
 //!   runtime can steal the command's status, and the command's pid cannot be
 //!   reused while the guard may still signal its group.
 //!
-//! Around an interactive command it manages the terminal: when stdin is a
-//! terminal and elect runs in its foreground, the command's group gets the
-//! foreground (so it reads the terminal, and Ctrl-C reaches it once); when
-//! the command is stopped (Ctrl-Z) the guard takes the terminal back and
-//! stops elect's group, so the shell gets its prompt back; when elect is
-//! continued (`fg`) it gives the terminal back to the command and continues
-//! it; if the deadline passes meanwhile it kills the stopped command without
-//! resuming it. When the command ends it gives the terminal back with its
-//! modes as they were.
+//! What the guard does next is decided in one place, [`machine`]: a pure
+//! function of where the command's life is, what was just observed and the
+//! time. This file is the loop around it: wait for the next event (a
+//! message from elect, the command's SIGCHLD, the timer set for the next
+//! instant the state needs), step the machine, perform its actions with
+//! their system calls.
+//!
+//! Around an interactive command it manages the terminal ([`terminal`]):
+//! when stdin is a terminal and elect runs in its foreground, the command's
+//! group gets the foreground (so it reads the terminal, and Ctrl-C reaches
+//! it once); when the command is stopped (Ctrl-Z) the guard takes the
+//! terminal back and stops elect's group, so the shell gets its prompt
+//! back; when elect is continued (`fg`) it gives the terminal back to the
+//! command and continues it; if the deadline passes meanwhile it kills the
+//! stopped command without resuming it. When the command ends it gives the
+//! terminal back with its modes as they were.
 //!
 //! The limit: a command that leaves its process group (setsid, double fork
 //! into a new group) escapes.
 
 mod machine;
+mod orders;
+mod terminal;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -51,21 +60,21 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigHandler, SigSet, Signal, killpg, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::launch::{Launch, Went};
-use super::protocol::{MAX_HELD, Message, SIZE};
+use super::protocol::{Message, SIZE};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
 use crate::release::status_arg;
 use machine::{Action, End, Event, Rules, State};
+use orders::{Lock, orders_in, read_latest_orders, wait_for_the_lock};
+use terminal::Terminal;
 
 /// The hidden first argument that turns elect into its guard.
 pub const ARG: &str = "__lease-guard";
@@ -235,144 +244,6 @@ fn retitle() {
     area[len - 1] = 0;
 }
 
-/// The terminal an interactive command runs on.
-struct Terminal {
-    /// Its modes before the command started, restored when it stops or ends.
-    ours: Termios,
-    /// The command's modes when it was stopped, restored when it resumes.
-    theirs: Option<Termios>,
-}
-
-/// The lock, as elect hands it over.
-struct Lock {
-    /// As of the handover; renewals move it on in the guard's [`State`].
-    deadline: Instant,
-    token: u64,
-    /// Descriptors that hold the lock (a file store's lock file), kept open
-    /// until the guard exits, after the command's group is dead; received
-    /// close-on-exec, and passed to the command's process on purpose (see
-    /// [`Launch::go`]).
-    held: Vec<OwnedFd>,
-    /// How to end the session from here if elect dies while the command runs.
-    release_order: Option<Vec<u8>>,
-    /// Variables that name the holder, for the command's environment, as
-    /// elect sent them (`NAME=VALUE\0`…): passed on to the command's process.
-    env: Vec<u8>,
-}
-
-/// Read elect's orders until it says the lock is ours: the deadline, then
-/// the token with the descriptors that hold the lock. `None` if elect
-/// closes the socket first.
-fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
-    let mut deadline = None;
-    let mut release_order = None;
-    let mut env = Vec::new();
-    let bytes = |len: u64| {
-        let mut bytes = vec![0; usize::try_from(len).ok()?];
-        (&*socket).read_exact(&mut bytes).ok()?;
-        Some(bytes)
-    };
-    loop {
-        let (record, held) = receive_with_fds(socket)?;
-        match Message::decode(&record)? {
-            Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
-            Message::Order(len) => release_order = Some(bytes(len)?),
-            Message::Env(len) => env = bytes(len)?,
-            Message::Token(token) => {
-                return Some(Lock {
-                    deadline: deadline?,
-                    token,
-                    held,
-                    release_order,
-                    env,
-                });
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Take in what elect has sent since the token, without waiting: the
-/// events it makes, and [`Event::ElectGone`] last if elect is gone. A
-/// partial message is left in `inbox` for the watch to complete.
-fn read_latest_orders(socket: &UnixStream, inbox: &mut Vec<u8>) -> Vec<Event> {
-    let mut gone = false;
-    loop {
-        let mut buf = [0u8; 256];
-        match nix::sys::socket::recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-            Err(Errno::EAGAIN) => break,
-            Err(Errno::EINTR) => continue,
-            // elect is gone: nobody would keep the lease.
-            Ok(0) | Err(_) => {
-                gone = true;
-                break;
-            }
-            Ok(n) => inbox.extend_from_slice(&buf[..n]),
-        }
-    }
-    let mut events = orders_in(inbox);
-    if gone {
-        events.push(Event::ElectGone);
-    }
-    events
-}
-
-/// The events that the whole messages at the start of `inbox` make, taken
-/// out of it; a partial one stays.
-fn orders_in(inbox: &mut Vec<u8>) -> Vec<Event> {
-    let mut events = Vec::new();
-    while inbox.len() >= SIZE {
-        let mut record = [0u8; SIZE];
-        record.copy_from_slice(&inbox[..SIZE]);
-        inbox.drain(..SIZE);
-        events.extend(match Message::decode(&record) {
-            Some(Message::Deadline(ns)) => Some(Event::Renewed(Instant::from_nanos(ns))),
-            Some(Message::Stop(grace)) => Some(Event::Stop(Duration::from_nanos(grace))),
-            Some(Message::Signal(n)) => Signal::try_from(n).ok().map(Event::Forward),
-            Some(Message::Suspend) => Some(Event::Suspend),
-            Some(Message::Resume) => Some(Event::Resume),
-            // Nothing else comes once the lock is ours.
-            _ => None,
-        });
-    }
-    events
-}
-
-/// One message and any descriptors sent with it (SCM_RIGHTS).
-fn receive_with_fds(socket: &UnixStream) -> Option<([u8; SIZE], Vec<OwnedFd>)> {
-    let mut record = [0u8; SIZE];
-    let mut filled = 0;
-    let mut held = Vec::new();
-    while filled < SIZE {
-        let mut space = nix::cmsg_space!([RawFd; MAX_HELD]);
-        let mut iov = [std::io::IoSliceMut::new(&mut record[filled..])];
-        let message = match recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => m,
-            Err(Errno::EINTR) => continue,
-            Err(_) => return None,
-        };
-        for cmsg in message.cmsgs().ok()? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                // SAFETY: the kernel just installed these descriptors for us.
-                held.extend(
-                    fds.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        match message.bytes {
-            0 => return None,
-            n => filled += n,
-        }
-    }
-    Some((record, held))
-}
-
 struct Guard {
     socket: UnixStream,
     /// The lock: its descriptors live as long as we do.
@@ -432,7 +303,7 @@ impl Guard {
         let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(elect))?;
-        let terminal = interactive_terminal(job);
+        let terminal = Terminal::of_an_interactive_command(job);
         let rules = Rules {
             signal: orders.signal,
             grace: orders.grace,
@@ -586,17 +457,33 @@ impl Guard {
     fn perform(&mut self, action: Action) -> Performed {
         match action {
             Action::Signal(sig) => self.signal_command(sig),
-            Action::TakeTerminal => self.take_terminal(),
+            Action::TakeTerminal => {
+                if let Some(terminal) = &mut self.terminal {
+                    terminal.take(self.job);
+                }
+            }
             Action::StopJob => {
                 // Until `fg` or `bg`, when elect says Resume. We stay awake:
                 // if the deadline passes first, the stopped command is killed.
                 let _ = killpg(self.job, Signal::SIGSTOP);
             }
-            Action::GiveTerminal { and_continue } => self.give_terminal(and_continue),
+            Action::GiveTerminal { and_continue } => {
+                let given = self
+                    .terminal
+                    .as_ref()
+                    .is_some_and(|terminal| terminal.give(self.job, self.group));
+                if given && and_continue {
+                    self.signal_command(Signal::SIGCONT);
+                }
+            }
             Action::KillGroup => {
                 super::group::kill(self.group);
             }
-            Action::RestoreTerminal => self.restore_terminal(),
+            Action::RestoreTerminal => {
+                if let Some(terminal) = &self.terminal {
+                    terminal.restore(self.job, self.group);
+                }
+            }
             Action::Reap => return Performed::Event(Event::Reaped(self.reap())),
             Action::KillUntilNoneCanRun => {
                 // A command that left nothing behind: one kill(2), which
@@ -665,8 +552,10 @@ impl Guard {
         Some(match self.child_state() {
             ChildState::Exited => Event::CommandExited,
             ChildState::Stopped => Event::CommandStopped {
-                had_terminal: self.terminal.is_some()
-                    && nix::unistd::tcgetpgrp(std::io::stdin()).ok() == Some(self.group),
+                had_terminal: self
+                    .terminal
+                    .as_ref()
+                    .is_some_and(|terminal| terminal.is_held_by(self.group)),
             },
             ChildState::Continued => Event::CommandContinued,
             ChildState::Unchanged => return None,
@@ -696,47 +585,6 @@ impl Guard {
                 ChildState::Continued
             }
             _ => ChildState::Unchanged,
-        }
-    }
-
-    /// The command stopped with the terminal: keep its modes for its
-    /// return, put ours back, and give the foreground to elect's job.
-    fn take_terminal(&mut self) {
-        let stdin = std::io::stdin();
-        let Some(terminal) = &mut self.terminal else {
-            return;
-        };
-        terminal.theirs = tcgetattr(&stdin).ok();
-        let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
-        let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
-    }
-
-    /// elect's job was continued with the terminal (`fg`): the command's
-    /// group gets it back with its modes, and SIGCONT if `and_continue`.
-    fn give_terminal(&self, and_continue: bool) {
-        let stdin = std::io::stdin();
-        let Some(terminal) = &self.terminal else {
-            return;
-        };
-        if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.job) {
-            return;
-        }
-        if let Some(modes) = &terminal.theirs {
-            let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, modes);
-        }
-        if nix::unistd::tcsetpgrp(&stdin, self.group).is_ok() && and_continue {
-            self.signal_command(Signal::SIGCONT);
-        }
-    }
-
-    /// The command is over: give the terminal back as it was.
-    fn restore_terminal(&self) {
-        if let Some(terminal) = &self.terminal {
-            let stdin = std::io::stdin();
-            if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.group) {
-                let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
-                let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
-            }
         }
     }
 
@@ -797,21 +645,6 @@ impl Guard {
     }
 }
 
-/// The terminal, if the command is interactive: stdin is a terminal whose
-/// foreground is elect's job (`elect ... &` in a shell is not, and never
-/// takes the terminal).
-fn interactive_terminal(job: Pid) -> Option<Terminal> {
-    let stdin = std::io::stdin();
-    let interactive = nix::unistd::isatty(&stdin).unwrap_or(false)
-        && nix::unistd::tcgetpgrp(&stdin).ok() == Some(job);
-    match interactive {
-        true => tcgetattr(&stdin)
-            .ok()
-            .map(|ours| Terminal { ours, theirs: None }),
-        false => None,
-    }
-}
-
 /// Start the command as the leader of a new process group, with the
 /// lock's token and variables, the default signal dispositions and an empty
 /// signal mask: in the process forked while elect waited, or, if that one
@@ -842,55 +675,6 @@ fn start_command(
             "the command's process died before its start",
         )),
     }
-}
-
-/// Set `sig` to its default action with the raw system call: glibc's
-/// wrappers refuse the two real-time signals it reserves (32 and 33), which
-/// an ignoring parent may still have passed on. Async-signal-safe.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-))]
-pub(super) fn reset_disposition(sig: i32) -> bool {
-    /// The kernel's `struct sigaction` on these architectures.
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: libc::c_ulong,
-        flags: libc::c_ulong,
-        restorer: libc::c_ulong,
-        mask: u64,
-    }
-    let action = KernelSigaction {
-        handler: libc::SIG_DFL as libc::c_ulong,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    // SAFETY: a valid struct for the kernel ABI and a null old-action pointer.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            &action as *const KernelSigaction,
-            std::ptr::null_mut::<KernelSigaction>(),
-            std::mem::size_of::<u64>(),
-        )
-    };
-    result == 0
-}
-
-/// Elsewhere the kernel's struct differs: use libc, and leave glibc's own
-/// signals (which it refuses) as they are.
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-)))]
-pub(super) fn reset_disposition(sig: i32) -> bool {
-    // SAFETY: SIG_DFL installs no handler code.
-    let result = unsafe { libc::signal(sig, libc::SIG_DFL) };
-    result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)
 }
 
 /// The name `ps` and `top` show for this process (best effort).
