@@ -348,9 +348,8 @@ impl Rules {
         }
     }
 
-    /// The command's signal (or elect's grace's), SIGCONT (a stopped
-    /// process cannot act on it), and SIGKILL after `grace`, never after
-    /// the deadline.
+    /// The command's signal now, SIGCONT (a stopped process cannot act on
+    /// it), and SIGKILL due after `grace`, never after the deadline.
     fn begin_stop(&self, deadline: Instant, now: Instant, grace: Duration) -> (State, Vec<Action>) {
         (
             State::Stopping {
@@ -802,5 +801,161 @@ mod tests {
         ];
         expected.extend(the_end(End::Killed(9), Then::Exit));
         assert_eq!((state, actions), (State::Over, expected));
+    }
+
+    /// What an event drawn from a number makes, at `now`.
+    fn drawn(kind: u8, amount: u64, now: Instant) -> Event {
+        let span = Duration::from_millis(amount);
+        match kind % 12 {
+            0 => Event::Clock,
+            1 => Event::Renewed(now + span),
+            2 => Event::Stop(span),
+            3 => Event::Forward(Signal::SIGHUP),
+            4 => Event::Suspend,
+            5 => Event::Resume,
+            6 => Event::CommandStopped { had_terminal: true },
+            7 => Event::CommandStopped {
+                had_terminal: false,
+            },
+            8 => Event::CommandContinued,
+            9 => Event::CommandExited,
+            10 => Event::ElectGone,
+            _ => Event::Blind,
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Whatever elect, the command and the clock do, in any order: the
+        /// command never starts or runs past the deadline minus the grace
+        /// the guard last saw, SIGKILL is never due after the deadline, a
+        /// command stopped with elect's job is never continued past it, and
+        /// the session is released only after the command was reaped and
+        /// none of its group can run, and only once elect is gone.
+        #[test]
+        fn the_deadline_holds_whatever_happens(
+            before in proptest::collection::vec((0u8..3, 0u64..20_000), 0..4),
+            after in proptest::collection::vec((0u8..12, 0u64..4_000), 0..40),
+        ) {
+            let mut now = at(0.0);
+            let mut deadline = at(10.0);
+            let mut state = State::Starting { deadline };
+            let mut called_off = false;
+            // Before the start: renewals, a stop, elect's end.
+            for &(kind, amount) in &before {
+                let event = match kind {
+                    0 => Event::Renewed(now + Duration::from_millis(amount)),
+                    1 => Event::Stop(Duration::from_millis(amount)),
+                    _ => Event::ElectGone,
+                };
+                if let Event::Renewed(at) = event {
+                    deadline = deadline.max(at);
+                }
+                called_off |= !matches!(event, Event::Renewed(_));
+                let actions;
+                (state, actions) = RULES.step(state, event, now);
+                proptest::prop_assert!(actions.is_empty());
+            }
+            // The start comes a while after the handover.
+            now = now + Duration::from_millis(after.first().map_or(0, |&(_, a)| a) * 2);
+            let (next, actions) = RULES.step(state, Event::Ready, now);
+            state = next;
+            if called_off || now >= deadline - RULES.grace {
+                proptest::prop_assert_eq!(
+                    (state, actions),
+                    (State::Over, vec![Action::LeaveUnstarted])
+                );
+                return Ok(());
+            }
+            let stop_at = deadline - RULES.grace;
+            proptest::prop_assert_eq!(actions, vec![Action::Start { stop_at }]);
+
+            let mut elect_gone = false;
+            let mut done: Vec<Action> = Vec::new();
+            let mut queue: std::collections::VecDeque<Event> = after
+                .iter()
+                .map(|&(kind, amount)| drawn(kind, amount, now))
+                .collect();
+            // Whatever happened, the command ends in the end.
+            queue.push_back(Event::CommandExited);
+            let mut steps = after.iter().map(|&(_, amount)| amount).chain(std::iter::repeat(0));
+            let mut on_time = after.iter().map(|&(_, amount)| amount % 3 != 0).cycle();
+            while let Some(event) = queue.pop_front() {
+                // Time moves on between the events of the world; what an
+                // action yields comes at once.
+                if !matches!(event, Event::Reaped(_) | Event::GroupEmpty) {
+                    now = now + Duration::from_millis(steps.next().unwrap_or(0) / 4);
+                }
+                // The loop looks at the clock before it waits, and wakes at
+                // the alarm: on time, or late (a loaded machine).
+                let yielded = matches!(event, Event::Reaped(_) | Event::GroupEmpty);
+                let event = match state.alarm(&RULES) {
+                    Some(alarm) if alarm <= now && !yielded => {
+                        queue.push_front(event);
+                        if on_time.next().unwrap_or(true) {
+                            now = alarm;
+                        }
+                        Event::Clock
+                    }
+                    _ => event,
+                };
+                if let (State::Running { .. }, Event::Renewed(at)) = (state, event) {
+                    deadline = deadline.max(at);
+                }
+                let watching = matches!(
+                    state,
+                    State::Running { .. } | State::Stopping { .. } | State::Killed
+                );
+                elect_gone |= watching && event == Event::ElectGone;
+                let before = state;
+                let (next, actions) = RULES.step(state, event, now);
+                state = next;
+                proptest::prop_assert!(
+                    !done.contains(&Action::Exit) || actions.is_empty(),
+                    "nothing after the exit"
+                );
+                match state {
+                    State::Running { .. } => {
+                        let stop_at = deadline - RULES.grace;
+                        proptest::prop_assert_eq!(state.alarm(&RULES), Some(stop_at));
+                        if event == Event::Clock {
+                            proptest::prop_assert!(now < stop_at, "running past its stop");
+                        }
+                    }
+                    State::Stopping { kill_at } => {
+                        proptest::prop_assert!(kill_at <= deadline, "SIGKILL after the deadline");
+                        if event == Event::Clock {
+                            proptest::prop_assert!(now < kill_at);
+                        }
+                    }
+                    _ => {}
+                }
+                if let State::Running { standing: Standing::Suspended, .. } = before
+                    && event == Event::Clock
+                    && now >= deadline - RULES.grace
+                {
+                    proptest::prop_assert_eq!(state, State::Killed);
+                    let resumed = actions.contains(&Action::Signal(Signal::SIGCONT));
+                    proptest::prop_assert!(!resumed, "resumed past its deadline");
+                }
+                for &action in &actions {
+                    match action {
+                        Action::Reap => queue.push_front(Event::Reaped(End::Exited(0))),
+                        Action::KillUntilNoneCanRun => queue.push_front(Event::GroupEmpty),
+                        Action::Release(_) => {
+                            proptest::prop_assert!(elect_gone, "released with elect alive");
+                            proptest::prop_assert!(done.contains(&Action::Reap));
+                            proptest::prop_assert!(done.contains(&Action::KillUntilNoneCanRun));
+                        }
+                        _ => {}
+                    }
+                    done.push(action);
+                }
+            }
+            proptest::prop_assert_eq!(state, State::Over);
+            proptest::prop_assert_eq!(done.last(), Some(&Action::Exit));
+            proptest::prop_assert_eq!(done.contains(&Action::Release(End::Exited(0))), elect_gone);
+        }
     }
 }
