@@ -14,7 +14,8 @@ use crate::cli::{parse_duration, parse_signal};
 use crate::store::file::{check_name, stem};
 use crate::store::{HolderRecord, Location, Settings, check_lock_name};
 
-fn config() -> ProptestConfig {
+/// How many cases each property runs, here and in the other modules' property tests.
+pub(crate) fn config() -> ProptestConfig {
     let cases = std::env::var("ELECT_FUZZ_CASES")
         .ok()
         .and_then(|c| c.parse().ok())

@@ -23,19 +23,31 @@
 //!   runtime can steal the command's status, and the command's pid cannot be
 //!   reused while the guard may still signal its group.
 //!
-//! Around an interactive command it manages the terminal: when stdin is a
-//! terminal and elect runs in its foreground, the command's group gets the
-//! foreground (so it reads the terminal, and Ctrl-C reaches it once); when
-//! the command is stopped (Ctrl-Z) the guard takes the terminal back and
-//! stops elect's group, so the shell gets its prompt back; when elect is
-//! continued (`fg`) it gives the terminal back to the command and continues
-//! it; if the deadline passes meanwhile it kills the stopped command without
-//! resuming it. When the command ends it gives the terminal back with its
-//! modes as they were.
+//! What the guard does next is decided in one place, [`machine`]: a pure
+//! function of where the command's life is, what was just observed and the
+//! time. This file is the loop around it: wait for the next event (a
+//! message from elect, the command's SIGCHLD, the timer set for the next
+//! instant the state needs), step the machine, perform its actions with
+//! their system calls.
+//!
+//! Around an interactive command it manages the terminal ([`terminal`]):
+//! when stdin is a terminal and elect runs in its foreground, the command's
+//! group gets the foreground (so it reads the terminal, and Ctrl-C reaches
+//! it once); when the command is stopped (Ctrl-Z) the guard takes the
+//! terminal back and stops elect's group, so the shell gets its prompt
+//! back; when elect is continued (`fg`) it gives the terminal back to the
+//! command and continues it; if the deadline passes meanwhile it kills the
+//! stopped command without resuming it. When the command ends it gives the
+//! terminal back with its modes as they were.
 //!
 //! The limit: a command that leaves its process group (setsid, double fork
 //! into a new group) escapes.
 
+mod machine;
+mod orders;
+mod terminal;
+
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Seek, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -48,20 +60,21 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigHandler, SigSet, Signal, killpg, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::termios::{SetArg, Termios, tcgetattr, tcsetattr};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::launch::{Launch, Went};
-use super::protocol::{MAX_HELD, Message, SIZE, Stop};
+use super::protocol::{Message, SIZE};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
 use crate::release::status_arg;
+use machine::{Action, End, Event, Rules, State};
+use orders::{Lock, orders_in, read_latest_orders, wait_for_the_lock};
+use terminal::Terminal;
 
 /// The hidden first argument that turns elect into its guard.
 pub const ARG: &str = "__lease-guard";
@@ -231,149 +244,9 @@ fn retitle() {
     area[len - 1] = 0;
 }
 
-/// The terminal an interactive command runs on.
-struct Terminal {
-    /// Its modes before the command started, restored when it stops or ends.
-    ours: Termios,
-    /// The command's modes when it was stopped, restored when it resumes.
-    theirs: Option<Termios>,
-}
-
-/// The lock, as elect hands it over.
-struct Lock {
-    deadline: Instant,
-    token: u64,
-    /// Descriptors that hold the lock (a file store's lock file), kept open
-    /// until the guard exits, after the command's group is dead; received
-    /// close-on-exec, and passed to the command's process on purpose (see
-    /// [`Launch::go`]).
-    held: Vec<OwnedFd>,
-    /// How to end the session from here if elect dies while the command runs.
-    release_order: Option<Vec<u8>>,
-    /// Variables that name the holder, for the command's environment, as
-    /// elect sent them (`NAME=VALUE\0`…): passed on to the command's process.
-    env: Vec<u8>,
-}
-
-/// Read elect's orders until it says the lock is ours: the deadline, then
-/// the token with the descriptors that hold the lock. `None` if elect
-/// closes the socket first.
-fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
-    let mut deadline = None;
-    let mut release_order = None;
-    let mut env = Vec::new();
-    let bytes = |len: u64| {
-        let mut bytes = vec![0; usize::try_from(len).ok()?];
-        (&*socket).read_exact(&mut bytes).ok()?;
-        Some(bytes)
-    };
-    loop {
-        let (record, held) = receive_with_fds(socket)?;
-        match Message::decode(&record)? {
-            Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
-            Message::Order(len) => release_order = Some(bytes(len)?),
-            Message::Env(len) => env = bytes(len)?,
-            Message::Token(token) => {
-                return Some(Lock {
-                    deadline: deadline?,
-                    token,
-                    held,
-                    release_order,
-                    env,
-                });
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Take in what elect has sent since the token, without waiting: each later
-/// deadline moves `lock`'s on; true if elect said stop (the lease is lost)
-/// or is gone.
-/// A partial message is left in `inbox` for the watch to complete.
-fn read_latest_orders(socket: &UnixStream, lock: &mut Lock, inbox: &mut Vec<u8>) -> bool {
-    let mut told_to_stop = false;
-    loop {
-        let mut buf = [0u8; 256];
-        match nix::sys::socket::recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-            Err(Errno::EAGAIN) => break,
-            Err(Errno::EINTR) => continue,
-            // elect is gone: nobody would keep the lease.
-            Ok(0) | Err(_) => {
-                told_to_stop = true;
-                break;
-            }
-            Ok(n) => inbox.extend_from_slice(&buf[..n]),
-        }
-    }
-    while inbox.len() >= SIZE {
-        let mut record = [0u8; SIZE];
-        record.copy_from_slice(&inbox[..SIZE]);
-        inbox.drain(..SIZE);
-        match Message::decode(&record) {
-            Some(Message::Deadline(ns)) => {
-                lock.deadline = lock.deadline.max(Instant::from_nanos(ns));
-            }
-            Some(Message::Stop(_)) => told_to_stop = true,
-            // Nothing else is sent before the command has started.
-            _ => {}
-        }
-    }
-    told_to_stop
-}
-
-/// One message and any descriptors sent with it (SCM_RIGHTS).
-fn receive_with_fds(socket: &UnixStream) -> Option<([u8; SIZE], Vec<OwnedFd>)> {
-    let mut record = [0u8; SIZE];
-    let mut filled = 0;
-    let mut held = Vec::new();
-    while filled < SIZE {
-        let mut space = nix::cmsg_space!([RawFd; MAX_HELD]);
-        let mut iov = [std::io::IoSliceMut::new(&mut record[filled..])];
-        let message = match recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => m,
-            Err(Errno::EINTR) => continue,
-            Err(_) => return None,
-        };
-        for cmsg in message.cmsgs().ok()? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                // SAFETY: the kernel just installed these descriptors for us.
-                held.extend(
-                    fds.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        match message.bytes {
-            0 => return None,
-            n => filled += n,
-        }
-    }
-    Some((record, held))
-}
-
-/// Where the guard is in ending the command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Under the lease: the first signal is due at the deadline minus the grace.
-    Running,
-    /// The first signal went out; SIGKILL is due at this instant.
-    Stopping { kill_at: Instant },
-    /// SIGKILL went out; waiting for the command to be reaped.
-    Killed,
-    /// The command was reaped, and none of its group can run: how it ended
-    /// (what [`Guard::report`] tells elect).
-    Reaped(Message),
-}
-
 struct Guard {
     socket: UnixStream,
-    /// The lock: its deadline is ours to keep; its descriptors live as long as we do.
+    /// The lock: its descriptors live as long as we do.
     lock: Lock,
     inbox: Vec<u8>,
     child: Pid,
@@ -385,15 +258,9 @@ struct Guard {
     sigchld: SignalFd,
     terminal: Option<Terminal>,
     timer: TimerFd,
-    signal: Signal,
-    grace: Duration,
-    deadline: Instant,
-    phase: Phase,
-    /// The command is stopped, as its last SIGCHLD said.
-    child_stopped: bool,
-    /// elect's job is stopped and the command with it (Ctrl-Z at the
-    /// terminal, or SIGTSTP to elect): continued when elect is.
-    suspended: bool,
+    rules: Rules,
+    /// Where the command's life is: [`machine`] decides what follows.
+    state: State,
     /// Whose pid is the command's group id: alive, or unreaped, until we exit.
     sentinel: Sentinel,
     /// elect, which started us: named in what we say once it is gone.
@@ -408,11 +275,19 @@ enum ChildState {
     Unchanged,
 }
 
+/// What performing an action led to.
+enum Performed {
+    Done,
+    /// The action waited for this, which the machine is told next.
+    Event(Event),
+    Exit,
+}
+
 impl Guard {
     fn start(
         mut socket: UnixStream,
         orders: Orders,
-        mut lock: Lock,
+        lock: Lock,
         launch: std::io::Result<Launch>,
         sentinel: nix::Result<Sentinel>,
         elect: Pid,
@@ -428,12 +303,21 @@ impl Guard {
         let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         // elect, our parent, leads the job; we lead a group of our own.
         let job = nix::unistd::getpgid(Some(elect))?;
-        let terminal = interactive_terminal(job);
+        let terminal = Terminal::of_an_interactive_command(job);
+        let rules = Rules {
+            signal: orders.signal,
+            grace: orders.grace,
+        };
         // What elect sent after the token, while we were on our way here
         // (slow, or stopped): a later deadline, or the word that the lease
-        // is lost.
+        // is lost. Before the start they move the state only.
         let mut inbox = Vec::with_capacity(SIZE);
-        let told_to_stop = read_latest_orders(&socket, &mut lock, &mut inbox);
+        let mut state = State::Starting {
+            deadline: lock.deadline,
+        };
+        for event in read_latest_orders(&socket, &mut inbox) {
+            (state, _) = rules.step(state, event, Instant::now());
+        }
         let sentinel = match sentinel {
             Ok(sentinel) => sentinel,
             Err(e) => {
@@ -442,9 +326,18 @@ impl Guard {
                 std::process::exit(0);
             }
         };
-        let started = match told_to_stop || Instant::now() >= lock.deadline - orders.grace {
-            true => Ok(None),
-            false => start_command(&orders, &lock, terminal.is_some(), launch, &sentinel),
+        let (state, actions) = rules.step(state, Event::Ready, Instant::now());
+        let started = match actions[..] {
+            [Action::Start { stop_at }] => start_command(
+                &orders,
+                &lock,
+                stop_at,
+                terminal.is_some(),
+                launch,
+                &sentinel,
+            ),
+            // Action::LeaveUnstarted.
+            _ => Ok(None),
         };
         let child = match started {
             Ok(Some(child)) => child,
@@ -475,7 +368,6 @@ impl Guard {
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
         Ok(Guard {
             socket,
-            deadline: lock.deadline,
             lock,
             inbox,
             child,
@@ -484,29 +376,22 @@ impl Guard {
             sigchld,
             terminal,
             timer,
-            signal: orders.signal,
-            grace: orders.grace,
-            phase: Phase::Running,
-            child_stopped: false,
-            suspended: false,
+            rules,
+            state,
             sentinel,
             elect,
         })
     }
 
-    /// The next instant the timer must wake us, if any.
-    fn next_alarm(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Running => Some(self.deadline - self.grace),
-            Phase::Stopping { kill_at } => Some(kill_at),
-            Phase::Killed | Phase::Reaped(_) => None,
-        }
-    }
-
+    /// The watch: look at the clock, set the timer for the next instant the
+    /// state needs, wait for the timer, the command or elect, and hand
+    /// each event to the machine; the exit code.
     fn run(&mut self) -> i32 {
         loop {
-            self.act_on_clock();
-            if let Some(at) = self.next_alarm() {
+            if let Some(code) = self.handle(Event::Clock) {
+                return code;
+            }
+            if let Some(at) = self.state.alarm(&self.rules) {
                 let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
                 // Re-arming also clears an expiry we have acted on.
                 if let Err(e) = self.timer.set(
@@ -514,8 +399,9 @@ impl Guard {
                     TimerSetTimeFlags::TFD_TIMER_ABSTIME,
                 ) {
                     eprintln!("elect: guard: timerfd_settime: {e}");
-                    self.kill_group();
-                    return self.finish();
+                    if let Some(code) = self.handle(Event::Blind) {
+                        return code;
+                    }
                 }
             } else if let Err(e) = self.timer.unset() {
                 eprintln!("elect: guard: timerfd_settime: {e}");
@@ -524,29 +410,98 @@ impl Guard {
                 Ok(ready) => ready,
                 Err(e) => {
                     eprintln!("elect: guard: poll: {e}");
-                    self.kill_group();
-                    return self.finish();
+                    if let Some(code) = self.handle(Event::Blind) {
+                        return code;
+                    }
+                    continue;
                 }
             };
             if child_ready {
                 while let Ok(Some(_)) = self.sigchld.read_signal() {}
-                loop {
-                    match self.child_state() {
-                        ChildState::Exited => return self.finish(),
-                        ChildState::Stopped => self.child_stopped(),
-                        ChildState::Continued => self.child_stopped = false,
-                        ChildState::Unchanged => break,
+                while let Some(event) = self.look_at_the_command() {
+                    if let Some(code) = self.handle(event) {
+                        return code;
                     }
                 }
             }
-            if socket_ready && !self.read_orders() {
-                // elect is gone: nothing may outlive it.
-                self.kill_group();
-                let code = self.finish();
-                self.end_the_session();
-                return code;
+            if socket_ready {
+                for event in self.read_orders() {
+                    if let Some(code) = self.handle(event) {
+                        return code;
+                    }
+                }
             }
         }
+    }
+
+    /// Step the machine on `event` and perform what it says, in order, then
+    /// the same for each event that performing yields. The exit code, once
+    /// it says exit.
+    fn handle(&mut self, event: Event) -> Option<i32> {
+        let mut events = VecDeque::from([event]);
+        while let Some(event) = events.pop_front() {
+            let (state, actions) = self.rules.step(self.state, event, Instant::now());
+            self.state = state;
+            for action in actions {
+                match self.perform(action) {
+                    Performed::Done => {}
+                    Performed::Event(next) => events.push_back(next),
+                    // How the command ended went to elect in the report.
+                    Performed::Exit => return Some(0),
+                }
+            }
+        }
+        None
+    }
+
+    fn perform(&mut self, action: Action) -> Performed {
+        match action {
+            Action::Signal(sig) => self.signal_command(sig),
+            Action::TakeTerminal => {
+                if let Some(terminal) = &mut self.terminal {
+                    terminal.take(self.job);
+                }
+            }
+            Action::StopJob => {
+                // Until `fg` or `bg`, when elect says Resume. We stay awake:
+                // if the deadline passes first, the stopped command is killed.
+                let _ = killpg(self.job, Signal::SIGSTOP);
+            }
+            Action::GiveTerminal { and_continue } => {
+                let given = self
+                    .terminal
+                    .as_ref()
+                    .is_some_and(|terminal| terminal.give(self.job, self.group));
+                if given && and_continue {
+                    self.signal_command(Signal::SIGCONT);
+                }
+            }
+            Action::KillGroup => {
+                super::group::kill(self.group);
+            }
+            Action::RestoreTerminal => {
+                if let Some(terminal) = &self.terminal {
+                    terminal.restore(self.job, self.group);
+                }
+            }
+            Action::Reap => return Performed::Event(Event::Reaped(self.reap())),
+            Action::KillUntilNoneCanRun => {
+                // A command that left nothing behind: one kill(2), which
+                // finds the group empty. Otherwise SIGKILL until none of it
+                // can run.
+                super::group::kill_until_none_can_run(self.group);
+                return Performed::Event(Event::GroupEmpty);
+            }
+            // Its watch is over; it is no member of the group, so it need
+            // not be gone before the lock is.
+            Action::DismissSentinel => self.sentinel.dismiss(),
+            Action::Report(message) => self.report(message),
+            Action::Release(end) => self.end_the_session(end),
+            Action::Exit => return Performed::Exit,
+            // Decided in `start`, before the watch.
+            Action::Start { .. } | Action::LeaveUnstarted => {}
+        }
+        Performed::Done
     }
 
     /// Poll the socket, the child and the timer. Returns (socket, child) readiness.
@@ -564,44 +519,6 @@ impl Guard {
         Ok((ready(&fds[0]), ready(&fds[2])))
     }
 
-    fn act_on_clock(&mut self) {
-        let now = Instant::now();
-        match self.phase {
-            Phase::Running if now >= self.deadline - self.grace => {
-                if self.suspended && self.child_stopped {
-                    // Stopped with elect's job: never resume a command whose
-                    // lease may be gone.
-                    self.report(Message::Stopping(Stop::ExpiredWhileStopped));
-                    self.kill_group();
-                } else {
-                    self.report(Message::Stopping(Stop::Deadline));
-                    self.begin_stop(now, self.grace);
-                }
-            }
-            Phase::Stopping { kill_at } if now >= kill_at => self.kill_group(),
-            _ => {}
-        }
-    }
-
-    /// The first signal, SIGCONT (a stopped process cannot act on it), and
-    /// SIGKILL after `grace`, but never after the deadline.
-    fn begin_stop(&mut self, now: Instant, grace: Duration) {
-        if self.phase != Phase::Running {
-            return;
-        }
-        self.phase = Phase::Stopping {
-            kill_at: (now + grace).min(self.deadline),
-        };
-        self.suspended = false;
-        self.signal_command(self.signal);
-        self.signal_command(Signal::SIGCONT);
-    }
-
-    fn kill_group(&mut self) {
-        self.signal_command(Signal::SIGKILL);
-        self.phase = Phase::Killed;
-    }
-
     /// Signal the command's group, and the command's own process as well if
     /// it left the group (it leads none, so setsid(2) lets it): unreaped,
     /// its pid is still its own. ESRCH from the group: none of it is left.
@@ -617,48 +534,37 @@ impl Guard {
         let _ = self.socket.write_all(&message.encode());
     }
 
-    /// Read what elect sent. False when elect is gone.
-    fn read_orders(&mut self) -> bool {
+    /// Read what elect sent: the events it makes, or [`Event::ElectGone`].
+    fn read_orders(&mut self) -> Vec<Event> {
         let mut buf = [0u8; 256];
         match self.socket.read(&mut buf) {
-            Ok(0) => return false,
+            Ok(0) => return vec![Event::ElectGone],
             Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => return true,
-            Err(_) => return false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Vec::new(),
+            Err(_) => return vec![Event::ElectGone],
         }
-        while self.inbox.len() >= SIZE {
-            let mut record = [0u8; SIZE];
-            record.copy_from_slice(&self.inbox[..SIZE]);
-            self.inbox.drain(..SIZE);
-            match Message::decode(&record) {
-                // Once the stop has begun it is final: never un-stop.
-                Some(Message::Deadline(ns)) if self.phase == Phase::Running => {
-                    self.deadline = self.deadline.max(Instant::from_nanos(ns));
-                }
-                Some(Message::Stop(grace)) => {
-                    let grace = Duration::from_nanos(grace).min(self.grace);
-                    self.begin_stop(Instant::now(), grace);
-                }
-                Some(Message::Signal(n)) => {
-                    if let Ok(sig) = Signal::try_from(n) {
-                        self.signal_command(sig);
-                    }
-                }
-                Some(Message::Suspend) if self.phase == Phase::Running => {
-                    self.suspended = true;
-                    self.signal_command(Signal::SIGTSTP);
-                }
-                Some(Message::Resume) => self.resume(),
-                _ => {}
-            }
-        }
-        true
+        orders_in(&mut self.inbox)
+    }
+
+    /// What the command did since the last look: exited, stopped (with
+    /// the terminal or not), continued; `None` if nothing new.
+    fn look_at_the_command(&self) -> Option<Event> {
+        Some(match self.child_state() {
+            ChildState::Exited => Event::CommandExited,
+            ChildState::Stopped => Event::CommandStopped {
+                had_terminal: self
+                    .terminal
+                    .as_ref()
+                    .is_some_and(|terminal| terminal.is_held_by(self.group)),
+            },
+            ChildState::Continued => Event::CommandContinued,
+            ChildState::Unchanged => return None,
+        })
     }
 
     /// Look at the command: exited, stopped, continued, or nothing new.
     fn child_state(&self) -> ChildState {
-        // WNOWAIT: an exited child is left for `finish` to reap, with its
-        // status.
+        // WNOWAIT: an exited child is left for `reap`, with its status.
         let peek = WaitPidFlag::WEXITED
             | WaitPidFlag::WSTOPPED
             | WaitPidFlag::WCONTINUED
@@ -682,65 +588,34 @@ impl Guard {
         }
     }
 
-    /// The command stopped. If it has the terminal (Ctrl-Z, or reading the
-    /// terminal while in the background), stop elect's job too so that the
-    /// shell gets its prompt back; otherwise someone stopped it on purpose:
-    /// leave it.
-    fn child_stopped(&mut self) {
-        self.child_stopped = true;
-        let stdin = std::io::stdin();
-        let Some(terminal) = &mut self.terminal else {
-            return;
-        };
-        if nix::unistd::tcgetpgrp(&stdin).ok() != Some(self.group) {
-            return;
-        }
-        terminal.theirs = tcgetattr(&stdin).ok();
-        let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
-        let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
-        self.suspended = true;
-        // Until `fg` or `bg`, when elect says Resume. We stay awake: if the
-        // deadline passes first, the stopped command is killed.
-        let _ = killpg(self.job, Signal::SIGSTOP);
-    }
-
-    /// elect's job was continued. The command follows it, with the terminal
-    /// if the job has it (`fg`), unless its stop has begun.
-    fn resume(&mut self) {
-        if self.phase != Phase::Running {
-            return;
-        }
-        let stdin = std::io::stdin();
-        let mut handed_over = false;
-        if let Some(terminal) = &self.terminal
-            && self.child_stopped
-            && nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.job)
-        {
-            if let Some(modes) = &terminal.theirs {
-                let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, modes);
+    /// Wait for the command and reap it: how it ended. Reaped before the
+    /// group is emptied: the group's id is the sentinel's pid, which stays
+    /// ours whatever else is reaped, and a reaped command is no longer a
+    /// member.
+    fn reap(&self) -> End {
+        loop {
+            match waitpid(self.child, None) {
+                Ok(WaitStatus::Exited(_, code)) => return End::Exited(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => return End::Killed(sig as i32),
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => return End::Killed(libc::SIGKILL),
             }
-            handed_over = nix::unistd::tcsetpgrp(&stdin, self.group).is_ok();
         }
-        if self.suspended || handed_over {
-            self.signal_command(Signal::SIGCONT);
-        }
-        self.suspended = false;
     }
 
     /// elect died while the command ran, and nothing of the command's group
-    /// can run any more ([`Guard::finish`] saw to that): end the session, so that the
-    /// next holder need not wait for the lease to expire. The order goes to
-    /// a copy of elect through a memory file (never argv or the
-    /// environment): this process becomes `elect __elect-release FD`.
-    /// Returns only if there is nothing to do, or it cannot be done.
-    fn end_the_session(&mut self) {
+    /// can run any more: end the session, so that the next holder need not
+    /// wait for the lease to expire. The order goes to a copy of elect
+    /// through a memory file (never argv or the environment): this process
+    /// becomes `elect __elect-release FD`. Returns only if there is nothing
+    /// to do, or it cannot be done.
+    fn end_the_session(&mut self, end: End) {
         let Some(order) = self.lock.release_order.take() else {
             return;
         };
-        let status = match self.phase {
-            Phase::Reaped(Message::Exited(code)) => status_arg(Some(code), None),
-            Phase::Reaped(Message::Killed(sig)) => status_arg(None, Some(sig)),
-            _ => status_arg(None, None),
+        let status = match end {
+            End::Exited(code) => status_arg(Some(code), None),
+            End::Killed(sig) => status_arg(None, Some(sig)),
         };
         // The file store's lock ends with these: the releaser must not
         // hold it on.
@@ -768,56 +643,6 @@ impl Guard {
             .exec();
         eprintln!("elect: guard: cannot release the lease: {error}");
     }
-
-    /// Kill what the command left behind in its group, give the terminal
-    /// back as it was, reap the command, wait until none of the group can
-    /// run, report (elect then releases the lock), exit.
-    fn finish(&mut self) -> i32 {
-        // The command, not yet reaped, is a member: the group is there.
-        super::group::kill(self.group);
-        if let Some(terminal) = &self.terminal {
-            let stdin = std::io::stdin();
-            if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.group) {
-                let _ = nix::unistd::tcsetpgrp(&stdin, self.job);
-                let _ = tcsetattr(&stdin, SetArg::TCSADRAIN, &terminal.ours);
-            }
-        }
-        // Reaped first: the group's id is the sentinel's pid, which stays
-        // ours whatever else is reaped, and a reaped command is no longer
-        // a member.
-        let report = loop {
-            match waitpid(self.child, None) {
-                Ok(WaitStatus::Exited(_, code)) => break Message::Exited(code),
-                Ok(WaitStatus::Signaled(_, sig, _)) => break Message::Killed(sig as i32),
-                Ok(_) | Err(Errno::EINTR) => continue,
-                Err(_) => break Message::Killed(libc::SIGKILL),
-            }
-        };
-        // A command that left nothing behind: one kill(2), which finds the
-        // group empty. Otherwise SIGKILL until none of it can run.
-        super::group::kill_until_none_can_run(self.group);
-        // Its watch is over; it is no member of the group, so it need not
-        // be gone before the lock is.
-        self.sentinel.dismiss();
-        self.report(report);
-        self.phase = Phase::Reaped(report);
-        0
-    }
-}
-
-/// The terminal, if the command is interactive: stdin is a terminal whose
-/// foreground is elect's job (`elect ... &` in a shell is not, and never
-/// takes the terminal).
-fn interactive_terminal(job: Pid) -> Option<Terminal> {
-    let stdin = std::io::stdin();
-    let interactive = nix::unistd::isatty(&stdin).unwrap_or(false)
-        && nix::unistd::tcgetpgrp(&stdin).ok() == Some(job);
-    match interactive {
-        true => tcgetattr(&stdin)
-            .ok()
-            .map(|ours| Terminal { ours, theirs: None }),
-        false => None,
-    }
 }
 
 /// Start the command as the leader of a new process group, with the
@@ -825,16 +650,16 @@ fn interactive_terminal(job: Pid) -> Option<Terminal> {
 /// signal mask: in the process forked while elect waited, or, if that one
 /// is gone, in a new one. Once it returns, the group exists and holds the
 /// terminal if `interactive`: the process did both before its exec.
-/// `None` if the command was not started because the lease's deadline minus
-/// the grace had passed by the moment of its exec.
+/// `None` if the command was not started because `stop_at` (the lease's
+/// deadline minus the grace) had passed by the moment of its exec.
 fn start_command(
     orders: &Orders,
     lock: &Lock,
+    stop_at: Instant,
     interactive: bool,
     launch: std::io::Result<Launch>,
     group: &Sentinel,
 ) -> std::io::Result<Option<Pid>> {
-    let stop_at = lock.deadline - orders.grace;
     let go = |launch: Launch| launch.go(lock.token, stop_at, &lock.env, &lock.held, interactive);
     if let Ok(launch) = launch {
         match go(launch)? {
@@ -850,55 +675,6 @@ fn start_command(
             "the command's process died before its start",
         )),
     }
-}
-
-/// Set `sig` to its default action with the raw system call: glibc's
-/// wrappers refuse the two real-time signals it reserves (32 and 33), which
-/// an ignoring parent may still have passed on. Async-signal-safe.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-))]
-pub(super) fn reset_disposition(sig: i32) -> bool {
-    /// The kernel's `struct sigaction` on these architectures.
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: libc::c_ulong,
-        flags: libc::c_ulong,
-        restorer: libc::c_ulong,
-        mask: u64,
-    }
-    let action = KernelSigaction {
-        handler: libc::SIG_DFL as libc::c_ulong,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    // SAFETY: a valid struct for the kernel ABI and a null old-action pointer.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            &action as *const KernelSigaction,
-            std::ptr::null_mut::<KernelSigaction>(),
-            std::mem::size_of::<u64>(),
-        )
-    };
-    result == 0
-}
-
-/// Elsewhere the kernel's struct differs: use libc, and leave glibc's own
-/// signals (which it refuses) as they are.
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-)))]
-pub(super) fn reset_disposition(sig: i32) -> bool {
-    // SAFETY: SIG_DFL installs no handler code.
-    let result = unsafe { libc::signal(sig, libc::SIG_DFL) };
-    result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)
 }
 
 /// The name `ps` and `top` show for this process (best effort).

@@ -1,0 +1,961 @@
+//! What the guard does next: a pure function of where it stands, what it
+//! just observed and the time on its clock, with no system call in it.
+//!
+//! The guard's loop ([`super`]) waits for the next event (a message from
+//! elect, a change in the command, its timer), asks [`Rules::step`] what
+//! follows, and performs the actions it gets back, in order; an action that
+//! waits (reaping the command, emptying its group) yields the next event.
+//! The decisions that keep the lease safe (when the command gets its signal,
+//! when SIGKILL, that a stop is final, that a command stopped with elect's
+//! job is never resumed past its deadline, that the session is released
+//! only once none of the group can run) are here, where they are tested on
+//! made-up instants.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::clock::Instant;
+use crate::supervisor::protocol::{Message, Stop};
+
+/// How the command is stopped, as the guard was told at its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// The command's signal: at the deadline minus the grace, or when elect
+    /// says stop.
+    pub signal: Signal,
+    /// How long the command has between its signal and SIGKILL.
+    pub grace: Duration,
+}
+
+/// Where the guard stands in the command's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// The lock is ours and the command not started yet; renewals move the
+    /// deadline on.
+    Starting { deadline: Instant },
+    /// elect said stop, or went away, before the command started: it never
+    /// will.
+    CalledOff,
+    /// The command runs under the lease: its signal is due at the deadline
+    /// minus the grace.
+    Running {
+        deadline: Instant,
+        standing: Standing,
+    },
+    /// Its signal went out; SIGKILL is due at this instant, never after the
+    /// deadline. Final: no renewal un-stops it.
+    Stopping { kill_at: Instant },
+    /// SIGKILL went out; waiting for the command to end.
+    Killed,
+    /// The command ended, or is made to: what was left of its group is
+    /// killed, and the command is being reaped.
+    Reaping { then: Then },
+    /// The command was reaped, ending so; its group is killed until none of
+    /// it can run.
+    Emptying { end: End, then: Then },
+    /// Nothing left to do.
+    Over,
+}
+
+/// The command under the lease, as job control left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Not stopped, as far as its last SIGCHLD said.
+    Going,
+    /// Stopped, though not with elect's job (a signal to its group, or a
+    /// stop while it had no terminal): left so. At the deadline it gets its
+    /// signal, and SIGCONT to act on it, as a running one does.
+    Stopped,
+    /// Suspended with elect's job (sent SIGTSTP), but not seen stopped: it
+    /// may ignore the signal, or someone continued it.
+    Suspending,
+    /// Stopped with elect's job: continued when elect is, or, if the
+    /// deadline passes first, killed without being resumed.
+    Suspended,
+}
+
+impl Standing {
+    fn of(stopped: bool, suspended: bool) -> Standing {
+        match (stopped, suspended) {
+            (false, false) => Standing::Going,
+            (true, false) => Standing::Stopped,
+            (false, true) => Standing::Suspending,
+            (true, true) => Standing::Suspended,
+        }
+    }
+
+    /// Its last SIGCHLD said it stopped.
+    fn stopped(self) -> bool {
+        matches!(self, Standing::Stopped | Standing::Suspended)
+    }
+
+    /// It was stopped with elect's job, which is not continued yet.
+    fn suspended(self) -> bool {
+        matches!(self, Standing::Suspending | Standing::Suspended)
+    }
+}
+
+/// What follows once none of the command's group can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// Report how the command ended and exit: elect then releases the lock.
+    Exit,
+    /// elect is gone: report (to nobody, most likely), then end its
+    /// session from here, so that the next holder need not wait for the
+    /// lease to expire.
+    Release,
+}
+
+/// How the command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Exited(i32),
+    Killed(i32),
+}
+
+impl End {
+    /// What elect is told.
+    pub fn report(self) -> Message {
+        match self {
+            End::Exited(code) => Message::Exited(code),
+            End::Killed(sig) => Message::Killed(sig),
+        }
+    }
+}
+
+/// What the guard observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The clock was looked at: on each turn of the watch, so also when the
+    /// timer set for [`State::alarm`] fired.
+    Clock,
+    /// All that elect sent before the command's start is in: start it, or
+    /// not.
+    Ready,
+    /// elect: a renewal made the lease safe until this instant.
+    Renewed(Instant),
+    /// elect: the lease is lost; stop the command, with SIGKILL after at
+    /// most this grace.
+    Stop(Duration),
+    /// elect: pass this signal on to the command.
+    Forward(Signal),
+    /// elect: its job was stopped (Ctrl-Z, SIGTSTP); the command stops too.
+    Suspend,
+    /// elect: its job was continued (`fg`, `bg`, SIGCONT); so is the
+    /// command.
+    Resume,
+    /// elect's end of the socket closed: nobody keeps the lease.
+    ElectGone,
+    /// The command stopped; `had_terminal`: its group was the terminal's
+    /// foreground (Ctrl-Z, or it read the terminal from the background).
+    CommandStopped { had_terminal: bool },
+    /// The command was continued.
+    CommandContinued,
+    /// The command, the group's leader, exited; not reaped yet.
+    CommandExited,
+    /// The guard can no longer keep the deadline (its timer or its poll
+    /// failed).
+    Blind,
+    /// The command was reaped, ending so.
+    Reaped(End),
+    /// None of the command's group can run any more.
+    GroupEmpty,
+}
+
+/// What the guard does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Start the command, unless `stop_at` has passed by its exec.
+    Start {
+        stop_at: Instant,
+    },
+    /// The command must not run at all (the lease may be gone): give the
+    /// terminal back to elect's job, tell elect, exit.
+    LeaveUnstarted,
+    /// Signal the command's group, and the command if it left the group.
+    Signal(Signal),
+    /// The command stopped with the terminal: keep its modes, put ours
+    /// back, and give elect's job the foreground.
+    TakeTerminal,
+    /// Stop elect's job (SIGSTOP), so that its shell gets the prompt back.
+    StopJob,
+    /// If elect's job has the terminal (`fg`, not `bg`), give it to the
+    /// command's group with the command's modes; if that worked and
+    /// `and_continue`, SIGCONT the command.
+    GiveTerminal {
+        and_continue: bool,
+    },
+    /// SIGKILL what is left of the group (the command, unreaped, is still
+    /// a member).
+    KillGroup,
+    /// If the command's group has the terminal, give it back to elect's job
+    /// with the modes it had before the command.
+    RestoreTerminal,
+    /// Wait for the command and reap it: yields [`Event::Reaped`].
+    Reap,
+    /// SIGKILL the group until none of it can run: yields
+    /// [`Event::GroupEmpty`].
+    KillUntilNoneCanRun,
+    /// The sentinel's watch is over.
+    DismissSentinel,
+    /// Tell elect.
+    Report(Message),
+    /// End the session from here, in a copy of elect (an exec): returns
+    /// only if there is nothing to end, or it cannot be done.
+    Release(End),
+    Exit,
+}
+
+impl State {
+    /// The next instant the clock must be looked at, if any.
+    pub fn alarm(self, rules: &Rules) -> Option<Instant> {
+        match self {
+            State::Running { deadline, .. } => Some(deadline - rules.grace),
+            State::Stopping { kill_at } => Some(kill_at),
+            _ => None,
+        }
+    }
+}
+
+impl Rules {
+    /// Where `event`, observed at `now`, leaves the guard, and what it does.
+    pub fn step(&self, state: State, event: Event, now: Instant) -> (State, Vec<Action>) {
+        use Action as A;
+        use Event as E;
+        use State as S;
+        let finish = [A::KillGroup, A::RestoreTerminal, A::Reap];
+        let kill_then_finish = [
+            A::Signal(Signal::SIGKILL),
+            A::KillGroup,
+            A::RestoreTerminal,
+            A::Reap,
+        ];
+        match (state, event) {
+            // Before the start: only what decides whether it happens.
+            (S::Starting { deadline }, E::Renewed(at)) => (
+                S::Starting {
+                    deadline: deadline.max(at),
+                },
+                vec![],
+            ),
+            (S::Starting { .. }, E::Stop(_) | E::ElectGone) => (S::CalledOff, vec![]),
+            (S::Starting { deadline }, E::Ready) if now < deadline - self.grace => (
+                S::Running {
+                    deadline,
+                    standing: Standing::Going,
+                },
+                vec![A::Start {
+                    stop_at: deadline - self.grace,
+                }],
+            ),
+            (S::Starting { .. } | S::CalledOff, E::Ready) => (S::Over, vec![A::LeaveUnstarted]),
+            (S::Starting { .. } | S::CalledOff, _) => (state, vec![]),
+
+            // The deadline.
+            (S::Running { deadline, standing }, E::Clock) if now >= deadline - self.grace => {
+                if standing == Standing::Suspended {
+                    // Stopped with elect's job: never resume a command whose
+                    // lease may be gone.
+                    let why = Message::Stopping(Stop::ExpiredWhileStopped);
+                    (S::Killed, vec![A::Report(why), A::Signal(Signal::SIGKILL)])
+                } else {
+                    let (stopping, mut actions) = self.begin_stop(deadline, now, self.grace);
+                    actions.insert(0, A::Report(Message::Stopping(Stop::Deadline)));
+                    (stopping, actions)
+                }
+            }
+            (S::Stopping { kill_at }, E::Clock) if now >= kill_at => {
+                (S::Killed, vec![A::Signal(Signal::SIGKILL)])
+            }
+            (S::Running { deadline, standing }, E::Renewed(at)) => (
+                S::Running {
+                    deadline: deadline.max(at),
+                    standing,
+                },
+                vec![],
+            ),
+            (S::Running { deadline, .. }, E::Stop(grace)) => {
+                self.begin_stop(deadline, now, grace.min(self.grace))
+            }
+
+            // Job control, under the lease.
+            (S::Running { deadline, standing }, E::Suspend) => (
+                S::Running {
+                    deadline,
+                    standing: Standing::of(standing.stopped(), true),
+                },
+                vec![A::Signal(Signal::SIGTSTP)],
+            ),
+            (S::Running { deadline, standing }, E::Resume) => {
+                let mut actions = Vec::new();
+                if standing.stopped() {
+                    actions.push(A::GiveTerminal {
+                        and_continue: !standing.suspended(),
+                    });
+                }
+                if standing.suspended() {
+                    actions.push(A::Signal(Signal::SIGCONT));
+                }
+                let standing = Standing::of(standing.stopped(), false);
+                (S::Running { deadline, standing }, actions)
+            }
+            (S::Running { deadline, standing }, E::CommandStopped { had_terminal }) => (
+                S::Running {
+                    deadline,
+                    standing: Standing::of(true, standing.suspended() || had_terminal),
+                },
+                Self::stopped_with(had_terminal),
+            ),
+            (S::Running { deadline, standing }, E::CommandContinued) => (
+                S::Running {
+                    deadline,
+                    standing: Standing::of(false, standing.suspended()),
+                },
+                vec![],
+            ),
+
+            // While the command may run, in any phase of its stop.
+            (S::Running { .. } | S::Stopping { .. } | S::Killed, event) => match event {
+                E::Forward(sig) => (state, vec![A::Signal(sig)]),
+                E::CommandStopped { had_terminal } => (state, Self::stopped_with(had_terminal)),
+                E::CommandExited => (S::Reaping { then: Then::Exit }, finish.to_vec()),
+                E::Blind => (S::Reaping { then: Then::Exit }, kill_then_finish.to_vec()),
+                // Nothing may outlive elect.
+                E::ElectGone => (
+                    S::Reaping {
+                        then: Then::Release,
+                    },
+                    kill_then_finish.to_vec(),
+                ),
+                _ => (state, vec![]),
+            },
+
+            // The end: reaped first, then none of the group left to run,
+            // and only then the lock may go.
+            (S::Reaping { then }, E::Reaped(end)) => {
+                (S::Emptying { end, then }, vec![A::KillUntilNoneCanRun])
+            }
+            (S::Emptying { end, then }, E::GroupEmpty) => {
+                let mut actions = vec![A::DismissSentinel, A::Report(end.report())];
+                if then == Then::Release {
+                    actions.push(A::Release(end));
+                }
+                actions.push(A::Exit);
+                (S::Over, actions)
+            }
+            (S::Reaping { .. } | S::Emptying { .. } | S::Over, _) => (state, vec![]),
+        }
+    }
+
+    /// The command's signal now, SIGCONT (a stopped process cannot act on
+    /// it), and SIGKILL due after `grace`, never after the deadline.
+    fn begin_stop(&self, deadline: Instant, now: Instant, grace: Duration) -> (State, Vec<Action>) {
+        (
+            State::Stopping {
+                kill_at: (now + grace).min(deadline),
+            },
+            vec![Action::Signal(self.signal), Action::Signal(Signal::SIGCONT)],
+        )
+    }
+
+    /// The command stopped: if it had the terminal, stop elect's job too so
+    /// that the shell gets its prompt back; otherwise someone stopped it on
+    /// purpose: leave it. The guard stays awake either way.
+    fn stopped_with(had_terminal: bool) -> Vec<Action> {
+        match had_terminal {
+            true => vec![Action::TakeTerminal, Action::StopJob],
+            false => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Seconds on a made-up boot clock.
+    fn at(secs: f64) -> Instant {
+        Instant::from_nanos(1_000_000_000_000) + Duration::from_secs_f64(secs)
+    }
+
+    /// TERM with a grace of 3 s.
+    const RULES: Rules = Rules {
+        signal: Signal::SIGTERM,
+        grace: Duration::from_secs(3),
+    };
+
+    /// Under a lease until 10 s.
+    fn running() -> State {
+        State::Running {
+            deadline: at(10.0),
+            standing: Standing::Going,
+        }
+    }
+
+    /// Step through `events`, each at its instant: the state at the end and
+    /// every action on the way.
+    fn steps(mut state: State, events: &[(Event, Instant)]) -> (State, Vec<Action>) {
+        let mut all = Vec::new();
+        for &(event, now) in events {
+            let (next, actions) = RULES.step(state, event, now);
+            state = next;
+            all.extend(actions);
+        }
+        (state, all)
+    }
+
+    /// The end, from the command's exit (or its being killed) on.
+    fn the_end(end: End, then: Then) -> Vec<Action> {
+        let mut actions = vec![
+            Action::KillUntilNoneCanRun,
+            Action::DismissSentinel,
+            Action::Report(end.report()),
+        ];
+        if then == Then::Release {
+            actions.push(Action::Release(end));
+        }
+        actions.push(Action::Exit);
+        actions
+    }
+
+    #[test]
+    fn a_command_that_exits_has_its_group_killed_reaped_and_emptied_before_the_report() {
+        let (state, actions) = steps(
+            running(),
+            &[
+                (Event::Clock, at(1.0)),
+                (Event::CommandExited, at(2.0)),
+                (Event::Reaped(End::Exited(3)), at(2.0)),
+                (Event::GroupEmpty, at(2.1)),
+            ],
+        );
+        let mut expected = vec![Action::KillGroup, Action::RestoreTerminal, Action::Reap];
+        expected.extend(the_end(End::Exited(3), Then::Exit));
+        assert_eq!((state, actions), (State::Over, expected));
+    }
+
+    #[test]
+    fn the_deadline_brings_the_signal_then_sigkill_after_the_grace_then_the_report() {
+        let mut state = running();
+        assert_eq!(state.alarm(&RULES), Some(at(7.0)));
+        let (next, actions) = RULES.step(state, Event::Clock, at(7.0) - MS);
+        assert_eq!(
+            (next, actions),
+            (state, vec![]),
+            "not before the deadline minus the grace"
+        );
+        let (next, actions) = RULES.step(state, Event::Clock, at(7.0));
+        assert_eq!(
+            actions,
+            [
+                Action::Report(Message::Stopping(Stop::Deadline)),
+                Action::Signal(Signal::SIGTERM),
+                Action::Signal(Signal::SIGCONT),
+            ]
+        );
+        assert_eq!(next, State::Stopping { kill_at: at(10.0) });
+        assert_eq!(next.alarm(&RULES), Some(at(10.0)));
+        state = next;
+        let (next, actions) = RULES.step(state, Event::Clock, at(10.0) - MS);
+        assert_eq!(
+            (next, actions),
+            (state, vec![]),
+            "SIGKILL not before the grace is over"
+        );
+        let (state, actions) = RULES.step(state, Event::Clock, at(10.0));
+        assert_eq!(
+            (state, actions),
+            (State::Killed, vec![Action::Signal(Signal::SIGKILL)])
+        );
+        assert_eq!(state.alarm(&RULES), None);
+        let (state, actions) = steps(
+            state,
+            &[
+                (Event::CommandExited, at(10.01)),
+                (Event::Reaped(End::Killed(9)), at(10.01)),
+                (Event::GroupEmpty, at(10.02)),
+            ],
+        );
+        let mut expected = vec![Action::KillGroup, Action::RestoreTerminal, Action::Reap];
+        expected.extend(the_end(End::Killed(9), Then::Exit));
+        assert_eq!((state, actions), (State::Over, expected));
+    }
+
+    #[test]
+    fn a_late_clock_still_kills_by_the_deadline() {
+        // The guard woke 2 s after the deadline minus the grace (a loaded
+        // machine): SIGKILL at the deadline, 1 s later, not 3.
+        let (state, _) = RULES.step(running(), Event::Clock, at(9.0));
+        assert_eq!(state, State::Stopping { kill_at: at(10.0) });
+    }
+
+    #[test]
+    fn a_renewal_moves_the_deadline_on_and_never_back_and_not_once_the_stop_began() {
+        let (state, actions) = steps(
+            running(),
+            &[
+                (Event::Renewed(at(20.0)), at(5.0)),
+                // A renewal sent earlier, answered later.
+                (Event::Renewed(at(15.0)), at(5.5)),
+                (Event::Clock, at(7.0)),
+            ],
+        );
+        assert_eq!(actions, []);
+        assert_eq!(state.alarm(&RULES), Some(at(17.0)));
+        let (state, _) = RULES.step(state, Event::Clock, at(17.0));
+        assert_eq!(state, State::Stopping { kill_at: at(20.0) });
+        let (state, actions) = RULES.step(state, Event::Renewed(at(40.0)), at(18.0));
+        assert_eq!(
+            (state, actions),
+            (State::Stopping { kill_at: at(20.0) }, vec![])
+        );
+    }
+
+    #[test]
+    fn elect_dying_while_the_command_runs_kills_it_and_releases_only_once_none_of_it_can_run() {
+        let (state, actions) = RULES.step(running(), Event::ElectGone, at(4.0));
+        assert_eq!(
+            state,
+            State::Reaping {
+                then: Then::Release
+            }
+        );
+        assert_eq!(
+            actions,
+            [
+                Action::Signal(Signal::SIGKILL),
+                Action::KillGroup,
+                Action::RestoreTerminal,
+                Action::Reap,
+            ]
+        );
+        // Nothing from the clock or elect while it is reaped.
+        for event in [
+            Event::Clock,
+            Event::Renewed(at(30.0)),
+            Event::Forward(Signal::SIGHUP),
+        ] {
+            assert_eq!(RULES.step(state, event, at(11.0)), (state, vec![]));
+        }
+        let (state, actions) = RULES.step(state, Event::Reaped(End::Killed(9)), at(4.1));
+        assert_eq!(
+            actions,
+            [Action::KillUntilNoneCanRun],
+            "no release before the group is empty"
+        );
+        let (state, actions) = RULES.step(state, Event::GroupEmpty, at(4.2));
+        assert_eq!(
+            (state, &actions[..]),
+            (State::Over, &the_end(End::Killed(9), Then::Release)[1..])
+        );
+        // From any phase of a stop, too.
+        for state in [State::Stopping { kill_at: at(9.0) }, State::Killed] {
+            let (state, actions) = RULES.step(state, Event::ElectGone, at(8.0));
+            assert_eq!(
+                state,
+                State::Reaping {
+                    then: Then::Release
+                }
+            );
+            assert_eq!(actions[0], Action::Signal(Signal::SIGKILL));
+        }
+    }
+
+    #[test]
+    fn the_command_is_not_started_once_the_deadline_minus_the_grace_has_passed() {
+        let starting = State::Starting { deadline: at(10.0) };
+        assert_eq!(
+            RULES.step(starting, Event::Ready, at(7.0) - MS),
+            (running(), vec![Action::Start { stop_at: at(7.0) }])
+        );
+        assert_eq!(
+            RULES.step(starting, Event::Ready, at(7.0)),
+            (State::Over, vec![Action::LeaveUnstarted])
+        );
+        // A renewal that came in while the guard was on its way counts.
+        let (state, actions) = steps(
+            starting,
+            &[(Event::Renewed(at(20.0)), at(6.0)), (Event::Ready, at(8.0))],
+        );
+        assert_eq!(actions, [Action::Start { stop_at: at(17.0) }]);
+        assert_eq!(state.alarm(&RULES), Some(at(17.0)));
+        // So does the word that the lease is lost, or elect's end.
+        for gone in [Event::Stop(S), Event::ElectGone] {
+            let (state, actions) = steps(
+                starting,
+                &[
+                    (gone, at(1.0)),
+                    (Event::Renewed(at(30.0)), at(1.0)),
+                    (Event::Ready, at(1.0)),
+                ],
+            );
+            assert_eq!(
+                (state, actions),
+                (State::Over, vec![Action::LeaveUnstarted])
+            );
+        }
+        // And nothing else reaches a command that is not there.
+        for event in [Event::Forward(Signal::SIGINT), Event::Suspend, Event::Clock] {
+            assert_eq!(RULES.step(starting, event, at(9.0)), (starting, vec![]));
+        }
+    }
+
+    #[test]
+    fn a_stop_from_elect_signals_now_and_kills_after_its_grace_capped_by_ours_and_the_deadline() {
+        let signal_now = vec![
+            Action::Signal(Signal::SIGTERM),
+            Action::Signal(Signal::SIGCONT),
+        ];
+        for (grace, now, kill_at) in [
+            (100 * MS, 5.0, 5.1),
+            // No longer than the grace the guard was given.
+            (10 * S, 5.0, 8.0),
+            // Never after the deadline.
+            (3 * S, 9.0, 10.0),
+        ] {
+            let (state, actions) = RULES.step(running(), Event::Stop(grace), at(now));
+            assert_eq!(actions, signal_now, "and no report: elect knows why");
+            assert_eq!(
+                state,
+                State::Stopping {
+                    kill_at: at(kill_at)
+                }
+            );
+        }
+        // A stop is final, and begins once.
+        let stopping = State::Stopping { kill_at: at(5.1) };
+        for event in [
+            Event::Stop(S),
+            Event::Renewed(at(60.0)),
+            Event::Suspend,
+            Event::Resume,
+            Event::Clock,
+        ] {
+            assert_eq!(RULES.step(stopping, event, at(5.05)), (stopping, vec![]));
+        }
+        // A signal elect passes on still reaches it.
+        assert_eq!(
+            RULES.step(stopping, Event::Forward(Signal::SIGINT), at(5.05)),
+            (stopping, vec![Action::Signal(Signal::SIGINT)])
+        );
+    }
+
+    #[test]
+    fn a_command_stopped_with_elects_job_is_killed_past_its_deadline_without_being_resumed() {
+        // Ctrl-Z: the command stops with the terminal; the guard takes it
+        // back and stops elect's job.
+        let (state, actions) = RULES.step(
+            running(),
+            Event::CommandStopped { had_terminal: true },
+            at(2.0),
+        );
+        assert_eq!(actions, [Action::TakeTerminal, Action::StopJob]);
+        assert_eq!(
+            state,
+            State::Running {
+                deadline: at(10.0),
+                standing: Standing::Suspended
+            }
+        );
+        let (state, actions) = RULES.step(state, Event::Clock, at(7.0));
+        assert_eq!(
+            (state, actions),
+            (
+                State::Killed,
+                vec![
+                    Action::Report(Message::Stopping(Stop::ExpiredWhileStopped)),
+                    Action::Signal(Signal::SIGKILL),
+                ]
+            )
+        );
+        // elect stopped by SIGTSTP: the command is sent SIGTSTP, and once it
+        // has stopped, the same.
+        let (state, actions) = steps(
+            running(),
+            &[
+                (Event::Suspend, at(2.0)),
+                (
+                    Event::CommandStopped {
+                        had_terminal: false,
+                    },
+                    at(2.0),
+                ),
+            ],
+        );
+        assert_eq!(actions, [Action::Signal(Signal::SIGTSTP)]);
+        let (state, actions) = RULES.step(state, Event::Clock, at(7.5));
+        assert_eq!(state, State::Killed);
+        assert!(!actions.contains(&Action::Signal(Signal::SIGCONT)));
+    }
+
+    #[test]
+    fn a_command_stopped_otherwise_gets_its_signal_and_sigcont_at_the_deadline() {
+        for events in [
+            // Someone stopped its group on purpose.
+            &[(
+                Event::CommandStopped {
+                    had_terminal: false,
+                },
+                at(2.0),
+            )][..],
+            // Told to stop with elect's job, it ignored SIGTSTP.
+            &[(Event::Suspend, at(2.0))],
+            // Stopped with elect's job, then continued by someone.
+            &[
+                (Event::Suspend, at(2.0)),
+                (
+                    Event::CommandStopped {
+                        had_terminal: false,
+                    },
+                    at(2.0),
+                ),
+                (Event::CommandContinued, at(3.0)),
+            ],
+        ] {
+            let (state, _) = steps(running(), events);
+            let (state, actions) = RULES.step(state, Event::Clock, at(7.0));
+            assert_eq!(state, State::Stopping { kill_at: at(10.0) }, "{events:?}");
+            assert_eq!(
+                actions[1..],
+                [
+                    Action::Signal(Signal::SIGTERM),
+                    Action::Signal(Signal::SIGCONT)
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn elect_continued_continues_the_command_and_hands_it_the_terminal_if_it_was_stopped() {
+        let with = |standing| State::Running {
+            deadline: at(10.0),
+            standing,
+        };
+        let hand_back = |and_continue| Action::GiveTerminal { and_continue };
+        let sigcont = Action::Signal(Signal::SIGCONT);
+        for (standing, actions, after) in [
+            // `fg` after Ctrl-Z: the terminal back (if the job has it), then
+            // SIGCONT; the command counts as stopped until its SIGCHLD says
+            // otherwise.
+            (
+                Standing::Suspended,
+                vec![hand_back(false), sigcont],
+                Standing::Stopped,
+            ),
+            (Standing::Suspending, vec![sigcont], Standing::Going),
+            // Stopped, not with the job: continued only with the terminal.
+            (Standing::Stopped, vec![hand_back(true)], Standing::Stopped),
+            (Standing::Going, vec![], Standing::Going),
+        ] {
+            assert_eq!(
+                RULES.step(with(standing), Event::Resume, at(3.0)),
+                (with(after), actions),
+                "{standing:?}"
+            );
+        }
+        assert_eq!(
+            RULES.step(with(Standing::Stopped), Event::CommandContinued, at(3.0)),
+            (with(Standing::Going), vec![])
+        );
+    }
+
+    #[test]
+    fn a_stop_with_the_terminal_during_the_stop_still_gives_the_shell_its_prompt() {
+        for state in [State::Stopping { kill_at: at(9.0) }, State::Killed] {
+            assert_eq!(
+                RULES.step(state, Event::CommandStopped { had_terminal: true }, at(8.0)),
+                (state, vec![Action::TakeTerminal, Action::StopJob])
+            );
+            assert_eq!(
+                RULES.step(
+                    state,
+                    Event::CommandStopped {
+                        had_terminal: false
+                    },
+                    at(8.0)
+                ),
+                (state, vec![])
+            );
+        }
+    }
+
+    #[test]
+    fn a_guard_that_cannot_keep_the_deadline_kills_the_command_and_reports() {
+        let (state, actions) = steps(
+            running(),
+            &[
+                (Event::Blind, at(1.0)),
+                (Event::Reaped(End::Killed(9)), at(1.0)),
+                (Event::GroupEmpty, at(1.0)),
+            ],
+        );
+        let mut expected = vec![
+            Action::Signal(Signal::SIGKILL),
+            Action::KillGroup,
+            Action::RestoreTerminal,
+            Action::Reap,
+        ];
+        expected.extend(the_end(End::Killed(9), Then::Exit));
+        assert_eq!((state, actions), (State::Over, expected));
+    }
+
+    /// What an event drawn from a number makes, at `now`.
+    fn drawn(kind: u8, amount: u64, now: Instant) -> Event {
+        let span = Duration::from_millis(amount);
+        match kind % 12 {
+            0 => Event::Clock,
+            1 => Event::Renewed(now + span),
+            2 => Event::Stop(span),
+            3 => Event::Forward(Signal::SIGHUP),
+            4 => Event::Suspend,
+            5 => Event::Resume,
+            6 => Event::CommandStopped { had_terminal: true },
+            7 => Event::CommandStopped {
+                had_terminal: false,
+            },
+            8 => Event::CommandContinued,
+            9 => Event::CommandExited,
+            10 => Event::ElectGone,
+            _ => Event::Blind,
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Whatever elect, the command and the clock do, in any order: the
+        /// command never starts or runs past the deadline minus the grace
+        /// the guard last saw, SIGKILL is never due after the deadline, a
+        /// command stopped with elect's job is never continued past it, and
+        /// the session is released only after the command was reaped and
+        /// none of its group can run, and only once elect is gone.
+        #[test]
+        fn the_deadline_holds_whatever_happens(
+            before in proptest::collection::vec((0u8..3, 0u64..20_000), 0..4),
+            after in proptest::collection::vec((0u8..12, 0u64..4_000), 0..40),
+        ) {
+            let mut now = at(0.0);
+            let mut deadline = at(10.0);
+            let mut state = State::Starting { deadline };
+            let mut called_off = false;
+            // Before the start: renewals, a stop, elect's end.
+            for &(kind, amount) in &before {
+                let event = match kind {
+                    0 => Event::Renewed(now + Duration::from_millis(amount)),
+                    1 => Event::Stop(Duration::from_millis(amount)),
+                    _ => Event::ElectGone,
+                };
+                if let Event::Renewed(at) = event {
+                    deadline = deadline.max(at);
+                }
+                called_off |= !matches!(event, Event::Renewed(_));
+                let actions;
+                (state, actions) = RULES.step(state, event, now);
+                proptest::prop_assert!(actions.is_empty());
+            }
+            // The start comes a while after the handover.
+            now = now + Duration::from_millis(after.first().map_or(0, |&(_, a)| a) * 2);
+            let (next, actions) = RULES.step(state, Event::Ready, now);
+            state = next;
+            if called_off || now >= deadline - RULES.grace {
+                proptest::prop_assert_eq!(
+                    (state, actions),
+                    (State::Over, vec![Action::LeaveUnstarted])
+                );
+                return Ok(());
+            }
+            let stop_at = deadline - RULES.grace;
+            proptest::prop_assert_eq!(actions, vec![Action::Start { stop_at }]);
+
+            let mut elect_gone = false;
+            let mut done: Vec<Action> = Vec::new();
+            let mut queue: std::collections::VecDeque<Event> = after
+                .iter()
+                .map(|&(kind, amount)| drawn(kind, amount, now))
+                .collect();
+            // Whatever happened, the command ends in the end.
+            queue.push_back(Event::CommandExited);
+            let mut steps = after.iter().map(|&(_, amount)| amount).chain(std::iter::repeat(0));
+            let mut on_time = after.iter().map(|&(_, amount)| amount % 3 != 0).cycle();
+            while let Some(event) = queue.pop_front() {
+                // Time moves on between the events of the world; what an
+                // action yields comes at once.
+                if !matches!(event, Event::Reaped(_) | Event::GroupEmpty) {
+                    now = now + Duration::from_millis(steps.next().unwrap_or(0) / 4);
+                }
+                // The loop looks at the clock before it waits, and wakes at
+                // the alarm: on time, or late (a loaded machine).
+                let yielded = matches!(event, Event::Reaped(_) | Event::GroupEmpty);
+                let event = match state.alarm(&RULES) {
+                    Some(alarm) if alarm <= now && !yielded => {
+                        queue.push_front(event);
+                        if on_time.next().unwrap_or(true) {
+                            now = alarm;
+                        }
+                        Event::Clock
+                    }
+                    _ => event,
+                };
+                if let (State::Running { .. }, Event::Renewed(at)) = (state, event) {
+                    deadline = deadline.max(at);
+                }
+                let watching = matches!(
+                    state,
+                    State::Running { .. } | State::Stopping { .. } | State::Killed
+                );
+                elect_gone |= watching && event == Event::ElectGone;
+                let before = state;
+                let (next, actions) = RULES.step(state, event, now);
+                state = next;
+                proptest::prop_assert!(
+                    !done.contains(&Action::Exit) || actions.is_empty(),
+                    "nothing after the exit"
+                );
+                match state {
+                    State::Running { .. } => {
+                        let stop_at = deadline - RULES.grace;
+                        proptest::prop_assert_eq!(state.alarm(&RULES), Some(stop_at));
+                        if event == Event::Clock {
+                            proptest::prop_assert!(now < stop_at, "running past its stop");
+                        }
+                    }
+                    State::Stopping { kill_at } => {
+                        proptest::prop_assert!(kill_at <= deadline, "SIGKILL after the deadline");
+                        if event == Event::Clock {
+                            proptest::prop_assert!(now < kill_at);
+                        }
+                    }
+                    _ => {}
+                }
+                if let State::Running { standing: Standing::Suspended, .. } = before
+                    && event == Event::Clock
+                    && now >= deadline - RULES.grace
+                {
+                    proptest::prop_assert_eq!(state, State::Killed);
+                    let resumed = actions.contains(&Action::Signal(Signal::SIGCONT));
+                    proptest::prop_assert!(!resumed, "resumed past its deadline");
+                }
+                for &action in &actions {
+                    match action {
+                        Action::Reap => queue.push_front(Event::Reaped(End::Exited(0))),
+                        Action::KillUntilNoneCanRun => queue.push_front(Event::GroupEmpty),
+                        Action::Release(_) => {
+                            proptest::prop_assert!(elect_gone, "released with elect alive");
+                            proptest::prop_assert!(done.contains(&Action::Reap));
+                            proptest::prop_assert!(done.contains(&Action::KillUntilNoneCanRun));
+                        }
+                        _ => {}
+                    }
+                    done.push(action);
+                }
+            }
+            proptest::prop_assert_eq!(state, State::Over);
+            proptest::prop_assert_eq!(done.last(), Some(&Action::Exit));
+            proptest::prop_assert_eq!(done.contains(&Action::Release(End::Exited(0))), elect_gone);
+        }
+    }
+}
