@@ -491,7 +491,13 @@ fn refusal(e: &etcd_client::Error) -> Option<Why> {
             e,
             etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
         )
-        || says(&["certificate", "handshake", "unknownissuer", "invalid peer", "tls"]);
+        || says(&[
+            "certificate",
+            "handshake",
+            "unknownissuer",
+            "invalid peer",
+            "tls",
+        ]);
     match (denied, refused) {
         (true, _) => Some(Why::Denied),
         (false, true) => Some(Why::Refused),
