@@ -26,6 +26,10 @@ pub struct ZkSession {
     ledger: Rc<RefCell<Ledger>>,
     /// The nodes we created, for a release from another process.
     nodes: RefCell<Vec<String>>,
+    /// Creates sent and not yet answered (the lock's path, our node's
+    /// protected prefix): one given up, by a signal say, may have made a
+    /// node that only its prefix finds.
+    creating: RefCell<Vec<(String, String)>>,
 }
 
 impl ZkSession {
@@ -73,6 +77,7 @@ impl ZkSession {
                 proven: granted_at,
             })),
             nodes: RefCell::default(),
+            creating: RefCell::default(),
         })
     }
 }
@@ -144,7 +149,21 @@ impl Session for ZkSession {
             // session closes when elect's last client is dropped.
             // A lost connection comes back within the session: try again
             // (the caller bounds how long).
-            let nodes = self.nodes.borrow().clone();
+            let mut nodes = self.nodes.borrow().clone();
+            // A create given up on may have made a node: its prefix finds it.
+            let creating = self.creating.borrow().clone();
+            for (path, prefix) in creating {
+                match self.client.list_children(&path).await {
+                    Ok(children) => nodes.extend(
+                        children
+                            .into_iter()
+                            .filter(|child| child.starts_with(&prefix))
+                            .map(|child| format!("{path}/{child}")),
+                    ),
+                    Err(ZkError::NoNode) => {}
+                    Err(e) => return Err(failed(&e, "list", &path)),
+                }
+            }
             for node in nodes {
                 loop {
                     match self.client.delete(&node, None).await {
@@ -411,9 +430,27 @@ impl<'s> ZkLock<'s> {
         lock: String,
         record: HolderRecord,
     ) -> Result<ZkLock<'s>, StoreError> {
-        let client = &session.client;
         let path = lock_path(&lock);
         let prefix = format!("_c_{}-lock-", uuid());
+        session
+            .creating
+            .borrow_mut()
+            .push((path.clone(), prefix.clone()));
+        let made = Self::try_create(session, lock, record, &path, &prefix).await;
+        session.creating.borrow_mut().retain(|(_, p)| p != &prefix);
+        made
+    }
+
+    /// [`ZkLock::create`]'s attempts.
+    async fn try_create(
+        session: &'s ZkSession,
+        lock: String,
+        record: HolderRecord,
+        path: &str,
+        prefix: &str,
+    ) -> Result<ZkLock<'s>, StoreError> {
+        let client = &session.client;
+        let path = path.to_string();
         let node = format!("{path}/{prefix}");
         let data = record.to_json();
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
@@ -441,7 +478,7 @@ impl<'s> ZkLock<'s> {
                 Err(e) => {
                     // Made or not? Our uuid says.
                     log::verbose(format_args!("creating {node}: {e}; looking for it"));
-                    if let Some((key, seq, czxid)) = Self::find(session, &path, &prefix).await? {
+                    if let Some((key, seq, czxid)) = Self::find(session, &path, prefix).await? {
                         log::verbose(format_args!(
                             "the reply to our create was lost; found our node {key} again"
                         ));
