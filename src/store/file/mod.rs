@@ -34,9 +34,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::kind::{About, Kind, Target};
 use super::{
-    About, Boxed, Check, Checkpoint, Fence, HISTORY, Holder, HolderRecord, Kind, LockStatus, Owner,
-    Put, Record, Session, Store, StoreError, Target, Versioned,
+    Boxed, Check, Checkpoint, Fence, HISTORY, Holder, HolderRecord, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Versioned,
 };
 use crate::clock::Instant;
 use counter::{Corrupt, Counter};
@@ -998,7 +999,7 @@ fn version_of(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Settings;
+    use crate::store::kind::Settings;
 
     #[test]
     fn store_urls() {
