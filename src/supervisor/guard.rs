@@ -68,7 +68,7 @@ use nix::unistd::Pid;
 use nix::sys::memfd::MFdFlags;
 
 use super::launch::{Launch, Went};
-use super::protocol::{Message, SIZE};
+use super::protocol::{Message, Orders, SIZE};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
 use crate::release::status_arg;
@@ -106,18 +106,6 @@ const IGNORED: [Signal; 10] = [
     // To take the terminal back from the background.
     Signal::SIGTTOU,
 ];
-
-/// What the guard is told when it starts.
-pub struct Orders {
-    pub signal: Signal,
-    pub grace: Duration,
-    pub command: Vec<OsString>,
-    /// Variables to set in the command's environment, over inherited ones
-    /// (a guard started by exec has them in its own environment already).
-    pub set_env: Vec<(String, String)>,
-    /// Inherited variables the command must not see.
-    pub remove_env: Vec<String>,
-}
 
 /// `__lease-guard FD SIGNAL GRACE_NS -- COMMAND...`
 pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {

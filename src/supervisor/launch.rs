@@ -33,8 +33,7 @@ use nix::sys::socket::{
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid};
 
-use super::guard::Orders;
-use super::protocol::MAX_HELD;
+use super::protocol::{MAX_HELD, Orders};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
 

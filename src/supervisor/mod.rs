@@ -247,7 +247,7 @@ impl Supervisor {
                     }
                     guard::forked(
                         theirs,
-                        guard::Orders {
+                        protocol::Orders {
                             signal: plan.signal,
                             grace: plan.grace,
                             command: plan.command,

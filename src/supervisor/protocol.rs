@@ -1,9 +1,28 @@
-//! Messages between elect and its guard process, over a Unix socket pair.
+//! What elect and its guard process tell each other: the orders the guard
+//! starts with, then messages over a Unix socket pair.
 //!
 //! Each message is 16 bytes: a tag and a value, in native byte order (both
 //! ends are the same binary on the same machine).
+//!
+//! The guard and the command's process it forks ([`super::launch`]) both
+//! read the orders, so they live here, where neither depends on the other.
 
+use std::ffi::OsString;
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+/// What the guard is told when it starts.
+pub struct Orders {
+    pub signal: Signal,
+    pub grace: Duration,
+    pub command: Vec<OsString>,
+    /// Variables to set in the command's environment, over inherited ones
+    /// (a guard started by exec has them in its own environment already).
+    pub set_env: Vec<(String, String)>,
+    /// Inherited variables the command must not see.
+    pub remove_env: Vec<String>,
+}
 
 pub const SIZE: usize = 16;
 

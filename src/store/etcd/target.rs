@@ -14,8 +14,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Etcd;
+use crate::store::kind::{About, Kind, Settings, Target, redact};
 use crate::store::secret::{Secret, read_client_certificate, read_password, read_pem};
-use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target, redact};
+use crate::store::{Boxed, Store, StoreError};
 
 /// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
 /// as etcdctl writes them; `ETCDCTL_ENDPOINTS` when nothing else names a

@@ -9,9 +9,17 @@
 //! never repeat. A file of the older layout (one line, `N`) is read as it
 //! is and rewritten in the new one, atomically. A file that is neither is
 //! corrupt: never a silent restart at 1.
+//!
+//! The counter's flock is taken for every new token, and also for every
+//! write fenced by a holder's token ([`super::records`]), so that no token
+//! can be handed out between such a write's check and its rename.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+use super::dir::{Dir, open_nofollow};
+use crate::store::StoreError;
 
 /// The length of one slot.
 const SLOT: usize = 32;
@@ -93,6 +101,103 @@ pub fn read(file: &mut File) -> std::io::Result<Vec<u8>> {
     file.seek(SeekFrom::Start(0))?;
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+impl Dir {
+    /// The next token for `stem`, durable before it is returned, under the
+    /// counter's flock (see [`Dir::put_checkpoint`]).
+    pub(super) fn next_token(&self, stem: &str) -> Result<u64, StoreError> {
+        let path = self.path(stem, ".token");
+        let fail = |e: std::io::Error| {
+            StoreError::config(format!("token counter {}: {e}", path.display()))
+        };
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let mut file = match open() {
+            Err(e) if e.kind() == IoKind::NotFound => {
+                self.replace(stem, ".token", &fresh(0), true)
+                    .map_err(fail)?;
+                open().map_err(fail)?
+            }
+            opened => opened.map_err(fail)?,
+        };
+        file.lock().map_err(fail)?;
+        let last = match parse(&read(&mut file).map_err(fail)?) {
+            Ok(Counter::Slots(last)) => last,
+            Ok(Counter::Line(last)) => {
+                self.replace(stem, ".token", &fresh(last), true)
+                    .map_err(fail)?;
+                file = open().map_err(fail)?;
+                file.lock().map_err(fail)?;
+                last
+            }
+            Err(Corrupt(what)) => {
+                return Err(StoreError::config(format!(
+                    "token counter {} is corrupt ({what}); refusing to hand out a token that might repeat",
+                    path.display()
+                )));
+            }
+        };
+        advance(&mut file, last).map_err(fail)
+    }
+
+    /// The token counter of `stem`, under its flock (which every new token
+    /// takes too), and the last token it handed out; `None` if the lock
+    /// never had a holder.
+    pub(super) fn locked_counter(&self, stem: &str) -> Result<Option<(File, u64)>, StoreError> {
+        let path = self.path(stem, ".token");
+        let fail = |e: std::io::Error| {
+            StoreError::config(format!("token counter {}: {e}", path.display()))
+        };
+        let mut counter = loop {
+            let file = match open_nofollow(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+                Err(e) => return Err(fail(e)),
+            };
+            file.lock().map_err(fail)?;
+            // Replaced meanwhile (a counter rewritten in the new layout):
+            // the lock that counts is the new file's.
+            let ours = file.metadata().map_err(fail)?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => break file,
+                _ => continue,
+            }
+        };
+        match parse(&read(&mut counter).map_err(fail)?) {
+            Ok(Counter::Slots(n) | Counter::Line(n)) => Ok(Some((counter, n))),
+            Err(Corrupt(what)) => Err(StoreError::config(format!(
+                "token counter {} is corrupt ({what})",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The last token handed out for `stem`, 0 if none.
+    pub(super) fn counter(&self, stem: &str) -> Result<u64, StoreError> {
+        let path = self.path(stem, ".token");
+        let mut bytes = Vec::new();
+        let read = open_nofollow(&path).and_then(|mut f| f.read_to_end(&mut bytes));
+        match read {
+            Ok(_) => match parse(&bytes) {
+                Ok(Counter::Slots(n) | Counter::Line(n)) => Ok(n),
+                Err(Corrupt(what)) => Err(StoreError::config(format!(
+                    "token counter {} is corrupt ({what})",
+                    path.display()
+                ))),
+            },
+            Err(e) if e.kind() == IoKind::NotFound => Ok(0),
+            Err(e) => Err(StoreError::config(format!(
+                "token counter {}: {e}",
+                path.display()
+            ))),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{BREAK_REQUEST, Dir, FileHolder, read_nofollow, stem};
+use super::dir::{Dir, read_nofollow, stem};
+use super::inspect::BREAK_REQUEST;
+use super::records::FileHolder;
 use crate::clock::Instant;
 use crate::log;
 use crate::store::{

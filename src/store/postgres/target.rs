@@ -24,8 +24,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Postgres;
+use crate::store::kind::{About, Kind, Settings, Target};
 use crate::store::secret::{Secret, read_password};
-use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target};
+use crate::store::{Boxed, Store, StoreError};
 
 /// PostgreSQL's URLs and libpq's `key=value` words.
 pub const KIND: Kind = Kind {
@@ -354,7 +355,7 @@ impl PgTarget {
 /// "the store's words" for libpq's form (which may hold one anywhere).
 fn shown_input(url: &str) -> String {
     if url.contains("://") {
-        format!("store URL '{}'", crate::store::redact(url))
+        format!("store URL '{}'", crate::store::kind::redact(url))
     } else {
         "the PostgreSQL store's settings".into()
     }

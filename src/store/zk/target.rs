@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ZooKeeper;
+use crate::store::kind::{About, Kind, Settings, Target, redact};
 use crate::store::secret::{Secret, read_password};
-use crate::store::{About, Boxed, Kind, Settings, Store, StoreError, Target, redact};
+use crate::store::{Boxed, Store, StoreError};
 
 /// ZooKeeper's URLs.
 pub const KIND: Kind = Kind {
