@@ -497,7 +497,7 @@ fn report_break(
         }
         Ok(Broken::Forced { holder, why }) => {
             let waited = match why {
-                Forced::Asked => Duration::ZERO,
+                Forced::ForceFlag => Duration::ZERO,
                 Forced::NoAnswer(waited) => waited,
             };
             broken_json(args, location, "revoked", Some(&holder), Some(waited));
@@ -526,7 +526,7 @@ fn report_break(
 /// When and how a lease was ended by force, and what may still run.
 fn forced(holder: &Holder, why: Forced) -> String {
     let when = match why {
-        Forced::Asked => "at once".to_string(),
+        Forced::ForceFlag => "at once".to_string(),
         Forced::NoAnswer(waited) => format!(
             "after waiting {} for it to let go",
             crate::clock::show(waited)

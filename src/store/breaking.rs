@@ -35,9 +35,9 @@ pub async fn break_lock(
         }
         // Known before asking: a holder that lets go at once takes its
         // lease, and what the store knew of it, with it.
-        let patience = match force {
+        let wait = match force {
             true => Duration::ZERO,
-            false => patience(store, lock, &holder).await?,
+            false => holders_ttl(store, lock, &holder).await?,
         };
         let asked = Instant::now();
         let ended = {
@@ -47,13 +47,13 @@ pub async fn break_lock(
             match force {
                 true => {
                     breaking.end().await?;
-                    Err(Forced::Asked)
+                    Err(Forced::ForceFlag)
                 }
-                false => match tokio::time::timeout(patience, breaking.ended()).await {
+                false => match tokio::time::timeout(wait, breaking.ended()).await {
                     Ok(ended) => Ok(ended.map(|()| asked.elapsed())?),
                     Err(_) => {
                         breaking.end().await?;
-                        Err(Forced::NoAnswer(patience))
+                        Err(Forced::NoAnswer(wait))
                     }
                 },
             }
@@ -70,7 +70,11 @@ pub async fn break_lock(
 
 /// How long `holder` may take to let go: by then its command is dead
 /// whether or not it answers.
-async fn patience(store: &dyn Store, lock: &str, holder: &Holder) -> Result<Duration, StoreError> {
+async fn holders_ttl(
+    store: &dyn Store,
+    lock: &str,
+    holder: &Holder,
+) -> Result<Duration, StoreError> {
     if let Some(ms) = holder.record.as_ref().and_then(|r| r.ttl_ms) {
         return Ok(Duration::from_millis(ms));
     }

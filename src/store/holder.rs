@@ -365,7 +365,7 @@ pub enum Broken {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forced {
     /// `--force`.
-    Asked,
+    ForceFlag,
     /// The holder did not let go within this long (it is not elect, or it
     /// does not answer); by then its lease could have expired anyway.
     NoAnswer(Duration),

@@ -73,7 +73,7 @@ use super::sentinel::Sentinel;
 use crate::clock::Instant;
 use crate::release::status_arg;
 use machine::{Action, End, Event, Rules, State};
-use orders::{Lock, orders_in, read_latest_orders, wait_for_the_lock};
+use orders::{HandedOver, orders_in, read_latest_orders, wait_for_the_lock};
 use terminal::Terminal;
 
 /// The hidden first argument that turns elect into its guard.
@@ -235,7 +235,7 @@ fn retitle() {
 struct Guard {
     socket: UnixStream,
     /// The lock: its descriptors live as long as we do.
-    lock: Lock,
+    lock: HandedOver,
     inbox: Vec<u8>,
     child: Pid,
     /// The command's process group: the sentinel's pid.
@@ -275,7 +275,7 @@ impl Guard {
     fn start(
         mut socket: UnixStream,
         orders: Orders,
-        lock: Lock,
+        lock: HandedOver,
         launch: std::io::Result<Launch>,
         sentinel: nix::Result<Sentinel>,
         elect: Pid,
@@ -642,7 +642,7 @@ impl Guard {
 /// deadline minus the grace) had passed by the moment of its exec.
 fn start_command(
     orders: &Orders,
-    lock: &Lock,
+    lock: &HandedOver,
     stop_at: Instant,
     interactive: bool,
     launch: std::io::Result<Launch>,

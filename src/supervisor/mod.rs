@@ -88,7 +88,7 @@ impl Preparing {
                     .map_err(|e| SpawnError::Guard(e.into()))?;
                 Ok(Prepared {
                     socket: UnixStream::from_std(socket).map_err(SpawnError::Guard)?,
-                    guard: Guard::Forked {
+                    guard: GuardProcess::Forked {
                         pid,
                         exited,
                         status: None,
@@ -111,7 +111,7 @@ pub struct Forked {
 }
 
 /// The guard's process.
-enum Guard {
+enum GuardProcess {
     Spawned(Child),
     /// Not tokio's child: waited for through its pidfd, which turns
     /// readable when the guard exits.
@@ -122,11 +122,11 @@ enum Guard {
     },
 }
 
-impl Guard {
+impl GuardProcess {
     async fn wait(&mut self) -> io::Result<ExitStatus> {
         let (pid, exited, status) = match self {
-            Guard::Spawned(child) => return child.wait().await,
-            Guard::Forked {
+            GuardProcess::Spawned(child) => return child.wait().await,
+            GuardProcess::Forked {
                 pid,
                 exited,
                 status,
@@ -196,7 +196,7 @@ impl std::fmt::Display for SpawnError {
 pub struct Supervisor {
     socket: UnixStream,
     inbox: Vec<u8>,
-    guard: Guard,
+    guard: GuardProcess,
     pid: i32,
     group: i32,
 }
@@ -206,7 +206,7 @@ pub struct Supervisor {
 /// is given the token. Dropped unused, it exits without starting anything.
 pub struct Prepared {
     socket: UnixStream,
-    guard: Guard,
+    guard: GuardProcess,
 }
 
 impl Supervisor {
@@ -326,7 +326,7 @@ impl Supervisor {
         let socket = UnixStream::from_std(ours).map_err(SpawnError::Guard)?;
         Ok(Prepared {
             socket,
-            guard: Guard::Spawned(guard),
+            guard: GuardProcess::Spawned(guard),
         })
     }
 }

@@ -17,7 +17,7 @@ use crate::clock::Instant;
 use crate::supervisor::protocol::{MAX_HELD, Message, SIZE};
 
 /// The lock, as elect hands it over.
-pub(super) struct Lock {
+pub(super) struct HandedOver {
     /// As of the handover; renewals move it on in the guard's
     /// [`State`](super::machine::State).
     pub(super) deadline: Instant,
@@ -37,7 +37,7 @@ pub(super) struct Lock {
 /// Read elect's orders until it says the lock is ours: the deadline, then
 /// the token with the descriptors that hold the lock. `None` if elect
 /// closes the socket first.
-pub(super) fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
+pub(super) fn wait_for_the_lock(socket: &UnixStream) -> Option<HandedOver> {
     let mut deadline = None;
     let mut release_order = None;
     let mut env = Vec::new();
@@ -53,7 +53,7 @@ pub(super) fn wait_for_the_lock(socket: &UnixStream) -> Option<Lock> {
             Message::Order(len) => release_order = Some(bytes(len)?),
             Message::Env(len) => env = bytes(len)?,
             Message::Token(token) => {
-                return Some(Lock {
+                return Some(HandedOver {
                     deadline: deadline?,
                     token,
                     held,
