@@ -176,6 +176,61 @@ fn signals_are_forwarded_and_exit_codes_pass_through<S: StoreUnderTest>() {
     assert_eq!(out.status.code(), Some(7));
 }
 
+/// A stop from outside (systemd's or a container runtime's SIGTERM) is
+/// bounded by --grace: a command that ignores it is SIGKILLed, the lock
+/// passes once its group is gone, and elect dies by the SIGTERM it was
+/// given, as a stop it was asked for.
+fn a_stop_from_outside_is_bounded_by_the_grace<S: StoreUnderTest>() {
+    let store = S::start("bounded-stop");
+    let dir = TempDir::new(&format!("{}-bounded-stop", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let grace = ["--grace", "1s"];
+    let mut a = Running::spawn(elect_run(
+        &store.url(),
+        "stop",
+        &grace,
+        &ticks.script("A", true),
+    ));
+    let group: i32 = a.expect_line("pgid", 10 * SECOND).parse().unwrap();
+    ticks.first("A", 10 * SECOND);
+    let b = Running::spawn(elect_run(
+        &store.url(),
+        "stop",
+        &grace,
+        &ticks.script("B", false),
+    ));
+    wait_contenders(&store, "stop", 2);
+    let told = Instant::now();
+    a.signal(libc::SIGTERM);
+    let status = a.wait(10 * SECOND);
+    let ended = told.elapsed();
+    let b_first = ticks.first("B", 10 * SECOND);
+    let overlap = ticks.overlap_ms("A", group, "B");
+    eprintln!(
+        "{}: SIGTERM to elect, whose command ignores it, --grace 1s: elect ended {} ms after, \
+         {status:?}; overlap with the next holder {overlap:.1} ms",
+        S::NAME,
+        ended.as_millis()
+    );
+    assert!(b_first > 0);
+    assert!(
+        ended < Duration::from_millis(2500),
+        "the stop took {ended:?}"
+    );
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{:?}", a.stderr_seen);
+    assert!(!group_alive(group), "the command's group outlived the stop");
+    assert!(overlap < 0.0, "A's command ran {overlap:.1} ms beside B's");
+    a.drain_stderr();
+    assert!(
+        a.stderr_seen
+            .iter()
+            .any(|l| l.contains("did not end within --grace 1s of SIGTERM")),
+        "{:?}",
+        a.stderr_seen
+    );
+    b.signal(libc::SIGTERM);
+}
+
 fn a_child_killed_by_a_signal_kills_elect_by_the_same_signal<S: StoreUnderTest>() {
     let store = S::start("killed");
     let mut holder = Running::spawn(elect_run(
@@ -2145,6 +2200,7 @@ macro_rules! stores {
             tokens_rise_across_holders_and_processes,
             a_busy_lock_exits_75_or_the_busy_exit_code,
             signals_are_forwarded_and_exit_codes_pass_through,
+            a_stop_from_outside_is_bounded_by_the_grace,
             a_child_killed_by_a_signal_kills_elect_by_the_same_signal,
             a_clean_exit_hands_over_in_milliseconds,
             sigkill_of_elect_leaves_no_orphans_and_the_next_holder_proceeds,

@@ -38,6 +38,11 @@ struct Watch {
     lost: bool,
     /// A TERM, INT, HUP or QUIT was passed on: never rejoin after that.
     told_to_stop: bool,
+    /// When the command, told to stop so, must have ended: the first such
+    /// signal's arrival plus `--grace`. Then its group is SIGKILLed.
+    stop_by: Option<(Instant, Signal)>,
+    /// That SIGKILL was asked for.
+    stop_enforced: bool,
     /// When the guard must have killed the command, if sooner than the
     /// deadline: the end of the grace elect gave it on a loss.
     kill_by: Option<Instant>,
@@ -152,7 +157,31 @@ impl Job {
                     self.lose(&mut watch, "no renewal was confirmed in time", Duration::ZERO);
                     child.kill_now();
                 },
-                sig = signals.any() => pass_on(&mut child, &mut watch, sig).await,
+                sig = signals.any() => {
+                    pass_on(&mut child, &mut watch, sig).await;
+                    if Signals::is_terminating(sig) && watch.stop_by.is_none() {
+                        watch.stop_by = Some((Instant::now() + self.timing.grace(), sig));
+                    }
+                },
+                // A stop from outside (systemd's, a container runtime's) is
+                // bounded by --grace, as a lost lease is: a command that
+                // ignores it is killed, and the lock released once its group
+                // is gone, before the caller's own SIGKILL could take elect
+                // and leave the lock to expire.
+                () = sleep_until(watch.stop_by.map_or(NEVER, |(at, _)| at)),
+                    if watch.stop_by.is_some() && !watch.stop_enforced =>
+                {
+                    watch.stop_enforced = true;
+                    if let Some((_, sig)) = watch.stop_by {
+                        log::notice(format_args!(
+                            "the command did not end within --grace {} of {sig}; killing its process group",
+                            show(self.timing.grace())
+                        ));
+                    }
+                    child.stop(Duration::ZERO).await;
+                    // And from here, should the guard be stopped.
+                    child.kill_now();
+                },
                 () = &mut noting, if !noted => noted = true,
                 () = drive(trimming) => {}
             }
@@ -180,6 +209,20 @@ impl Job {
                 show(started.elapsed())
             ),
         );
+        // A command killed because it outlived --grace after a stop from
+        // outside ends elect by the signal that asked for the stop, as a
+        // command that obeyed it would have: a stop the caller asked for.
+        let ending = match (watch.stop_enforced, watch.stop_by, ending) {
+            (true, Some((_, sig)), Ending::Killed(Signal::SIGKILL)) => {
+                if !watch.lost {
+                    tenure.outcome = Ended::Killed;
+                    tenure.signal = Some(Signal::SIGKILL as i32);
+                    tenure.why = Some(format!("it did not end within --grace of {sig}"));
+                }
+                Ending::Killed(sig)
+            }
+            (_, _, ending) => ending,
+        };
         let end = match (watch.lost, watch.told_to_stop) {
             (true, _) => TurnEnd::Lost,
             (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
