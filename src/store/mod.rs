@@ -18,6 +18,7 @@ mod holder;
 mod observed;
 pub mod postgres;
 pub mod probe;
+mod retry;
 mod secret;
 pub use secret::Secret;
 pub mod zk;
