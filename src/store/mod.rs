@@ -21,6 +21,7 @@ pub mod probe;
 mod retry;
 mod secret;
 pub use secret::Secret;
+mod tls;
 pub mod zk;
 
 pub use api::{

@@ -20,6 +20,7 @@ use super::EtcdTarget;
 use crate::log;
 use crate::store::StoreError;
 use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 
 /// Pause between retries of a failed read or watch while waiting.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
@@ -285,6 +286,9 @@ where
                 Ok(value) => return Ok(value),
                 Err(e) => e,
             };
+            if let Some(refused) = tls_refusal(&e) {
+                return Err((Some(Why::Tls), refused.to_string()));
+            }
             let text = describe(&e);
             if let Some(why) = refusal(&e) {
                 return Err((Some(why), text));
@@ -376,8 +380,10 @@ impl Patience {
 enum Why {
     /// The user refused: its credentials, or a permission it lacks.
     Denied,
-    /// Refused otherwise (a certificate, bad input): retrying would not help.
+    /// Refused otherwise (bad input): retrying would not help.
     Refused,
+    /// The TLS handshake was refused (as every store says it: `text`).
+    Tls,
     /// Nothing listens at any endpoint.
     NothingListens,
     /// No answer within the patience.
@@ -433,6 +439,7 @@ impl From<Failed> for StoreError {
             Why::Denied | Why::Refused => {
                 format!("{shown} refused the request: {f}{}", f.users_hint())
             }
+            Why::Tls => format!("{shown}: {f}"),
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
@@ -476,11 +483,22 @@ pub(super) fn describe(e: &etcd_client::Error) -> String {
     text.replace('\n', " ")
 }
 
+/// A refused TLS handshake, from the TLS library's error under the gRPC
+/// status or transport error (etcd-client's own error names no source).
+fn tls_refusal(e: &etcd_client::Error) -> Option<tls::Refused> {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => tls::Refused::in_chain(status),
+        etcd_client::Error::TransportError(transport) => tls::Refused::in_chain(transport),
+        _ => None,
+    }
+}
+
 /// Errors that retrying will not fix, and why: the user refused (by the
 /// status code where etcd gives one, else by the words of its message:
 /// etcd answers a wrong password and a user where it has none with
-/// InvalidArgument), bad input, and certificates that do not match (a TLS
-/// failure is never retried in the clear). `None`: worth another try.
+/// InvalidArgument), and bad input. A refused TLS handshake is found
+/// before, from the TLS library's error ([`tls::Refused`]), and never
+/// retried, nor in the clear. `None`: worth another try.
 fn refusal(e: &etcd_client::Error) -> Option<Why> {
     use tonic::Code;
     let code = match e {
@@ -500,14 +518,7 @@ fn refusal(e: &etcd_client::Error) -> Option<Why> {
         || matches!(
             e,
             etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
-        )
-        || says(&[
-            "certificate",
-            "handshake",
-            "unknownissuer",
-            "invalid peer",
-            "tls",
-        ]);
+        );
     match (denied, refused) {
         (true, _) => Some(Why::Denied),
         (false, true) => Some(Why::Refused),

@@ -25,6 +25,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 use super::target::{PgTarget, RootCert, SslMode};
 use crate::store::StoreError;
 use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 
 /// A connection made on first use, and made again after it broke.
 #[derive(Clone)]
@@ -345,7 +346,9 @@ struct Failure {
     text: String,
     /// May pass if tried again: nothing listens yet, a server starting.
     passing: bool,
-    /// The user's to fix: no such database, TLS refused, bad certificate.
+    /// The TLS handshake refused, as every store says it.
+    tls: Option<tls::Refused>,
+    /// The user's to fix: no such database.
     config: bool,
     /// The user's credentials refused.
     refused: bool,
@@ -356,17 +359,21 @@ impl Failure {
         let text = describe(e);
         let code = e.code();
         let lower = text.to_ascii_lowercase();
-        let config = code == Some(&SqlState::INVALID_CATALOG_NAME)
-            || lower.contains("server does not support tls")
-            || lower.contains("certificate")
-            || lower.contains("tls")
-            || lower.contains("handshake");
+        // The TLS library's error where it is in the chain; a server that
+        // answers "no" to the SSLRequest is said only in words.
+        let tls = tls::Refused::in_chain(e).or_else(|| {
+            lower
+                .contains("server does not support tls")
+                .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
+        });
+        let config = code == Some(&SqlState::INVALID_CATALOG_NAME);
         let refused = matches!(
             code,
             Some(c) if *c == SqlState::INVALID_PASSWORD
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
         ) || lower.contains("password missing");
         let passing = !config
+            && tls.is_none()
             && !refused
             && (code.is_none()
                 || code == Some(&SqlState::CANNOT_CONNECT_NOW)
@@ -382,6 +389,7 @@ impl Failure {
         Failure {
             text,
             passing,
+            tls,
             config,
             refused,
         }
@@ -389,6 +397,9 @@ impl Failure {
 
     fn into_error(self, target: &PgTarget, within: Duration) -> StoreError {
         let shown = target.to_string();
+        if let Some(refused) = &self.tls {
+            return refused.error(&shown);
+        }
         match (self.config, self.passing) {
             (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
             (false, false) if self.refused => {

@@ -39,6 +39,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 
 use crate::log;
 use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
     Session, Store, StoreError, Versioned,
@@ -411,7 +412,9 @@ async fn connect(
     };
     let worth_retrying = |e: &ZkError| match e {
         ZkError::AuthFailed | ZkError::NoAuth => false,
-        // A certificate refused is not going to pass.
+        // A certificate refused is not going to pass. The client keeps the
+        // TLS library's error to itself (a failed handshake is a lost
+        // connection to it): only its words, where it has any, say so.
         e if e.to_string().to_ascii_lowercase().contains("certificate") => false,
         e => {
             log::verbose(format_args!("connecting to {shown}: {e}; trying again"));
@@ -444,9 +447,7 @@ async fn connect(
             "{shown} refused us: authentication failed for user {}",
             target.user.as_deref().unwrap_or("(none)")
         ))),
-        e => Err(StoreError::unavailable(format!(
-            "{shown} refused the TLS handshake: {e}"
-        ))),
+        e => Err(tls::Refused::new(tls::Why::Certificate, e.to_string()).error(&shown)),
     }
 }
 
