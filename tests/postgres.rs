@@ -460,7 +460,7 @@ fn bad_input_gets_one_line_the_right_code_and_leaves_nothing() {
             "TLS required, the server has none",
             format!("{base}?sslmode=require"),
             PASSWORD,
-            78,
+            69,
             "TLS",
         ),
         (
@@ -808,14 +808,14 @@ fn tls_is_checked_as_sslmode_says_and_client_certificates_work() {
             "verify-full, another CA",
             full("127.0.0.1", "elect"),
             vec!["--cacert".into(), path(&certs.other_ca)],
-            78,
+            69,
             "certificate",
         ),
         (
             "verify-full, a name the certificate lacks",
             full("localhost", "elect"),
             ca.clone(),
-            78,
+            69,
             "certificate",
         ),
         (

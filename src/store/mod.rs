@@ -21,8 +21,10 @@ mod kind;
 mod observed;
 pub mod postgres;
 pub mod probe;
+mod retry;
 mod secret;
 pub use secret::Secret;
+mod tls;
 pub mod zk;
 
 pub use api::{

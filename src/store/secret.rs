@@ -118,3 +118,85 @@ pub fn read_password(path: &Path) -> Result<Secret, StoreError> {
     }
     Ok(Secret(password.to_string()))
 }
+
+/// The password of `user`, looked for in one order on every store: the
+/// `--password-file`, else the store URL's, else `ELECT_PASSWORD` (as
+/// `var` reads the environment), else the store's own tools' (`own`:
+/// etcd's `ETCDCTL_USER=NAME:PASSWORD`, PostgreSQL's `PGPASSWORD` and
+/// password file, as libpq reads them; ZooKeeper's tools have none).
+/// Without a user there is no password, and a `--password-file` is a
+/// mistake. `None`: none was found, and what then is the store's to say
+/// (etcd asks on a terminal, ZooKeeper refuses, PostgreSQL lets the server
+/// say whether it wants one).
+pub fn find_password(
+    user: Option<&str>,
+    file: Option<&Path>,
+    url: Option<Secret>,
+    var: impl Fn(&str) -> Option<String>,
+    own: impl FnOnce() -> Option<Secret>,
+) -> Result<Option<Secret>, StoreError> {
+    if user.is_none() {
+        return match file {
+            Some(_) => Err(StoreError::config("--password-file needs --user")),
+            None => Ok(None),
+        };
+    }
+    if let Some(file) = file {
+        return read_password(file).map(Some);
+    }
+    let env = || var("ELECT_PASSWORD").filter(|p| !p.is_empty()).map(Secret);
+    Ok(url.or_else(env).or_else(own))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(
+        user: Option<&str>,
+        file: Option<&Path>,
+        url: Option<&str>,
+        env: Option<&str>,
+        own: Option<&str>,
+    ) -> Result<Option<String>, String> {
+        let var = |name: &str| match name {
+            "ELECT_PASSWORD" => env.map(str::to_string),
+            _ => None,
+        };
+        let url = url.map(|p| Secret(p.into()));
+        let own = || own.map(|p| Secret(p.into()));
+        find_password(user, file, url, var, own)
+            .map(|p| p.map(|p| p.0))
+            .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_password_is_found_in_one_order_on_every_store() {
+        let dir = std::env::temp_dir().join(format!("elect-password-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let u = Some("alice");
+        let all = found(u, Some(&file), Some("url"), Some("env"), Some("own"));
+        assert_eq!(all, Ok(Some("from-file".into())));
+        let no_file = found(u, None, Some("url"), Some("env"), Some("own"));
+        assert_eq!(no_file, Ok(Some("url".into())));
+        assert_eq!(
+            found(u, None, None, Some("env"), Some("own")),
+            Ok(Some("env".into()))
+        );
+        assert_eq!(
+            found(u, None, None, Some(""), Some("own")),
+            Ok(Some("own".into()))
+        );
+        assert_eq!(found(u, None, None, None, None), Ok(None));
+        // No user, no password; a file for none is a mistake.
+        assert_eq!(
+            found(None, None, Some("url"), Some("env"), Some("own")),
+            Ok(None)
+        );
+        let lost = found(None, Some(&file), None, None, None);
+        assert_eq!(lost, Err("--password-file needs --user".into()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -14,12 +14,13 @@ use etcd_client::{
     LeaseGrantOptions, LeaseGrantResponse, LeaseTimeToLiveResponse, PutResponse, TlsOptions, Txn,
     TxnOpResponse, TxnResponse,
 };
-use tokio::time::{sleep, timeout};
+use tokio::time::timeout;
 
 use super::EtcdTarget;
-use crate::clock::Instant;
 use crate::log;
 use crate::store::StoreError;
+use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 
 /// Pause between retries of a failed read or watch while waiting.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
@@ -265,57 +266,73 @@ fn unreachable_hint(tls: bool) -> &'static str {
 }
 
 /// Run `op` until it succeeds, fails in a way retrying cannot fix, or
-/// `patience` has passed. With several endpoints, a retry may reach another.
-/// An attempt that gets no answer within [`Patience::attempt`] goes again.
+/// `patience` has passed, as every store retries ([`crate::store::retry`]).
+/// With several endpoints, a retry may reach another.
 pub(super) async fn retry<T, F, Fut>(patience: &Patience, mut op: F) -> Result<T, Failed>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    let give_up = Instant::now() + patience.within;
-    let mut backoff = Duration::from_millis(25);
-    let mut last = String::from("no answer");
-    let mut probed = false;
+    // The future is spawned (the lease grant): Send.
+    let probed = AtomicBool::new(false);
+    let endpoints = &patience.endpoints;
+    // An attempt's error: why retrying would not help (`None`: it may), and
+    // what etcd said.
+    let attempt = || {
+        let answer = op();
+        let probed = &probed;
+        async move {
+            let e = match answer.await {
+                Ok(value) => return Ok(value),
+                Err(e) => e,
+            };
+            if let Some(refused) = tls_refusal(&e) {
+                return Err((Some(Why::Tls), refused.to_string()));
+            }
+            let text = describe(&e);
+            if let Some(why) = refusal(&e) {
+                return Err((Some(why), text));
+            }
+            // A refused connection is answered at once; only what can heal
+            // by itself (a timeout, a member without a leader) is worth the
+            // whole patience.
+            if text.contains("connect")
+                && !probed.swap(true, Ordering::Relaxed)
+                && nothing_listens(endpoints).await
+            {
+                let text = "nothing listens there (connection refused)".to_string();
+                return Err((Some(Why::NothingListens), text));
+            }
+            Err((None, text))
+        }
+    };
+    let worth_retrying = |(why, text): &(Option<Why>, String)| {
+        if why.is_none() {
+            log::verbose(format_args!("etcd request failed, retrying: {text}"));
+        }
+        why.is_none()
+    };
     let failed = |why, text| Failed {
         why,
         text,
         shown: patience.shown.clone(),
         within: patience.within,
     };
-    loop {
-        let left = give_up.remaining();
-        if left.is_zero() {
-            return Err(failed(Why::GaveUp, last));
-        }
-        match timeout(left.min(patience.attempt()), op()).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if let Some(why) = refusal(&e) => return Err(failed(why, describe(&e))),
-            Ok(Err(e)) => {
-                last = describe(&e);
-                // A refused connection is answered at once; only what can
-                // heal by itself (a timeout, a member without a leader) is
-                // worth the whole patience.
-                if !probed && last.contains("connect") {
-                    probed = true;
-                    if nothing_listens(&patience.endpoints).await {
-                        return Err(failed(
-                            Why::NothingListens,
-                            "nothing listens there (connection refused)".into(),
-                        ));
-                    }
-                }
-                log::verbose(format_args!("etcd request failed, retrying: {last}"));
-                sleep(backoff.min(give_up.remaining())).await;
-                backoff = (backoff * 2).min(RETRY);
-            }
-            Err(_) if !give_up.remaining().is_zero() => {
-                log::verbose(format_args!(
-                    "etcd request unanswered after {}, sending it again",
-                    crate::clock::show(patience.attempt())
-                ));
-            }
-            Err(_) => {}
-        }
+    match retry::retry(
+        "etcd request",
+        patience.within,
+        patience.attempt(),
+        attempt,
+        worth_retrying,
+    )
+    .await
+    {
+        Ok(value) => Ok(value),
+        Err(GaveUp::Refused((why, text))) => Err(failed(why.unwrap_or(Why::Refused), text)),
+        Err(GaveUp::Bound(last)) => Err(failed(
+            Why::GaveUp,
+            last.map_or_else(|| "no answer".to_string(), |(_, text)| text),
+        )),
     }
 }
 
@@ -342,13 +359,10 @@ pub(super) struct Patience {
 }
 
 impl Patience {
-    /// How long one attempt may wait for its answer: a third of the
-    /// patience, at least a second. A request that reached a member just as
-    /// its leader died is answered only after etcd's own request timeout
-    /// (5 s plus two election timeouts), long after a new leader could have
-    /// taken it; sent again, it is.
+    /// How long one attempt may wait for its answer, as on every store
+    /// ([`retry::attempt_within`]).
     pub(super) fn attempt(&self) -> Duration {
-        (self.within / 3).max(Duration::from_secs(1))
+        retry::attempt_within(self.within)
     }
 
     /// The same endpoints, with another time limit.
@@ -366,8 +380,10 @@ impl Patience {
 enum Why {
     /// The user refused: its credentials, or a permission it lacks.
     Denied,
-    /// Refused otherwise (a certificate, bad input): retrying would not help.
+    /// Refused otherwise (bad input): retrying would not help.
     Refused,
+    /// The TLS handshake was refused (as every store says it: `text`).
+    Tls,
     /// Nothing listens at any endpoint.
     NothingListens,
     /// No answer within the patience.
@@ -423,6 +439,7 @@ impl From<Failed> for StoreError {
             Why::Denied | Why::Refused => {
                 format!("{shown} refused the request: {f}{}", f.users_hint())
             }
+            Why::Tls => format!("{shown}: {f}"),
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
@@ -466,11 +483,22 @@ pub(super) fn describe(e: &etcd_client::Error) -> String {
     text.replace('\n', " ")
 }
 
+/// A refused TLS handshake, from the TLS library's error under the gRPC
+/// status or transport error (etcd-client's own error names no source).
+fn tls_refusal(e: &etcd_client::Error) -> Option<tls::Refused> {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => tls::Refused::in_chain(status),
+        etcd_client::Error::TransportError(transport) => tls::Refused::in_chain(transport),
+        _ => None,
+    }
+}
+
 /// Errors that retrying will not fix, and why: the user refused (by the
 /// status code where etcd gives one, else by the words of its message:
 /// etcd answers a wrong password and a user where it has none with
-/// InvalidArgument), bad input, and certificates that do not match (a TLS
-/// failure is never retried in the clear). `None`: worth another try.
+/// InvalidArgument), and bad input. A refused TLS handshake is found
+/// before, from the TLS library's error ([`tls::Refused`]), and never
+/// retried, nor in the clear. `None`: worth another try.
 fn refusal(e: &etcd_client::Error) -> Option<Why> {
     use tonic::Code;
     let code = match e {
@@ -490,14 +518,7 @@ fn refusal(e: &etcd_client::Error) -> Option<Why> {
         || matches!(
             e,
             etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
-        )
-        || says(&[
-            "certificate",
-            "handshake",
-            "unknownissuer",
-            "invalid peer",
-            "tls",
-        ]);
+        );
     match (denied, refused) {
         (true, _) => Some(Why::Denied),
         (false, true) => Some(Why::Refused),

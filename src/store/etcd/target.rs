@@ -1,8 +1,9 @@
 //! How to reach an etcd cluster: endpoints, TLS, and credentials.
 //!
 //! Secrets never go on a command line, where `ps` shows them to every user:
-//! a password comes from `--password-file`, `ELECT_PASSWORD`, the URL (for
-//! `ELECT_STORE` set by a service manager), or a prompt on a terminal. The
+//! a password comes from where every store finds one (`--password-file`,
+//! the URL, `ELECT_PASSWORD`; etcdctl's `ETCDCTL_USER`), else a prompt on a
+//! terminal. The
 //! target's `Display` (what `ELECT_STORE` becomes for the command) and its
 //! `Debug` never show them.
 
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Etcd;
 use crate::store::kind::{About, Kind, Settings, Target, redact};
-use crate::store::secret::{Secret, read_client_certificate, read_password, read_pem};
+use crate::store::secret::{Secret, find_password, read_client_certificate, read_pem};
 use crate::store::{Boxed, Store, StoreError};
 
 /// etcd's URLs: `etcd://` and `etcds://` (TLS), and `http://`/`https://`
@@ -195,8 +196,10 @@ impl EtcdTarget {
         Ok(())
     }
 
-    /// The user and password, from flags, `ELECT_PASSWORD`, etcdctl's
-    /// variables or a prompt; none without a user.
+    /// The user, from `--user`, the URL or etcdctl's `ETCDCTL_USER`; its
+    /// password, in the order of every store
+    /// ([`crate::store::secret::find_password`]), etcdctl's being the one in
+    /// `ETCDCTL_USER` for the user it names, else a prompt.
     fn credentials(&mut self, args: &Settings) -> Result<(), StoreError> {
         // ETCDCTL_USER is "name:password", as etcdctl reads it.
         let etcdctl_user = std::env::var("ETCDCTL_USER").ok().filter(|u| !u.is_empty());
@@ -209,25 +212,19 @@ impl EtcdTarget {
         if let Some(user) = args.user.clone() {
             self.user = Some(user);
         } else if self.user.is_none() {
-            self.user = etcdctl_name;
+            self.user = etcdctl_name.clone();
         }
-        let Some(user) = self.user.clone() else {
-            if args.password_file.is_some() {
-                return Err(StoreError::config("--password-file needs --user"));
-            }
-            return Ok(());
-        };
-        if let Some(file) = &args.password_file {
-            self.password = Some(read_password(file)?);
-        } else if self.password.is_none() {
-            let env = std::env::var("ELECT_PASSWORD")
-                .ok()
-                .filter(|p| !p.is_empty())
-                .map(Secret);
-            self.password = env.or(etcdctl_password);
-        }
-        if self.password.is_none() {
-            self.password = Some(prompt(&user)?);
+        let user = self.user.clone();
+        let etcdctl = || etcdctl_password.filter(|_| etcdctl_name == user);
+        self.password = find_password(
+            user.as_deref(),
+            args.password_file.as_deref(),
+            self.password.take(),
+            |name| std::env::var(name).ok(),
+            etcdctl,
+        )?;
+        if let (Some(user), None) = (&self.user, &self.password) {
+            self.password = Some(prompt(user)?);
         }
         Ok(())
     }

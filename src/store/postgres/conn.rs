@@ -23,8 +23,9 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 
 use super::target::{PgTarget, RootCert, SslMode};
-use crate::clock::Instant;
 use crate::store::StoreError;
+use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 
 /// A connection made on first use, and made again after it broke.
 #[derive(Clone)]
@@ -77,35 +78,41 @@ impl Link {
 }
 
 /// Connect to `target`, retrying what may pass (nothing listens yet, a
-/// server starting up) until `within` has passed. Notifications go to
-/// `notify`, if given.
+/// server starting up) until `within` has passed, as every store retries
+/// ([`crate::store::retry`]). Notifications go to `notify`, if given.
 pub async fn connect(
     target: &PgTarget,
     within: Duration,
     notify: Option<broadcast::Sender<String>>,
 ) -> Result<Client, StoreError> {
-    let give_up = Instant::now() + within;
     let config = config(target, within);
     let tls = match tls_wanted(target) {
         true => Some(tls_connector(target)?),
         false => None,
     };
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        let attempt = match &tls {
-            Some(tls) => drive(&config, tls.clone(), notify.clone()).await,
-            None => drive(&config, NoTls, notify.clone()).await,
-        };
-        let error = match attempt {
-            Ok(client) => return Ok(client),
-            Err(e) => e,
-        };
-        let failure = Failure::of(&error, target);
-        if !failure.passing || give_up.remaining().is_zero() {
-            return Err(failure.into_error(target, within));
+    let attempt = || {
+        let (config, tls, notify) = (&config, tls.clone(), notify.clone());
+        async move {
+            let connected = match tls {
+                Some(tls) => drive(config, tls, notify).await,
+                None => drive(config, NoTls, notify).await,
+            };
+            connected.map_err(|e| Failure::of(&e, target))
         }
-        tokio::time::sleep(backoff.min(give_up.remaining())).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+    };
+    let passing = |failure: &Failure| failure.passing;
+    // One attempt tries the URL's hosts one after the other, each for the
+    // connect_timeout above: cut short, it would never reach the later ones.
+    let each = within;
+    match retry::retry("connecting to PostgreSQL", within, each, attempt, passing).await {
+        Ok(client) => Ok(client),
+        Err(GaveUp::Refused(failure) | GaveUp::Bound(Some(failure))) => {
+            Err(failure.into_error(target, within))
+        }
+        Err(GaveUp::Bound(None)) => Err(StoreError::unavailable(format!(
+            "cannot reach {target} within {}: no answer",
+            crate::clock::show(within)
+        ))),
     }
 }
 
@@ -339,7 +346,9 @@ struct Failure {
     text: String,
     /// May pass if tried again: nothing listens yet, a server starting.
     passing: bool,
-    /// The user's to fix: no such database, TLS refused, bad certificate.
+    /// The TLS handshake refused, as every store says it.
+    tls: Option<tls::Refused>,
+    /// The user's to fix: no such database.
     config: bool,
     /// The user's credentials refused.
     refused: bool,
@@ -350,17 +359,21 @@ impl Failure {
         let text = describe(e);
         let code = e.code();
         let lower = text.to_ascii_lowercase();
-        let config = code == Some(&SqlState::INVALID_CATALOG_NAME)
-            || lower.contains("server does not support tls")
-            || lower.contains("certificate")
-            || lower.contains("tls")
-            || lower.contains("handshake");
+        // The TLS library's error where it is in the chain; a server that
+        // answers "no" to the SSLRequest is said only in words.
+        let tls = tls::Refused::in_chain(e).or_else(|| {
+            lower
+                .contains("server does not support tls")
+                .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
+        });
+        let config = code == Some(&SqlState::INVALID_CATALOG_NAME);
         let refused = matches!(
             code,
             Some(c) if *c == SqlState::INVALID_PASSWORD
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
         ) || lower.contains("password missing");
         let passing = !config
+            && tls.is_none()
             && !refused
             && (code.is_none()
                 || code == Some(&SqlState::CANNOT_CONNECT_NOW)
@@ -376,6 +389,7 @@ impl Failure {
         Failure {
             text,
             passing,
+            tls,
             config,
             refused,
         }
@@ -383,6 +397,9 @@ impl Failure {
 
     fn into_error(self, target: &PgTarget, within: Duration) -> StoreError {
         let shown = target.to_string();
+        if let Some(refused) = &self.tls {
+            return refused.error(&shown);
+        }
         match (self.config, self.passing) {
             (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
             (false, false) if self.refused => {

@@ -32,6 +32,7 @@ use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::observed::Observed;
+use crate::store::retry::{self, Backoff};
 use crate::store::{
     Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
     Turn,
@@ -341,13 +342,14 @@ impl PgLock<'_> {
     async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
         let store = self.store();
         // A statement that hangs on a dead connection is given up and
-        // tried on a new one: a retry of an acquisition is safe.
-        let patience = (self.session.shared.ttl / 3).max(Duration::from_secs(1));
+        // tried on a new one: a retry of an acquisition is safe. A third of
+        // the TTL, at least a second, as every store's attempts.
+        let patience = retry::attempt_within(self.session.shared.ttl);
         let mut notices: Option<broadcast::Receiver<String>> = None;
         let mut listening: Option<Boxed<'_, Option<broadcast::Receiver<String>>>> = None;
         let mut set_up = false;
         let mut read_only_once = false;
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::STORE;
         loop {
             let left = match tokio::time::timeout(patience, self.attempt()).await {
                 // The statement that answered sets the row's expiry, also
@@ -387,8 +389,7 @@ impl PgLock<'_> {
                     };
                     log::verbose(format_args!("could not try for lock {}: {why}", self.lock));
                     store.link.reset();
-                    self.pause(backoff, until).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    self.pause(backoff.pause(), until).await;
                     if until.is_some_and(|at| at.remaining().is_zero()) {
                         return Ok(Turn::Busy);
                     }
@@ -403,7 +404,7 @@ impl PgLock<'_> {
                     continue;
                 }
             };
-            backoff = Duration::from_millis(50);
+            backoff.reset();
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
             }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Postgres;
 use crate::store::kind::{About, Kind, Settings, Target};
-use crate::store::secret::{Secret, read_password};
+use crate::store::secret::{Secret, find_password};
 use crate::store::{Boxed, Store, StoreError};
 
 /// PostgreSQL's URLs and libpq's `key=value` words.
@@ -309,20 +309,10 @@ impl PgTarget {
             Some(other) => return Err(format!("listen must be on or off, not '{other}'")),
         };
 
-        let password = match &settings.password_file {
-            Some(file) => Some(read_password(file).map_err(|e| e.message)?),
-            None => match words.get("password") {
-                Some(pw) => Some(Secret(pw.clone())),
-                None => env
-                    .var("ELECT_PASSWORD")
-                    .or_else(|| env.var("PGPASSWORD"))
-                    .map(Secret),
-            },
-        };
         let mut target = PgTarget {
             servers,
             user,
-            password,
+            password: None,
             dbname,
             sslmode,
             root_cert,
@@ -333,15 +323,28 @@ impl PgTarget {
             listen,
             read_write,
         };
-        if target.password.is_none() {
-            let file = match get("passfile") {
-                Some(file) => Some(PathBuf::from(file)),
-                None => env.home().map(|h| h.join(".pgpass")),
-            };
-            if let Some(file) = file {
-                target.password = passfile_lookup(&file, &target).map(Secret);
-            }
-        }
+        // In the order of every store; libpq's own are PGPASSWORD, then
+        // the password file.
+        let passfile = match get("passfile") {
+            Some(file) => Some(PathBuf::from(file)),
+            None => env.home().map(|h| h.join(".pgpass")),
+        };
+        let libpq = || {
+            env.var("PGPASSWORD").map(Secret).or_else(|| {
+                passfile
+                    .and_then(|file| passfile_lookup(&file, &target))
+                    .map(Secret)
+            })
+        };
+        let password = find_password(
+            Some(&target.user),
+            settings.password_file.as_deref(),
+            words.get("password").cloned().map(Secret),
+            |name| env.var(name),
+            libpq,
+        )
+        .map_err(|e| e.message)?;
+        target.password = password;
         Ok(target)
     }
 

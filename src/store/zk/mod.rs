@@ -37,8 +37,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
 
-use crate::clock::Instant;
 use crate::log;
+use crate::store::retry::{self, GaveUp};
+use crate::store::tls;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
     Session, Store, StoreError, Versioned,
@@ -388,7 +389,8 @@ impl Breaking for ZkBreaking {
     }
 }
 
-/// Connect a session of `timeout` to `target`, trying for `within`.
+/// Connect a session of `timeout` to `target`, trying for `within`, as
+/// every store retries ([`crate::store::retry`]).
 async fn connect(
     target: &ZkTarget,
     timeout: Duration,
@@ -396,58 +398,56 @@ async fn connect(
 ) -> Result<Client, StoreError> {
     // An attempt may hang (a connection reset in the handshake is not
     // always noticed by the client): several attempts fit in `within`.
-    let attempt_within = (within / 4).max(Duration::from_millis(500));
-    let connector = connector(target, timeout, attempt_within.min(timeout))?;
-    let give_up = Instant::now() + within;
+    let each = retry::attempt_within(within);
+    let connector = connector(target, timeout, each.min(timeout))?;
     let shown = target.to_string();
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let patience = give_up.remaining().min(attempt_within);
-        let attempt = tokio::time::timeout(patience.max(Duration::from_millis(100)), async {
-            let connector = connector.clone();
+    let attempt = || {
+        let connector = connector.clone();
+        async move {
             match target.tls.is_some() {
                 true => connector.secure_connect(&target.connect_string()).await,
                 false => connector.connect(&target.connect_string()).await,
             }
-        })
-        .await;
-        let error = match attempt {
-            Ok(Ok(client)) => return chrooted(client, target).await,
-            Ok(Err(e)) => e,
-            Err(_) => ZkError::Timeout,
-        };
-        match error {
-            ZkError::AuthFailed | ZkError::NoAuth => {
-                return Err(StoreError::denied(format!(
-                    "{shown} refused us: authentication failed for user {}",
-                    target.user.as_deref().unwrap_or("(none)")
-                )));
-            }
-            // A certificate refused is not going to pass.
-            e if e.to_string().to_ascii_lowercase().contains("certificate") => {
-                return Err(StoreError::unavailable(format!(
-                    "{shown} refused the TLS handshake: {e}"
-                )));
-            }
-            e if give_up.remaining().is_zero() => {
-                // A TLS handshake that fails says nothing: the client only
-                // tries again.
-                let hint = match target.tls {
-                    Some(_) => {
-                        "is ZooKeeper serving TLS there, with a certificate that --cacert \
-                                signed, and does it accept this client certificate (--cert, --key)?"
-                    }
-                    None => "is ZooKeeper running there? (--store, ELECT_STORE)",
-                };
-                return Err(StoreError::unavailable(format!(
-                    "cannot reach {shown} within {}: {e}; {hint}",
-                    crate::clock::show(within)
-                )));
-            }
-            e => log::verbose(format_args!("connecting to {shown}: {e}; trying again")),
         }
-        tokio::time::sleep(backoff.min(give_up.remaining())).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+    };
+    let worth_retrying = |e: &ZkError| match e {
+        ZkError::AuthFailed | ZkError::NoAuth => false,
+        // A certificate refused is not going to pass. The client keeps the
+        // TLS library's error to itself (a failed handshake is a lost
+        // connection to it): only its words, where it has any, say so.
+        e if e.to_string().to_ascii_lowercase().contains("certificate") => false,
+        e => {
+            log::verbose(format_args!("connecting to {shown}: {e}; trying again"));
+            true
+        }
+    };
+    let what = format!("connecting to {shown}");
+    let error = match retry::retry(&what, within, each, attempt, worth_retrying).await {
+        Ok(client) => return chrooted(client, target).await,
+        Err(GaveUp::Refused(e)) => e,
+        Err(GaveUp::Bound(last)) => {
+            // A TLS handshake that fails says nothing: the client only
+            // tries again.
+            let hint = match target.tls {
+                Some(_) => {
+                    "is ZooKeeper serving TLS there, with a certificate that --cacert \
+                            signed, and does it accept this client certificate (--cert, --key)?"
+                }
+                None => "is ZooKeeper running there? (--store, ELECT_STORE)",
+            };
+            return Err(StoreError::unavailable(format!(
+                "cannot reach {shown} within {}: {}; {hint}",
+                crate::clock::show(within),
+                last.unwrap_or(ZkError::Timeout)
+            )));
+        }
+    };
+    match error {
+        ZkError::AuthFailed | ZkError::NoAuth => Err(StoreError::denied(format!(
+            "{shown} refused us: authentication failed for user {}",
+            target.user.as_deref().unwrap_or("(none)")
+        ))),
+        e => Err(tls::Refused::new(tls::Why::Certificate, e.to_string()).error(&shown)),
     }
 }
 

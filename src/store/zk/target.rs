@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ZooKeeper;
 use crate::store::kind::{About, Kind, Settings, Target, redact};
-use crate::store::secret::{Secret, read_password};
+use crate::store::secret::{Secret, find_password};
 use crate::store::{Boxed, Store, StoreError};
 
 /// ZooKeeper's URLs.
@@ -175,17 +175,15 @@ impl ZkTarget {
             Some(None) => (userinfo.map(str::to_string), None),
         };
         let user = settings.user.clone().or(url_user);
-        let password = match (&user, &settings.password_file) {
-            (None, Some(_)) => return Err("--password-file needs --user".into()),
-            (_, Some(file)) => Some(read_password(file).map_err(|e| e.message)?),
-            (Some(_), None) => url_password.or_else(|| {
-                std::env::var("ELECT_PASSWORD")
-                    .ok()
-                    .filter(|p| !p.is_empty())
-                    .map(Secret)
-            }),
-            (None, None) => None,
-        };
+        // In the order of every store; ZooKeeper's own tools have none.
+        let password = find_password(
+            user.as_deref(),
+            settings.password_file.as_deref(),
+            url_password,
+            |name| std::env::var(name).ok(),
+            || None,
+        )
+        .map_err(|e| e.message)?;
         if let (Some(user), None) = (&user, &password) {
             return Err(format!(
                 "ZooKeeper user {user} needs a password: give --password-file or ELECT_PASSWORD"

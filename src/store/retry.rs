@@ -1,0 +1,233 @@
+//! Trying a store again, alike on every store: a request that failed in a
+//! way that may pass (nothing listens yet, a member without a leader, a
+//! server starting up) is sent again after a pause that doubles, until it
+//! is answered, refused, or the caller's bound has passed; and each attempt
+//! has a bound of its own, so that one that hangs (a connection that died
+//! silently, a request caught in a leader change) is sent again instead of
+//! using up the whole bound.
+//!
+//! What is worth another try is each store's to say (its client's errors);
+//! how often and how long is said here, once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::clock::{Instant, sleep_until};
+use crate::log;
+
+/// The pause after a failed attempt: `first`, then twice as long each time,
+/// up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// The pauses of every store: short at first, since most failures
+    /// worth a retry pass within milliseconds (a server that is starting,
+    /// a member that just lost its leader, a connection reset), and at most
+    /// half a second, so that a store back after an outage is found within
+    /// that, and one that stays away is asked at most twice a second.
+    pub const STORE: Backoff = Backoff::new(Duration::from_millis(25), Duration::from_millis(500));
+
+    pub const fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    /// The pause to take now; the next one is twice as long, up to the most.
+    pub fn pause(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+
+    /// After an attempt that got somewhere: the next pause is the first again.
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
+/// How long one attempt may wait for its answer within `bound`: a third of
+/// it, at least a second ([`retry`] gives none beyond the bound). Three attempts fit,
+/// so one that hangs leaves time for two more; a second leaves a
+/// round trip and a TLS handshake on a busy machine time to finish. A
+/// request that reached an etcd member just as its leader died is answered
+/// only after etcd's own request timeout (5 s plus two election timeouts),
+/// long after a new leader could have taken it; sent again, it is.
+pub fn attempt_within(bound: Duration) -> Duration {
+    (bound / 3).max(Duration::from_secs(1))
+}
+
+/// How a retried operation ended without an answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GaveUp<E> {
+    /// An attempt failed in a way another try would not fix: its error.
+    Refused(E),
+    /// The bound passed; the error of the last attempt that failed with
+    /// one (`None`: every attempt went unanswered).
+    Bound(Option<E>),
+}
+
+/// Run `op` until it succeeds, fails with an error that `worth_retrying`
+/// says no to, or `bound` has passed. Each attempt is given `attempt` at
+/// most (no more than what is left of the bound; [`attempt_within`] unless
+/// the store says why not); one that fails is tried again after a
+/// [`Backoff::STORE`] pause, one that goes unanswered at once. `what` names
+/// the request in the verbose log.
+pub async fn retry<T, E, F, Fut>(
+    what: &str,
+    bound: Duration,
+    attempt: Duration,
+    mut op: F,
+    mut worth_retrying: impl FnMut(&E) -> bool,
+) -> Result<T, GaveUp<E>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let give_up = Instant::now() + bound;
+    let mut backoff = Backoff::STORE;
+    let mut last = None;
+    loop {
+        let left = give_up.remaining();
+        if left.is_zero() {
+            return Err(GaveUp::Bound(last));
+        }
+        match tokio::time::timeout(left.min(attempt), op()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if !worth_retrying(&e) => return Err(GaveUp::Refused(e)),
+            Ok(Err(e)) => {
+                last = Some(e);
+                let pause = Instant::now() + backoff.pause();
+                sleep_until(pause.min(give_up)).await;
+            }
+            Err(_) if !give_up.remaining().is_zero() => {
+                log::verbose(format_args!(
+                    "{what} unanswered after {}, sending it again",
+                    crate::clock::show(attempt)
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_pause_doubles_up_to_its_most_and_starts_again_after_a_reset() {
+        let mut b = Backoff::STORE;
+        let pauses: Vec<u128> = (0..7).map(|_| b.pause().as_millis()).collect();
+        assert_eq!(pauses, [25, 50, 100, 200, 400, 500, 500]);
+        b.reset();
+        assert_eq!(b.pause(), 25 * MS);
+    }
+
+    #[test]
+    fn an_attempt_gets_a_third_of_the_bound_at_least_a_second() {
+        assert_eq!(attempt_within(Duration::from_secs(10)), 10_000 * MS / 3);
+        assert_eq!(
+            attempt_within(Duration::from_secs(2)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(attempt_within(300 * MS), Duration::from_secs(1));
+    }
+
+    /// What the retry of these answers returned, and when each attempt
+    /// started (ms).
+    async fn run(
+        bound: Duration,
+        answers: Vec<Result<u32, &'static str>>,
+        worth: fn(&&'static str) -> bool,
+    ) -> (Result<u32, GaveUp<&'static str>>, Vec<u128>) {
+        let started = Instant::now();
+        let at = RefCell::new(Vec::new());
+        let answers = RefCell::new(answers.into_iter());
+        let got = retry(
+            "test",
+            bound,
+            attempt_within(bound),
+            || {
+                at.borrow_mut()
+                    .push(Instant::now().since(started).as_millis());
+                let next = answers.borrow_mut().next();
+                async move {
+                    match next {
+                        Some(answer) => answer,
+                        // Out of answers: hang, as a dead connection does.
+                        None => std::future::pending().await,
+                    }
+                }
+            },
+            worth,
+        )
+        .await;
+        (got, at.into_inner())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_that_may_pass_is_tried_again_after_each_pause() {
+        let (got, at) = run(
+            Duration::from_secs(10),
+            vec![Err("busy"), Err("busy"), Err("busy"), Ok(7)],
+            |_| true,
+        )
+        .await;
+        assert_eq!(got, Ok(7));
+        assert_eq!(at, [0, 25, 75, 175]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_is_returned_at_once() {
+        let (got, at) = run(
+            Duration::from_secs(10),
+            vec![Err("busy"), Err("no"), Ok(7)],
+            |e| *e != "no",
+        )
+        .await;
+        assert_eq!(got, Err(GaveUp::Refused("no")));
+        assert_eq!(at, [0, 25]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_that_hangs_is_sent_again_and_the_bound_is_kept() {
+        // The first fails, the rest hang: each hung attempt is given a
+        // third of the bound, then sent again at once; the last ends at the
+        // bound, with the last error seen.
+        let started = Instant::now();
+        let (got, at) = run(Duration::from_secs(6), vec![Err("busy")], |_| true).await;
+        assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
+        assert_eq!(at, [0, 25, 2025, 4025]);
+        assert_eq!(Instant::now().since(started), Duration::from_secs(6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_until_the_bound_give_up_at_the_bound_with_the_last_error() {
+        let started = Instant::now();
+        let answers = (0..100).map(|_| Err("busy")).collect();
+        let (got, at) = run(Duration::from_secs(2), answers, |_| true).await;
+        assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
+        assert_eq!(Instant::now().since(started), Duration::from_secs(2));
+        // 25, 50, 100, 200, 400 ms, then every 500 ms.
+        assert_eq!(at, [0, 25, 75, 175, 375, 775, 1275, 1775]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unanswered_until_the_bound_is_no_error_of_its_own() {
+        let (got, at) = run(Duration::from_millis(300), vec![], |_| true).await;
+        assert_eq!(got, Err(GaveUp::Bound(None)));
+        assert_eq!(at, [0]);
+    }
+}
