@@ -354,6 +354,21 @@ impl From<StoreError> for crate::exit::Failure {
     }
 }
 
+/// `text`, then each cause of `e` that it does not already say, on one
+/// line: clients' transport errors say what went wrong only in their
+/// sources.
+pub fn with_causes(mut text: String, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

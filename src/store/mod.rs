@@ -29,7 +29,7 @@ pub mod zk;
 
 pub use api::{
     Boxed, Breaking, ErrorKind, Fence, Lock, Loss, Renewal, Renewer, Session, Store, StoreError,
-    Turn, Versioned, first_turn,
+    Turn, Versioned, first_turn, with_causes,
 };
 pub use holder::{
     Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, HISTORY, Holder,

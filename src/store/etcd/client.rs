@@ -466,21 +466,12 @@ impl fmt::Display for Failed {
 
 /// One line for an etcd-client error.
 pub(super) fn describe(e: &etcd_client::Error) -> String {
-    let mut text = match e {
+    let text = match e {
         etcd_client::Error::GRpcStatus(s) if !s.message().is_empty() => s.message().to_string(),
         etcd_client::Error::GRpcStatus(s) => format!("{:?}", s.code()),
         other => other.to_string(),
     };
-    // Transport errors say what went wrong only in their sources.
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = cause.source();
-    }
-    text.replace('\n', " ")
+    crate::store::with_causes(text, e)
 }
 
 /// A refused TLS handshake, from the TLS library's error under the gRPC

@@ -421,16 +421,7 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return db.message().replace('\n', " ");
     }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = cause.source();
-    }
-    text.replace('\n', " ")
+    crate::store::with_causes(e.to_string(), e)
 }
 
 /// Whether a failed statement is worth trying again on a new connection.
