@@ -576,7 +576,7 @@ _elect_clap() {
             return 0
             ;;
         elect__subcmd__run)
-            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --once-per --slot --done-exit-code --metrics-file --on-end --history --rejoin --subreaper --identity --help --version"
+            opts="-q -v -l -w -n -h -V --quiet --verbose --log-format --lock --shards --prefer-shard --store --connect-timeout --cacert --cert --key --user --password-file --ttl --wait --no-wait --grace --signal --busy-exit-code --lost-exit-code --once-per --slot --done-exit-code --metrics-file --listen --on-end --history --rejoin --subreaper --identity --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -683,6 +683,10 @@ _elect_clap() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
                     fi
+                    return 0
+                    ;;
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --on-end)

@@ -724,6 +724,18 @@ pub struct RunArgs {
     )]
     pub metrics_file: Option<std::path::PathBuf>,
 
+    /// Serve /readyz (200 while this elect holds the lock), /livez and /metrics (Prometheus)
+    /// over HTTP on HOST:PORT. A bare :PORT or PORT listens on 127.0.0.1 only; any other
+    /// address (0.0.0.0 for every interface, a pod's) must be named explicitly.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        value_parser = crate::run::endpoint::parse,
+        env = "ELECT_LISTEN",
+        hide_env_values = true
+    )]
+    pub listen: Option<std::net::SocketAddr>,
+
     /// Run CMD with sh -c once the lock is released, with ELECT_OUTCOME, ELECT_EXIT_CODE,
     /// ELECT_TOKEN, ELECT_DURATION_MS and ELECT_LOCK set; killed after 10s; never changes
     /// elect's exit code.

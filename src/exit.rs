@@ -55,7 +55,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     ("usage error", "64"),
     (
-        "configuration error (unreadable file, bad store URL, credentials the store refuses or a permission its user lacks, a store server that takes no writes)",
+        "configuration error (unreadable file, bad store URL, credentials the store refuses or a permission its user lacks, a store server that takes no writes, a `--listen` address that cannot be bound: a port in use, an address not this host's)",
         "78",
     ),
     ("command not found / not executable", "127 / 126"),

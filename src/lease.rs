@@ -186,6 +186,83 @@ pub struct Keeper {
     deadline: watch::Receiver<Instant>,
     taking: Rc<Taking>,
     timing: Timing,
+    tally: Rc<Tally>,
+}
+
+/// What the renewal loops of a run did, across its sessions: what
+/// `elect run --listen` reports. Written only by the
+/// loop (and by [`Keeper`] as it starts and ends), read by anyone.
+#[derive(Default)]
+pub struct Tally {
+    /// Renewals confirmed.
+    pub renewed: Cell<u64>,
+    /// Renewals that failed or were given up unanswered.
+    pub failed: Cell<u64>,
+    /// Requests out, unanswered.
+    out: Cell<u64>,
+    /// The deadline of the last confirmed renewal (or confirmed place in a
+    /// queue), of whichever session had it; `None` before the first and
+    /// after a session ended with its lease still safe.
+    safe_until: Cell<Option<Instant>>,
+    /// When the live loop's next request is due; `None` while no loop runs.
+    due: Cell<Option<Instant>>,
+    /// The live loop's renewal interval.
+    every: Cell<Duration>,
+}
+
+impl Tally {
+    /// A lease was confirmed safe until `deadline` by other means than a
+    /// renewal (a place in the queue, which the store gave under it).
+    pub fn confirmed(&self, deadline: Instant) {
+        self.safe_until.set(Some(deadline));
+    }
+
+    /// The session ended, released by elect: if its lease was still safe,
+    /// nothing failed.
+    pub fn released(&self) {
+        if self.safe_until.get().is_some_and(|d| d > Instant::now()) {
+            self.safe_until.set(None);
+        }
+    }
+
+    /// The lease expired: what is still out is given up with it.
+    pub fn expired(&self) {
+        self.failed.set(self.failed.get() + self.out.take());
+    }
+
+    /// Until when the last confirmation keeps a lease safe.
+    pub fn safe_until(&self) -> Option<Instant> {
+        self.safe_until.get()
+    }
+
+    /// Why the renewals are not well, if they are not: the last confirmed
+    /// deadline passed with none since, or the loop has not sent a request
+    /// due more than a renewal interval ago (it is not being run).
+    pub fn unwell(&self) -> Option<String> {
+        let now = Instant::now();
+        if let Some(deadline) = self.safe_until.get()
+            && deadline <= now
+        {
+            return Some(format!(
+                "no renewal confirmed the lease since its deadline {} ago",
+                show(now.since(deadline))
+            ));
+        }
+        match self.due.get() {
+            Some(due) if due + self.every.get() < now => Some(format!(
+                "the renewal loop is wedged: a renewal due {} ago was not sent",
+                show(now.since(due))
+            )),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.tally.due.set(None);
+        self.tally.out.set(0);
+    }
 }
 
 /// A lock taken by a request of its own, as the renewal loop must know it.
@@ -222,7 +299,7 @@ impl Taking {
 impl Keeper {
     /// Start renewing `session`'s lease with `timing`, adjusted to the TTL
     /// the store granted.
-    pub fn start(session: &dyn Session, timing: Timing) -> Keeper {
+    pub fn start(session: &dyn Session, timing: Timing, tally: Rc<Tally>) -> Keeper {
         let (timing, first) = match session.ttl() {
             Some(ttl) => {
                 let timing = timing.granted(ttl);
@@ -235,13 +312,23 @@ impl Keeper {
         let granted_at = session.granted_at();
         let taking = Rc::new(Taking::default());
         let theirs = taking.clone();
-        let renewing = async move { keep(renewers, timing, granted_at, &tx, &theirs).await };
+        tally.every.set(timing.renew_every());
+        let counts = tally.clone();
+        let renewing =
+            async move { keep(renewers, timing, granted_at, &tx, &theirs, &counts).await };
         Keeper {
             renewing: Some(Box::pin(renewing)),
             deadline,
             taking,
             timing,
+            tally,
         }
+    }
+
+    /// The place in the queue, asked for under this lease, was given: the
+    /// lease is confirmed until its deadline as of now.
+    pub fn queued(&self) {
+        self.tally.confirmed(self.deadline());
     }
 
     /// The lock just won was taken by a request sent at `sent`, into a
@@ -342,20 +429,24 @@ pub async fn keep(
     granted_at: Instant,
     deadline: &watch::Sender<Instant>,
     taking: &Taking,
+    tally: &Tally,
 ) -> Loss {
     let renewers = renewers.map(RefCell::new);
     // The second starts on a connection of its own: a retry must not wait
     // behind the same dead one.
     renewers[1].borrow_mut().reset();
-    let mut book = Book::new(&renewers, timing, granted_at);
+    let mut book = Book::new(&renewers, timing, granted_at, tally);
     loop {
         let stop_at = timing.stop_at(*deadline.borrow());
+        tally.due.set(Some(book.next));
         tokio::select! {
             biased;
             () = sleep_until(stop_at) => {
+                tally.expired();
                 return Loss::Expired { last_confirmed: book.last_confirmed };
             }
             (i, sent, answer) = landing(&mut book.flights) => {
+                tally.out.set(tally.out.get().saturating_sub(1));
                 if let Some(loss) = book.answered(i, sent, answer, deadline, taking) {
                     return loss;
                 }
@@ -386,6 +477,7 @@ struct Book<'a> {
     last_confirmed: Instant,
     next: Instant,
     backoff: Duration,
+    tally: &'a Tally,
 }
 
 impl<'a> Book<'a> {
@@ -395,6 +487,7 @@ impl<'a> Book<'a> {
         renewers: &'a [RefCell<Box<dyn Renewer>>; 2],
         timing: Timing,
         granted_at: Instant,
+        tally: &'a Tally,
     ) -> Self {
         Book {
             renewers,
@@ -406,6 +499,7 @@ impl<'a> Book<'a> {
             last_confirmed: granted_at,
             next: granted_at + timing.renew_every(),
             backoff: Self::FIRST_BACKOFF,
+            tally,
         }
     }
 
@@ -439,6 +533,9 @@ impl<'a> Book<'a> {
                     show(new.remaining())
                 ));
             }
+            let tally = self.tally;
+            tally.renewed.set(tally.renewed.get() + 1);
+            tally.confirmed(*deadline.borrow());
         }
         // An answer to an older request than one already confirmed
         // changes nothing.
@@ -454,6 +551,7 @@ impl<'a> Book<'a> {
     /// Renewer `i` failed the request sent at `sent`: reset it, put it
     /// last, and retry soon, unless a newer request is out.
     fn failed(&mut self, i: usize, sent: Instant, e: &StoreError) {
+        self.tally.failed.set(self.tally.failed.get() + 1);
         self.renewers[i].borrow_mut().reset();
         self.first = 1 - i;
         if sent == self.last_sent {
@@ -488,10 +586,17 @@ impl<'a> Book<'a> {
         // Given up on, or silent since the unanswered request left: its
         // connection may be as dead as that one's.
         let silent = self.last_sent > self.last_confirmed && self.heard[i] < self.last_sent;
-        if self.flights[i].take().is_some() || silent {
+        let given_up = self.flights[i].take().is_some();
+        let tally = self.tally;
+        if given_up {
+            tally.failed.set(tally.failed.get() + 1);
+            tally.out.set(tally.out.get().saturating_sub(1));
+        }
+        if given_up || silent {
             self.renewers[i].borrow_mut().reset();
         }
         let flight = Flight::send(&self.renewers[i]);
+        tally.out.set(tally.out.get() + 1);
         self.last_sent = flight.sent;
         self.flights[i] = Some(flight);
         self.next = self.last_sent + self.timing.attempt_timeout();
@@ -633,8 +738,9 @@ mod tests {
         let granted_at = Instant::now();
         let (tx, rx) = watch::channel(timing.deadline(granted_at, 3 * S));
         let taking = Taking::default();
+        let tally = Tally::default();
         let loss = tokio::select! {
-            loss = keep(renewers, timing, granted_at, &tx, &taking) => {
+            loss = keep(renewers, timing, granted_at, &tx, &taking, &tally) => {
                 Some((loss, Instant::now().since(granted_at)))
             }
             () = tokio::time::sleep(within) => None,
@@ -669,8 +775,9 @@ mod tests {
             sleep_until(at(2500 * MS)).await;
             (capped, *rx.borrow())
         };
+        let tally = Tally::default();
         let (capped, lifted) = tokio::select! {
-            _ = keep(renewers, timing, t0, &tx, &taking) => panic!("lost"),
+            _ = keep(renewers, timing, t0, &tx, &taking, &tally) => panic!("lost"),
             seen = watched => seen,
         };
         assert_eq!(sent.borrow()[..2], [at(S), at(2 * S)]);

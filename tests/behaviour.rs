@@ -20,15 +20,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::contender::children;
+use support::endpoint::{Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
     FileStore, Held, StoreUnderTest, assert_rising, other_servers, wait_contenders,
 };
 use support::ticker::{Left, Ticks, group_alive, group_members};
+use support::tools::free_port;
 use support::{
-    Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run, hold, ms,
-    now_ns,
+    Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run,
+    eventually, hold, ms, now_ns, until,
 };
 
 fn stdout_of(out: &std::process::Output) -> String {
@@ -2100,9 +2102,12 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
     assert_eq!(out.status.code(), Some(3), "the hook's 9 is not elect's");
     let seen = stdout_of(&out);
     let token = seen.rsplit("token=").next().unwrap().to_string();
-    assert!(seen.contains("elect_held{lock=\"report\"} 1"), "{seen}");
     assert!(
-        seen.contains(&format!("elect_token{{lock=\"report\"}} {token}")),
+        seen.contains("elect_lock_held{lock=\"report\"} 1"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(&format!("elect_lock_token{{lock=\"report\"}} {token}")),
         "{seen}"
     );
     let warned = stderr_of(&out);
@@ -2116,7 +2121,7 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
     let text = std::fs::read_to_string(&metrics).unwrap();
     promtool_accepts(&text);
     for line in [
-        "elect_held{lock=\"report\"} 0",
+        "elect_lock_held{lock=\"report\"} 0",
         "elect_exit_code{lock=\"report\"} 3",
         "elect_outcome{lock=\"report\",outcome=\"failed\"} 1",
     ] {
@@ -2193,6 +2198,269 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
     );
 }
 
+/// The value of the one series of `metric` on a `/metrics` page.
+fn metric(page: &str, series: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{series} missing in\n{page}"))
+        .parse()
+        .unwrap()
+}
+
+/// The README's table of the endpoint's metrics names what `/metrics`
+/// serves, as its metrics-file table names what the file holds.
+fn the_readme_tells_the_endpoints_metrics(page: &str, store: &str) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let part = &readme[readme.find("**Metrics endpoint.**").unwrap()..];
+    let mut told: Vec<&str> = part
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('`').nth(1).unwrap())
+        .collect();
+    let mut served: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    told.sort();
+    served.sort();
+    assert_eq!(told, served, "README.md's table of the endpoint's metrics");
+    let rules = part
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let dir = TempDir::new(&format!("endpoint-rules-{store}"));
+    let file = dir.join("rules.yml");
+    std::fs::write(&file, rules).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (Debian's prometheus package)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+}
+
+/// `--listen`: `/readyz` is 200 on the holder only and flips within a
+/// renewal interval of a handover; `/livez` is 200 on both; `/metrics`
+/// is Prometheus's format, as promtool parses it and a real Prometheus
+/// scrapes it.
+fn the_endpoint_tells_the_holder_from_a_waiter<S: StoreUnderTest>() {
+    let store = S::start("endpoint");
+    let url = store.url();
+    let (pa, pb) = (free_port(), free_port());
+    let (a_listen, b_listen) = (format!(":{pa}"), format!("127.0.0.1:{pb}"));
+    // A fails its command when told, and rejoins: then it waits behind B.
+    let script = r#"echo "token $ELECT_TOKEN"; read _line; exit 1"#;
+    let mut a = Running::spawn(elect_run(
+        &url,
+        "served",
+        &["--listen", &a_listen, "--rejoin=always"],
+        script,
+    ));
+    let token: u64 = a.expect_line("token", 10 * SECOND).parse().unwrap();
+    let mut b = Running::spawn(elect_run(&url, "served", &["--listen", &b_listen], script));
+    wait_contenders(&store, "served", 2);
+    until("the holder's /readyz 200", 10 * SECOND, || {
+        code(pa, "/readyz") == 200
+    });
+    until("the waiter's /readyz 503", 10 * SECOND, || {
+        code(pb, "/readyz") == 503
+    });
+    assert_eq!(code(pa, "/livez"), 200);
+    assert_eq!(code(pb, "/livez"), 200);
+    assert_eq!(code(pa, "/"), 404);
+    let (status, page) = get(pa, "/metrics").unwrap();
+    assert_eq!(status, 200, "{page}");
+    promtool_accepts(&page);
+    the_readme_tells_the_endpoints_metrics(&page, S::NAME);
+    assert_eq!(metric(&page, "elect_lock_held{lock=\"served\"}"), 1.0);
+    assert_eq!(
+        metric(&page, "elect_lock_token{lock=\"served\"}"),
+        token as f64
+    );
+    assert_eq!(
+        metric(&page, "elect_acquisitions_total{lock=\"served\"}"),
+        1.0
+    );
+    let (_, waiting) = get(pb, "/metrics").unwrap();
+    promtool_accepts(&waiting);
+    assert_eq!(metric(&waiting, "elect_lock_held{lock=\"served\"}"), 0.0);
+    assert_eq!(metric(&waiting, "elect_lock_token{lock=\"served\"}"), 0.0);
+
+    let prometheus = Prometheus::start(S::NAME, &[pa, pb]);
+    let (ia, ib) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"));
+    let held_through_prometheus = |a_held: f64, b_held: f64| {
+        let want = vec![(ia.clone(), a_held), (ib.clone(), b_held)];
+        eventually(
+            "elect_lock_held of both as Prometheus has it",
+            20 * SECOND,
+            || {
+                let mut seen = prometheus.query("elect_lock_held")?;
+                seen.sort_by(|x, y| x.0.cmp(&y.0));
+                let mut want = want.clone();
+                want.sort_by(|x, y| x.0.cmp(&y.0));
+                match seen == want {
+                    true => Ok(()),
+                    false => Err(format!("{seen:?}")),
+                }
+            },
+        )
+    };
+    held_through_prometheus(1.0, 0.0);
+
+    // The handover: within a renewal interval (TTL/3, 5 s) each side flips.
+    a.send_line("");
+    let told = Instant::now();
+    until(
+        "the new holder's /readyz 200 within a renewal interval",
+        5 * SECOND,
+        || code(pb, "/readyz") == 200,
+    );
+    let flipped = told.elapsed();
+    until(
+        "the old holder's /readyz 503 within a renewal interval",
+        5 * SECOND,
+        || code(pa, "/readyz") == 503,
+    );
+    eprintln!(
+        "{}: /readyz of the waiter 200 {} ms after the holder's command was told to end",
+        S::NAME,
+        flipped.as_millis()
+    );
+    b.expect_line("token", 10 * SECOND);
+    held_through_prometheus(0.0, 1.0);
+
+    // B ends; A takes the lock again and starts its command anew.
+    b.send_line("");
+    assert_eq!(b.wait_code(10 * SECOND), 1);
+    a.expect_line("token", 10 * SECOND);
+    let (_, again) = get(pa, "/metrics").unwrap();
+    assert_eq!(
+        metric(&again, "elect_acquisitions_total{lock=\"served\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&again, "elect_command_restarts_total{lock=\"served\"}"),
+        1.0
+    );
+    assert!(metric(&again, "elect_waiting_seconds_total{lock=\"served\"}") > 0.0);
+    a.signal(libc::SIGTERM);
+    a.wait(10 * SECOND);
+    assert_eq!(code(pa, "/readyz"), 0, "the endpoint ends with elect");
+}
+
+/// `/livez` fails once the store has been out of reach past the lease's
+/// deadline, and passes again once a new lease is confirmed.
+fn livez_fails_while_the_store_is_unreachable_past_the_deadline<S: StoreUnderTest>() {
+    let store = S::start("livez");
+    let port = free_port();
+    let listen = port.to_string();
+    let ttl = 3 * SECOND;
+    let (mut holder, _) = hold(
+        &store.url(),
+        "live",
+        &["--listen", &listen, "--ttl", "3s", "--rejoin"],
+    );
+    until("/livez 200", 10 * SECOND, || code(port, "/livez") == 200);
+    let renewals = || {
+        let (_, page) = get(port, "/metrics").unwrap();
+        metric(&page, "elect_renewals_total{lock=\"live\"}")
+    };
+    if !S::HAS_SERVER {
+        // A directory is never out of reach: the renewals go on, and elect
+        // stays live.
+        let before = renewals();
+        until("a renewal", 2 * ttl, || renewals() > before);
+        assert_eq!(code(port, "/livez"), 200);
+        holder.send_line("");
+        assert_eq!(holder.wait_code(10 * SECOND), 0);
+        return;
+    }
+    let before = renewals();
+    until("a renewal", 2 * ttl, || renewals() > before);
+    store.pause_server();
+    let paused = Instant::now();
+    until("/livez 503 while the store is paused", 10 * SECOND, || {
+        code(port, "/livez") == 503
+    });
+    let failed = paused.elapsed();
+    let (_, said) = get(port, "/livez").unwrap();
+    let (_, page) = get(port, "/metrics").unwrap();
+    store.resume_server();
+    eprintln!(
+        "{}: /livez 503 {} ms after the store was paused (TTL 3 s): {said}",
+        S::NAME,
+        failed.as_millis()
+    );
+    // The last renewal before the pause was sent at most TTL/3 before it:
+    // the deadline (its send time + TTL − 110 ms) is 1.89 s to 2.89 s on.
+    assert!(
+        failed >= Duration::from_millis(1850),
+        "failed {failed:?} after the pause: before the deadline"
+    );
+    assert!(
+        failed < ttl + SECOND,
+        "failed only {failed:?} after the pause"
+    );
+    assert!(said.contains("deadline"), "{said}");
+    assert!(metric(&page, "elect_renewal_failures_total{lock=\"live\"}") > 0.0);
+    assert_eq!(
+        metric(&page, "elect_losses_total{lock=\"live\",cause=\"expired\"}"),
+        1.0,
+        "{page}"
+    );
+    assert_eq!(metric(&page, "elect_lock_held{lock=\"live\"}"), 0.0);
+    assert!(metric(&page, "elect_lease_remaining_seconds{lock=\"live\"}") < 0.0);
+    until(
+        "/livez 200 again once the store is back",
+        30 * SECOND,
+        || code(port, "/livez") == 200,
+    );
+    holder.expect_line("token", 30 * SECOND);
+    holder.send_line("");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// `--listen` on a port already in use, or a value that is no address:
+/// one line, its exit code, and nothing in the store.
+fn a_listen_port_in_use_exits_78_and_leaves_nothing_in_the_store<S: StoreUnderTest>() {
+    let store = S::start("listen-in-use");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = elect_run(
+        &store.url(),
+        "listen",
+        &["--listen", &port.to_string()],
+        "echo ran",
+    )
+    .output()
+    .unwrap();
+    support::assert_outcome(
+        "a port in use",
+        &out,
+        78,
+        &format!("cannot listen on 127.0.0.1:{port} (--listen)"),
+    );
+    for bad in ["host:80", ":99999", "1.2.3.4"] {
+        let out = elect_run(&store.url(), "listen", &["--listen", bad], "echo ran")
+            .output()
+            .unwrap();
+        support::assert_outcome(bad, &out, 64, "--listen");
+    }
+    store.assert_empty();
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -2227,6 +2495,9 @@ macro_rules! stores {
             the_history_records_how_each_tenure_ended,
             a_run_reports_by_metrics_file_and_hook,
             the_history_never_delays_the_commands_start,
+            the_endpoint_tells_the_holder_from_a_waiter,
+            livez_fails_while_the_store_is_unreachable_past_the_deadline,
+            a_listen_port_in_use_exits_78_and_leaves_nothing_in_the_store,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

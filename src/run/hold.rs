@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 
 use super::command::{describe_status, exec_failure};
 use super::signals::{Signals, stop_self};
+use super::standing::Cause;
 use super::{Job, TurnEnd, Won};
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
@@ -99,6 +100,7 @@ impl Job {
         };
         timeline::step("command started");
         let started = Instant::now();
+        self.standing.started();
 
         // A command that runs a second is written in as running.
         let running = tenure.clone();
@@ -154,10 +156,18 @@ impl Job {
                     // The guard kills at this instant too, unless it is
                     // stopped: then nobody else would.
                     watch.backstopped = true;
-                    self.lose(&mut watch, "no renewal was confirmed in time", Duration::ZERO);
+                    self.lose(
+                        &mut watch,
+                        Cause::Expired,
+                        "no renewal was confirmed in time",
+                        Duration::ZERO,
+                    );
                     child.kill_now();
                 },
                 sig = signals.any() => {
+                    if Signals::is_terminating(sig) {
+                        self.standing.stopping();
+                    }
                     pass_on(&mut child, &mut watch, sig).await;
                     if Signals::is_terminating(sig) && watch.stop_by.is_none() {
                         watch.stop_by = Some((Instant::now() + self.timing.grace(), sig));
@@ -271,9 +281,9 @@ impl Job {
                 kept = keeper.next() => match kept {
                     // The guard is told the latest deadline.
                     Kept::Extended(_) => {}
-                    Kept::Lost(loss) => return Err(self.not_started(&loss)),
+                    Kept::Lost(loss) => return Err(self.not_started(Cause::of(&loss), &loss)),
                 },
-                loss = &mut *lost_watch => return Err(self.not_started(&loss)),
+                loss = &mut *lost_watch => return Err(self.not_started(Cause::of(&loss), &loss)),
                 ready = &mut ready => break ready,
                 () = drive(trimming) => {}
             }
@@ -361,11 +371,12 @@ impl Job {
             Ok(()) => Ok((child, loss)),
             Err(SpawnError::NotStarted) => {
                 child.reap().await;
+                let cause = loss.as_ref().map_or(Cause::Expired, Cause::of);
                 let why = loss.map_or_else(
                     || "no renewal was confirmed in time".to_string(),
                     |loss| loss.to_string(),
                 );
-                Err(self.not_started(why))
+                Err(self.not_started(cause, why))
             }
             Err(e) => {
                 child.reap().await;
@@ -438,7 +449,8 @@ impl Job {
     }
 
     /// The lease was lost before the command started: it never will.
-    fn not_started(&self, loss: impl std::fmt::Display) -> TurnEnd {
+    fn not_started(&self, cause: Cause, loss: impl std::fmt::Display) -> TurnEnd {
+        self.standing.lost(cause);
         log::warn(format_args!(
             "lost the lease on lock {} at {} as the command was about to start: {loss}; \
              the command was not started; queueing again",
@@ -453,6 +465,7 @@ impl Job {
             Stop::Deadline => {
                 self.lose(
                     watch,
+                    Cause::Expired,
                     "no renewal was confirmed in time",
                     self.timing.grace(),
                 );
@@ -460,7 +473,7 @@ impl Job {
             Stop::ExpiredWhileStopped => {
                 let why = "the lease ran out while elect and the command were stopped; \
                            the command was not resumed";
-                self.lose(watch, why, Duration::ZERO);
+                self.lose(watch, Cause::Expired, why, Duration::ZERO);
             }
         }
     }
@@ -469,7 +482,7 @@ impl Job {
     async fn stop(&self, child: &mut Supervisor, watch: &mut Watch, loss: &Loss) {
         let grace = self.grace_after(loss);
         let asked = matches!(loss, Loss::Asked(_));
-        if self.lose(watch, loss, grace) {
+        if self.lose(watch, Cause::of(loss), loss, grace) {
             watch.asked = asked;
             watch.kill_by = Some(Instant::now() + grace);
             child.stop(grace).await;
@@ -509,11 +522,18 @@ impl Job {
     }
 
     /// Record the first loss and say so once. True if this was the first.
-    fn lose(&self, watch: &mut Watch, loss: impl std::fmt::Display, grace: Duration) -> bool {
+    fn lose(
+        &self,
+        watch: &mut Watch,
+        cause: Cause,
+        loss: impl std::fmt::Display,
+        grace: Duration,
+    ) -> bool {
         if watch.lost {
             return false;
         }
         watch.lost = true;
+        self.standing.lost(cause);
         watch.why = Some(loss.to_string());
         let then = self.then();
         let stopping = match grace.is_zero() {

@@ -14,12 +14,14 @@
 //!    at once.
 
 mod command;
+pub(crate) mod endpoint;
 mod hold;
 mod inner;
 mod live;
 pub(crate) mod report;
 mod shards;
 mod signals;
+mod standing;
 
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
@@ -39,19 +41,24 @@ use crate::store::{
 };
 use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
+use endpoint::Endpoint;
 pub use hold::GONE_GRACE;
 use live::LiveLine;
 use signals::Signals;
+use standing::Standing;
 
 /// elect's own variable that may carry a secret; each store names its own.
 const OWN_SECRETS: &[&str] = &["ELECT_PASSWORD"];
 
 /// What elect sets for the command only when it applies: never inherited.
+/// And `--listen`'s variable: an elect inside the command would find the
+/// port taken by this one.
 const OWN_WHEN_SET: &[&str] = &[
     "ELECT_CHECKPOINT",
     "ELECT_SHARD",
     "ELECT_SHARDS",
     "ELECT_STORE_CREDENTIALS",
+    "ELECT_LISTEN",
 ];
 
 /// Refuse a run inside the command of an elect that holds this very lock
@@ -109,12 +116,17 @@ struct Job {
     command: Vec<std::ffi::OsString>,
     /// What an elect inside the command needs to reach the store.
     inner: inner::ForTheCommand,
+    /// `--listen`.
+    listen: Option<std::net::SocketAddr>,
+    /// Where the run stands, for the endpoint and systemd.
+    standing: Standing,
 }
 
 /// `elect run`, checked, with the first turn's guard forked.
 pub struct Ready {
     job: Job,
     guard: Preparing,
+    endpoint: Option<Endpoint>,
 }
 
 /// Check the arguments and fork the first turn's guard. Called by `main`
@@ -125,34 +137,64 @@ pub fn prepare(args: RunArgs) -> Result<Ready, Outcome> {
     timeline::step("arguments checked");
     // SAFETY: called before the runtime, or anything else, starts a thread.
     let guard = unsafe { Supervisor::fork(job.plan()) };
-    Ok(Ready { job, guard })
+    // After the fork, which the guard would otherwise hold it open through.
+    let endpoint = job.listen.map(Endpoint::bind).transpose()?;
+    Ok(Ready {
+        job,
+        guard,
+        endpoint,
+    })
 }
 
+/// `elect run`, with the endpoint beside it when asked for: it only reads
+/// where the run stands.
 pub async fn run(ready: Ready) -> Outcome {
-    let Ready { job, guard } = ready;
-    let mut guard = Some(guard);
-    let mut signals = match Signals::new() {
-        Ok(s) => s,
-        Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
-    };
-    let mut reach = Reach::new(&job.location, job.connect_timeout);
-    let open = job
-        .location
-        .open(job.timing.renew_every(), job.connect_timeout);
-    match job
-        .reaching(&mut reach, &mut signals, "a connection", open)
-        .await
-    {
-        Ok(store) => {
-            timeline::step("connected");
-            let mut reach = Some(reach);
-            let outcome = job
-                .run_on(&*store, &mut signals, &mut guard, &mut reach)
-                .await;
-            timeline::step("exit");
-            outcome
+    let Ready {
+        job,
+        guard,
+        endpoint,
+    } = ready;
+    let serving = async {
+        match endpoint {
+            Some(endpoint) => endpoint.serve(&job.standing).await,
+            None => std::future::pending().await,
         }
-        Err(outcome) => outcome,
+    };
+    tokio::select! {
+        biased;
+        outcome = job.reach_and_run(guard) => outcome,
+        never = serving => match never {},
+    }
+}
+
+impl Job {
+    /// Connect to the store, and take turns there.
+    async fn reach_and_run(&self, guard: Preparing) -> Outcome {
+        let job = self;
+        let mut guard = Some(guard);
+        let mut signals = match Signals::new() {
+            Ok(s) => s,
+            Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
+        };
+        let mut reach = Reach::new(&job.location, job.connect_timeout);
+        let open = job
+            .location
+            .open(job.timing.renew_every(), job.connect_timeout);
+        match job
+            .reaching(&mut reach, &mut signals, "a connection", open)
+            .await
+        {
+            Ok(store) => {
+                timeline::step("connected");
+                let mut reach = Some(reach);
+                let outcome = job
+                    .run_on(&*store, &mut signals, &mut guard, &mut reach)
+                    .await;
+                timeline::step("exit");
+                outcome
+            }
+            Err(outcome) => outcome,
+        }
     }
 }
 
@@ -211,6 +253,7 @@ impl Job {
                 "cannot hand the store's settings to the command: {e}"
             ))
         })?;
+        let standing = Standing::new(&args.lock, args.shards);
         Ok(Job {
             lock: args.lock,
             shards: args.shards,
@@ -233,6 +276,8 @@ impl Job {
             rejoin: args.rejoin,
             command: args.command,
             inner,
+            listen: args.listen,
+            standing,
         })
     }
 
@@ -366,6 +411,7 @@ impl Job {
                 self.lock,
                 show(backoff)
             ));
+            self.standing.rejoining(why);
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
                 sig = signals.terminating() => return Outcome::Raise(sig),
@@ -393,6 +439,7 @@ impl Job {
         // The guard is ready or on its way: a handover need not wait for it.
         let mut guard = Some(guard);
         let queued = SystemTime::now();
+        self.standing.turn();
         // Room in the history for this turn's tenure, made from the moment
         // the lock is ours, beside the handover and the command and never
         // before them, so that the write at the end is one request.
@@ -419,7 +466,7 @@ impl Job {
             // Not "granted": etcd's grant may still be on its way (it is
             // confirmed with the place in the queue).
             timeline::step("lease requested");
-            let mut keeper = Keeper::start(&*session, self.timing);
+            let mut keeper = Keeper::start(&*session, self.timing, self.standing.tally.clone());
             let (end, guard_to_reap, mut tenure) = match self
                 .queue(store, &*session, &mut keeper, give_up, signals, &mut reach)
                 .await
@@ -428,6 +475,8 @@ impl Job {
                     if let Some(sent) = won.taken {
                         keeper.taken(sent);
                     }
+                    keeper.queued();
+                    self.standing.acquired(won.shard, won.token);
                     log::context("token", won.token);
                     if let Some(k) = won.shard {
                         log::context("shard", k);
@@ -478,6 +527,7 @@ impl Job {
                         self.record_success(store, once, &*won.lock, &mut tenure)
                             .await;
                     }
+                    self.standing.let_go();
                     (end, guard, Some(tenure))
                 }
                 Queued::Again(reason) => {
@@ -573,6 +623,7 @@ impl Job {
                 reaped,
                 noted
             );
+            self.standing.released();
             if let Some(tenure) = reported {
                 self.reports.ended(&tenure).await;
             }
@@ -747,6 +798,8 @@ impl Job {
         };
         reach.reached();
         timeline::step("queued");
+        keeper.queued();
+        self.standing.queued();
         let rank = lock.rank();
         let mut locks = vec![lock];
         let turn = tokio::select! {

@@ -53,12 +53,12 @@ pub const HOOK_WITHIN: Duration = Duration::from_secs(10);
 /// The metric names, each with its help (the README lists them).
 pub const METRICS: &[(&str, &str, &str)] = &[
     (
-        "elect_held",
+        "elect_lock_held",
         "gauge",
         "1 while this host holds the lock, else 0.",
     ),
     (
-        "elect_token",
+        "elect_lock_token",
         "gauge",
         "The fencing token of this host's last tenure (0 if it never held the lock).",
     ),
@@ -137,8 +137,8 @@ pub fn metrics(tenure: &Tenure, last_success: Option<SystemTime>) -> String {
     for (name, kind, help) in METRICS {
         let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
         let value = match *name {
-            "elect_held" => u8::from(held).to_string(),
-            "elect_token" => tenure.token.unwrap_or(0).to_string(),
+            "elect_lock_held" => u8::from(held).to_string(),
+            "elect_lock_token" => tenure.token.unwrap_or(0).to_string(),
             "elect_start_timestamp_seconds" => {
                 format!("{:.3}", seconds(tenure.started_at()))
             }
@@ -171,7 +171,7 @@ pub fn metrics(tenure: &Tenure, last_success: Option<SystemTime>) -> String {
 }
 
 /// A label value as the text format quotes it.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

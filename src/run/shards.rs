@@ -116,6 +116,7 @@ impl Job {
             locks.push(reach.bounded("a place in a shard's queue", join).await?);
         }
         reach.reached();
+        self.standing.queued();
         log::verbose(format_args!(
             "every shard of lock {} is held; waiting in all {shards} queues",
             self.lock

@@ -13,6 +13,8 @@
 //!   refused, a name that cannot resolve);
 //! - [`clock`], [`eventually`] (the one poller), and [`tools`] (programs on
 //!   the PATH, free ports);
+//! - [`endpoint`]: what asks `elect run --listen` (HTTP, a Prometheus
+//!   server);
 //! - the fault suite: [`proxy`], [`loss`], [`netns`] (members cut apart below TCP), [`contender`], [`register`],
 //!   [`history`], [`nemesis`], [`ticker`].
 
@@ -23,6 +25,7 @@ pub mod certs;
 pub mod clock;
 pub mod contender;
 pub mod curator;
+pub mod endpoint;
 pub mod etcd;
 pub mod etcd_http;
 pub mod eventually;
