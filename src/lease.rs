@@ -190,7 +190,7 @@ pub struct Keeper {
 }
 
 /// What the renewal loops of a run did, across its sessions: what
-/// `elect run --listen` reports. Written only by the
+/// `elect run --listen` and systemd's watchdog report. Written only by the
 /// loop (and by [`Keeper`] as it starts and ends), read by anyone.
 #[derive(Default)]
 pub struct Tally {

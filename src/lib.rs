@@ -61,6 +61,7 @@ pub fn main() -> ! {
     let reaped = args.get(1).is_some_and(|a| a == supervisor::reaper::ARG);
     if reaped {
         args.remove(1);
+        supervisor::reaper::mark_reaped();
         supervisor::guard::set_name(c"elect");
     }
     // Every line is JSON if asked, a usage error's too: know it first.

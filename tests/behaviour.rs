@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::contender::children;
-use support::endpoint::{Prometheus, code, get};
+use support::endpoint::{NotifySocket, Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
@@ -2461,6 +2461,120 @@ fn a_listen_port_in_use_exits_78_and_leaves_nothing_in_the_store<S: StoreUnderTe
     store.assert_empty();
 }
 
+/// `NOTIFY_SOCKET`: READY once queued, the STATUS a person reads, the
+/// watchdog fed while renewals are confirmed, STOPPING on the way out; the
+/// command sees none of systemd's variables.
+fn systemd_hears_ready_status_watchdog_and_stopping<S: StoreUnderTest>() {
+    let store = S::start("notify");
+    let url = store.url();
+    let (mut a, _) = hold(&url, "notified", &["--identity", "host-a"]);
+    let socket = NotifySocket::bind(S::NAME);
+    let mut waiter = elect_run(
+        &url,
+        "notified",
+        &["--identity", "host-b"],
+        r#"echo "token $ELECT_TOKEN ${NOTIFY_SOCKET:-unset} ${WATCHDOG_USEC:-unset}"; read _line"#,
+    );
+    waiter
+        .env("NOTIFY_SOCKET", &socket.path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut b = Running::spawn(waiter);
+    socket.wait_for("READY=1", 10 * SECOND);
+    socket.wait_for(
+        "STATUS=waiting for lock notified, held by host-a since ",
+        10 * SECOND,
+    );
+    assert!(
+        !socket.lines().iter().any(|l| l == "WATCHDOG=1") || {
+            let lines = socket.lines();
+            let ready = lines.iter().position(|l| l == "READY=1").unwrap();
+            lines.iter().position(|l| l == "WATCHDOG=1").unwrap() > ready
+        },
+        "the watchdog is fed from READY on: {:?}",
+        socket.lines()
+    );
+    a.send_line("");
+    assert_eq!(a.wait_code(10 * SECOND), 0);
+    let seen = b.expect_line("token", 10 * SECOND);
+    let fields: Vec<&str> = seen.split(' ').collect();
+    assert_eq!(fields[1..], ["unset", "unset"], "the command's environment");
+    socket.wait_for(
+        &format!("STATUS=holding lock notified (token {}) since ", fields[0]),
+        10 * SECOND,
+    );
+    until("the watchdog fed every 200 ms", 5 * SECOND, || {
+        let lines = socket.lines();
+        let holding = lines
+            .iter()
+            .position(|l| l.starts_with("STATUS=holding"))
+            .unwrap();
+        lines[holding..]
+            .iter()
+            .filter(|l| *l == "WATCHDOG=1")
+            .count()
+            >= 3
+    });
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+    let lines = socket.lines();
+    eprintln!("{}: {lines:?}", S::NAME);
+    let at = |line: &str| lines.iter().position(|l| l.starts_with(line));
+    // (A status may come before READY=1: connecting.)
+    let (ready, waiting, holding, stopping) = (
+        at("READY=1").unwrap(),
+        at("STATUS=waiting").unwrap(),
+        at("STATUS=holding").unwrap(),
+        at("STOPPING=1").expect("STOPPING=1"),
+    );
+    let pings: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i] == "WATCHDOG=1")
+        .collect();
+    assert!(
+        ready < waiting
+            && waiting < holding
+            && pings.iter().any(|&i| i > holding)
+            && pings.iter().all(|&i| ready < i && i < stopping),
+        "{lines:?}"
+    );
+    assert!(
+        lines[stopping..]
+            .iter()
+            .all(|l| l.starts_with("STATUS=") || l == "STOPPING=1"),
+        "nothing but a status after STOPPING=1: {lines:?}"
+    );
+    assert_eq!(lines.iter().filter(|l| *l == "READY=1").count(), 1);
+
+    // The abstract form, `@NAME`.
+    let abstract_socket = NotifySocket::bind_abstract(S::NAME);
+    let mut run = elect_run(&url, "notified", &[], "true");
+    run.env("NOTIFY_SOCKET", &abstract_socket.path);
+    assert!(run.output().unwrap().status.success());
+    abstract_socket.wait_for("STOPPING=1", 5 * SECOND);
+    let lines = abstract_socket.lines();
+    let at = |line: &str| lines.iter().position(|l| l == line);
+    let ready = at("READY=1").unwrap_or_else(|| panic!("no READY=1: {lines:?}"));
+    let stopping = at("STOPPING=1").unwrap_or_else(|| panic!("no STOPPING=1: {lines:?}"));
+    assert!(ready < stopping, "{lines:?}");
+
+    // Behind a reaper (--subreaper), systemd watches the reaper, whose pid
+    // WATCHDOG_PID names: elect feeds the watchdog for it.
+    let reaped = NotifySocket::bind(&format!("{}-reaped", S::NAME));
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            r#"WATCHDOG_PID=$$ exec "$0" run --subreaper --store "$1" --lock notified -- sleep 1"#,
+            env!("CARGO_BIN_EXE_elect"),
+            &url,
+        ])
+        .env_remove("ELECT_STORE")
+        .env("NOTIFY_SOCKET", &reaped.path)
+        .env("WATCHDOG_USEC", "200000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    reaped.wait_for("WATCHDOG=1", 5 * SECOND);
+}
+
 /// One module per store, one #[test] in it per scenario.
 macro_rules! stores {
     ($($store:ident: $type:ty),* $(,)?) => {
@@ -2498,6 +2612,7 @@ macro_rules! stores {
             the_endpoint_tells_the_holder_from_a_waiter,
             livez_fails_while_the_store_is_unreachable_past_the_deadline,
             a_listen_port_in_use_exits_78_and_leaves_nothing_in_the_store,
+            systemd_hears_ready_status_watchdog_and_stopping,
         ]);)*
     };
     (@one $store:ident, $type:ty, [$($scenario:ident),* $(,)?]) => {

@@ -18,6 +18,7 @@ pub(crate) mod endpoint;
 mod hold;
 mod inner;
 mod live;
+mod notify;
 pub(crate) mod report;
 mod shards;
 mod signals;
@@ -44,6 +45,7 @@ use crate::timeline;
 use endpoint::Endpoint;
 pub use hold::GONE_GRACE;
 use live::LiveLine;
+use notify::Notifier;
 use signals::Signals;
 use standing::Standing;
 
@@ -120,6 +122,8 @@ struct Job {
     listen: Option<std::net::SocketAddr>,
     /// Where the run stands, for the endpoint and systemd.
     standing: Standing,
+    /// systemd is told who holds the lock a waiter waits for.
+    look_at_holder: bool,
 }
 
 /// `elect run`, checked, with the first turn's guard forked.
@@ -146,25 +150,40 @@ pub fn prepare(args: RunArgs) -> Result<Ready, Outcome> {
     })
 }
 
-/// `elect run`, with the endpoint beside it when asked for: it only reads
-/// where the run stands.
+/// `elect run`, with the endpoint and systemd's notifications beside it
+/// when asked for: both only read where the run stands.
 pub async fn run(ready: Ready) -> Outcome {
     let Ready {
         job,
         guard,
         endpoint,
     } = ready;
-    let serving = async {
-        match endpoint {
-            Some(endpoint) => endpoint.serve(&job.standing).await,
-            None => std::future::pending().await,
+    let notifier = Notifier::from_env();
+    let mut said = String::new();
+    let outcome = {
+        let serving = async {
+            match endpoint {
+                Some(endpoint) => endpoint.serve(&job.standing).await,
+                None => std::future::pending().await,
+            }
+        };
+        let notifying = async {
+            match &notifier {
+                Some(notifier) => notifier.run(&job.standing, &mut said).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            outcome = job.reach_and_run(guard) => outcome,
+            never = serving => match never {},
+            never = notifying => match never {},
         }
     };
-    tokio::select! {
-        biased;
-        outcome = job.reach_and_run(guard) => outcome,
-        never = serving => match never {},
+    if let Some(notifier) = &notifier {
+        notifier.finish(&job.standing, &mut said);
     }
+    outcome
 }
 
 impl Job {
@@ -278,6 +297,7 @@ impl Job {
             inner,
             listen: args.listen,
             standing,
+            look_at_holder: std::env::var_os("NOTIFY_SOCKET").is_some(),
         })
     }
 
@@ -733,7 +753,11 @@ impl Job {
             .into_iter()
             .chain(self.inner.set_env.iter().cloned())
             .collect(),
-            remove_env: secrets.chain(OWN_WHEN_SET).map(|s| s.to_string()).collect(),
+            remove_env: secrets
+                .chain(OWN_WHEN_SET)
+                .chain(notify::VARIABLES)
+                .map(|s| s.to_string())
+                .collect(),
             signal: self.signal,
             grace: self.timing.grace(),
         }
@@ -804,6 +828,7 @@ impl Job {
         let mut locks = vec![lock];
         let turn = tokio::select! {
             never = self.live_line(store, rank) => match never {},
+            never = self.look_at_holder(store) => match never {},
             turn = first_turn(&locks, give_up) => turn,
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
             sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
@@ -881,6 +906,23 @@ impl Job {
                 ));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// While waiting, and only when systemd is told: who holds the lock,
+    /// for its status line, looked at once and then every 10 s.
+    async fn look_at_holder(&self, store: &dyn Store) -> std::convert::Infallible {
+        if !self.look_at_holder {
+            return std::future::pending().await;
+        }
+        loop {
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await
+                && let Some(holder) = standing::holder_line(&status)
+            {
+                self.standing.holder_seen(holder);
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
         }
     }
 

@@ -1,5 +1,5 @@
 //! Where a run stands, for those who ask from outside: `--listen`'s
-//! `/readyz`, `/livez` and `/metrics`.
+//! `/readyz`, `/livez` and `/metrics`, and systemd's `STATUS=` lines.
 //!
 //! The run writes each change here as it happens (a few cells set once a
 //! turn, never per renewal); the renewal counts and the lease's deadline
@@ -11,6 +11,8 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
 
 use crate::clock::Instant;
 use crate::lease::{NEVER, Tally};
@@ -84,6 +86,8 @@ pub struct Standing {
     starts: Cell<u64>,
     waited: Cell<Duration>,
     waiting_since: Cell<Option<Instant>>,
+    /// Told at every change of phase.
+    pub changed: Notify,
 }
 
 impl Standing {
@@ -99,7 +103,12 @@ impl Standing {
             starts: Cell::new(0),
             waited: Cell::new(Duration::ZERO),
             waiting_since: Cell::new(None),
+            changed: Notify::new(),
         }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase.borrow().clone()
     }
 
     fn set(&self, phase: Phase) {
@@ -107,6 +116,7 @@ impl Standing {
         // The way out is one way.
         if *now != phase && *now != Phase::Stopping {
             *now = phase;
+            self.changed.notify_one();
         }
     }
 
@@ -124,6 +134,15 @@ impl Standing {
     pub fn queued(&self) {
         if !matches!(*self.phase.borrow(), Phase::Waiting { .. }) {
             self.set(Phase::Waiting { holder: None });
+        }
+    }
+
+    /// Who holds the lock we wait for, as last seen.
+    pub fn holder_seen(&self, holder: String) {
+        if matches!(*self.phase.borrow(), Phase::Waiting { .. }) {
+            self.set(Phase::Waiting {
+                holder: Some(holder),
+            });
         }
     }
 
@@ -284,7 +303,7 @@ impl Standing {
         out
     }
 
-    /// One line for a person (`/readyz`'s body).
+    /// One line for a person (systemd's `STATUS=`).
     pub fn status_line(&self) -> String {
         let lock = &self.lock;
         match &*self.phase.borrow() {
@@ -372,6 +391,20 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// A holder as a waiter's status line names it.
+pub fn holder_line(status: &crate::store::LockStatus) -> Option<String> {
+    let holder = status.holder.as_ref()?;
+    Some(match &holder.record {
+        Some(r) => format!(
+            "held by {} since {} (token {})",
+            r.identity,
+            r.since(),
+            holder.token
+        ),
+        None => format!("held by {} (token {})", holder.key, holder.token),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +473,6 @@ mod tests {
         let s = Standing::new("x", None);
         s.stopping();
         s.acquired(None, 1);
-        assert_eq!(*s.phase.borrow(), Phase::Stopping);
+        assert_eq!(s.phase(), Phase::Stopping);
     }
 }

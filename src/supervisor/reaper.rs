@@ -37,6 +37,20 @@ const PASSED_ON: [Signal; 7] = [
     Signal::SIGWINCH,
 ];
 
+/// This process is the copy a reaper started (`main` sets it).
+static REAPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Note that this process is the copy a reaper started.
+pub fn mark_reaped() {
+    REAPED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this process is the copy a reaper started: its parent is the
+/// reaper, which systemd knows as the unit's main process.
+pub fn reaped() -> bool {
+    REAPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether this elect must be a reaper: it is PID 1, or was asked to be.
 pub fn needed(asked: bool) -> bool {
     asked || std::process::id() == 1

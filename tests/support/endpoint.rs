@@ -1,9 +1,15 @@
-//! What asks elect's `--listen` endpoint: plain HTTP requests, and a real
-//! Prometheus server that scrapes it.
+//! What asks elect's `--listen` endpoint and its systemd notifications:
+//! plain HTTP requests, a real Prometheus server that scrapes it, and a
+//! datagram socket standing in for systemd's notify socket (the socket is
+//! real; only the reader is the test).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::tools::{free_port, tool};
 use super::{SECOND, TempDir, eventually};
@@ -116,5 +122,74 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A datagram socket bound where `NOTIFY_SOCKET` points, and every
+/// message it has received, in order.
+pub struct NotifySocket {
+    pub path: PathBuf,
+    messages: Arc<Mutex<Vec<String>>>,
+    _dir: TempDir,
+}
+
+impl NotifySocket {
+    /// At a path in a directory of its own.
+    pub fn bind(name: &str) -> NotifySocket {
+        let dir = TempDir::new(&format!("notify-{name}"));
+        let path = dir.join("notify");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        NotifySocket::reading(socket, path, dir)
+    }
+
+    /// At an abstract name; `path` is then `@NAME`, as systemd writes it.
+    pub fn bind_abstract(name: &str) -> NotifySocket {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("elect-test-notify-{name}-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let socket = UnixDatagram::bind_addr(&addr).unwrap();
+        let dir = TempDir::new(&format!("notify-abstract-{name}"));
+        NotifySocket::reading(socket, PathBuf::from(format!("@{name}")), dir)
+    }
+
+    fn reading(socket: UnixDatagram, path: PathBuf, dir: TempDir) -> NotifySocket {
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let theirs = messages.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = socket.recv(&mut buf) {
+                theirs
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        });
+        NotifySocket {
+            path,
+            messages,
+            _dir: dir,
+        }
+    }
+
+    /// Every line received so far (`READY=1`, `STATUS=…`), in order.
+    pub fn lines(&self) -> Vec<String> {
+        self.messages
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.lines().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Wait until a line starting with `prefix` has come.
+    pub fn wait_for(&self, prefix: &str, within: Duration) -> String {
+        eventually(&format!("{prefix} on the notify socket"), within, || {
+            let lines = self.lines();
+            lines
+                .iter()
+                .find(|l| l.starts_with(prefix))
+                .cloned()
+                .ok_or_else(|| format!("{lines:?}"))
+        })
     }
 }

@@ -14,7 +14,7 @@
 //! - [`clock`], [`eventually`] (the one poller), and [`tools`] (programs on
 //!   the PATH, free ports);
 //! - [`endpoint`]: what asks `elect run --listen` (HTTP, a Prometheus
-//!   server);
+//!   server) and reads its systemd notifications (a datagram socket);
 //! - the fault suite: [`proxy`], [`loss`], [`netns`] (members cut apart below TCP), [`contender`], [`register`],
 //!   [`history`], [`nemesis`], [`ticker`].
 
