@@ -225,6 +225,13 @@ impl Tally {
         }
     }
 
+    /// The session's renewals are no longer run (its lock was lost, or its
+    /// command ended and the session is on its way to be released): its
+    /// loop is not wedged for not sending them.
+    pub fn retired(&self) {
+        self.due.set(None);
+    }
+
     /// The lease expired: what is still out is given up with it.
     pub fn expired(&self) {
         self.failed.set(self.failed.get() + self.out.take());
@@ -608,6 +615,30 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn renewals_are_unwell_past_the_deadline_or_when_a_renewal_is_overdue() {
+        let tally = Tally::default();
+        assert_eq!(tally.unwell(), None, "nothing confirmed yet");
+        tally.confirmed(Instant::now() + S);
+        assert_eq!(tally.unwell(), None);
+        tally.confirmed(Instant::now() - Duration::from_millis(1));
+        assert!(tally.unwell().unwrap().contains("deadline"));
+        // A new lease confirmed; then a session released in time forgets.
+        tally.confirmed(Instant::now() + S);
+        tally.released();
+        assert_eq!(tally.safe_until(), None);
+        // A loop that has not sent a renewal due a whole interval ago.
+        tally.every.set(S);
+        tally.due.set(Some(Instant::now() - 2 * S));
+        assert!(tally.unwell().unwrap().contains("wedged"));
+        tally.retired();
+        assert_eq!(tally.unwell(), None);
+        // What is out when the lease expires is given up with it.
+        tally.out.set(2);
+        tally.expired();
+        assert_eq!((tally.failed.get(), tally.out.get()), (2, 0));
+    }
 
     #[test]
     fn default_grace_is_a_third_of_the_ttl() {

@@ -183,6 +183,7 @@ impl Standing {
         if cause == Cause::Expired {
             self.tally.expired();
         }
+        self.tally.retired();
         self.waited();
         self.set(Phase::Lost(cause));
     }
@@ -191,6 +192,7 @@ impl Standing {
     /// is still ours, is let go.
     pub fn let_go(&self) {
         self.waited();
+        self.tally.retired();
         if matches!(*self.phase.borrow(), Phase::Holding { .. }) {
             self.set(Phase::Ended);
         }
