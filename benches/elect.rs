@@ -54,7 +54,9 @@
 //!   CPU time and wake-ups (voluntary plus involuntary context switches) per
 //!   minute, from /proc, summed over threads. elect is two processes, `elect`
 //!   and its guard `lease-guard`; both are counted, and the target
-//!   (peak memory under 8 MiB) applies to their sum. (The guard's sentinel,
+//!   (peak memory under 8 MiB) applies to their sum. A third holder, elect
+//!   with `--listen` on and nothing asking it, runs in the same window:
+//!   its CPU and wake-ups against elect's without the endpoint. (The guard's sentinel,
 //!   `lease-sentinel`, a fork of the guard that only waits for a signal, is
 //!   not counted.)
 //! - `postgres`: the PostgreSQL store, on a server started for the purpose
@@ -676,20 +678,36 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         Some(ttl),
         &["sh", "-c", &sleep],
     ));
-    for p in [&mut elect, &mut reference] {
+    // The same holder with `--listen` on, asked nothing, in the same window.
+    let mut listening =
+        pair.elect
+            .command("bench-idle-listening", Some(ttl), &["sh", "-c", &sleep]);
+    listening.env("ELECT_LISTEN", support::tools::free_port().to_string());
+    let mut listening = Talking::spawn(listening);
+    for p in [&mut elect, &mut reference, &mut listening] {
         p.line("started", PATIENCE)
             .unwrap_or_else(|| panic!("holder did not start: {}", p.stderr()));
     }
-    let guard = procfs::children(elect.pid())
-        .into_iter()
-        .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
-        .expect("elect's guard process");
+    let guard_of = |elect: i32| {
+        procfs::children(elect)
+            .into_iter()
+            .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
+            .expect("elect's guard process")
+    };
+    let (guard, listening_guard) = (guard_of(elect.pid()), guard_of(listening.pid()));
     // Start-up is over once the command runs; give the first renewal a moment.
     thread::sleep(Duration::from_secs(1));
     let read = |pid| Usage::read(pid).unwrap_or_else(|| panic!("cannot read /proc/{pid}"));
-    let before = [read(elect.pid()), read(guard), read(reference.pid())];
+    let pids = [
+        elect.pid(),
+        guard,
+        reference.pid(),
+        listening.pid(),
+        listening_guard,
+    ];
+    let before = pids.map(read);
     thread::sleep(mode.idle);
-    let after = [read(elect.pid()), read(guard), read(reference.pid())];
+    let after = pids.map(read);
     let used: Vec<Usage> = before
         .iter()
         .zip(&after)
@@ -697,6 +715,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         .collect();
     let ours = used[0].plus(used[1]);
     let theirs = used[2];
+    let on = used[3].plus(used[4]);
     let per_minute = 60.0 / mode.idle.as_secs_f64();
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     let memory = |kib: fn(&Usage) -> u64| {
@@ -757,6 +776,30 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         ),
         reference: format!("{}: {}", pair.reference.name, wakeups(&theirs)),
         ratio: ratio(ours.switches as f64, theirs.switches as f64),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+    // `--listen` on against off: the reference column is elect without it.
+    table.row(Row {
+        figure: format!("idle CPU, endpoint on (--listen, not asked), TTL {ttl} s (elect + guard)"),
+        elect: format!("{} ({} + {})", cpu(&on), cpu(&used[3]), cpu(&used[4])),
+        reference: format!("endpoint off: {}", cpu(&ours)),
+        ratio: ratio(on.cpu.as_secs_f64(), ours.cpu.as_secs_f64()),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+    table.row(Row {
+        figure: format!(
+            "idle wake-ups, endpoint on (--listen, not asked), TTL {ttl} s (elect + guard)"
+        ),
+        elect: format!(
+            "{} ({} + {})",
+            wakeups(&on),
+            wakeups(&used[3]),
+            wakeups(&used[4])
+        ),
+        reference: format!("endpoint off: {}", wakeups(&ours)),
+        ratio: ratio(on.switches as f64, ours.switches as f64),
         target: "-".into(),
         verdict: Verdict::Info,
     });
