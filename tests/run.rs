@@ -868,3 +868,56 @@ fn a_waiter_queues_again_after_a_restart_longer_than_its_ttl() {
     assert_eq!(b.wait_code(10 * SECOND), 0, "{}", b.drain_stderr());
     assert_eq!(a.wait_code(10 * SECOND), 76);
 }
+
+/// `--listen` is bounded: a client that sends nothing is dropped within
+/// 2 s and cannot keep others out for longer, even when more such clients
+/// are open than are served at once (16); a head of 8 KiB without its end
+/// is refused with 431, a malformed request line with 400, a method other than GET
+/// or HEAD with 405.
+#[test]
+fn the_endpoint_drops_slow_clients_and_refuses_bad_requests() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use support::endpoint::{code, get};
+
+    let etcd = Etcd::start();
+    let port = support::tools::free_port();
+    let (mut holder, _) = hold(&etcd, "bounded", &["--listen", &port.to_string()]);
+    support::until("/readyz 200", 10 * SECOND, || code(port, "/readyz") == 200);
+    let answer = |request: &[u8]| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(5 * SECOND)).unwrap();
+        // The server may close before it has read all of a long head.
+        let _ = stream.write_all(request);
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    // Exactly the bound, without its end: nothing is left unread, so the
+    // answer is not lost to a reset.
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    huge.resize(8192, b'a');
+    assert!(answer(&huge).starts_with("HTTP/1.1 431 "), "an 8 KiB head");
+    assert!(answer(b"GET /readyz\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    assert!(answer(b"POST /readyz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405 "));
+    assert!(answer(b"GET /nothing HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+
+    // Twenty clients that connect and say nothing.
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let asked = std::time::Instant::now();
+    let (status, _) = get(port, "/readyz").expect("an answer behind the silent clients");
+    let waited = asked.elapsed();
+    assert_eq!(status, 200);
+    assert!(waited < 3 * SECOND, "answered after {waited:?}");
+    for mut stream in silent {
+        stream.set_read_timeout(Some(5 * SECOND)).unwrap();
+        let mut buf = [0u8; 16];
+        // Closed by elect, unanswered: end of stream, not a timeout.
+        assert_eq!(stream.read(&mut buf).unwrap(), 0);
+    }
+    eprintln!("an answer behind 20 silent clients after {waited:?}");
+    holder.send_line("");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
