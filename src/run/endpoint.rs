@@ -7,15 +7,15 @@
 //!   liveness probe that restarts an elect stuck without its lease;
 //! - `/metrics`: Prometheus's text format ([`super::standing::METRICS`]).
 //!
-//! A small HTTP/1.1 responder written here, not hyper's server: three
-//! fixed GET routes, one response a connection, no bodies to read, so the
-//! whole protocol elect needs is a request line, a bounded head and a
-//! response with a length. hyper (in the tree through tonic, client side
-//! only) would add its server half and hyper-util's to the build for
-//! features unused here, and its header-read timeout needs a timer wired
-//! in; the bounds a probe port needs are a few lines here: a head of at
-//! most [`MAX_HEAD`] bytes, [`WITHIN`] for a whole exchange, at most
-//! [`MAX_OPEN`] connections at once.
+//! A small HTTP/1.1 responder written here, not hyper's server (which is
+//! in the build, through tonic): three fixed GET routes, one response a
+//! connection, no bodies to read, so the whole protocol elect needs is a
+//! request line, a bounded head and a response with a length. With hyper
+//! the bounds a probe port needs would still be written around it (its
+//! header-read timeout takes a timer to be wired in, and it bounds neither
+//! a whole exchange nor the connections open); here they are a few
+//! lines: a head of at most [`MAX_HEAD`] bytes, [`WITHIN`] for a whole
+//! exchange, at most [`MAX_OPEN`] connections at once.
 //!
 //! It runs on elect's one thread beside the run, and never waits on
 //! anything but its sockets: a request is answered from [`Standing`] in
