@@ -2,7 +2,10 @@
 //! processes on one machine: `cargo bench` (all figures, full counts), or
 //! `ELECT_BENCH_QUICK=1 cargo bench` (small counts, a minute or two).
 //! Figures can be picked by name: `cargo bench -- handover scale`, or
-//! `ELECT_BENCH_ONLY=handover,scale`.
+//! `ELECT_BENCH_ONLY=handover,scale`. With `ELECT_BENCH_AGAINST=PATH`, the
+//! reference tool of the etcd and file figures (cycle, handover, failover,
+//! revoke, idle, contention) is the elect at PATH, an earlier build: a
+//! change measured before and after in one run, alternating run by run.
 //!
 //! Every figure runs elect and the reference tool side by side in one run,
 //! alternating them run by run, against one etcd started for the purpose on
@@ -680,23 +683,33 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         p.line("started", PATIENCE)
             .unwrap_or_else(|| panic!("holder did not start: {}", p.stderr()));
     }
-    let guard = procfs::children(elect.pid())
-        .into_iter()
-        .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
-        .expect("elect's guard process");
+    let guard_of = |pid| {
+        procfs::children(pid)
+            .into_iter()
+            .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
+            .expect("elect's guard process")
+    };
+    let guard = guard_of(elect.pid());
+    // An earlier elect as the reference has its guard counted too.
+    let their_guard = pair.reference.is_elect().then(|| guard_of(reference.pid()));
     // Start-up is over once the command runs; give the first renewal a moment.
     thread::sleep(Duration::from_secs(1));
     let read = |pid| Usage::read(pid).unwrap_or_else(|| panic!("cannot read /proc/{pid}"));
-    let before = [read(elect.pid()), read(guard), read(reference.pid())];
+    let mut pids = vec![elect.pid(), guard, reference.pid()];
+    pids.extend(their_guard);
+    let before: Vec<Usage> = pids.iter().map(|&pid| read(pid)).collect();
     thread::sleep(mode.idle);
-    let after = [read(elect.pid()), read(guard), read(reference.pid())];
+    let after: Vec<Usage> = pids.iter().map(|&pid| read(pid)).collect();
     let used: Vec<Usage> = before
         .iter()
         .zip(&after)
         .map(|(b, a)| b.until(*a))
         .collect();
     let ours = used[0].plus(used[1]);
-    let theirs = used[2];
+    let theirs = used[2..]
+        .iter()
+        .skip(1)
+        .fold(used[2], |sum, u| sum.plus(*u));
     let per_minute = 60.0 / mode.idle.as_secs_f64();
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     let memory = |kib: fn(&Usage) -> u64| {
