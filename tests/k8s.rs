@@ -76,7 +76,7 @@ fn elect_and_client_go_exclude_each_other_through_clean_releases() {
 
     // elect lets go when its command ends: client-go takes it at once.
     first.signal(libc::SIGTERM);
-    first.wait_code(10 * SECOND);
+    first.wait(10 * SECOND);
     assert!(!group_alive(pgid));
     go.expect_line("leading", 10 * SECOND);
     assert_after(&ticks, "E1", "G");
@@ -94,7 +94,7 @@ fn elect_and_client_go_exclude_each_other_through_clean_releases() {
     assert_eq!(go.wait_code(10 * SECOND), 0);
     assert_after(&ticks, "G", "E2");
     second.signal(libc::SIGTERM);
-    second.wait_code(10 * SECOND);
+    second.wait(10 * SECOND);
 }
 
 /// An elect that waits for Lease `name` (its pgid line comes once it holds).
