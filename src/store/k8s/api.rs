@@ -45,6 +45,11 @@ pub struct Api {
     idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
     /// The bound on one request.
     pub within: Duration,
+    /// How long a request that finds no server is tried again.
+    patience: Duration,
+    /// The last failure is one another try would not change: nothing
+    /// listens, the name does not resolve, a certificate is refused.
+    settled: std::cell::Cell<bool>,
 }
 
 /// An answer: the HTTP status and the body, parsed.
@@ -65,7 +70,10 @@ impl Reply {
 }
 
 impl Api {
-    pub fn new(conn: Conn, within: Duration) -> Result<Api, StoreError> {
+    /// The API server of `conn`, each request tried again for `patience`
+    /// at most where [`Api::request_patiently`] says so.
+    pub fn new(conn: Conn, patience: Duration) -> Result<Api, StoreError> {
+        let within = crate::store::retry::attempt_within(patience);
         let (host, port) = split_server(&conn.server)?;
         let name = conn.tls_server_name.clone().unwrap_or_else(|| host.clone());
         let server_name = ServerName::try_from(name.trim_matches(['[', ']']).to_string())
@@ -87,6 +95,8 @@ impl Api {
             exec: RefCell::new(None),
             idle: RefCell::new(Vec::new()),
             within,
+            patience,
+            settled: std::cell::Cell::new(false),
         })
     }
 
@@ -101,15 +111,56 @@ impl Api {
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, StoreError> {
-        let tcp = tokio::net::TcpStream::connect((self.host.trim_matches(['[', ']']), self.port))
+        let host = self.host.trim_matches(['[', ']']);
+        let at = format!("{}:{}", self.host, self.port);
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, self.port))
             .await
-            .map_err(|e| self.failed("cannot connect", &e))?;
+            .map_err(|e| {
+                self.settled.set(true);
+                StoreError::unavailable(format!(
+                    "{}: cannot resolve the host name {host} ({e})",
+                    self.shown()
+                ))
+            })?
+            .collect();
+        let mut last = None;
+        let mut connected = None;
+        for address in addresses {
+            match tokio::net::TcpStream::connect(address).await {
+                Ok(tcp) => {
+                    connected = Some(tcp);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let tcp = match (connected, last) {
+            (Some(tcp), _) => tcp,
+            (None, Some(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                self.settled.set(true);
+                return Err(StoreError::unavailable(format!(
+                    "{}: nothing listens at {at} (connection refused)",
+                    self.shown()
+                )));
+            }
+            (None, Some(e)) => return Err(self.failed(&format!("cannot connect to {at}"), &e)),
+            (None, None) => {
+                return Err(StoreError::unavailable(format!(
+                    "{}: {host} has no address",
+                    self.shown()
+                )));
+            }
+        };
         let _ = tcp.set_nodelay(true);
         let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
             .connect(self.server_name.clone(), tcp)
             .await
             .map_err(|e| match tls::Refused::in_chain(&e) {
-                Some(refused) => refused.error(self.shown()),
+                Some(refused) => {
+                    // Not TLS there: what is, the probe may tell.
+                    self.settled.set(refused.why != tls::Why::NoTls);
+                    refused.error(self.shown())
+                }
                 None => self.failed("TLS", &e),
             })?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -161,6 +212,40 @@ impl Api {
                 *cached = Some((token.clone(), Instant::now()));
                 Ok(Some(token))
             }
+        }
+    }
+
+    /// [`Api::request`], tried again while it finds no server there (or
+    /// one that does not answer), for the patience at most: a call that
+    /// reaches the store until elect is queued, and every look.
+    pub async fn request_patiently(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, StoreError> {
+        let what = format!("{method} {path}");
+        let tried = crate::store::retry::retry(
+            &what,
+            self.patience,
+            self.within,
+            || {
+                self.settled.set(false);
+                self.request(method, path, body)
+            },
+            |e: &StoreError| e.kind == crate::store::ErrorKind::Unavailable && !self.settled.get(),
+        )
+        .await;
+        match tried {
+            Ok(reply) => Ok(reply),
+            Err(crate::store::retry::GaveUp::Refused(e)) => Err(e),
+            Err(crate::store::retry::GaveUp::Bound(e)) => Err(e.unwrap_or_else(|| {
+                StoreError::unavailable(format!(
+                    "{}: {what}: no answer within {}",
+                    self.shown(),
+                    crate::clock::show(self.patience)
+                ))
+            })),
         }
     }
 

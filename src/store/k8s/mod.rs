@@ -135,9 +135,11 @@ impl Target for KubeTarget {
             Some((_, port)) if port.bytes().all(|b| b.is_ascii_digit()) => rest.to_string(),
             _ => format!("{rest}:443"),
         };
+        // Not `tls`: a look in plain HTTP tells a TLS server that answers
+        // it as Go's do from any other, which a TLS greeting would not.
         Some(probe::Contact {
-            expects: probe::Server::Http,
-            tls: true,
+            expects: probe::Server::Kubernetes,
+            tls: false,
             addresses: vec![address],
         })
     }
@@ -155,9 +157,6 @@ fn not_here(what: &str) -> StoreError {
 
 impl Kube {
     fn new(conn: Conn, within: Duration) -> Result<Kube, StoreError> {
-        // Each request is bounded by a third of the patience, as every
-        // store's attempts are, so that a hung one leaves room for others.
-        let within = crate::store::retry::attempt_within(within);
         Ok(Kube {
             api: Rc::new(Api::new(conn, within)?),
         })
@@ -172,7 +171,7 @@ impl Kube {
         let name = lease::object_name(lock);
         let reply = self
             .api
-            .request("GET", &lease::path(self.ns(), &name), None)
+            .request_patiently("GET", &lease::path(self.ns(), &name), None)
             .await?;
         match reply.status {
             200 => {
@@ -212,7 +211,7 @@ impl Kube {
         if let Some(selector) = selector {
             path = format!("{path}?labelSelector={selector}");
         }
-        let reply = self.api.request("GET", &path, None).await?;
+        let reply = self.api.request_patiently("GET", &path, None).await?;
         match reply.status {
             200 => Ok(session::leases_of(&reply.body)),
             _ => Err(self.api.refusal("list", "leases", &reply)),
@@ -428,13 +427,14 @@ impl Store for Kube {
 
     fn shards<'a>(
         &'a self,
-        _lock: &'a str,
+        lock: &'a str,
         count: Option<u32>,
     ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
         Box::pin(async move {
             match count {
-                // None is ever recorded here.
-                None => Ok(None),
+                // None is ever recorded here; but the look is one that
+                // proves the store answers, as on every store.
+                None => self.read(lock).await.map(|_| None),
                 Some(_) => Err(not_here("--shards")),
             }
         })

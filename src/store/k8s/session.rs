@@ -242,14 +242,20 @@ impl Session for KubeSession {
         record: HolderRecord,
     ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
         Box::pin(async move {
-            let lock: Box<dyn Lock + '_> = Box::new(KubeLock {
+            let lock = KubeLock {
                 shared: self.shared.clone(),
                 name: lease::object_name(&lock),
                 record: record.acquired_now().to_json(),
                 lock,
                 observed: RefCell::new(Observed::new()),
                 token: std::cell::Cell::new(None),
-            });
+                first: RefCell::new(None),
+            };
+            // The first look (and take, if the Lease is free) is the join:
+            // bounded as every call until queued is, and retried by the caller.
+            let first = lock.attempt().await?;
+            *lock.first.borrow_mut() = Some(first);
+            let lock: Box<dyn Lock + '_> = Box::new(lock);
             Ok(lock)
         })
     }
@@ -334,6 +340,8 @@ struct KubeLock {
     record: String,
     observed: RefCell<Observed<String>>,
     token: std::cell::Cell<Option<u64>>,
+    /// What the join's look came to, for the first turn.
+    first: RefCell<Option<Attempt>>,
 }
 
 /// What one look at the Lease came to.
@@ -367,7 +375,7 @@ impl KubeLock {
 
     async fn attempt(&self) -> Result<Attempt, StoreError> {
         let path = lease::path(self.ns(), &self.name);
-        let read = self.api().request("GET", &path, None).await?;
+        let read = self.api().request_patiently("GET", &path, None).await?;
         let answered = Instant::now();
         let seconds = self.shared.seconds;
         match read.status {
@@ -430,7 +438,12 @@ impl KubeLock {
         let mut backoff = Backoff::STORE;
         let mut entered = false;
         loop {
-            let (version, ripe_at) = match self.attempt().await {
+            let joined = self.first.borrow_mut().take();
+            let attempt = match joined {
+                Some(attempt) => Ok(attempt),
+                None => self.attempt().await,
+            };
+            let (version, ripe_at) = match attempt {
                 Ok(Attempt::Ours(token, sent)) => {
                     return Ok(Turn::First {
                         token,
