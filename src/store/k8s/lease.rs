@@ -21,6 +21,25 @@ pub const HOLDER: &str = "elect/holder";
 pub const TOKEN: &str = "elect/token";
 /// `elect break`'s request to let go.
 pub const BREAK: &str = "elect/break";
+/// The lock's checkpoint, as JSON.
+pub const CHECKPOINT: &str = "elect/checkpoint";
+/// The number of shards, recorded once.
+pub const SHARDS: &str = "elect/shards";
+/// The identity of the holder that took it last.
+pub const LAST: &str = "elect/last";
+/// The last success, for `--once-per`.
+pub const DONE: &str = "elect/done";
+
+/// The annotation of the lock's Lease that keeps `record`, for the records
+/// a holder writes fenced (`None`: a history record, a Lease of its own).
+pub fn annotation_of(record: crate::store::Record<'_>) -> Option<String> {
+    match record {
+        crate::store::Record::Done => Some(DONE.into()),
+        crate::store::Record::Slot(key) => Some(format!("elect/slot-{}", hash16(key))),
+        crate::store::Record::Tenure(_) => None,
+    }
+}
+
 /// On a history record: its value, and which record of which lock it is.
 pub const VALUE: &str = "elect/value";
 pub const RECORD: &str = "elect/record";
@@ -51,14 +70,24 @@ pub fn watch(namespace: &str, name: &str, version: &str) -> String {
     )
 }
 
-/// FNV-1a, 64 bits: a stable hash of a name, in 8 hex digits.
-fn hash8(name: &str) -> String {
+/// FNV-1a, 64 bits: a stable hash of a name.
+fn fnv(name: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{:08x}", h >> 32)
+    h
+}
+
+/// The hash of a name in 8 hex digits.
+fn hash8(name: &str) -> String {
+    format!("{:08x}", fnv(name) >> 32)
+}
+
+/// The hash of a name in 16 hex digits.
+fn hash16(name: &str) -> String {
+    format!("{:016x}", fnv(name))
 }
 
 /// Whether `name` is a DNS-1123 subdomain, as object names must be.
@@ -249,6 +278,9 @@ impl Lease {
         spec["leaseTransitions"] = (transitions + 1).into();
         self.set_annotation(LOCK, lock);
         self.set_annotation(HOLDER, record);
+        if let Some(identity) = identity_in(record) {
+            self.set_annotation(LAST, &identity);
+        }
         self.remove_annotation(TOKEN);
         self.remove_annotation(BREAK);
     }
@@ -272,6 +304,14 @@ impl Lease {
 
     /// A new Lease of `lock`, named `name`, held by `holder`.
     pub fn new(name: &str, lock: &str, holder: &str, seconds: u64, record: &str) -> Lease {
+        let mut lease = Lease::bare(name, lock, holder, seconds, record);
+        if let Some(identity) = identity_in(record) {
+            lease.set_annotation(LAST, &identity);
+        }
+        lease
+    }
+
+    fn bare(name: &str, lock: &str, holder: &str, seconds: u64, record: &str) -> Lease {
         let now = now_micro();
         Lease(json!({
             "apiVersion": "coordination.k8s.io/v1",
@@ -295,6 +335,12 @@ impl Lease {
     pub fn token(&self) -> Result<u64, StoreError> {
         parse_version(self.version())
     }
+}
+
+/// The identity in a holder record's JSON.
+fn identity_in(record: &str) -> Option<String> {
+    let record: Value = serde_json::from_str(record).ok()?;
+    record["identity"].as_str().map(String::from)
 }
 
 /// A resourceVersion as a u64, if it is a canonical decimal.

@@ -9,8 +9,9 @@
 //! renewals and the wait for a Lease; here are status, list, break and the
 //! history's records (a Lease each, labelled with its lock's).
 //!
-//! Not yet on this store, and refused with exit 78 by name: `--shards`,
-//! checkpoints, `--once-per` and `--slot`.
+//! A lock's checkpoint, shard count, last holder, last success and slots
+//! done are annotations of its own Lease, each written by a PUT of the
+//! version whose holder was checked; its history is a Lease a tenure.
 
 mod api;
 mod config;
@@ -151,10 +152,6 @@ pub struct Kube {
 }
 
 /// What is not on this store yet, refused by name.
-fn not_here(what: &str) -> StoreError {
-    StoreError::config(format!("the k8s: store does not support {what} yet"))
-}
-
 impl Kube {
     fn new(conn: Conn, within: Duration) -> Result<Kube, StoreError> {
         Ok(Kube {
@@ -261,6 +258,77 @@ impl Kube {
                     }
                 }
                 _ => return Err(self.api.refusal("update", name, &reply)),
+            }
+        }
+    }
+
+    /// Set (or with `None` remove) the annotation `key` of `lock`'s Lease
+    /// if `fence` holds, by a PUT of the version that was checked: the
+    /// check and the write are one step.
+    async fn put_annotation(
+        &self,
+        lock: &str,
+        key: &str,
+        value: Option<&str>,
+        fence: Fence<'_>,
+    ) -> Result<Put, StoreError> {
+        loop {
+            let found = self.read(lock).await?;
+            if let Fence::Holder { key: holder, token } = fence {
+                let current = found.as_ref().and_then(session::holder_of);
+                let ours = current
+                    .as_ref()
+                    .is_some_and(|h| h.key == holder && (h.token == token || h.token == 0));
+                if !ours {
+                    return Ok(Put::Stale(match current {
+                        Some(h) => format!("lock {lock} is held by {h} now, not by token {token}"),
+                        None => format!("lock {lock} is free: token {token} no longer holds it"),
+                    }));
+                }
+            }
+            if let Fence::Version(v) = fence {
+                let read = match &found {
+                    Some(l) if l.annotation(key).is_some() => Some(l.token()?),
+                    _ => None,
+                };
+                if read != v {
+                    return Ok(Put::Stale(format!(
+                        "{key} of lock {lock} changed meanwhile"
+                    )));
+                }
+            }
+            let reply = match (found, value) {
+                (None, None) => return Ok(Put::Stored),
+                (Some(mut l), _) => {
+                    match value {
+                        Some(value) => l.set_annotation(key, value),
+                        None => l.remove_annotation(key),
+                    }
+                    let name = l.name().to_string();
+                    self.api
+                        .request("PUT", &lease::path(self.ns(), &name), Some(&l.0))
+                        .await?
+                }
+                (None, Some(value)) => {
+                    let mut l = Lease::new(&lease::object_name(lock), lock, "", 1, "");
+                    l.remove_annotation(lease::HOLDER);
+                    l.set_annotation(key, value);
+                    self.api
+                        .request("POST", &lease::leases(self.ns()), Some(&l.0))
+                        .await?
+                }
+            };
+            match reply.status {
+                200 | 201 => return Ok(Put::Stored),
+                409 => continue,
+                413 | 422 => {
+                    return Err(StoreError::config(format!(
+                        "{}: the Lease of lock {lock} cannot take {key}: {}",
+                        self.api.shown(),
+                        reply.message()
+                    )));
+                }
+                _ => return Err(self.api.refusal("update", lock, &reply)),
             }
         }
     }
@@ -431,34 +499,84 @@ impl Store for Kube {
         count: Option<u32>,
     ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
         Box::pin(async move {
-            match count {
-                // None is ever recorded here; but the look is one that
-                // proves the store answers, as on every store.
-                None => self.read(lock).await.map(|_| None),
-                Some(_) => Err(not_here("--shards")),
+            let recorded = |l: &Lease| l.annotation(lease::SHARDS).and_then(|n| n.parse().ok());
+            let Some(count) = count else {
+                return Ok(self.read(lock).await?.as_ref().and_then(recorded));
+            };
+            // The first to record wins: a create, or a write of the
+            // version read.
+            loop {
+                let found = self.read(lock).await?;
+                if let Some(n) = found.as_ref().and_then(recorded) {
+                    return Ok(Some(n));
+                }
+                let reply = match found {
+                    Some(mut l) => {
+                        l.set_annotation(lease::SHARDS, &count.to_string());
+                        let name = l.name().to_string();
+                        self.api
+                            .request("PUT", &lease::path(self.ns(), &name), Some(&l.0))
+                            .await?
+                    }
+                    None => {
+                        let mut l = Lease::new(&lease::object_name(lock), lock, "", 1, "");
+                        l.remove_annotation(lease::HOLDER);
+                        l.set_annotation(lease::SHARDS, &count.to_string());
+                        self.api
+                            .request("POST", &lease::leases(self.ns()), Some(&l.0))
+                            .await?
+                    }
+                };
+                match reply.status {
+                    200 | 201 => return Ok(Some(count)),
+                    409 => continue,
+                    _ => return Err(self.api.refusal("write", lock, &reply)),
+                }
             }
         })
     }
 
-    fn owners<'a>(&'a self, _locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async { Err(not_here("--shards")) })
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(async move {
+            let mut owners = Vec::new();
+            for lock in locks {
+                let found = self.read(lock).await?;
+                owners.push(Owner {
+                    held: found.as_ref().and_then(session::holder_of).is_some(),
+                    last: found
+                        .as_ref()
+                        .and_then(|l| l.annotation(lease::LAST))
+                        .map(String::from),
+                });
+            }
+            Ok(owners)
+        })
     }
 
     fn checkpoint<'a>(
         &'a self,
-        _lock: &'a str,
+        lock: &'a str,
     ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        // None can have been written.
-        Box::pin(async { Ok(None) })
+        Box::pin(async move {
+            let found = self.read(lock).await?;
+            Ok(found.as_ref().and_then(session::checkpoint_of))
+        })
     }
 
     fn put_checkpoint<'a>(
         &'a self,
-        _lock: &'a str,
-        _key: &'a str,
-        _checkpoint: &'a Checkpoint,
+        lock: &'a str,
+        key: &'a str,
+        checkpoint: &'a Checkpoint,
     ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async { Err(not_here("checkpoints")) })
+        Box::pin(async move {
+            let fence = Fence::Holder {
+                key,
+                token: checkpoint.token,
+            };
+            self.put_annotation(lock, lease::CHECKPOINT, Some(&checkpoint.to_json()), fence)
+                .await
+        })
     }
 
     fn record<'a>(
@@ -467,8 +585,14 @@ impl Store for Kube {
         record: Record<'a>,
     ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
         Box::pin(async move {
-            if !matches!(record, Record::Tenure(_)) {
-                return Err(not_here("--once-per and --slot"));
+            if let Some(key) = lease::annotation_of(record) {
+                let found = self.read(lock).await?;
+                return Ok(found.and_then(|l| {
+                    Some(Versioned {
+                        value: l.annotation(&key)?.to_string(),
+                        version: l.token().ok()?,
+                    })
+                }));
             }
             let (_, found) = self.read_record(lock, record).await?;
             Ok(found.and_then(|l| {
@@ -488,8 +612,15 @@ impl Store for Kube {
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move {
+            if let Some(key) = lease::annotation_of(record) {
+                return self.put_annotation(lock, &key, Some(value), fence).await;
+            }
             let version = match fence {
-                Fence::Holder { .. } => return Err(not_here("--once-per and --slot")),
+                Fence::Holder { token, .. } => {
+                    return Ok(Put::Stale(format!(
+                        "token {token}: a history record is not written fenced by a holder"
+                    )));
+                }
                 Fence::Version(v) => Some(v),
                 Fence::Any => None,
             };
@@ -552,6 +683,12 @@ impl Store for Kube {
         record: Record<'a>,
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if let Some(key) = lease::annotation_of(record) {
+                return self
+                    .put_annotation(lock, &key, None, Fence::Any)
+                    .await
+                    .map(drop);
+            }
             let name = lease::record_name(&lease::object_name(lock), &record.suffix());
             let reply = self
                 .api

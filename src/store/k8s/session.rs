@@ -253,7 +253,7 @@ impl Session for KubeSession {
             };
             // The first look (and take, if the Lease is free) is the join:
             // bounded as every call until queued is, and retried by the caller.
-            let first = lock.attempt().await?;
+            let first = lock.attempt(None).await?;
             *lock.first.borrow_mut() = Some(first);
             let lock: Box<dyn Lock + '_> = Box::new(lock);
             Ok(lock)
@@ -373,9 +373,21 @@ impl KubeLock {
         Ok(Attempt::Ours(token, sent))
     }
 
-    async fn attempt(&self) -> Result<Attempt, StoreError> {
+    /// One look at the Lease, and a take if it may be taken: by a read, or
+    /// from what a watch just told of it (`seen`, `None` once deleted).
+    async fn attempt(&self, seen: Option<Option<Lease>>) -> Result<Attempt, StoreError> {
         let path = lease::path(self.ns(), &self.name);
-        let read = self.api().request_patiently("GET", &path, None).await?;
+        let read = match seen {
+            Some(Some(lease)) => super::api::Reply {
+                status: 200,
+                body: lease.0,
+            },
+            Some(None) => super::api::Reply {
+                status: 404,
+                body: Value::Null,
+            },
+            None => self.api().request_patiently("GET", &path, None).await?,
+        };
         let answered = Instant::now();
         let seconds = self.shared.seconds;
         match read.status {
@@ -437,11 +449,15 @@ impl KubeLock {
     async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
         let mut backoff = Backoff::STORE;
         let mut entered = false;
+        // One watch for the whole wait: each change comes on it with the
+        // Lease as it now is, so a renewal costs a waiter no request.
+        let mut watch: Option<super::api::Watch> = None;
+        let mut seen: Option<Option<Lease>> = None;
         loop {
             let joined = self.first.borrow_mut().take();
             let attempt = match joined {
                 Some(attempt) => Ok(attempt),
-                None => self.attempt().await,
+                None => self.attempt(seen.take()).await,
             };
             let (version, ripe_at) = match attempt {
                 Ok(Attempt::Ours(token, sent)) => {
@@ -457,6 +473,7 @@ impl KubeLock {
                 Err(e) if e.kind == ErrorKind::Unavailable => {
                     log::verbose(format_args!("could not try for lock {}: {e}", self.lock));
                     self.api().reset();
+                    watch = None;
                     let wake = Instant::now() + backoff.pause();
                     sleep_until(until.map_or(wake, |u| u.min(wake))).await;
                     if until.is_some_and(|u| u.remaining().is_zero()) {
@@ -469,7 +486,11 @@ impl KubeLock {
             if until.is_some_and(|u| u.remaining().is_zero()) {
                 return Ok(Turn::Busy);
             }
-            let Some(version) = version else { continue };
+            let Some(version) = version else {
+                // A race lost: read again.
+                watch = None;
+                continue;
+            };
             if !entered {
                 entered = true;
                 if let Err(e) = self.shared.enter(&self.lock, &self.name).await {
@@ -484,34 +505,44 @@ impl KubeLock {
                 (Some(r), Some(u)) => Some(r.min(u)),
                 (r, u) => r.or(u),
             };
-            self.watch_change(&version, wake).await;
-        }
-    }
-
-    /// Return when the Lease changes from `version`, or at `wake`.
-    async fn watch_change(&self, version: &str, wake: Option<Instant>) {
-        let sleep = async {
-            match wake {
-                Some(at) => sleep_until(at + Duration::from_millis(1)).await,
-                None => std::future::pending().await,
-            }
-        };
-        let change = async {
-            let path = lease::watch(self.ns(), &self.name, version);
-            match self.api().watch(&path).await {
-                Ok(mut watch) => {
-                    // Any event: a change, or the watch's end; look again.
-                    let _ = watch.next().await;
-                }
-                Err(e) => {
-                    log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+            if watch.is_none() {
+                let path = lease::watch(self.ns(), &self.name, &version);
+                match self.api().watch(&path).await {
+                    Ok(opened) => watch = Some(opened),
+                    Err(e) => {
+                        log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
+                        let nap = Instant::now() + Duration::from_millis(500);
+                        sleep_until(wake.map_or(nap, |w| w.min(nap))).await;
+                        continue;
+                    }
                 }
             }
-        };
-        tokio::select! {
-            () = sleep => {}
-            () = change => {}
+            let sleep = async {
+                match wake {
+                    Some(at) => sleep_until(at + Duration::from_millis(1)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let event = async {
+                match watch.as_mut() {
+                    Some(w) => w.next().await,
+                    None => None,
+                }
+            };
+            tokio::select! {
+                () = sleep => {}
+                event = event => match event {
+                    Some(e) if matches!(e["type"].as_str(), Some("ADDED" | "MODIFIED")) => {
+                        seen = Some(Some(Lease(e["object"].clone())));
+                    }
+                    Some(e) if e["type"] == "DELETED" => seen = Some(None),
+                    // Bookmarks and the like: look again, by a read.
+                    Some(_) => {}
+                    // Ended (its timeout, a too old version, a break):
+                    // read again and watch anew.
+                    None => watch = None,
+                },
+            }
         }
     }
 
@@ -641,7 +672,11 @@ impl Lock for KubeLock {
     }
 
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        Box::pin(async move {
+            // As the write that took the Lease found it.
+            let held = self.shared.held.borrow().get(&self.name).cloned();
+            Ok(held.as_ref().and_then(checkpoint_of))
+        })
     }
 
     fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
@@ -654,6 +689,11 @@ impl Lock for KubeLock {
             }
         })
     }
+}
+
+/// The checkpoint kept in `lease`, if any.
+pub fn checkpoint_of(lease: &Lease) -> Option<Checkpoint> {
+    Checkpoint::from_json(lease.annotation(lease::CHECKPOINT)?.as_bytes())
 }
 
 /// The holder `lease` names as elect's [`crate::store::Holder`].
