@@ -194,3 +194,225 @@ fn a_missing_right_is_named_in_one_line_and_exits_78() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("update leases"), "{stderr}");
 }
+
+/// A kubeconfig for `kube`, with `cluster` and `user` as YAML lines.
+fn kubeconfig(
+    dir: &TempDir,
+    name: &str,
+    kube: &Kube,
+    cluster: &str,
+    user: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters:\n- name: c\n  cluster:\n    server: {}\n{cluster}\
+             users:\n- name: u\n  user:\n{user}\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: creds\n",
+            kube.url
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `elect run --store k8s: -- CMD` with `kubeconfig`: its exit code and stderr.
+fn run_with(kubeconfig: &std::path::Path, script: &str) -> (Option<i32>, String) {
+    let out = support::elect()
+        .env("KUBECONFIG", kubeconfig)
+        .args([
+            "run", "--store", "k8s:", "--lock", "creds", "--", "sh", "-c", script,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn base64(path: &std::path::Path) -> String {
+    let out = Command::new("base64")
+        .arg("-w0")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Credentials as kubectl takes them: a client certificate (files and
+/// inline data), an exec plugin's token, insecure-skip-tls-verify with a
+/// warning, a token file that rotates during a hold; and what elect does
+/// not support refused by name.
+#[test]
+fn credentials_as_kubectl_takes_them() {
+    let mut kube = Kube::start("creds");
+    kube.create_namespace("creds");
+    let dir = TempDir::new("k8s-creds");
+    // The client certificate's user (CN=client) may use Leases in creds.
+    let role = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"elect","namespace":"creds"},"rules":[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]}]}"#;
+    let (code, out) = kube.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/creds/roles",
+        Some(role),
+    );
+    assert_eq!(code, 201, "{out}");
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"elect","namespace":"creds"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"elect"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"client"}]}"#;
+    let (code, out) = kube.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/creds/rolebindings",
+        Some(binding),
+    );
+    assert_eq!(code, 201, "{out}");
+    let ca = format!("    certificate-authority: {}\n", kube.certs.ca.display());
+
+    let files = kubeconfig(
+        &dir,
+        "cert-files",
+        &kube,
+        &ca,
+        &format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            kube.certs.client_cert.display(),
+            kube.certs.client_key.display()
+        ),
+    );
+    let (code, err) = run_with(&files, "true");
+    assert_eq!(code, Some(0), "client certificate files: {err}");
+    let inline = kubeconfig(
+        &dir,
+        "cert-data",
+        &kube,
+        &format!(
+            "    certificate-authority-data: {}\n",
+            base64(&kube.certs.ca)
+        ),
+        &format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            base64(&kube.certs.client_cert),
+            base64(&kube.certs.client_key)
+        ),
+    );
+    let (code, err) = run_with(&inline, "true");
+    assert_eq!(code, Some(0), "inline data: {err}");
+
+    // An exec plugin: a script printing an ExecCredential.
+    let ran = dir.join("plugin-ran");
+    let plugin = dir.join("plugin.sh");
+    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + 3600 * SECOND);
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\necho ran >> {}\necho '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{}\",\"expirationTimestamp\":\"{expires}\"}}}}'\n",
+            ran.display(),
+            kube.token
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("755")
+            .arg(&plugin)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let exec = kubeconfig(
+        &dir,
+        "exec",
+        &kube,
+        &ca,
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+            plugin.display()
+        ),
+    );
+    let (code, err) = run_with(&exec, "true");
+    assert_eq!(code, Some(0), "exec plugin: {err}");
+    assert!(
+        std::fs::read_to_string(&ran).unwrap().starts_with("ran\n"),
+        "the plugin ran"
+    );
+
+    // insecure-skip-tls-verify: no CA, a warning.
+    let insecure = kubeconfig(
+        &dir,
+        "insecure",
+        &kube,
+        "    insecure-skip-tls-verify: true\n",
+        &format!("    token: {}\n", kube.token),
+    );
+    let (code, err) = run_with(&insecure, "true");
+    assert_eq!(code, Some(0), "insecure: {err}");
+    assert!(
+        err.contains("insecure-skip-tls-verify") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    // What elect does not support: refused by name, 78, one line.
+    let provider = kubeconfig(
+        &dir,
+        "provider",
+        &kube,
+        &ca,
+        "    auth-provider:\n      name: gcp\n",
+    );
+    let (code, err) = run_with(&provider, "true");
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("auth-provider") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    // A token file rotated during a hold: the old token is refused once
+    // the server restarts without it, and elect reads the file again.
+    let tokens = kube.dir.join("tokens.csv");
+    let master = std::fs::read_to_string(&tokens).unwrap();
+    let with = |t: &str| format!("{master}{t},rotating,rotating-uid,\"system:masters\"\n");
+    std::fs::write(&tokens, with("first-token")).unwrap();
+    kube.restart("immediate");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "first-token\n").unwrap();
+    let rotating = kubeconfig(
+        &dir,
+        "rotating",
+        &kube,
+        &ca,
+        &format!("    tokenFile: {}\n", token_file.display()),
+    );
+    let mut holder = Running::spawn({
+        let mut c = support::elect();
+        c.env("KUBECONFIG", &rotating)
+            .args([
+                "run", "--store", "k8s:", "--lock", "rotating", "--ttl", "30s", "--",
+            ])
+            .args(["sh", "-c", "echo held; read _line"]);
+        c
+    });
+    holder.expect_line("held", 20 * SECOND);
+    std::fs::write(&tokens, with("second-token")).unwrap();
+    std::fs::write(&token_file, "second-token\n").unwrap();
+    kube.restart("immediate");
+    let restarted = std::time::SystemTime::now();
+    // Renewals every 10 s: one with the old token refused, then the new
+    // one read; the Lease renewed after the restart proves it.
+    support::eventually("a renewal with the new token", 15 * SECOND, || {
+        let (_, body) = kube.request(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/creds/leases/rotating",
+            None,
+        );
+        let lease: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let renewed = lease["spec"]["renewTime"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        match renewed {
+            Some(at) if at > restarted => Ok(()),
+            _ => Err(body),
+        }
+    });
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
+}
