@@ -416,3 +416,37 @@ fn credentials_as_kubectl_takes_them() {
     holder.send_line("done");
     assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
 }
+
+/// elect cut off from the API server (its link blackholed) while a
+/// client-go program waits: elect's command stops before client-go leads,
+/// on one monotonic clock. (The other way round, the client-go contender
+/// leads on until its release attempt times out, RetryPeriod and twice
+/// RenewDeadline after its last renewal, past its LeaseDuration: its own
+/// window, whoever takes over.)
+#[test]
+fn a_partition_of_elect_hands_over_to_client_go_without_overlap() {
+    use support::proxy::{Mode, Proxy};
+    let store = KubeStore::start("interop-cut");
+    let dir = TempDir::new("k8s-interop-cut");
+    let ticks = Ticks::new(&dir.0);
+    let proxy = Proxy::start(&store.link());
+
+    // elect holds through the proxy; client-go waits.
+    let mut cut = Running::spawn(elect_run(
+        &store.url_through(proxy.port),
+        "job",
+        &["--ttl", "2s"],
+        &ticks.script("E", false),
+    ));
+    cut.expect_line("pgid", 30 * SECOND);
+    ticks.first("E", 10 * SECOND);
+    let mut go = contender(&store, "job", "client-go-1", "G", &ticks);
+    std::thread::sleep(SECOND);
+    proxy.set(Mode::Blackhole);
+    go.expect_line("leading", 20 * SECOND);
+    // Its elect has stopped the command, and ends: every tick is in.
+    cut.wait(20 * SECOND);
+    assert_after(&ticks, "E", "G");
+    go.signal(libc::SIGTERM);
+    go.wait(10 * SECOND);
+}
