@@ -450,3 +450,58 @@ fn a_partition_of_elect_hands_over_to_client_go_without_overlap() {
     go.signal(libc::SIGTERM);
     go.wait(10 * SECOND);
 }
+
+/// The etcd behind the API server SIGKILLed and started again while elect
+/// holds a Lease and another elect waits: the lock never has two holders
+/// (the holder keeps it through the restart, or stops before the waiter
+/// starts), and the waiter gets it once the holder lets go.
+#[test]
+fn the_etcd_behind_the_api_server_restarted() {
+    let mut kube = Kube::start("etcd-restart");
+    kube.create_namespace("restart");
+    kube.register("etcd-restart");
+    let url = "k8s:restart?context=etcd-restart";
+    let dir = TempDir::new("k8s-etcd-restart");
+    let ticks = Ticks::new(&dir.0);
+    let mut a = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        &ticks.script("A", false),
+    ));
+    a.expect_line("pgid", 30 * SECOND);
+    ticks.first("A", 10 * SECOND);
+    let mut b = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        &ticks.script("B", false),
+    ));
+    std::thread::sleep(SECOND);
+    let killed = support::ticker::monotonic_ns();
+    kube.etcd().kill(0);
+    kube.etcd().restart(0);
+    kube.etcd().wait_healthy();
+    eprintln!(
+        "etcd back {:.0} ms after its SIGKILL",
+        (support::ticker::monotonic_ns() - killed) as f64 / 1e6
+    );
+    std::thread::sleep(3 * SECOND);
+    match ticks.last("B") {
+        // B took over: A had stopped first.
+        Some(_) => {
+            a.wait(10 * SECOND);
+            assert_after(&ticks, "A", "B");
+            eprintln!("A lost the Lease; B took it");
+        }
+        // A kept it: B gets it once A lets go.
+        None => {
+            a.signal(libc::SIGTERM);
+            a.wait(10 * SECOND);
+            assert_after(&ticks, "A", "B");
+            eprintln!("A kept the Lease through the restart");
+        }
+    }
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
