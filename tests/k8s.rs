@@ -505,3 +505,52 @@ fn the_etcd_behind_the_api_server_restarted() {
     b.signal(libc::SIGTERM);
     b.wait(10 * SECOND);
 }
+
+/// A `preferredHolder` that names someone else asks elect's holder to let
+/// go: it stops its command, as for `elect break`, and frees the Lease,
+/// keeping the field.
+#[test]
+fn a_preferred_holder_of_another_is_a_request_to_let_go() {
+    // The field is kept only with coordinated leader election on.
+    let kube = Kube::start_with(
+        "preferred",
+        &[
+            "--feature-gates=CoordinatedLeaderElection=true",
+            "--runtime-config=coordination.k8s.io/v1beta1=true",
+        ],
+    );
+    kube.create_namespace("preferred");
+    kube.register("preferred");
+    let url = "k8s:preferred?context=preferred";
+    let mut holder = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        r#"trap 'echo "term"; exit 0' TERM; echo held; while :; do sleep 0.01; done"#,
+    ));
+    holder.expect_line("held", 20 * SECOND);
+    let path = "/apis/coordination.k8s.io/v1/namespaces/preferred/leases/job";
+    support::eventually("preferredHolder written", 10 * SECOND, || {
+        let (_, body) = kube.request("GET", path, None);
+        let mut lease: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        lease["spec"]["strategy"] = "OldestEmulationVersion".into();
+        lease["spec"]["preferredHolder"] = "someone-else".into();
+        match kube.request("PUT", path, Some(&lease.to_string())) {
+            (200, _) => Ok(()),
+            (_, body) => Err(body),
+        }
+    });
+    holder.expect_line("term", 5 * SECOND);
+    holder.wait(10 * SECOND);
+    let said = holder.stderr_seen.join("\n");
+    assert!(said.contains("preferredHolder is someone-else"), "{said}");
+    let (_, body) = kube.request("GET", path, None);
+    let lease: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "", "{lease}");
+    assert_eq!(lease["spec"]["preferredHolder"], "someone-else", "{lease}");
+    assert_eq!(
+        lease["spec"]["strategy"], "OldestEmulationVersion",
+        "{lease}"
+    );
+}

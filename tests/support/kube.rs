@@ -31,6 +31,8 @@ pub struct Kube {
     /// A kubeconfig with the server, its CA and the test's token.
     pub kubeconfig: PathBuf,
     _etcd: Etcd,
+    /// Flags beyond envtest's, for every start.
+    extra: Vec<String>,
 }
 
 /// The program `$env`, which scripts/servers-go builds.
@@ -60,6 +62,12 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 
 impl Kube {
     pub fn start(name: &str) -> Kube {
+        Kube::start_with(name, &[])
+    }
+
+    /// [`Kube::start`] with `extra` flags (feature gates).
+    pub fn start_with(name: &str, extra: &[&str]) -> Kube {
+        let extra: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
         let etcd = Etcd::start_with(EtcdOptions {
             binary: Some(built("ELECT_TEST_KUBE_ETCD")),
             ..EtcdOptions::default()
@@ -82,7 +90,7 @@ impl Kube {
         .unwrap();
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let process = Kube::spawn(&dir, &certs, &etcd, port);
+        let process = Kube::spawn(&dir, &certs, &etcd, port, &extra);
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(
             &kubeconfig,
@@ -105,13 +113,14 @@ impl Kube {
             certs,
             kubeconfig,
             _etcd: etcd,
+            extra,
         };
         kube.wait_ready();
         kube
     }
 
     /// kube-apiserver on `port`, against `etcd`.
-    fn spawn(dir: &TempDir, certs: &Certs, etcd: &Etcd, port: u16) -> Child {
+    fn spawn(dir: &TempDir, certs: &Certs, etcd: &Etcd, port: u16, extra: &[String]) -> Child {
         let url = format!("https://127.0.0.1:{port}");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -145,6 +154,7 @@ impl Kube {
             .arg("--authorization-mode=RBAC")
             .arg(format!("--token-auth-file={}", path("tokens.csv")))
             .arg("--disable-admission-plugins=ServiceAccount")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -203,7 +213,7 @@ impl Kube {
         }
         let _ = self.process.kill();
         let _ = self.process.wait();
-        self.process = Kube::spawn(&self.dir, &self.certs, &self._etcd, self.port);
+        self.process = Kube::spawn(&self.dir, &self.certs, &self._etcd, self.port, &self.extra);
         self.wait_ready();
     }
 
