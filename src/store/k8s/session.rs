@@ -276,7 +276,7 @@ impl Session for KubeSession {
                 }
                 Ok::<(), StoreError>(())
             };
-            let (let_go, _) = tokio::join!(lets_go, join_all(deletes));
+            let (let_go, _) = tokio::join!(lets_go, in_turn(deletes));
             let_go
         })
     }
@@ -719,7 +719,7 @@ pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
 }
 
 /// Run every future of `all`, one after another.
-async fn join_all<F: std::future::Future>(all: impl Iterator<Item = F>) -> Vec<F::Output> {
+async fn in_turn<F: std::future::Future>(all: impl Iterator<Item = F>) -> Vec<F::Output> {
     let mut out = Vec::new();
     for f in all.collect::<Vec<_>>() {
         out.push(f.await);
