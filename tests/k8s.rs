@@ -554,3 +554,45 @@ fn a_preferred_holder_of_another_is_a_request_to_let_go() {
         "{lease}"
     );
 }
+
+/// In a pod: nothing but the service account's files (token, CA,
+/// namespace) at their path and `KUBERNETES_SERVICE_HOST`/`PORT`. The
+/// files are put there in a mount namespace of elect's own (a tmpfs over
+/// /run, which /var/run names), so the machine's are untouched.
+#[test]
+fn in_a_pod_the_service_account_is_all_it_needs() {
+    let store = KubeStore::start("in-cluster");
+    let dir = TempDir::new("k8s-in-cluster");
+    std::fs::write(dir.join("token"), format!("{}\n", store.kube().token)).unwrap();
+    std::fs::copy(&store.kube().certs.ca, dir.join("ca.crt")).unwrap();
+    std::fs::write(dir.join("namespace"), &store.namespace).unwrap();
+    let port = store.kube().url.rsplit(':').next().unwrap().to_string();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "mount -t tmpfs none /run && mkdir -p {sa} && cp {}/token {}/ca.crt {}/namespace {sa}/ && \
+         exec {} run --store k8s: --lock in-pod -- sh -c 'echo \"token $ELECT_TOKEN\"'",
+        dir.0.display(),
+        dir.0.display(),
+        dir.0.display(),
+        env!("CARGO_BIN_EXE_elect")
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("KUBECONFIG")
+        .env("HOME", "/nonexistent")
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", &port)
+        .output()
+        .expect("`unshare` not found: install Debian's util-linux package");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("token "), "{stdout}");
+    // In the pod's namespace, named by its file.
+    let lease = store
+        .lease("in-pod")
+        .expect("the Lease in the pod's namespace");
+    assert_eq!(lease["spec"]["holderIdentity"], "", "let go: {lease}");
+}
