@@ -85,6 +85,18 @@ fn elect_and_client_go_exclude_each_other_through_clean_releases() {
     let (code, out) = status(&store.url(), "job", true);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("client-go-1"), "{out}");
+    // And `list` shows its Lease among the locks, as a foreign holder.
+    let listed = support::elect()
+        .args(["list", "--store", &store.url()])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("job") && l.contains("client-go-1")),
+        "{listed}"
+    );
 
     // client-go lets go on SIGTERM: elect, waiting, takes it at once.
     let (mut second, _) = elect_holder_waiting(&store, "job", "E2", &ticks);
