@@ -23,7 +23,7 @@ use support::contender::children;
 use support::inspect::{check, holder_and_waiter, status};
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
-    FileStore, Held, StoreUnderTest, assert_rising, other_servers, wait_contenders,
+    FileStore, Held, KubeStore, StoreUnderTest, assert_rising, other_servers, wait_contenders,
 };
 use support::ticker::{Left, Ticks, group_alive, group_members};
 use support::{
@@ -2245,6 +2245,7 @@ macro_rules! stores {
 stores! {
     etcd: Etcd,
     file: FileStore,
+    k8s: KubeStore,
     postgres: Postgres,
     zookeeper: ZooKeeper,
 }
