@@ -2,7 +2,10 @@
 //! processes on one machine: `cargo bench` (all figures, full counts), or
 //! `ELECT_BENCH_QUICK=1 cargo bench` (small counts, a minute or two).
 //! Figures can be picked by name: `cargo bench -- handover scale`, or
-//! `ELECT_BENCH_ONLY=handover,scale`.
+//! `ELECT_BENCH_ONLY=handover,scale`. With `ELECT_BENCH_AGAINST=PATH`, the
+//! reference tool of the etcd and file figures (cycle, handover, failover,
+//! revoke, idle, contention) is the elect at PATH, an earlier build: a
+//! change measured before and after in one run, alternating run by run.
 //!
 //! Every figure runs elect and the reference tool side by side in one run,
 //! alternating them run by run, against one etcd started for the purpose on
@@ -688,34 +691,40 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         p.line("started", PATIENCE)
             .unwrap_or_else(|| panic!("holder did not start: {}", p.stderr()));
     }
-    let guard_of = |elect: i32| {
-        procfs::children(elect)
+    let guard_of = |pid| {
+        procfs::children(pid)
             .into_iter()
             .find(|&pid| procfs::command_line(pid).starts_with("lease-guard"))
             .expect("elect's guard process")
     };
     let (guard, listening_guard) = (guard_of(elect.pid()), guard_of(listening.pid()));
+    // An earlier elect as the reference has its guard counted too.
+    let their_guard = pair.reference.is_elect().then(|| guard_of(reference.pid()));
     // Start-up is over once the command runs; give the first renewal a moment.
     thread::sleep(Duration::from_secs(1));
     let read = |pid| Usage::read(pid).unwrap_or_else(|| panic!("cannot read /proc/{pid}"));
-    let pids = [
+    let mut pids = vec![
         elect.pid(),
         guard,
-        reference.pid(),
         listening.pid(),
         listening_guard,
+        reference.pid(),
     ];
-    let before = pids.map(read);
+    pids.extend(their_guard);
+    let before: Vec<Usage> = pids.iter().map(|&pid| read(pid)).collect();
     thread::sleep(mode.idle);
-    let after = pids.map(read);
+    let after: Vec<Usage> = pids.iter().map(|&pid| read(pid)).collect();
     let used: Vec<Usage> = before
         .iter()
         .zip(&after)
         .map(|(b, a)| b.until(*a))
         .collect();
     let ours = used[0].plus(used[1]);
-    let theirs = used[2];
-    let on = used[3].plus(used[4]);
+    let on = used[2].plus(used[3]);
+    let theirs = used[4..]
+        .iter()
+        .skip(1)
+        .fold(used[4], |sum, u| sum.plus(*u));
     let per_minute = 60.0 / mode.idle.as_secs_f64();
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     let memory = |kib: fn(&Usage) -> u64| {
@@ -782,7 +791,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
     // `--listen` on against off: the reference column is elect without it.
     table.row(Row {
         figure: format!("idle CPU, endpoint on (--listen, not asked), TTL {ttl} s (elect + guard)"),
-        elect: format!("{} ({} + {})", cpu(&on), cpu(&used[3]), cpu(&used[4])),
+        elect: format!("{} ({} + {})", cpu(&on), cpu(&used[2]), cpu(&used[3])),
         reference: format!("endpoint off: {}", cpu(&ours)),
         ratio: ratio(on.cpu.as_secs_f64(), ours.cpu.as_secs_f64()),
         target: "-".into(),
@@ -795,8 +804,8 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         elect: format!(
             "{} ({} + {})",
             wakeups(&on),
-            wakeups(&used[3]),
-            wakeups(&used[4])
+            wakeups(&used[2]),
+            wakeups(&used[3])
         ),
         reference: format!("endpoint off: {}", wakeups(&ours)),
         ratio: ratio(on.switches as f64, ours.switches as f64),

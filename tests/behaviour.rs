@@ -24,7 +24,7 @@ use support::endpoint::{NotifySocket, Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
-    FileStore, Held, StoreUnderTest, assert_rising, other_servers, wait_contenders,
+    FileStore, Held, KubeStore, StoreUnderTest, assert_rising, other_servers, wait_contenders,
 };
 use support::ticker::{Left, Ticks, group_alive, group_members};
 use support::tools::free_port;
@@ -2559,14 +2559,21 @@ fn systemd_hears_ready_status_watchdog_and_stopping<S: StoreUnderTest>() {
     // Behind a reaper (--subreaper), systemd watches the reaper, whose pid
     // WATCHDOG_PID names: elect feeds the watchdog for it.
     let reaped = NotifySocket::bind(&format!("{}-reaped", S::NAME));
-    let out = std::process::Command::new("sh")
+    let mut sh = std::process::Command::new("sh");
+    // elect's environment as the tests give it (a store's settings).
+    for (name, value) in elect().get_envs() {
+        match value {
+            Some(value) => sh.env(name, value),
+            None => sh.env_remove(name),
+        };
+    }
+    let out = sh
         .args([
             "-c",
             r#"WATCHDOG_PID=$$ exec "$0" run --subreaper --store "$1" --lock notified -- sleep 1"#,
             env!("CARGO_BIN_EXE_elect"),
             &url,
         ])
-        .env_remove("ELECT_STORE")
         .env("NOTIFY_SOCKET", &reaped.path)
         .env("WATCHDOG_USEC", "200000")
         .output()
@@ -2631,6 +2638,7 @@ macro_rules! stores {
 stores! {
     etcd: Etcd,
     file: FileStore,
+    k8s: KubeStore,
     postgres: Postgres,
     zookeeper: ZooKeeper,
 }

@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 
 use support::loss::Loss;
 use support::proxy::{Mode, Proxy};
-use support::stores::{Ensemble, EtcdCluster, FileStore, Pooled, StoreUnderTest, signal};
+use support::stores::{
+    Ensemble, EtcdCluster, FileStore, KubeStore, Pooled, StoreUnderTest, signal,
+};
 use support::ticker::{Ticks, group_alive, group_members, monotonic_ns};
 use support::{Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, find_child};
 
@@ -903,6 +905,7 @@ stores! {
     etcd: Etcd => [every, force, pkill, link, server],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
+    k8s: KubeStore => [every, force, pkill, link, server],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock],
     postgres: Postgres => [every, force, pkill, link, server, clock],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],

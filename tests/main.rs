@@ -16,6 +16,7 @@ mod gc_pause;
 mod guard;
 mod handover;
 mod inspect;
+mod k8s;
 mod kube;
 mod overlap;
 mod package;

@@ -293,7 +293,8 @@ fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
         }
     };
     let url = pg.url();
-    let ttl = ["--ttl", "1s"];
+    // Long enough that A keeps its lease on a busy machine until the pause.
+    let ttl = ["--ttl", "3s"];
     let mut command = pg_run(&url, "gc", &ttl, &writer("A"));
     command.process_group(0);
     let mut a = Running::spawn(command);
@@ -309,6 +310,11 @@ fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
         // SAFETY: killpg(2) of groups our own descendants lead.
         assert_eq!(unsafe { libc::killpg(group, libc::SIGSTOP) }, 0);
     }
+    assert!(
+        group_alive(a_group),
+        "A's command was gone before the pause: A lost its lease first ({:?})",
+        a.stderr_seen
+    );
     wait_for("B writes", &|| attempts("B", true) > 0);
     let t2: u64 = pg.psql("SELECT fence FROM account").parse().unwrap();
     assert!(t2 > t, "B's token {t2} exceeds A's {t}");

@@ -9,12 +9,30 @@ use crate::support::{self, Etcd};
 
 #[derive(Clone)]
 enum Kind {
-    ElectEtcd { url: String },
-    EtcdctlLock { endpoint: String },
-    ElectFile { dir: PathBuf },
-    ElectPostgres { url: String },
-    ElectZooKeeper { url: String },
-    Flock { dir: PathBuf },
+    ElectEtcd {
+        url: String,
+    },
+    EtcdctlLock {
+        endpoint: String,
+    },
+    ElectFile {
+        dir: PathBuf,
+    },
+    ElectPostgres {
+        url: String,
+    },
+    ElectZooKeeper {
+        url: String,
+    },
+    Flock {
+        dir: PathBuf,
+    },
+    /// Another build of elect (`ELECT_BENCH_AGAINST`) on the store of `url`.
+    ElectAt {
+        program: PathBuf,
+        url: String,
+        postgres: bool,
+    },
 }
 
 /// A way to run a command while holding a named lock.
@@ -70,6 +88,30 @@ impl Locker {
         }
     }
 
+    /// The elect at `program` on the store `of` runs on, in its place as the
+    /// reference tool: this build against an earlier one, in one run.
+    pub fn elect_at(program: &Path, of: &Locker) -> Locker {
+        let (url, postgres) = match &of.kind {
+            Kind::ElectEtcd { url } | Kind::ElectZooKeeper { url } => (url.clone(), false),
+            Kind::ElectPostgres { url } => (url.clone(), true),
+            Kind::ElectFile { dir } => (format!("file:{}", dir.display()), false),
+            _ => panic!("{} is not elect", of.name),
+        };
+        Locker {
+            name: "elect before",
+            kind: Kind::ElectAt {
+                program: program.to_path_buf(),
+                url,
+                postgres,
+            },
+        }
+    }
+
+    /// Whether this is elect (some build of it), which has a guard.
+    pub fn is_elect(&self) -> bool {
+        !matches!(self.kind, Kind::EtcdctlLock { .. } | Kind::Flock { .. })
+    }
+
     pub fn flock(dir: &Path) -> Locker {
         Locker {
             name: "flock",
@@ -88,6 +130,7 @@ impl Locker {
             Kind::ElectPostgres { .. } => "elect-postgres",
             Kind::ElectZooKeeper { .. } => "elect-zookeeper",
             Kind::Flock { .. } => "flock",
+            Kind::ElectAt { .. } => "elect-before",
         }
     }
 
@@ -95,14 +138,38 @@ impl Locker {
     /// (ignored by the file stores, which have none).
     pub fn command(&self, lock: &str, ttl_secs: Option<u64>, argv: &[&str]) -> Command {
         match &self.kind {
-            Kind::ElectEtcd { url } => elect_run(url, lock, ttl_secs, argv),
-            Kind::ElectFile { dir } => {
-                elect_run(&format!("file:{}", dir.display()), lock, None, argv)
-            }
-            Kind::ElectZooKeeper { url } => elect_run(url, lock, ttl_secs, argv),
+            Kind::ElectEtcd { url } => elect_run(support::elect(), url, lock, ttl_secs, argv),
+            Kind::ElectFile { dir } => elect_run(
+                support::elect(),
+                &format!("file:{}", dir.display()),
+                lock,
+                None,
+                argv,
+            ),
+            Kind::ElectZooKeeper { url } => elect_run(support::elect(), url, lock, ttl_secs, argv),
             Kind::ElectPostgres { url } => {
-                let mut c = elect_run(url, lock, ttl_secs, argv);
+                let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);
+                c
+            }
+            Kind::ElectAt {
+                program,
+                url,
+                postgres,
+            } => {
+                let mut elect = Command::new(program);
+                elect
+                    .env_remove("ELECT_STORE")
+                    .env_remove("ETCDCTL_ENDPOINTS");
+                let ttl = if url.starts_with("file:") {
+                    None
+                } else {
+                    ttl_secs
+                };
+                let mut c = elect_run(elect, url, lock, ttl, argv);
+                if *postgres {
+                    c.env("PGPASSWORD", support::postgres::PASSWORD);
+                }
                 c
             }
             Kind::EtcdctlLock { endpoint } => {
@@ -126,8 +193,13 @@ impl Locker {
     }
 }
 
-fn elect_run(store: &str, lock: &str, ttl_secs: Option<u64>, argv: &[&str]) -> Command {
-    let mut c = support::elect();
+fn elect_run(
+    mut c: Command,
+    store: &str,
+    lock: &str,
+    ttl_secs: Option<u64>,
+    argv: &[&str],
+) -> Command {
     c.args(["run", "--store", store, "--lock", lock]);
     if let Some(ttl) = ttl_secs {
         c.arg(format!("--ttl={ttl}s"));
@@ -145,7 +217,27 @@ pub struct Pair {
 
 /// The pairs of the cycle figure: etcd always; the file store once elect
 /// accepts `--store file:DIR` (probed by running it), else a note says why not.
+/// With `ELECT_BENCH_AGAINST=PATH`, each pair's reference tool is the elect
+/// at PATH instead (see [`against`]).
 pub fn pairs(etcd: &Etcd, file_dir: &Path) -> (Vec<Pair>, Vec<String>) {
+    let (mut pairs, notes) = tools(etcd, file_dir);
+    if let Some(program) = against() {
+        for pair in &mut pairs {
+            pair.reference = Locker::elect_at(&program, &pair.elect);
+        }
+    }
+    (pairs, notes)
+}
+
+/// `ELECT_BENCH_AGAINST`: an earlier build of elect to measure this one
+/// against, alternating run by run, in place of the tools it replaces.
+pub fn against() -> Option<PathBuf> {
+    std::env::var_os("ELECT_BENCH_AGAINST")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+fn tools(etcd: &Etcd, file_dir: &Path) -> (Vec<Pair>, Vec<String>) {
     let mut pairs = vec![Pair {
         store: "etcd",
         elect: Locker::elect_etcd(etcd),

@@ -17,6 +17,7 @@ pub mod breaking;
 pub mod etcd;
 pub mod file;
 mod holder;
+pub mod k8s;
 mod kind;
 mod observed;
 pub mod postgres;
@@ -44,7 +45,13 @@ use std::time::Duration;
 use kind::redact;
 
 /// Every store elect knows. Registering a store is one line here.
-const KINDS: &[&Kind] = &[&etcd::KIND, &postgres::KIND, &zk::KIND, &file::KIND];
+const KINDS: &[&Kind] = &[
+    &etcd::KIND,
+    &postgres::KIND,
+    &zk::KIND,
+    &k8s::KIND,
+    &file::KIND,
+];
 
 /// The store used when neither `--store`, `ELECT_STORE` nor a store's own
 /// environment names one.

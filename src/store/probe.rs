@@ -37,6 +37,9 @@ pub enum Server {
     Http2,
     /// A server that speaks TLS first.
     Tls,
+    /// A Kubernetes API server: it speaks only TLS, and answers plain HTTP
+    /// as Go's TLS servers do, so any such server passes for one.
+    Kubernetes,
 }
 
 impl fmt::Display for Server {
@@ -48,6 +51,7 @@ impl fmt::Display for Server {
             Server::Http => "an HTTP server",
             Server::Http2 => "an HTTP/2 server",
             Server::Tls => "a TLS server",
+            Server::Kubernetes => "Kubernetes",
         })
     }
 }
@@ -193,7 +197,7 @@ impl Greeting {
         match server {
             Server::Postgres => Greeting::SslRequest,
             Server::ZooKeeper => Greeting::Srvr,
-            Server::Etcd | Server::Http | Server::Tls => Greeting::GetVersion,
+            Server::Etcd | Server::Http | Server::Tls | Server::Kubernetes => Greeting::GetVersion,
             Server::Http2 => Greeting::Preface,
         }
     }
@@ -333,7 +337,8 @@ fn settled(contact: &Contact, replies: &[(Greeting, Reply)]) -> Option<Heard> {
 }
 
 fn expected(contact: &Contact, server: Server) -> bool {
-    server == contact.expects || (contact.tls && server == Server::Tls)
+    server == contact.expects
+        || ((contact.tls || contact.expects == Server::Kubernetes) && server == Server::Tls)
 }
 
 /// The verdict from every greeting's reply.

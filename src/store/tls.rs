@@ -12,7 +12,12 @@
 use std::error::Error;
 use std::fmt;
 
-use rustls::{AlertDescription, CertificateError};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{AlertDescription, CertificateError, DigitallySignedStruct, SignatureScheme};
 
 use super::StoreError;
 
@@ -107,6 +112,57 @@ impl fmt::Display for Refused {
             Why::Handshake => "the server and elect have no TLS in common",
         };
         write!(f, "TLS handshake refused: {why} ({})", self.detail)
+    }
+}
+
+/// A server's certificate taken unchecked, its handshake's signatures
+/// still verified: what libpq's `prefer` and `require` without a CA mean,
+/// and a kubeconfig's `insecure-skip-tls-verify`.
+#[derive(Debug)]
+pub struct Unchecked(pub Arc<CryptoProvider>);
+
+impl ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -22,6 +22,7 @@ const READY_WITHIN: Duration = Duration::from_secs(90);
 
 pub struct Kube {
     process: Child,
+    port: u16,
     pub dir: TempDir,
     /// `https://127.0.0.1:PORT`.
     pub url: String,
@@ -30,6 +31,8 @@ pub struct Kube {
     /// A kubeconfig with the server, its CA and the test's token.
     pub kubeconfig: PathBuf,
     _etcd: Etcd,
+    /// Flags beyond envtest's, for every start.
+    extra: Vec<String>,
 }
 
 /// The program `$env`, which scripts/servers-go builds.
@@ -59,6 +62,12 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 
 impl Kube {
     pub fn start(name: &str) -> Kube {
+        Kube::start_with(name, &[])
+    }
+
+    /// [`Kube::start`] with `extra` flags (feature gates).
+    pub fn start_with(name: &str, extra: &[&str]) -> Kube {
+        let extra: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
         let etcd = Etcd::start_with(EtcdOptions {
             binary: Some(built("ELECT_TEST_KUBE_ETCD")),
             ..EtcdOptions::default()
@@ -73,14 +82,53 @@ impl Kube {
         let token = format!("elect-test-{}", std::process::id());
         std::fs::write(
             dir.join("tokens.csv"),
-            format!("{token},elect-test,elect-test-uid,\"system:masters\"\n"),
+            format!(
+                "{token},elect-test,elect-test-uid,\"system:masters\"\n\
+                 reader-{token},reader,reader-uid\n"
+            ),
         )
         .unwrap();
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let log = std::fs::File::create(dir.join("kube-apiserver.log")).unwrap();
+        let process = Kube::spawn(&dir, &certs, &etcd, port, &extra);
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\n\
+                 clusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
+                 users:\n- name: test\n  user:\n    token: {token}\n\
+                 contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+                 current-context: test\n",
+                certs.ca.display()
+            ),
+        )
+        .unwrap();
+        let mut kube = Kube {
+            process,
+            port,
+            dir,
+            url,
+            token,
+            certs,
+            kubeconfig,
+            _etcd: etcd,
+            extra,
+        };
+        kube.wait_ready();
+        kube
+    }
+
+    /// kube-apiserver on `port`, against `etcd`.
+    fn spawn(dir: &TempDir, certs: &Certs, etcd: &Etcd, port: u16, extra: &[String]) -> Child {
+        let url = format!("https://127.0.0.1:{port}");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("kube-apiserver.log"))
+            .unwrap();
         let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
-        let process = Command::new(built("ELECT_TEST_KUBE_APISERVER"))
+        Command::new(built("ELECT_TEST_KUBE_APISERVER"))
             .arg(format!(
                 "--etcd-servers={}",
                 etcd.url().replace("etcd://", "http://")
@@ -106,37 +154,135 @@ impl Kube {
             .arg("--authorization-mode=RBAC")
             .arg(format!("--token-auth-file={}", path("tokens.csv")))
             .arg("--disable-admission-plugins=ServiceAccount")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("kube-apiserver");
-        let kubeconfig = dir.join("kubeconfig");
+            .expect("kube-apiserver")
+    }
+
+    /// A kubeconfig for the user `reader`, of no group: the rights a test
+    /// grants it by RBAC are all it has.
+    pub fn kubeconfig_of_user(&self, user: &str) -> PathBuf {
+        assert_eq!(user, "reader", "the static token file names only reader");
+        let path = self.dir.join(&format!("kubeconfig-{user}"));
         std::fs::write(
-            &kubeconfig,
+            &path,
             format!(
                 "apiVersion: v1\nkind: Config\n\
-                 clusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
-                 users:\n- name: test\n  user:\n    token: {token}\n\
-                 contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+                 clusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+                 users:\n- name: {user}\n  user:\n    token: reader-{}\n\
+                 contexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n\
                  current-context: test\n",
-                certs.ca.display()
+                self.url,
+                self.certs.ca.display(),
+                self.token
             ),
         )
         .unwrap();
-        let mut kube = Kube {
-            process,
-            dir,
-            url,
-            token,
-            certs,
-            kubeconfig,
-            _etcd: etcd,
-        };
-        kube.wait_ready();
-        kube
+        path
     }
 
+    /// The kube-apiserver's pid.
+    pub fn pid(&self) -> i32 {
+        self.process.id() as i32
+    }
+
+    /// The etcd behind it.
+    pub fn etcd(&mut self) -> &mut Etcd {
+        &mut self._etcd
+    }
+
+    /// Stop kube-apiserver (SIGTERM, its orderly shutdown, with `fast`;
+    /// else SIGKILL) and start it again on its port; return once ready.
+    pub fn restart(&mut self, how: &str) {
+        if how == "fast" {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            super::eventually("kube-apiserver stopped", 30 * super::SECOND, || match self
+                .process
+                .try_wait()
+                .unwrap()
+            {
+                Some(_) => Ok(()),
+                None => Err("running".to_string()),
+            });
+        }
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        self.process = Kube::spawn(&self.dir, &self.certs, &self._etcd, self.port, &self.extra);
+        self.wait_ready();
+    }
+
+    /// Create namespace `ns`.
+    pub fn create_namespace(&self, ns: &str) {
+        let body = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{{\"name\":\"{ns}\"}}}}"
+        );
+        let (code, answer) = self.request("POST", "/api/v1/namespaces", Some(&body));
+        assert!(
+            code == 201 || code == 409,
+            "namespace {ns}: {code} {answer}"
+        );
+    }
+
+    /// Name this server `context` in the tests' one kubeconfig, which every
+    /// elect the tests start reads ([`kubeconfig`]).
+    pub fn register(&self, context: &str) {
+        register(context, &self.url, Some(&self.certs.ca), &self.token);
+    }
+}
+
+/// A context of the tests' kubeconfig for the server at `host_port`
+/// (whatever answers there), with the system's CAs; its name.
+pub fn context_at(host_port: &str) -> String {
+    let context = format!("at-{}", host_port.replace([':', '.', '[', ']'], "-"));
+    register(&context, &format!("https://{host_port}"), None, "none");
+    context
+}
+
+/// A context of the tests' kubeconfig for `kube` reached at `url` (a proxy).
+pub fn register_at(context: &str, url: &str, kube: &Kube) {
+    register(context, url, Some(&kube.certs.ca), &kube.token);
+}
+
+/// Name the server at `url` `context` in the tests' one kubeconfig.
+fn register(context: &str, url: &str, ca: Option<&std::path::Path>, token: &str) {
+    {
+        let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+        contexts.retain(|(name, ..)| name != context);
+        contexts.push((
+            context.to_string(),
+            url.to_string(),
+            ca.map(PathBuf::from),
+            token.to_string(),
+        ));
+        let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+        for (name, url, ca, _) in contexts.iter() {
+            text += &format!("- name: {name}\n  cluster:\n    server: {url}\n");
+            if let Some(ca) = ca {
+                text += &format!("    certificate-authority: {}\n", ca.display());
+            }
+        }
+        text += "users:\n";
+        for (name, _, _, token) in contexts.iter() {
+            text += &format!("- name: {name}\n  user:\n    token: {token}\n");
+        }
+        text += "contexts:\n";
+        for (name, ..) in contexts.iter() {
+            text += &format!("- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n");
+        }
+        let path = kubeconfig_path();
+        let new = path.with_extension("new");
+        std::fs::write(&new, text).unwrap();
+        std::fs::rename(&new, &path).unwrap();
+    }
+}
+
+impl Kube {
     fn wait_ready(&mut self) {
         super::eventually("kube-apiserver ready", READY_WITHIN, || {
             if let Some(status) = self.process.try_wait().unwrap() {
@@ -189,6 +335,50 @@ impl Kube {
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
         (code.trim().parse().unwrap_or(0), body.to_string())
     }
+}
+
+/// A context of the tests' kubeconfig: its name, the server's URL, its CA
+/// and the token.
+type Context = (String, String, Option<PathBuf>, String);
+
+/// Every server the tests started.
+static CONTEXTS: std::sync::Mutex<Vec<Context>> = std::sync::Mutex::new(Vec::new());
+
+fn kubeconfig_path() -> PathBuf {
+    std::env::temp_dir().join(format!("elect-test-kubeconfig-{}", std::process::id()))
+}
+
+/// The kubeconfig that names every server the tests started, once one
+/// did: what every elect they start is given as `KUBECONFIG`.
+pub fn kubeconfig() -> Option<PathBuf> {
+    let path = kubeconfig_path();
+    path.exists().then_some(path)
+}
+
+/// The one kube-apiserver that the shared suites' scenarios share, each in
+/// a namespace of its own; it and its etcd are killed when the tests end.
+pub fn shared() -> &'static Kube {
+    static SHARED: std::sync::OnceLock<Kube> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let kube = Kube::start("shared");
+        kube.register("shared");
+        // No Drop for a static: a watchdog ends both once the tests' process is gone.
+        #[allow(clippy::zombie_processes, reason = "it outlives the tests' process")]
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 {} {} 2>/dev/null",
+                std::process::id(),
+                kube.pid(),
+                kube._etcd.pid()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh");
+        kube
+    })
 }
 
 impl Drop for Kube {

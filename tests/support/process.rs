@@ -22,6 +22,11 @@ pub const SENTINEL: &str = "lease-sentinel";
 pub fn elect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));
     c.env_remove("ELECT_STORE").env_remove("ETCDCTL_ENDPOINTS");
+    // The servers of the k8s: store's tests, each a context.
+    match super::kube::kubeconfig() {
+        Some(path) => c.env("KUBECONFIG", path),
+        None => c.env_remove("KUBECONFIG"),
+    };
     c
 }
 

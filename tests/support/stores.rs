@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::kube::Kube;
 use super::postgres::PASSWORD;
 use super::{Etcd, PgBouncer, Postgres, SECOND, TempDir, ZooKeeper};
 
@@ -1090,5 +1091,248 @@ impl StoreUnderTest for Ensemble {
 
     fn heal_member(&self, i: usize) {
         self.0.heal(i);
+    }
+}
+
+/// Kubernetes: a namespace of its own on the kube-apiserver the suites
+/// share ([`super::kube::shared`]), or a server of its own for a scenario
+/// that stops or restarts it.
+pub struct KubeStore {
+    server: KubeServer,
+    pub namespace: String,
+    context: String,
+}
+
+enum KubeServer {
+    Shared(&'static Kube),
+    Own(Box<Kube>),
+}
+
+impl KubeStore {
+    pub fn kube(&self) -> &Kube {
+        match &self.server {
+            KubeServer::Shared(k) => k,
+            KubeServer::Own(k) => k,
+        }
+    }
+
+    fn own(&mut self) -> &mut Kube {
+        match &mut self.server {
+            KubeServer::Own(k) => k,
+            KubeServer::Shared(_) => {
+                panic!("the shared kube-apiserver is not one scenario's to stop")
+            }
+        }
+    }
+
+    fn leases(&self) -> String {
+        format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+            self.namespace
+        )
+    }
+
+    /// Every Lease of the namespace.
+    pub fn all_leases(&self) -> Vec<serde_json::Value> {
+        let (code, body) = self.kube().request("GET", &self.leases(), None);
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The Lease of `lock` (elect names it so where it can).
+    pub fn lease(&self, lock: &str) -> Option<serde_json::Value> {
+        self.all_leases().into_iter().find(|l| {
+            l["metadata"]["annotations"]["elect/lock"] == lock
+                && l["metadata"]["annotations"]["elect/record"].is_null()
+                && l["metadata"]["labels"]["elect/waiters-of"].is_null()
+        })
+    }
+
+    /// Whether `lease` is held and was renewed within its duration, by the
+    /// machine's wall clock.
+    fn live(lease: &serde_json::Value) -> bool {
+        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or("");
+        let Some(renewed) = lease["spec"]["renewTime"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+        else {
+            return false;
+        };
+        let secs = lease["spec"]["leaseDurationSeconds"].as_u64().unwrap_or(1);
+        !holder.is_empty() && renewed + Duration::from_secs(secs) > std::time::SystemTime::now()
+    }
+
+    /// PUT `change` of `lock`'s Lease, from its current version.
+    fn change_lease(&self, lock: &str, change: impl Fn(&mut serde_json::Value)) {
+        super::eventually(&format!("the Lease of {lock} changed"), 10 * SECOND, || {
+            let mut lease = self.lease(lock).ok_or("no Lease")?;
+            change(&mut lease);
+            let name = lease["metadata"]["name"].as_str().unwrap().to_string();
+            let (code, body) = self.kube().request(
+                "PUT",
+                &format!("{}/{name}", self.leases()),
+                Some(&lease.to_string()),
+            );
+            match code {
+                200 => Ok(()),
+                _ => Err(body),
+            }
+        })
+    }
+}
+
+/// The scenarios that stop or restart the server: each gets one of its own.
+const KUBE_OF_ITS_OWN: &[&str] = &["checkpoint-kept", "server-", "restart-"];
+
+impl StoreUnderTest for KubeStore {
+    const NAME: &'static str = "k8s";
+    const OUTSIDE_ENDS: &'static [&'static str] = &["take over the Lease", "let go of the Lease"];
+    /// Tokens are resource versions: etcd's revisions.
+    const CONSECUTIVE_TOKENS: bool = false;
+
+    fn start(scenario: &str) -> KubeStore {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let slug: String = scenario
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() {
+                true => c.to_ascii_lowercase(),
+                false => '-',
+            })
+            .take(40)
+            .collect();
+        let namespace = format!("t{n}-{}", slug.trim_matches('-'));
+        let own = KUBE_OF_ITS_OWN.iter().any(|s| scenario.contains(s));
+        let (server, context) = match own {
+            true => {
+                let kube = Kube::start(&namespace);
+                let context = format!("own-{n}");
+                kube.register(&context);
+                (KubeServer::Own(Box::new(kube)), context)
+            }
+            false => (
+                KubeServer::Shared(super::kube::shared()),
+                "shared".to_string(),
+            ),
+        };
+        let store = KubeStore {
+            server,
+            namespace,
+            context,
+        };
+        store.kube().create_namespace(&store.namespace);
+        store
+    }
+
+    fn url(&self) -> String {
+        format!("k8s:{}?context={}", self.namespace, self.context)
+    }
+
+    /// The Lease's live holder, and the live waiters' records.
+    fn contenders(&self, lock: &str) -> usize {
+        self.all_leases()
+            .iter()
+            .filter(|l| l["metadata"]["annotations"]["elect/lock"] == lock)
+            .filter(|l| l["metadata"]["annotations"]["elect/record"].is_null())
+            .filter(|l| Self::live(l))
+            .count()
+    }
+
+    fn unrelated_write(&self) {
+        let body = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"unrelated"},"spec":{}}"#;
+        let (code, out) = self.kube().request("POST", &self.leases(), Some(body));
+        assert!(code == 201 || code == 409, "{out}");
+        let (code, out) =
+            self.kube()
+                .request("DELETE", &format!("{}/unrelated", self.leases()), None);
+        assert_eq!(code, 200, "{out}");
+    }
+
+    fn assert_empty(&self) {
+        assert_eq!(
+            self.all_leases(),
+            Vec::<serde_json::Value>::new(),
+            "no Lease was written"
+        );
+    }
+
+    fn key_fits(&self, _lock: &str, lease: &str, key: &str) -> bool {
+        key.rsplit_once('_')
+            .is_some_and(|(_, tenure)| tenure == lease)
+    }
+
+    /// The tenure: 64 random bits in hex.
+    fn lease_id_fits(lease: &str, _elect: i32) -> bool {
+        lease.len() == 16 && u64::from_str_radix(lease, 16).is_ok()
+    }
+
+    fn end_lease_from_outside(&self, lock: &str, _holder: &Held, how: &str) {
+        let past = humantime::format_rfc3339_micros(std::time::SystemTime::now() - 10 * SECOND)
+            .to_string();
+        match how {
+            // By a taker that is gone at once: its Lease lapses.
+            "take over the Lease" => self.change_lease(lock, |l| {
+                l["spec"]["holderIdentity"] = "outsider".into();
+                l["spec"]["leaseDurationSeconds"] = 1.into();
+                l["spec"]["renewTime"] = past.clone().into();
+            }),
+            "let go of the Lease" => self.change_lease(lock, |l| {
+                l["spec"]["holderIdentity"] = "".into();
+                l["spec"]["leaseDurationSeconds"] = 1.into();
+            }),
+            _ => unreachable!("{how}"),
+        }
+    }
+
+    /// At once, by a watch on the Lease.
+    fn notices_outside_end_within(ttl: Duration) -> Duration {
+        ttl / 2
+    }
+
+    fn restart(&mut self) {
+        self.own().restart("immediate");
+    }
+
+    const HAS_LINK: bool = true;
+    const HAS_SERVER: bool = true;
+    /// A Lease is taken only once seen unchanged for its duration on the
+    /// taker's own clock: no server clock is trusted.
+    const JUDGES_BY_ITS_CLOCK: bool = false;
+    const REPLICAS: usize = 1;
+
+    fn link(&self) -> String {
+        self.kube().url.trim_start_matches("https://").to_string()
+    }
+
+    /// A context of the tests' kubeconfig for the proxy, with this server's
+    /// CA (its certificate names 127.0.0.1) and token.
+    fn url_through(&self, port: u16) -> String {
+        let context = format!("{}-via-{port}", self.context);
+        super::kube::register_at(&context, &format!("https://127.0.0.1:{port}"), self.kube());
+        format!("k8s:{}?context={context}", self.namespace)
+    }
+
+    fn pause_server(&self) {
+        signal(self.kube().pid(), libc::SIGSTOP);
+    }
+
+    fn resume_server(&self) {
+        signal(self.kube().pid(), libc::SIGCONT);
+    }
+
+    fn restart_server(&mut self, how: &str) {
+        self.own().restart(how);
+    }
+
+    /// Its elect sees the Lease taken at once, by its watch.
+    fn forced_break_overlap(_ttl: Duration) -> Duration {
+        Duration::from_millis(300)
+    }
+
+    const SPEAKS: &'static str = "Kubernetes";
+
+    fn url_at(host_port: &str) -> String {
+        format!("k8s:?context={}", super::kube::context_at(host_port))
     }
 }

@@ -1,0 +1,545 @@
+//! Requests to the Kubernetes API server: HTTP/1.1 over rustls, each on a
+//! connection of a small pool (a watch on one of its own), each bounded,
+//! with the credentials of [`super::config::Conn`]; and the server's
+//! answers sorted into what the store makes of them.
+//!
+//! A bearer token from a file is read again once a minute, as client-go
+//! does, and at once after a 401: a projected service-account token
+//! rotates under a long hold.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::Value;
+
+use super::config::{Auth, Conn};
+use crate::clock::Instant;
+use crate::store::tls;
+use crate::store::{Secret, StoreError, with_causes};
+
+/// How often a token file is read again.
+const TOKEN_REREAD: Duration = Duration::from_secs(60);
+
+/// The most connections kept idle for reuse.
+const POOL: usize = 4;
+
+/// The API server as one user in one namespace reaches it.
+pub struct Api {
+    pub conn: Conn,
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    /// The token of a token file, and when it was read.
+    token: RefCell<Option<(Secret, Instant)>>,
+    /// The token an exec plugin gave.
+    exec: RefCell<Option<super::exec::Credential>>,
+    idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
+    /// The bound on one request.
+    pub within: Duration,
+    /// How long a request that finds no server is tried again.
+    patience: Duration,
+    /// The last failure is one another try would not change: nothing
+    /// listens, the name does not resolve, a certificate is refused.
+    settled: std::cell::Cell<bool>,
+}
+
+/// An answer: the HTTP status and the body, parsed.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    /// The server's own words for a refusal (a `Status` object's message).
+    pub fn message(&self) -> String {
+        match self.body.get("message").and_then(Value::as_str) {
+            Some(m) => m.to_string(),
+            None => format!("HTTP {}", self.status),
+        }
+    }
+}
+
+impl Api {
+    /// The API server of `conn`, each request tried again for `patience`
+    /// at most where [`Api::request_patiently`] says so.
+    pub fn new(conn: Conn, patience: Duration) -> Result<Api, StoreError> {
+        let within = crate::store::retry::attempt_within(patience);
+        let (host, port) = split_server(&conn.server)?;
+        let name = conn.tls_server_name.clone().unwrap_or_else(|| host.clone());
+        let server_name = ServerName::try_from(name.trim_matches(['[', ']']).to_string())
+            .map_err(|e| StoreError::config(format!("{}: server name {name}: {e}", conn.shown)))?;
+        let tls = Arc::new(tls_config(&conn)?);
+        if conn.insecure {
+            crate::log::warn(format_args!(
+                "{}: insecure-skip-tls-verify: the API server's certificate is not checked",
+                conn.shown
+            ));
+        }
+        Ok(Api {
+            conn,
+            host,
+            port,
+            server_name,
+            tls,
+            token: RefCell::new(None),
+            exec: RefCell::new(None),
+            idle: RefCell::new(Vec::new()),
+            within,
+            patience,
+            settled: std::cell::Cell::new(false),
+        })
+    }
+
+    /// How the store is shown in messages.
+    pub fn shown(&self) -> &str {
+        &self.conn.shown
+    }
+
+    /// Forget every idle connection: the next request connects afresh.
+    pub fn reset(&self) {
+        self.idle.borrow_mut().clear();
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, StoreError> {
+        let host = self.host.trim_matches(['[', ']']);
+        let at = format!("{}:{}", self.host, self.port);
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, self.port))
+            .await
+            .map_err(|e| {
+                self.settled.set(true);
+                StoreError::unavailable(format!(
+                    "{}: cannot resolve the host name {host} ({e})",
+                    self.shown()
+                ))
+            })?
+            .collect();
+        let mut last = None;
+        let mut connected = None;
+        for address in addresses {
+            match tokio::net::TcpStream::connect(address).await {
+                Ok(tcp) => {
+                    connected = Some(tcp);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let tcp = match (connected, last) {
+            (Some(tcp), _) => tcp,
+            (None, Some(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                self.settled.set(true);
+                return Err(StoreError::unavailable(format!(
+                    "{}: nothing listens at {at} (connection refused)",
+                    self.shown()
+                )));
+            }
+            (None, Some(e)) => return Err(self.failed(&format!("cannot connect to {at}"), &e)),
+            (None, None) => {
+                return Err(StoreError::unavailable(format!(
+                    "{}: {host} has no address",
+                    self.shown()
+                )));
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| match tls::Refused::in_chain(&e) {
+                Some(refused) => {
+                    // Not TLS there: what is, the probe may tell.
+                    self.settled.set(refused.why != tls::Why::NoTls);
+                    refused.error(self.shown())
+                }
+                None => self.failed("TLS", &e),
+            })?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.failed("HTTP", &e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    fn failed(&self, what: &str, e: &(dyn std::error::Error + 'static)) -> StoreError {
+        StoreError::unavailable(with_causes(format!("{}: {what}: {e}", self.shown()), e))
+    }
+
+    /// The bearer token to send now, if any; `fresh`: not the one kept.
+    async fn bearer(&self, fresh: bool) -> Result<Option<Secret>, StoreError> {
+        match &self.conn.auth {
+            Auth::Exec(plugin) => {
+                let kept = self.exec.borrow().clone();
+                if let Some(credential) = kept
+                    && !fresh
+                    && credential.fresh()
+                {
+                    return Ok(Some(credential.token));
+                }
+                let credential = plugin.run().await?;
+                let token = credential.token.clone();
+                *self.exec.borrow_mut() = Some(credential);
+                Ok(Some(token))
+            }
+            Auth::None => Ok(None),
+            Auth::Token(token) => Ok(Some(token.clone())),
+            Auth::TokenFile(path) => {
+                let mut cached = self.token.borrow_mut();
+                if let Some((token, read)) = &*cached
+                    && !fresh
+                    && read.elapsed() < TOKEN_REREAD
+                {
+                    return Ok(Some(token.clone()));
+                }
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    StoreError::config(format!(
+                        "cannot read the token file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                let token = Secret(text.trim().to_string());
+                *cached = Some((token.clone(), Instant::now()));
+                Ok(Some(token))
+            }
+        }
+    }
+
+    /// [`Api::request`], tried again while it finds no server there (or
+    /// one that does not answer), for the patience at most: a call that
+    /// reaches the store until elect is queued, and every look.
+    pub async fn request_patiently(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, StoreError> {
+        let what = format!("{method} {path}");
+        let tried = crate::store::retry::retry(
+            &what,
+            self.patience,
+            self.within,
+            || {
+                self.settled.set(false);
+                self.request(method, path, body)
+            },
+            |e: &StoreError| e.kind == crate::store::ErrorKind::Unavailable && !self.settled.get(),
+        )
+        .await;
+        match tried {
+            Ok(reply) => Ok(reply),
+            Err(crate::store::retry::GaveUp::Refused(e)) => Err(e),
+            Err(crate::store::retry::GaveUp::Bound(e)) => Err(e.unwrap_or_else(|| {
+                StoreError::unavailable(format!(
+                    "{}: {what}: no answer within {}",
+                    self.shown(),
+                    crate::clock::show(self.patience)
+                ))
+            })),
+        }
+    }
+
+    /// `method path` with `body`, bounded by [`Api::within`]; a 401 is
+    /// tried once more with a token file read again.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, StoreError> {
+        let bound = self.within;
+        let mut reply = self.bounded(bound, method, path, body, false).await?;
+        if reply.status == 401 && matches!(self.conn.auth, Auth::TokenFile(_) | Auth::Exec(_)) {
+            reply = self.bounded(bound, method, path, body, true).await?;
+        }
+        Ok(reply)
+    }
+
+    async fn bounded(
+        &self,
+        bound: Duration,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        fresh: bool,
+    ) -> Result<Reply, StoreError> {
+        match tokio::time::timeout(bound, self.once(method, path, body, fresh)).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                self.reset();
+                Err(StoreError::unavailable(format!(
+                    "{}: {method} {path}: no answer within {}",
+                    self.shown(),
+                    crate::clock::show(bound)
+                )))
+            }
+        }
+    }
+
+    async fn build(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        fresh: bool,
+    ) -> Result<hyper::Request<Full<Bytes>>, StoreError> {
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", format!("{}:{}", self.host, self.port))
+            .header("accept", "application/json")
+            .header("user-agent", concat!("elect/", env!("CARGO_PKG_VERSION")));
+        if let Some(token) = self.bearer(fresh).await? {
+            request = request.header("authorization", format!("Bearer {}", token.expose()));
+        }
+        let bytes = match body {
+            Some(body) => {
+                request = request.header("content-type", "application/json");
+                Bytes::from(body.to_string())
+            }
+            None => Bytes::new(),
+        };
+        request
+            .body(Full::new(bytes))
+            .map_err(|e| StoreError::config(format!("{}: {method} {path}: {e}", self.shown())))
+    }
+
+    async fn sender(&self) -> Result<SendRequest<Full<Bytes>>, StoreError> {
+        loop {
+            let idle = self.idle.borrow_mut().pop();
+            match idle {
+                Some(mut sender) => {
+                    if sender.is_closed() {
+                        continue;
+                    }
+                    if sender.ready().await.is_ok() {
+                        return Ok(sender);
+                    }
+                }
+                None => return self.connect().await,
+            }
+        }
+    }
+
+    async fn once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        fresh: bool,
+    ) -> Result<Reply, StoreError> {
+        let request = self.build(method, path, body, fresh).await?;
+        let mut sender = self.sender().await?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.failed(&format!("{method} {path}"), &e))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.failed(&format!("{method} {path}"), &e))?
+            .to_bytes();
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < POOL {
+            idle.push(sender);
+        }
+        drop(idle);
+        let body = match bytes.is_empty() {
+            true => Value::Null,
+            false => serde_json::from_slice(&bytes).map_err(|e| {
+                StoreError::unavailable(format!(
+                    "{}: {method} {path}: HTTP {status}, not JSON: {e}",
+                    self.shown()
+                ))
+            })?,
+        };
+        Ok(Reply { status, body })
+    }
+
+    /// Open a watch (`path` with `watch=1`): its events, line by line.
+    pub async fn watch(&self, path: &str) -> Result<Watch, StoreError> {
+        let open = async {
+            let request = self.build("GET", path, None, false).await?;
+            let mut sender = self.connect().await?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| self.failed(&format!("watch {path}"), &e))?;
+            Ok::<_, StoreError>(response)
+        };
+        let response = tokio::time::timeout(self.within, open)
+            .await
+            .map_err(|_| {
+                StoreError::unavailable(format!("{}: watch {path}: no answer", self.shown()))
+            })??;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(self.refusal("watch", path, &Reply { status, body }));
+        }
+        Ok(Watch {
+            body: response.into_body(),
+            buffer: Vec::new(),
+        })
+    }
+
+    /// The error for an answer that is neither success nor one the caller
+    /// expects: a refusal of the user (401, 403: exit 78) or a failure of
+    /// the server (worth another try).
+    pub fn refusal(&self, verb: &str, what: &str, reply: &Reply) -> StoreError {
+        let message = reply.message().replace('\n', " ");
+        match reply.status {
+            401 => StoreError::denied(format!(
+                "{}: the API server refused elect's credentials (401 Unauthorized): {message}",
+                self.shown()
+            )),
+            403 => StoreError::denied(format!(
+                "{}: RBAC: no right to {verb} leases.coordination.k8s.io in namespace {}: \
+                 {message}",
+                self.shown(),
+                self.conn.namespace
+            )),
+            404 if reply.body["details"]["kind"] == "namespaces" => StoreError::config(format!(
+                "{}: namespace {} does not exist: {message}",
+                self.shown(),
+                self.conn.namespace
+            )),
+            400 | 422 => StoreError::config(format!(
+                "{}: the API server refused to {verb} {what}: {message}",
+                self.shown()
+            )),
+            _ => StoreError::unavailable(format!(
+                "{}: {verb} {what}: HTTP {}: {message}",
+                self.shown(),
+                reply.status
+            )),
+        }
+    }
+}
+
+/// The events of a watch, as they come.
+pub struct Watch {
+    body: Incoming,
+    buffer: Vec<u8>,
+}
+
+impl Watch {
+    /// The next event (`{"type": …, "object": …}`); `None` once the server
+    /// ended the watch or the connection broke.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(at) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=at).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return serde_json::from_slice(&line).ok();
+            }
+            let frame = self.body.frame().await?.ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+/// `https://HOST:PORT` as its host and port (443 by default).
+fn split_server(server: &str) -> Result<(String, u16), StoreError> {
+    let rest = server.strip_prefix("https://").ok_or_else(|| {
+        StoreError::config(format!(
+            "the API server {server} is not https://: elect speaks to it only over TLS"
+        ))
+    })?;
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('/') {
+        return Err(StoreError::config(format!(
+            "the API server {server} has a path, which elect does not support"
+        )));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && !port.contains(']') => {
+            let port = port.parse().map_err(|_| {
+                StoreError::config(format!("the API server {server} has a bad port"))
+            })?;
+            (host.to_string(), port)
+        }
+        _ => (rest.to_string(), 443),
+    };
+    Ok((host, port))
+}
+
+fn tls_config(conn: &Conn) -> Result<rustls::ClientConfig, StoreError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let bad = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::config(format!("{}: {what}: {e}", conn.shown))
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("TLS", &e))?;
+    let builder = match (&conn.ca, conn.insecure) {
+        (_, true) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(tls::Unchecked(provider))),
+        (Some(pem), false) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| bad("the CA certificate", &e))?;
+                roots.add(cert).map_err(|e| bad("the CA certificate", &e))?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        (None, false) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            builder.with_root_certificates(roots)
+        }
+    };
+    match &conn.client_cert {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad("the client certificate", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| bad("the client certificate and key", &e))
+        }
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_split_into_host_and_port() {
+        let split = |s: &str| split_server(s).map_err(|e| e.message);
+        assert_eq!(split("https://a:6443"), Ok(("a".into(), 6443)));
+        assert_eq!(split("https://a/"), Ok(("a".into(), 443)));
+        assert_eq!(split("https://[::1]:6443"), Ok(("[::1]".into(), 6443)));
+        assert_eq!(split("https://[::1]"), Ok(("[::1]".into(), 443)));
+        assert!(split("http://a:80").unwrap_err().contains("not https://"));
+        assert!(split("https://a:1/k8s").unwrap_err().contains("path"));
+    }
+}

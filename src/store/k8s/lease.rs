@@ -1,0 +1,418 @@
+//! A `coordination.k8s.io/v1` Lease as client-go's `LeaseLock` reads and
+//! writes it, and the object names of elect's locks.
+//!
+//! Every write is a PUT of the whole object as last read, its
+//! `resourceVersion` the precondition, with only the fields a step changes
+//! set: `strategy`, `preferredHolder`, labels and others' annotations are
+//! kept. A holder is taken with `acquireTime` and `renewTime` now and
+//! `leaseTransitions` one more; renewed with `renewTime` now; let go as
+//! client-go lets go: no `holderIdentity`, `leaseDurationSeconds` 1.
+//! Nothing of elect's is ever deleted but a history record.
+
+use serde_json::{Map, Value, json};
+
+use crate::store::StoreError;
+
+/// The lock's own name, where the object's name is a mapping of it.
+pub const LOCK: &str = "elect/lock";
+/// The holder's [`crate::store::HolderRecord`], as JSON.
+pub const HOLDER: &str = "elect/holder";
+/// The holder's token: the `resourceVersion` of the write that took it.
+pub const TOKEN: &str = "elect/token";
+/// `elect break`'s request to let go.
+pub const BREAK: &str = "elect/break";
+/// The lock's checkpoint, as JSON.
+pub const CHECKPOINT: &str = "elect/checkpoint";
+/// The number of shards, recorded once.
+pub const SHARDS: &str = "elect/shards";
+/// The identity of the holder that took it last.
+pub const LAST: &str = "elect/last";
+/// The last success, for `--once-per`.
+pub const DONE: &str = "elect/done";
+
+/// The annotation of the lock's Lease that keeps `record`, for the records
+/// a holder writes fenced (`None`: a history record, a Lease of its own).
+pub fn annotation_of(record: crate::store::Record<'_>) -> Option<String> {
+    match record {
+        crate::store::Record::Done => Some(DONE.into()),
+        crate::store::Record::Slot(key) => Some(format!("elect/slot-{}", hash16(key))),
+        crate::store::Record::Tenure(_) => None,
+    }
+}
+
+/// On a history record: its value, and which record of which lock it is.
+pub const VALUE: &str = "elect/value";
+pub const RECORD: &str = "elect/record";
+/// The label that gathers a lock's history records.
+pub const RECORDS_OF: &str = "elect/records-of";
+/// The label that gathers a lock's waiter records.
+pub const WAITERS_OF: &str = "elect/waiters-of";
+/// The record name of a waiter, before its tenure.
+pub const WAITER: &str = "waiter/";
+
+/// The holder `elect break --force` writes: no one, for a second, so that
+/// a client-go holder finds the Lease another's on its next renewal.
+pub const BROKEN: &str = "elect-break";
+
+pub fn leases(namespace: &str) -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")
+}
+
+pub fn path(namespace: &str, name: &str) -> String {
+    format!("{}/{name}", leases(namespace))
+}
+
+/// A watch on the one Lease `name`, from `version`.
+pub fn watch(namespace: &str, name: &str, version: &str) -> String {
+    format!(
+        "{}?watch=1&fieldSelector=metadata.name%3D{name}&resourceVersion={version}&timeoutSeconds=300",
+        leases(namespace)
+    )
+}
+
+/// FNV-1a, 64 bits: a stable hash of a name.
+fn fnv(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The hash of a name in 8 hex digits.
+fn hash8(name: &str) -> String {
+    format!("{:08x}", fnv(name) >> 32)
+}
+
+/// The hash of a name in 16 hex digits.
+fn hash16(name: &str) -> String {
+    format!("{:016x}", fnv(name))
+}
+
+/// Whether `name` is a DNS-1123 subdomain, as object names must be.
+pub fn is_object_name(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// The Lease of lock `lock`: the name itself where it is one an object
+/// may have (so that a client-go program's Lease `job` is elect's lock
+/// `job`); else lowercased, with `/` and `_` as `-`, and a hash of the
+/// real name after it, so that two names never map to one object (the
+/// real name is kept in the [`LOCK`] annotation, and checked).
+pub fn object_name(lock: &str) -> String {
+    if is_object_name(lock) {
+        return lock.to_string();
+    }
+    let mapped: String = lock
+        .trim_start_matches('/')
+        .chars()
+        .map(|c| match c {
+            '/' | '_' => '-',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect();
+    let labels: Vec<&str> = mapped
+        .split('.')
+        .map(|l| l.trim_matches('-'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut base = labels.join(".");
+    base.truncate(200);
+    let base = base.trim_end_matches(['-', '.']);
+    match base.is_empty() {
+        true => format!("lock-{}", hash8(lock)),
+        false => format!("{base}-{}", hash8(lock)),
+    }
+}
+
+/// The object of history record `suffix` of `lock` (its object `name`).
+pub fn record_name(name: &str, suffix: &str) -> String {
+    let mut base: String = name.chars().take(200).collect();
+    base = base.trim_end_matches(['-', '.']).to_string();
+    format!("{base}.rec-{}", hash8(&format!("{name}\n{suffix}")))
+}
+
+/// The label value that gathers the records of the lock whose object is
+/// `name` (a label value is at most 63 characters).
+pub fn records_label(name: &str) -> String {
+    format!("r-{}", hash8(name))
+}
+
+/// The time now as a MicroTime, as the API writes it.
+pub fn now_micro() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+/// One Lease object, as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease(pub Value);
+
+impl Lease {
+    pub fn holder(&self) -> &str {
+        self.0["spec"]["holderIdentity"].as_str().unwrap_or("")
+    }
+
+    /// `leaseDurationSeconds`, at least 1.
+    pub fn seconds(&self) -> u64 {
+        self.0["spec"]["leaseDurationSeconds"]
+            .as_u64()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    pub fn version(&self) -> &str {
+        self.0["metadata"]["resourceVersion"].as_str().unwrap_or("")
+    }
+
+    pub fn name(&self) -> &str {
+        self.0["metadata"]["name"].as_str().unwrap_or("")
+    }
+
+    pub fn preferred(&self) -> Option<&str> {
+        self.0["spec"]["preferredHolder"]
+            .as_str()
+            .filter(|p| !p.is_empty())
+    }
+
+    pub fn renew_time(&self) -> Option<&str> {
+        self.0["spec"]["renewTime"].as_str()
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.0["metadata"]["annotations"][key].as_str()
+    }
+
+    /// The lock this object is of, as its annotation names it; its own
+    /// name for a Lease elect did not write.
+    pub fn lock(&self) -> &str {
+        self.annotation(LOCK).unwrap_or_else(|| self.name())
+    }
+
+    /// Refuse an object that another lock's name maps to.
+    pub fn check_of(&self, lock: &str) -> Result<(), StoreError> {
+        match self.annotation(LOCK) {
+            Some(other) if other != lock => Err(StoreError::config(format!(
+                "lock {lock} maps to Lease {}, which is lock {other}'s: rename one of them",
+                self.name()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn annotations(&mut self) -> Option<&mut Map<String, Value>> {
+        let meta = &mut self.0["metadata"];
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        meta["annotations"].as_object_mut()
+    }
+
+    pub fn set_label(&mut self, key: &str, value: &str) {
+        let meta = &mut self.0["metadata"];
+        if !meta["labels"].is_object() {
+            meta["labels"] = json!({});
+        }
+        if let Some(map) = meta["labels"].as_object_mut() {
+            map.insert(key.into(), value.into());
+        }
+    }
+
+    /// Whether its holder renewed it within its duration, by our wall
+    /// clock against its `renewTime`: shown, never acted on.
+    pub fn live_by_wall_clock(&self) -> bool {
+        !self.holder().is_empty() && !self.left_by_wall_clock().is_zero()
+    }
+
+    /// What is left of its holder's lease by its `renewTime` and our
+    /// wall clock.
+    pub fn left_by_wall_clock(&self) -> std::time::Duration {
+        let Some(renewed) = self
+            .renew_time()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+        else {
+            return std::time::Duration::ZERO;
+        };
+        let end = renewed + std::time::Duration::from_secs(self.seconds());
+        end.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+    }
+
+    pub fn set_annotation(&mut self, key: &str, value: &str) {
+        if let Some(map) = self.annotations() {
+            map.insert(key.into(), value.into());
+        }
+    }
+
+    pub fn remove_annotation(&mut self, key: &str) {
+        if let Some(map) = self.annotations() {
+            map.remove(key);
+        }
+    }
+
+    fn spec(&mut self) -> &mut Value {
+        if !self.0["spec"].is_object() {
+            self.0["spec"] = json!({});
+        }
+        &mut self.0["spec"]
+    }
+
+    /// Taken by `holder` for `seconds`, as client-go takes a Lease.
+    pub fn take(&mut self, lock: &str, holder: &str, seconds: u64, record: &str) {
+        let transitions = self.0["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
+        let now = now_micro();
+        let spec = self.spec();
+        spec["holderIdentity"] = holder.into();
+        spec["leaseDurationSeconds"] = seconds.into();
+        spec["acquireTime"] = now.clone().into();
+        spec["renewTime"] = now.into();
+        spec["leaseTransitions"] = (transitions + 1).into();
+        self.set_annotation(LOCK, lock);
+        self.set_annotation(HOLDER, record);
+        if let Some(identity) = identity_in(record) {
+            self.set_annotation(LAST, &identity);
+        }
+        self.remove_annotation(TOKEN);
+        self.remove_annotation(BREAK);
+    }
+
+    pub fn renew(&mut self) {
+        self.spec()["renewTime"] = now_micro().into();
+    }
+
+    /// Let go as client-go does.
+    pub fn let_go(&mut self) {
+        let now = now_micro();
+        let spec = self.spec();
+        spec["holderIdentity"] = "".into();
+        spec["leaseDurationSeconds"] = 1.into();
+        spec["acquireTime"] = now.clone().into();
+        spec["renewTime"] = now.into();
+        for key in [HOLDER, TOKEN, BREAK] {
+            self.remove_annotation(key);
+        }
+    }
+
+    /// A new Lease of `lock`, named `name`, held by `holder`.
+    pub fn new(name: &str, lock: &str, holder: &str, seconds: u64, record: &str) -> Lease {
+        let mut lease = Lease::bare(name, lock, holder, seconds, record);
+        if let Some(identity) = identity_in(record) {
+            lease.set_annotation(LAST, &identity);
+        }
+        lease
+    }
+
+    fn bare(name: &str, lock: &str, holder: &str, seconds: u64, record: &str) -> Lease {
+        let now = now_micro();
+        Lease(json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "annotations": { LOCK: lock, HOLDER: record },
+            },
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": seconds,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }))
+    }
+
+    /// The token of a write: its `resourceVersion`, which must be a
+    /// canonical decimal (Kubernetes 1.35 and later compare them so).
+    pub fn token(&self) -> Result<u64, StoreError> {
+        parse_version(self.version())
+    }
+}
+
+/// The identity in a holder record's JSON.
+fn identity_in(record: &str) -> Option<String> {
+    let record: Value = serde_json::from_str(record).ok()?;
+    record["identity"].as_str().map(String::from)
+}
+
+/// A resourceVersion as a u64, if it is a canonical decimal.
+pub fn parse_version(version: &str) -> Result<u64, StoreError> {
+    let canonical = !version.is_empty()
+        && version.bytes().all(|b| b.is_ascii_digit())
+        && (version == "0" || !version.starts_with('0'));
+    match canonical.then(|| version.parse::<u64>().ok()).flatten() {
+        Some(n) => Ok(n),
+        None => Err(StoreError::config(format!(
+            "the API server's resourceVersion '{version}' is not a canonical decimal, so it \
+             cannot be a fencing token (elect needs resource versions as Kubernetes 1.35 and \
+             later give them)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_map_to_object_names_one_to_one() {
+        assert_eq!(object_name("job"), "job");
+        assert_eq!(object_name("db.maint-2"), "db.maint-2");
+        for lock in [
+            "Job",
+            "jobs/nightly",
+            "/locks/x",
+            "a_b",
+            "a..b",
+            "-x-",
+            "...",
+            "A/B.C_",
+        ] {
+            let name = object_name(lock);
+            assert!(is_object_name(&name), "{lock} -> {name}");
+        }
+        assert_ne!(object_name("a_b"), object_name("a-b"));
+        assert_ne!(object_name("A"), object_name("a"));
+        assert!(object_name(&"X".repeat(200)).len() <= 253);
+        assert!(is_object_name(&record_name(
+            &object_name("jobs/x"),
+            ".history/1"
+        )));
+    }
+
+    #[test]
+    fn tokens_are_canonical_decimals() {
+        assert_eq!(parse_version("12345").unwrap(), 12345);
+        for bad in ["", "012", "1a", "-1", "99999999999999999999999"] {
+            assert!(parse_version(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn take_renew_and_let_go_keep_what_elect_does_not_own() {
+        let mut lease = Lease(json!({
+            "metadata": {"name": "job", "resourceVersion": "7", "annotations": {"other": "x"}},
+            "spec": {"holderIdentity": "", "leaseTransitions": 4, "strategy": "OldestEmulationVersion", "preferredHolder": "p"},
+        }));
+        lease.take("job", "me_1", 2, "{}");
+        assert_eq!(lease.holder(), "me_1");
+        assert_eq!(lease.0["spec"]["leaseTransitions"], 5);
+        assert_eq!(lease.0["spec"]["strategy"], "OldestEmulationVersion");
+        assert_eq!(lease.annotation("other"), Some("x"));
+        assert_eq!(lease.annotation(LOCK), Some("job"));
+        lease.let_go();
+        assert_eq!(lease.holder(), "");
+        assert_eq!(lease.seconds(), 1);
+        assert_eq!(lease.0["spec"]["leaseTransitions"], 5);
+        assert_eq!(lease.preferred(), Some("p"));
+        assert_eq!(lease.annotation(HOLDER), None);
+    }
+}

@@ -1,0 +1,752 @@
+//! A session on Kubernetes: a tenure, the Leases it holds, and the
+//! renewals that keep them, in client-go's `leaderelection` protocol.
+//!
+//! The holder's identity is the host's name and the tenure's id, so that no
+//! two tenures share one: client-go takes a Lease at once from a holder of
+//! its own identity. A renewal is one PUT of the Lease as last written
+//! (client-go's optimistic fast path); a 409 is read again, and the Lease
+//! is still ours only if it still names our identity. A waiter takes a
+//! Lease someone holds only once it has seen it unchanged for its
+//! `leaseDurationSeconds` on its own clock ([`Observed`]): `renewTime` is
+//! another host's wall clock and is never compared. It waits by a watch on
+//! the Lease, so a release wakes it at once.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::api::Api;
+use super::lease::{self, Lease};
+use crate::clock::{Instant, sleep_until};
+use crate::log;
+use crate::store::observed::Observed;
+use crate::store::retry::Backoff;
+use crate::store::{
+    Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
+    Turn,
+};
+
+/// A new tenure id: 64 random bits, in hex.
+pub fn tenure_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        let now = Instant::now().as_nanos();
+        bytes = (now ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `holderIdentity` of a tenure: the host, then the tenure.
+pub fn identity(tenure: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "elect".into());
+    format!("{host}_{tenure}")
+}
+
+/// The tenure in a `holderIdentity` elect wrote.
+pub fn tenure_of(identity: &str) -> Option<&str> {
+    let (_, tenure) = identity.rsplit_once('_')?;
+    (tenure.len() == 16 && tenure.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tenure)
+}
+
+/// What a session and its renewers share.
+pub struct Shared {
+    pub api: Rc<Api>,
+    pub tenure: String,
+    pub identity: String,
+    /// `leaseDurationSeconds`.
+    pub seconds: u64,
+    /// The Leases we hold, by object name, as last written.
+    pub held: RefCell<BTreeMap<String, Lease>>,
+    /// Our waiter records, by object name, as last written.
+    pub waiting: RefCell<BTreeMap<String, Lease>>,
+    /// Requests to let go seen by renewals, by object name.
+    asked: RefCell<BTreeMap<String, String>>,
+    news: Notify,
+}
+
+impl Shared {
+    fn ns(&self) -> &str {
+        &self.api.conn.namespace
+    }
+
+    /// Whether `lease` asks its holder to let go, and why.
+    fn asks(&self, lease: &Lease) -> Option<String> {
+        if let Some(why) = lease.annotation(lease::BREAK) {
+            return Some(format!("{why} asked it to let go"));
+        }
+        match lease.preferred() {
+            Some(p) if p != self.identity => Some(format!(
+                "the Lease's preferredHolder is {p}: asked to let go"
+            )),
+            _ => None,
+        }
+    }
+
+    /// PUT `lease`, our holder's, with its version; on a conflict read it
+    /// again, and write again while it is still ours. `change` makes the
+    /// write from what was read. `Ok(None)`: not ours (any more).
+    async fn write_ours(
+        &self,
+        name: &str,
+        mut lease: Lease,
+        change: &dyn Fn(&mut Lease),
+    ) -> Result<Option<Lease>, StoreError> {
+        let path = lease::path(self.ns(), name);
+        for _ in 0..5 {
+            let mut next = lease.clone();
+            change(&mut next);
+            let reply = self.api.request("PUT", &path, Some(&next.0)).await?;
+            match reply.status {
+                200 => return Ok(Some(Lease(reply.body))),
+                404 => return Ok(None),
+                409 => {
+                    let read = self.api.request("GET", &path, None).await?;
+                    match read.status {
+                        200 => lease = Lease(read.body),
+                        404 => return Ok(None),
+                        _ => return Err(self.api.refusal("get", name, &read)),
+                    }
+                    if lease.holder() != self.identity {
+                        return Ok(None);
+                    }
+                }
+                _ => return Err(self.api.refusal("update", name, &reply)),
+            }
+        }
+        Err(StoreError::unavailable(format!(
+            "{}: Lease {name} kept changing under its holder's writes",
+            self.api.shown()
+        )))
+    }
+
+    /// Record that we wait for the lock whose object is `object`: a Lease
+    /// of our own beside it, renewed while we wait, so that the waiting are
+    /// seen in the store (its `renewTime` tells a live one from one whose
+    /// elect died: shown, never acted on).
+    async fn enter(&self, lock: &str, object: &str) -> Result<(), StoreError> {
+        let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
+        let mut waiter = Lease::new(&name, lock, &self.identity, self.seconds, "");
+        waiter.remove_annotation(lease::HOLDER);
+        waiter.set_label(lease::WAITERS_OF, &lease::records_label(object));
+        let reply = self
+            .api
+            .request("POST", &lease::leases(self.ns()), Some(&waiter.0))
+            .await?;
+        match reply.status {
+            200 | 201 => {
+                self.waiting.borrow_mut().insert(name, Lease(reply.body));
+                Ok(())
+            }
+            409 => Ok(()),
+            _ => Err(self.api.refusal("create", &name, &reply)),
+        }
+    }
+
+    /// No longer waiting for the lock whose object is `object`.
+    async fn leave_queue(&self, object: &str) {
+        let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
+        if self.waiting.borrow_mut().remove(&name).is_none() {
+            return;
+        }
+        let path = lease::path(self.ns(), &name);
+        if let Err(e) = self.api.request("DELETE", &path, None).await {
+            log::verbose(format_args!("removing the waiter record {name}: {e}"));
+        }
+    }
+
+    /// Renew our waiter records; one that is gone is let be.
+    async fn renew_waiting(&self) -> Result<(), StoreError> {
+        let waiting: Vec<(String, Lease)> = self
+            .waiting
+            .borrow()
+            .iter()
+            .map(|(n, l)| (n.clone(), l.clone()))
+            .collect();
+        for (name, mut lease) in waiting {
+            lease.renew();
+            let path = lease::path(self.ns(), &name);
+            let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
+            let mut still = self.waiting.borrow_mut();
+            match reply.status {
+                200 if still.contains_key(&name) => {
+                    still.insert(name, Lease(reply.body));
+                }
+                200 | 404 | 409 => {}
+                _ => return Err(self.api.refusal("update", &name, &reply)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Let go of the Lease `name`, held as `lease`.
+    async fn let_go(&self, name: &str, lease: Lease) -> Result<(), StoreError> {
+        self.write_ours(name, lease, &Lease::let_go).await.map(drop)
+    }
+}
+
+pub struct KubeSession {
+    pub shared: Rc<Shared>,
+    granted_at: Instant,
+}
+
+impl KubeSession {
+    pub fn new(api: Rc<Api>, ttl: Duration) -> KubeSession {
+        // Whole seconds, at least what was asked; elect's own deadline
+        // counts from the smaller of the two.
+        let seconds = (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1);
+        let tenure = tenure_id();
+        KubeSession {
+            shared: Rc::new(Shared {
+                api,
+                identity: identity(&tenure),
+                tenure,
+                seconds,
+                held: RefCell::default(),
+                waiting: RefCell::default(),
+                asked: RefCell::default(),
+                news: Notify::new(),
+            }),
+            granted_at: Instant::now(),
+        }
+    }
+}
+
+impl Session for KubeSession {
+    fn id(&self) -> String {
+        self.shared.tenure.clone()
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(Duration::from_secs(self.shared.seconds))
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        Box::new(KubeRenewer {
+            shared: self.shared.clone(),
+        })
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        Box::pin(async move {
+            let lock = KubeLock {
+                shared: self.shared.clone(),
+                name: lease::object_name(&lock),
+                record: record.acquired_now().to_json(),
+                lock,
+                observed: RefCell::new(Observed::new()),
+                token: std::cell::Cell::new(None),
+                first: RefCell::new(None),
+            };
+            // The first look (and take, if the Lease is free) is the join:
+            // bounded as every call until queued is, and retried by the caller.
+            let first = lock.attempt(None).await?;
+            *lock.first.borrow_mut() = Some(first);
+            let lock: Box<dyn Lock + '_> = Box::new(lock);
+            Ok(lock)
+        })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            // Before: no renewal may count them lost once they are let go.
+            let held = std::mem::take(&mut *self.shared.held.borrow_mut());
+            let waiting = std::mem::take(&mut *self.shared.waiting.borrow_mut());
+            let ns = self.shared.ns().to_string();
+            let deletes = waiting.keys().map(|name| {
+                let path = lease::path(&ns, name);
+                async move { self.shared.api.request("DELETE", &path, None).await }
+            });
+            let lets_go = async {
+                for (name, lease) in held {
+                    self.shared.let_go(&name, lease).await?;
+                }
+                Ok::<(), StoreError>(())
+            };
+            let (let_go, _) = tokio::join!(lets_go, in_turn(deletes));
+            let_go
+        })
+    }
+}
+
+/// Renews every Lease of the session, one PUT each.
+struct KubeRenewer {
+    shared: Rc<Shared>,
+}
+
+impl Renewer for KubeRenewer {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let held: Vec<(String, Lease)> = shared
+                .held
+                .borrow()
+                .iter()
+                .map(|(n, l)| (n.clone(), l.clone()))
+                .collect();
+            for (name, lease) in held {
+                let written = shared.write_ours(&name, lease, &Lease::renew).await?;
+                let mut still = shared.held.borrow_mut();
+                // Let go meanwhile: not ours to judge.
+                if !still.contains_key(&name) {
+                    continue;
+                }
+                match written {
+                    Some(lease) => {
+                        if let Some(why) = shared.asks(&lease) {
+                            shared.asked.borrow_mut().insert(name.clone(), why);
+                            shared.news.notify_waiters();
+                        }
+                        still.insert(name, lease);
+                    }
+                    None => {
+                        return Ok(Renewal::Gone(format!(
+                            "the Lease {name} was taken over or deleted"
+                        )));
+                    }
+                }
+            }
+            if let Err(e) = shared.renew_waiting().await {
+                log::verbose(format_args!("renewing the waiter records: {e}"));
+            }
+            Ok(Renewal::Alive(Duration::from_secs(shared.seconds)))
+        })
+    }
+
+    fn reset(&mut self) {
+        self.shared.api.reset();
+    }
+}
+
+/// A contender for one Lease.
+struct KubeLock {
+    shared: Rc<Shared>,
+    lock: String,
+    /// The Lease's object name.
+    name: String,
+    record: String,
+    observed: RefCell<Observed<String>>,
+    token: std::cell::Cell<Option<u64>>,
+    /// What the join's look came to, for the first turn.
+    first: RefCell<Option<Attempt>>,
+}
+
+/// What one look at the Lease came to.
+enum Attempt {
+    /// Ours, by the write sent at this instant.
+    Ours(u64, Instant),
+    /// Someone else's (or a race lost): watch from this version, and look
+    /// again by this instant at the latest.
+    Busy(Option<String>, Option<Instant>),
+}
+
+impl KubeLock {
+    fn ns(&self) -> &str {
+        self.shared.ns()
+    }
+
+    fn api(&self) -> &Api {
+        &self.shared.api
+    }
+
+    /// Ours now: remember the Lease as written.
+    fn won(&self, lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
+        let token = lease.token()?;
+        self.shared
+            .held
+            .borrow_mut()
+            .insert(self.name.clone(), lease);
+        self.token.set(Some(token));
+        Ok(Attempt::Ours(token, sent))
+    }
+
+    /// One look at the Lease, and a take if it may be taken: by a read, or
+    /// from what a watch just told of it (`seen`, `None` once deleted).
+    async fn attempt(&self, seen: Option<Option<Lease>>) -> Result<Attempt, StoreError> {
+        let path = lease::path(self.ns(), &self.name);
+        let read = match seen {
+            Some(Some(lease)) => super::api::Reply {
+                status: 200,
+                body: lease.0,
+            },
+            Some(None) => super::api::Reply {
+                status: 404,
+                body: Value::Null,
+            },
+            None => self.api().request_patiently("GET", &path, None).await?,
+        };
+        let answered = Instant::now();
+        let seconds = self.shared.seconds;
+        match read.status {
+            404 => {
+                let new = Lease::new(
+                    &self.name,
+                    &self.lock,
+                    &self.shared.identity,
+                    seconds,
+                    &self.record,
+                );
+                let sent = Instant::now();
+                let reply = self
+                    .api()
+                    .request("POST", &lease::leases(self.ns()), Some(&new.0))
+                    .await?;
+                match reply.status {
+                    201 | 200 => self.won(Lease(reply.body), sent),
+                    409 => Ok(Attempt::Busy(None, None)),
+                    _ => Err(self.api().refusal("create", &self.name, &reply)),
+                }
+            }
+            200 => {
+                let lease = Lease(read.body);
+                lease.check_of(&self.lock)?;
+                let holder = lease.holder();
+                let free = holder.is_empty();
+                if !free {
+                    let ttl = Duration::from_secs(lease.seconds());
+                    self.observed
+                        .borrow_mut()
+                        .saw(lease.version().to_string(), ttl, answered);
+                } else {
+                    self.observed.borrow_mut().forget();
+                }
+                let ripe = self
+                    .observed
+                    .borrow()
+                    .ripe(Instant::now())
+                    .is_some_and(|v| v == lease.version());
+                if !(free || ripe) {
+                    let at = self.observed.borrow().ripe_at();
+                    return Ok(Attempt::Busy(Some(lease.version().to_string()), at));
+                }
+                let mut next = lease.clone();
+                next.take(&self.lock, &self.shared.identity, seconds, &self.record);
+                let sent = Instant::now();
+                let reply = self.api().request("PUT", &path, Some(&next.0)).await?;
+                match reply.status {
+                    200 => self.won(Lease(reply.body), sent),
+                    409 | 404 => Ok(Attempt::Busy(None, None)),
+                    _ => Err(self.api().refusal("update", &self.name, &reply)),
+                }
+            }
+            _ => Err(self.api().refusal("get", &self.name, &read)),
+        }
+    }
+
+    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
+        let mut backoff = Backoff::STORE;
+        let mut entered = false;
+        // One watch for the whole wait: each change comes on it with the
+        // Lease as it now is, so a renewal costs a waiter no request.
+        let mut watch: Option<super::api::Watch> = None;
+        let mut seen: Option<Option<Lease>> = None;
+        loop {
+            let joined = self.first.borrow_mut().take();
+            let attempt = match joined {
+                Some(attempt) => Ok(attempt),
+                None => self.attempt(seen.take()).await,
+            };
+            let (version, ripe_at) = match attempt {
+                Ok(Attempt::Ours(token, sent)) => {
+                    return Ok(Turn::First {
+                        token,
+                        taken: Some(sent),
+                    });
+                }
+                Ok(Attempt::Busy(version, at)) => {
+                    backoff.reset();
+                    (version, at)
+                }
+                Err(e) if e.kind == ErrorKind::Unavailable => {
+                    log::verbose(format_args!("could not try for lock {}: {e}", self.lock));
+                    self.api().reset();
+                    watch = None;
+                    let wake = Instant::now() + backoff.pause();
+                    sleep_until(until.map_or(wake, |u| u.min(wake))).await;
+                    if until.is_some_and(|u| u.remaining().is_zero()) {
+                        return Ok(Turn::Busy);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if until.is_some_and(|u| u.remaining().is_zero()) {
+                return Ok(Turn::Busy);
+            }
+            let Some(version) = version else {
+                // A race lost: read again.
+                watch = None;
+                continue;
+            };
+            if !entered {
+                entered = true;
+                if let Err(e) = self.shared.enter(&self.lock, &self.name).await {
+                    match e.kind {
+                        ErrorKind::Unavailable => entered = false,
+                        _ => return Err(e),
+                    }
+                }
+                continue;
+            }
+            let wake = match (ripe_at, until) {
+                (Some(r), Some(u)) => Some(r.min(u)),
+                (r, u) => r.or(u),
+            };
+            if watch.is_none() {
+                let path = lease::watch(self.ns(), &self.name, &version);
+                match self.api().watch(&path).await {
+                    Ok(opened) => watch = Some(opened),
+                    Err(e) => {
+                        log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
+                        let nap = Instant::now() + Duration::from_millis(500);
+                        sleep_until(wake.map_or(nap, |w| w.min(nap))).await;
+                        continue;
+                    }
+                }
+            }
+            let sleep = async {
+                match wake {
+                    Some(at) => sleep_until(at + Duration::from_millis(1)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let event = async {
+                match watch.as_mut() {
+                    Some(w) => w.next().await,
+                    None => None,
+                }
+            };
+            tokio::select! {
+                () = sleep => {}
+                event = event => match event {
+                    Some(e) if matches!(e["type"].as_str(), Some("ADDED" | "MODIFIED")) => {
+                        seen = Some(Some(Lease(e["object"].clone())));
+                    }
+                    Some(e) if e["type"] == "DELETED" => seen = Some(None),
+                    // Bookmarks and the like: look again, by a read.
+                    Some(_) => {}
+                    // Ended (its timeout, a too old version, a break):
+                    // read again and watch anew.
+                    None => watch = None,
+                },
+            }
+        }
+    }
+
+    /// While we hold the Lease: a break request or its end, as the watch
+    /// tells it or a renewal finds it.
+    async fn watch_ours(&self) -> Loss {
+        let asked = async {
+            loop {
+                let news = self.shared.news.notified();
+                if let Some(why) = self.shared.asked.borrow().get(&self.name) {
+                    return Loss::Asked(why.clone());
+                }
+                news.await;
+            }
+        };
+        let watched = async {
+            let held = self
+                .shared
+                .held
+                .borrow()
+                .get(&self.name)
+                .map(|l| l.version().to_string());
+            let Some(mut version) = held else {
+                return std::future::pending().await;
+            };
+            loop {
+                let path = lease::watch(self.ns(), &self.name, &version);
+                let mut watch = match self.api().watch(&path).await {
+                    Ok(watch) => watch,
+                    Err(e) => {
+                        log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
+                while let Some(event) = watch.next().await {
+                    let kind = event["type"].as_str().unwrap_or("");
+                    let lease = Lease(event["object"].clone());
+                    match kind {
+                        "DELETED" => {
+                            return Loss::Gone(format!("the Lease {} was deleted", self.name));
+                        }
+                        "ADDED" | "MODIFIED" => {
+                            if lease.holder() != self.shared.identity {
+                                return Loss::Gone(format!(
+                                    "the Lease {} was taken over by {}",
+                                    self.name,
+                                    match lease.holder() {
+                                        "" => "no one (let go from outside)",
+                                        other => other,
+                                    }
+                                ));
+                            }
+                            if let Some(why) = self.shared.asks(&lease) {
+                                return Loss::Asked(why);
+                            }
+                            version = lease.version().to_string();
+                        }
+                        // Too old a version: from what we hold now.
+                        "ERROR" => {
+                            if let Some(held) = self.shared.held.borrow().get(&self.name) {
+                                version = held.version().to_string();
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // Ended by the server (its timeout) or broken: again, soon.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            loss = asked => loss,
+            loss = watched => loss,
+        }
+    }
+
+    /// Record our token beside the holder's record, for status and check.
+    async fn record_token(&self) {
+        let (Some(token), Some(lease)) = (
+            self.token.get(),
+            self.shared.held.borrow().get(&self.name).cloned(),
+        ) else {
+            return;
+        };
+        let token = token.to_string();
+        let set = |l: &mut Lease| l.set_annotation(lease::TOKEN, &token);
+        match self.shared.write_ours(&self.name, lease, &set).await {
+            Ok(Some(written)) => {
+                if let Some(held) = self.shared.held.borrow_mut().get_mut(&self.name) {
+                    // Only forward: a renewal may have written a later one.
+                    if written.token().ok() > held.token().ok() {
+                        *held = written;
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::verbose(format_args!(
+                "recording the token of lock {}: {e}",
+                self.lock
+            )),
+        }
+    }
+}
+
+impl Lock for KubeLock {
+    fn key(&self) -> &str {
+        &self.shared.identity
+    }
+
+    fn rank(&self) -> u64 {
+        0
+    }
+
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
+        Box::pin(self.wait(until))
+    }
+
+    fn lost(&self) -> Boxed<'_, Loss> {
+        Box::pin(self.watch_ours())
+    }
+
+    fn acquired(&self) -> Boxed<'_, ()> {
+        Box::pin(async move {
+            tokio::join!(self.record_token(), self.shared.leave_queue(&self.name));
+        })
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move {
+            // As the write that took the Lease found it.
+            let held = self.shared.held.borrow().get(&self.name).cloned();
+            Ok(held.as_ref().and_then(checkpoint_of))
+        })
+    }
+
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.shared.leave_queue(&self.name).await;
+            let lease = self.shared.held.borrow_mut().remove(&self.name);
+            match lease {
+                Some(lease) => self.shared.let_go(&self.name, lease).await,
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// The checkpoint kept in `lease`, if any.
+pub fn checkpoint_of(lease: &Lease) -> Option<Checkpoint> {
+    Checkpoint::from_json(lease.annotation(lease::CHECKPOINT)?.as_bytes())
+}
+
+/// The holder `lease` names as elect's [`crate::store::Holder`].
+pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
+    let identity = lease.holder();
+    if !lease.live_by_wall_clock() {
+        return None;
+    }
+    let record = lease
+        .annotation(lease::HOLDER)
+        .and_then(|r| HolderRecord::from_json(r.as_bytes()));
+    let token = lease
+        .annotation(lease::TOKEN)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    Some(crate::store::Holder {
+        key: identity.to_string(),
+        token,
+        lease: record.as_ref().and(tenure_of(identity)).map(String::from),
+        record,
+        ttl_left: Some(lease.left_by_wall_clock()),
+    })
+}
+
+/// Run every future of `all`, one after another.
+async fn in_turn<F: std::future::Future>(all: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut out = Vec::new();
+    for f in all.collect::<Vec<_>>() {
+        out.push(f.await);
+    }
+    out
+}
+
+/// A Lease read back from the list of a namespace.
+pub fn leases_of(body: &Value) -> Vec<Lease> {
+    body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| Lease(item.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_tenure_has_an_identity_of_its_own() {
+        let (a, b) = (tenure_id(), tenure_id());
+        assert_ne!(a, b);
+        let id = identity(&a);
+        assert_eq!(tenure_of(&id), Some(a.as_str()));
+        assert_eq!(tenure_of("client-go-1"), None);
+    }
+}

@@ -1,0 +1,610 @@
+//! The Kubernetes store beside client-go: elect and the client-go
+//! contender (`tests/servers/kube-*/main.go`, `leaderelection` with a
+//! `LeaseLock`) on one Lease exclude each other both ways, measured on one
+//! monotonic clock (their ticks, `support/ticker.rs`), through a clean
+//! release and a SIGKILL of either; and what only this store does.
+
+use crate::support;
+
+use std::process::Command;
+
+use support::inspect::status;
+use support::kube::{self, Kube};
+use support::stores::{KubeStore, StoreUnderTest};
+use support::ticker::{Ticks, group_alive};
+use support::{Running, SECOND, TempDir, elect_run};
+
+/// The client-go contender for Lease `name` of `store`, ticking as `label`.
+fn contender(store: &KubeStore, name: &str, identity: &str, label: &str, ticks: &Ticks) -> Running {
+    let mut c = Command::new(kube::contender());
+    c.arg("--kubeconfig")
+        .arg(&store.kube().kubeconfig)
+        .args(["--namespace", &store.namespace])
+        .args(["--name", name, "--identity", identity])
+        .args(["--lease-duration", "2s", "--renew-deadline", "1500ms"])
+        .args(["--retry-period", "200ms", "--label", label])
+        .arg("--ticks")
+        .arg(&ticks.log);
+    Running::spawn(c)
+}
+
+/// elect holding Lease `name`, ticking as `label`; its command's group.
+fn elect_holder(store: &KubeStore, name: &str, label: &str, ticks: &Ticks) -> (Running, i32) {
+    let mut holder = Running::spawn(elect_run(
+        &store.url(),
+        name,
+        &["--ttl", "2s"],
+        &ticks.script(label, false),
+    ));
+    let pgid: i32 = holder
+        .expect_line("pgid", 30 * SECOND)
+        .trim()
+        .parse()
+        .unwrap();
+    (holder, pgid)
+}
+
+/// `old` ticked last before `new` ticked first.
+fn assert_after(ticks: &Ticks, old: &str, new: &str) {
+    let first = ticks.first(new, 30 * SECOND);
+    let last = ticks.last(old).expect("the old holder never ticked");
+    eprintln!(
+        "{old} -> {new}: a gap of {:.1} ms",
+        (first - last) as f64 / 1e6
+    );
+    assert!(
+        last < first,
+        "{old} ticked {:.1} ms into {new}'s tenure",
+        (last - first) as f64 / 1e6
+    );
+}
+
+#[test]
+fn elect_and_client_go_exclude_each_other_through_clean_releases() {
+    let store = KubeStore::start("interop-clean");
+    let dir = TempDir::new("k8s-interop-clean");
+    let ticks = Ticks::new(&dir.0);
+
+    let (mut first, pgid) = elect_holder(&store, "job", "E1", &ticks);
+    ticks.first("E1", 10 * SECOND);
+    let mut go = contender(&store, "job", "client-go-1", "G", &ticks);
+    // It waits: the Lease is elect's.
+    std::thread::sleep(3 * SECOND);
+    assert!(ticks.last("G").is_none(), "client-go led beside elect");
+    let (code, out) = status(&store.url(), "job", true);
+    assert_eq!(code, 0, "{out}");
+
+    // elect lets go when its command ends: client-go takes it at once.
+    first.signal(libc::SIGTERM);
+    first.wait(10 * SECOND);
+    assert!(!group_alive(pgid));
+    go.expect_line("leading", 10 * SECOND);
+    assert_after(&ticks, "E1", "G");
+
+    // elect's status shows the client-go holder, as not elect's.
+    let (code, out) = status(&store.url(), "job", true);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("client-go-1"), "{out}");
+    // And `list` shows its Lease among the locks, as a foreign holder.
+    let listed = support::elect()
+        .args(["list", "--store", &store.url()])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("job") && l.contains("client-go-1")),
+        "{listed}"
+    );
+
+    // client-go lets go on SIGTERM: elect, waiting, takes it at once.
+    let (mut second, _) = elect_holder_waiting(&store, "job", "E2", &ticks);
+    std::thread::sleep(SECOND);
+    assert!(ticks.last("E2").is_none(), "elect led beside client-go");
+    go.signal(libc::SIGTERM);
+    assert_eq!(go.wait_code(10 * SECOND), 0);
+    assert_after(&ticks, "G", "E2");
+    second.signal(libc::SIGTERM);
+    second.wait(10 * SECOND);
+}
+
+/// An elect that waits for Lease `name` (its pgid line comes once it holds).
+fn elect_holder_waiting(
+    store: &KubeStore,
+    name: &str,
+    label: &str,
+    ticks: &Ticks,
+) -> (Running, ()) {
+    let holder = Running::spawn(elect_run(
+        &store.url(),
+        name,
+        &["--ttl", "2s"],
+        &ticks.script(label, false),
+    ));
+    (holder, ())
+}
+
+#[test]
+fn a_sigkill_of_either_hands_over_without_overlap() {
+    let store = KubeStore::start("interop-kill");
+    let dir = TempDir::new("k8s-interop-kill");
+    let ticks = Ticks::new(&dir.0);
+
+    // client-go leads and is SIGKILLed: elect takes the Lease only once it
+    // saw it unchanged for its 2 s.
+    let mut go = contender(&store, "job", "client-go-1", "G", &ticks);
+    go.expect_line("leading", 20 * SECOND);
+    ticks.first("G", 5 * SECOND);
+    let (waiter, ()) = elect_holder_waiting(&store, "job", "E", &ticks);
+    std::thread::sleep(SECOND);
+    go.signal(libc::SIGKILL);
+    // Its ticker is its own goroutine: gone with it.
+    assert_after(&ticks, "G", "E");
+
+    // elect holds and is SIGKILLed: its guard stops the command and lets
+    // go; client-go takes it then.
+    let mut next = contender(&store, "job", "client-go-2", "G2", &ticks);
+    std::thread::sleep(SECOND);
+    assert!(ticks.last("G2").is_none(), "client-go led beside elect");
+    waiter.signal(libc::SIGKILL);
+    next.expect_line("leading", 20 * SECOND);
+    assert_after(&ticks, "E", "G2");
+    next.signal(libc::SIGTERM);
+    next.wait_code(10 * SECOND);
+}
+
+/// A Role without `update` on leases: elect says which right it lacks, in
+/// one line, and exits 78.
+#[test]
+fn a_missing_right_is_named_in_one_line_and_exits_78() {
+    let kube = Kube::start("rbac");
+    let ns = "rbac";
+    kube.create_namespace(ns);
+    // A user whose Role may read and create Leases, not update them.
+    let role = format!(
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"reader","namespace":"{ns}"}},"rules":[{{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create"]}}]}}"#
+    );
+    let (code, out) = kube.request(
+        "POST",
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+        Some(&role),
+    );
+    assert_eq!(code, 201, "{out}");
+    let binding = format!(
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"reader","namespace":"{ns}"}},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"reader"}},"subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"reader"}}]}}"#
+    );
+    let (code, out) = kube.request(
+        "POST",
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+        Some(&binding),
+    );
+    assert_eq!(code, 201, "{out}");
+    let kubeconfig = kube.kubeconfig_of_user("reader");
+    // A Lease held by someone else: taking it over needs update.
+    let (code, out) = kube.request(
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"),
+        Some(r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"job"},"spec":{"holderIdentity":""}}"#),
+    );
+    assert_eq!(code, 201, "{out}");
+    let out = support::elect()
+        .env("KUBECONFIG", &kubeconfig)
+        .args([
+            "run",
+            "--store",
+            &format!("k8s:{ns}"),
+            "--lock",
+            "job",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("update leases"), "{stderr}");
+}
+
+/// A kubeconfig for `kube`, with `cluster` and `user` as YAML lines.
+fn kubeconfig(
+    dir: &TempDir,
+    name: &str,
+    kube: &Kube,
+    cluster: &str,
+    user: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters:\n- name: c\n  cluster:\n    server: {}\n{cluster}\
+             users:\n- name: u\n  user:\n{user}\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: creds\n",
+            kube.url
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `elect run --store k8s: -- CMD` with `kubeconfig`: its exit code and stderr.
+fn run_with(kubeconfig: &std::path::Path, script: &str) -> (Option<i32>, String) {
+    let out = support::elect()
+        .env("KUBECONFIG", kubeconfig)
+        .args([
+            "run", "--store", "k8s:", "--lock", "creds", "--", "sh", "-c", script,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn base64(path: &std::path::Path) -> String {
+    let out = Command::new("base64")
+        .arg("-w0")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Credentials as kubectl takes them: a client certificate (files and
+/// inline data), an exec plugin's token, insecure-skip-tls-verify with a
+/// warning, a token file that rotates during a hold; and what elect does
+/// not support refused by name.
+#[test]
+fn credentials_as_kubectl_takes_them() {
+    let mut kube = Kube::start("creds");
+    kube.create_namespace("creds");
+    let dir = TempDir::new("k8s-creds");
+    // The client certificate's user (CN=client) may use Leases in creds.
+    let role = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"elect","namespace":"creds"},"rules":[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]}]}"#;
+    let (code, out) = kube.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/creds/roles",
+        Some(role),
+    );
+    assert_eq!(code, 201, "{out}");
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"elect","namespace":"creds"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"elect"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"client"}]}"#;
+    let (code, out) = kube.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/creds/rolebindings",
+        Some(binding),
+    );
+    assert_eq!(code, 201, "{out}");
+    let ca = format!("    certificate-authority: {}\n", kube.certs.ca.display());
+
+    let files = kubeconfig(
+        &dir,
+        "cert-files",
+        &kube,
+        &ca,
+        &format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            kube.certs.client_cert.display(),
+            kube.certs.client_key.display()
+        ),
+    );
+    let (code, err) = run_with(&files, "true");
+    assert_eq!(code, Some(0), "client certificate files: {err}");
+    let inline = kubeconfig(
+        &dir,
+        "cert-data",
+        &kube,
+        &format!(
+            "    certificate-authority-data: {}\n",
+            base64(&kube.certs.ca)
+        ),
+        &format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            base64(&kube.certs.client_cert),
+            base64(&kube.certs.client_key)
+        ),
+    );
+    let (code, err) = run_with(&inline, "true");
+    assert_eq!(code, Some(0), "inline data: {err}");
+
+    // An exec plugin: a script printing an ExecCredential.
+    let ran = dir.join("plugin-ran");
+    let plugin = dir.join("plugin.sh");
+    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + 3600 * SECOND);
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\necho ran >> {}\necho '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{}\",\"expirationTimestamp\":\"{expires}\"}}}}'\n",
+            ran.display(),
+            kube.token
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("755")
+            .arg(&plugin)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let exec = kubeconfig(
+        &dir,
+        "exec",
+        &kube,
+        &ca,
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+            plugin.display()
+        ),
+    );
+    let (code, err) = run_with(&exec, "true");
+    assert_eq!(code, Some(0), "exec plugin: {err}");
+    assert!(
+        std::fs::read_to_string(&ran).unwrap().starts_with("ran\n"),
+        "the plugin ran"
+    );
+
+    // insecure-skip-tls-verify: no CA, a warning.
+    let insecure = kubeconfig(
+        &dir,
+        "insecure",
+        &kube,
+        "    insecure-skip-tls-verify: true\n",
+        &format!("    token: {}\n", kube.token),
+    );
+    let (code, err) = run_with(&insecure, "true");
+    assert_eq!(code, Some(0), "insecure: {err}");
+    assert!(
+        err.contains("insecure-skip-tls-verify") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    // What elect does not support: refused by name, 78, one line.
+    let provider = kubeconfig(
+        &dir,
+        "provider",
+        &kube,
+        &ca,
+        "    auth-provider:\n      name: gcp\n",
+    );
+    let (code, err) = run_with(&provider, "true");
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("auth-provider") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    // A token file rotated during a hold: the old token is refused once
+    // the server restarts without it, and elect reads the file again.
+    let tokens = kube.dir.join("tokens.csv");
+    let master = std::fs::read_to_string(&tokens).unwrap();
+    let with = |t: &str| format!("{master}{t},rotating,rotating-uid,\"system:masters\"\n");
+    std::fs::write(&tokens, with("first-token")).unwrap();
+    kube.restart("immediate");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "first-token\n").unwrap();
+    let rotating = kubeconfig(
+        &dir,
+        "rotating",
+        &kube,
+        &ca,
+        &format!("    tokenFile: {}\n", token_file.display()),
+    );
+    let mut holder = Running::spawn({
+        let mut c = support::elect();
+        c.env("KUBECONFIG", &rotating)
+            .args([
+                "run", "--store", "k8s:", "--lock", "rotating", "--ttl", "30s", "--",
+            ])
+            .args(["sh", "-c", "echo held; read _line"]);
+        c
+    });
+    holder.expect_line("held", 20 * SECOND);
+    std::fs::write(&tokens, with("second-token")).unwrap();
+    std::fs::write(&token_file, "second-token\n").unwrap();
+    kube.restart("immediate");
+    let restarted = std::time::SystemTime::now();
+    // Renewals every 10 s: one with the old token refused, then the new
+    // one read; the Lease renewed after the restart proves it.
+    support::eventually("a renewal with the new token", 15 * SECOND, || {
+        let (_, body) = kube.request(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/creds/leases/rotating",
+            None,
+        );
+        let lease: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let renewed = lease["spec"]["renewTime"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        match renewed {
+            Some(at) if at > restarted => Ok(()),
+            _ => Err(body),
+        }
+    });
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
+}
+
+/// elect cut off from the API server (its link blackholed) while a
+/// client-go program waits: elect's command stops before client-go leads,
+/// on one monotonic clock. (The other way round, the client-go contender
+/// leads on until its release attempt times out, RetryPeriod and twice
+/// RenewDeadline after its last renewal, past its LeaseDuration: its own
+/// window, whoever takes over.)
+#[test]
+fn a_partition_of_elect_hands_over_to_client_go_without_overlap() {
+    use support::proxy::{Mode, Proxy};
+    let store = KubeStore::start("interop-cut");
+    let dir = TempDir::new("k8s-interop-cut");
+    let ticks = Ticks::new(&dir.0);
+    let proxy = Proxy::start(&store.link());
+
+    // elect holds through the proxy; client-go waits.
+    let mut cut = Running::spawn(elect_run(
+        &store.url_through(proxy.port),
+        "job",
+        &["--ttl", "2s"],
+        &ticks.script("E", false),
+    ));
+    cut.expect_line("pgid", 30 * SECOND);
+    ticks.first("E", 10 * SECOND);
+    let mut go = contender(&store, "job", "client-go-1", "G", &ticks);
+    std::thread::sleep(SECOND);
+    proxy.set(Mode::Blackhole);
+    go.expect_line("leading", 20 * SECOND);
+    // Its elect has stopped the command, and ends: every tick is in.
+    cut.wait(20 * SECOND);
+    assert_after(&ticks, "E", "G");
+    go.signal(libc::SIGTERM);
+    go.wait(10 * SECOND);
+}
+
+/// The etcd behind the API server SIGKILLed and started again while elect
+/// holds a Lease and another elect waits: the lock never has two holders
+/// (the holder keeps it through the restart, or stops before the waiter
+/// starts), and the waiter gets it once the holder lets go.
+#[test]
+fn the_etcd_behind_the_api_server_restarted() {
+    let mut kube = Kube::start("etcd-restart");
+    kube.create_namespace("restart");
+    kube.register("etcd-restart");
+    let url = "k8s:restart?context=etcd-restart";
+    let dir = TempDir::new("k8s-etcd-restart");
+    let ticks = Ticks::new(&dir.0);
+    let mut a = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        &ticks.script("A", false),
+    ));
+    a.expect_line("pgid", 30 * SECOND);
+    ticks.first("A", 10 * SECOND);
+    let mut b = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        &ticks.script("B", false),
+    ));
+    std::thread::sleep(SECOND);
+    let killed = support::ticker::monotonic_ns();
+    kube.etcd().kill(0);
+    kube.etcd().restart(0);
+    kube.etcd().wait_healthy();
+    eprintln!(
+        "etcd back {:.0} ms after its SIGKILL",
+        (support::ticker::monotonic_ns() - killed) as f64 / 1e6
+    );
+    std::thread::sleep(3 * SECOND);
+    match ticks.last("B") {
+        // B took over: A had stopped first.
+        Some(_) => {
+            a.wait(10 * SECOND);
+            assert_after(&ticks, "A", "B");
+            eprintln!("A lost the Lease; B took it");
+        }
+        // A kept it: B gets it once A lets go.
+        None => {
+            a.signal(libc::SIGTERM);
+            a.wait(10 * SECOND);
+            assert_after(&ticks, "A", "B");
+            eprintln!("A kept the Lease through the restart");
+        }
+    }
+    b.signal(libc::SIGTERM);
+    b.wait(10 * SECOND);
+}
+
+/// A `preferredHolder` that names someone else asks elect's holder to let
+/// go: it stops its command, as for `elect break`, and frees the Lease,
+/// keeping the field.
+#[test]
+fn a_preferred_holder_of_another_is_a_request_to_let_go() {
+    // The field is kept only with coordinated leader election on.
+    let kube = Kube::start_with(
+        "preferred",
+        &[
+            "--feature-gates=CoordinatedLeaderElection=true",
+            "--runtime-config=coordination.k8s.io/v1beta1=true",
+        ],
+    );
+    kube.create_namespace("preferred");
+    kube.register("preferred");
+    let url = "k8s:preferred?context=preferred";
+    let mut holder = Running::spawn(elect_run(
+        url,
+        "job",
+        &["--ttl", "3s"],
+        r#"trap 'echo "term"; exit 0' TERM; echo held; while :; do sleep 0.01; done"#,
+    ));
+    holder.expect_line("held", 20 * SECOND);
+    let path = "/apis/coordination.k8s.io/v1/namespaces/preferred/leases/job";
+    support::eventually("preferredHolder written", 10 * SECOND, || {
+        let (_, body) = kube.request("GET", path, None);
+        let mut lease: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        lease["spec"]["strategy"] = "OldestEmulationVersion".into();
+        lease["spec"]["preferredHolder"] = "someone-else".into();
+        match kube.request("PUT", path, Some(&lease.to_string())) {
+            (200, _) => Ok(()),
+            (_, body) => Err(body),
+        }
+    });
+    holder.expect_line("term", 5 * SECOND);
+    holder.wait(10 * SECOND);
+    let said = holder.stderr_seen.join("\n");
+    assert!(said.contains("preferredHolder is someone-else"), "{said}");
+    let (_, body) = kube.request("GET", path, None);
+    let lease: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "", "{lease}");
+    assert_eq!(lease["spec"]["preferredHolder"], "someone-else", "{lease}");
+    assert_eq!(
+        lease["spec"]["strategy"], "OldestEmulationVersion",
+        "{lease}"
+    );
+}
+
+/// In a pod: nothing but the service account's files (token, CA,
+/// namespace) at their path and `KUBERNETES_SERVICE_HOST`/`PORT`. The
+/// files are put there in a mount namespace of elect's own (a tmpfs over
+/// /run, which /var/run names), so the machine's are untouched.
+#[test]
+fn in_a_pod_the_service_account_is_all_it_needs() {
+    let store = KubeStore::start("in-cluster");
+    let dir = TempDir::new("k8s-in-cluster");
+    std::fs::write(dir.join("token"), format!("{}\n", store.kube().token)).unwrap();
+    std::fs::copy(&store.kube().certs.ca, dir.join("ca.crt")).unwrap();
+    std::fs::write(dir.join("namespace"), &store.namespace).unwrap();
+    let port = store.kube().url.rsplit(':').next().unwrap().to_string();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "mount -t tmpfs none /run && mkdir -p {sa} && cp {}/token {}/ca.crt {}/namespace {sa}/ && \
+         exec {} run --store k8s: --lock in-pod -- sh -c 'echo \"token $ELECT_TOKEN\"'",
+        dir.0.display(),
+        dir.0.display(),
+        dir.0.display(),
+        env!("CARGO_BIN_EXE_elect")
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("KUBECONFIG")
+        .env("HOME", "/nonexistent")
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", &port)
+        .output()
+        .expect("`unshare` not found: install Debian's util-linux package");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("token "), "{stdout}");
+    // In the pod's namespace, named by its file.
+    let lease = store
+        .lease("in-pod")
+        .expect("the Lease in the pod's namespace");
+    assert_eq!(lease["spec"]["holderIdentity"], "", "let go: {lease}");
+}
