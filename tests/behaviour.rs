@@ -962,7 +962,9 @@ fn each_shard_gets_one_owner_and_a_standby_takes_over<S: StoreUnderTest>() {
     let store = &under_test.url();
     let lock = "tenants";
     let script = r#"echo "shard $ELECT_SHARD $ELECT_SHARDS $ELECT_TOKEN"; read _line"#;
-    let flags = ["--shards", "8", "--ttl", "3s"];
+    let ttl = S::crowd_ttl_secs();
+    let ttl_flag = format!("{ttl}s");
+    let flags = ["--shards", "8", "--ttl", &ttl_flag];
     let mut instances: Vec<Running> = (0..3 * SHARDS)
         .map(|i| {
             let id = format!("instance-{i}");
@@ -1042,7 +1044,10 @@ fn each_shard_gets_one_owner_and_a_standby_takes_over<S: StoreUnderTest>() {
         tokens[1],
         shard_tokens(store, lock)[1]
     );
-    assert!(after - killed_at < 4_000_000_000, "within the TTL (3 s)");
+    assert!(
+        after - killed_at < (i128::from(ttl) + 1) * 1_000_000_000,
+        "within the TTL ({ttl} s)"
+    );
     for mut instance in instances {
         if instance.try_wait_code().is_none() {
             instance.signal(libc::SIGTERM);
