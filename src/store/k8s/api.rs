@@ -217,7 +217,7 @@ impl Api {
 
     /// [`Api::request`], tried again while it finds no server there (or
     /// one that does not answer), for the patience at most: a call that
-    /// reaches the store until elect is queued, and every look.
+    /// reaches the store until elect is queued, every look, and leaving a queue.
     pub async fn request_patiently(
         &self,
         method: &str,

@@ -134,17 +134,37 @@ impl Shared {
         let mut waiter = Lease::new(&name, lock, &self.identity, self.seconds, "");
         waiter.remove_annotation(lease::HOLDER);
         waiter.set_label(lease::WAITERS_OF, &lease::records_label(object));
-        let reply = self
+        // Counted as ours before it is sent: a create whose reply is lost
+        // may still have been made, and leaving must delete it then too.
+        self.waiting
+            .borrow_mut()
+            .insert(name.clone(), waiter.clone());
+        let sent = self
             .api
             .request("POST", &lease::leases(self.ns()), Some(&waiter.0))
-            .await?;
+            .await;
+        let reply = match sent {
+            Ok(reply) if reply.status == 409 => {
+                // Made by an earlier try of ours whose reply was lost.
+                self.api
+                    .request("GET", &lease::path(self.ns(), &name), None)
+                    .await?
+            }
+            Ok(reply) => reply,
+            Err(e) => return Err(e),
+        };
+        let mut waiting = self.waiting.borrow_mut();
         match reply.status {
-            200 | 201 => {
-                self.waiting.borrow_mut().insert(name, Lease(reply.body));
+            // Unless left meanwhile.
+            200 | 201 if waiting.contains_key(&name) => {
+                waiting.insert(name, Lease(reply.body));
                 Ok(())
             }
-            409 => Ok(()),
-            _ => Err(self.api.refusal("create", &name, &reply)),
+            200 | 201 | 404 => Ok(()),
+            _ => {
+                waiting.remove(&name);
+                Err(self.api.refusal("create", &name, &reply))
+            }
         }
     }
 
@@ -155,7 +175,9 @@ impl Shared {
             return;
         }
         let path = lease::path(self.ns(), &name);
-        if let Err(e) = self.api.request("DELETE", &path, None).await {
+        // Tried again when unanswered: a record left behind looks like a
+        // live waiter for a whole TTL.
+        if let Err(e) = self.api.request_patiently("DELETE", &path, None).await {
             log::verbose(format_args!("removing the waiter record {name}: {e}"));
         }
     }
@@ -169,6 +191,10 @@ impl Shared {
             .map(|(n, l)| (n.clone(), l.clone()))
             .collect();
         for (name, mut lease) in waiting {
+            if lease.version().is_empty() {
+                // Its create is still on its way.
+                continue;
+            }
             lease.renew();
             let path = lease::path(self.ns(), &name);
             let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
@@ -268,7 +294,12 @@ impl Session for KubeSession {
             let ns = self.shared.ns().to_string();
             let deletes = waiting.keys().map(|name| {
                 let path = lease::path(&ns, name);
-                async move { self.shared.api.request("DELETE", &path, None).await }
+                async move {
+                    self.shared
+                        .api
+                        .request_patiently("DELETE", &path, None)
+                        .await
+                }
             });
             let lets_go = async {
                 for (name, lease) in held {
