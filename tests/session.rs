@@ -3,6 +3,8 @@
 
 use crate::support;
 
+use std::time::Duration;
+
 use support::{Etcd, Running, SECOND, elect};
 
 #[test]
@@ -73,12 +75,16 @@ fn rejoin_always_runs_a_failed_command_again_but_not_after_a_signal_to_elect() {
 /// `unshare --pid --fork --mount-proc elect run ...`: elect as PID 1 of a
 /// new PID namespace (needs root, as in CI).
 fn as_pid_1(store: &str, lock: &str, script: &str) -> std::process::Command {
+    as_pid_1_with(store, lock, &[], script)
+}
+
+fn as_pid_1_with(store: &str, lock: &str, extra: &[&str], script: &str) -> std::process::Command {
     let mut c = std::process::Command::new("unshare");
     c.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(env!("CARGO_BIN_EXE_elect"))
-        .args([
-            "run", "--store", store, "--lock", lock, "--", "sh", "-c", script,
-        ]);
+        .args(["run", "--store", store, "--lock", lock])
+        .args(extra)
+        .args(["--", "sh", "-c", script]);
     c
 }
 
@@ -130,6 +136,48 @@ fn sigterm_to_pid_1_stops_the_command_and_releases_the_lock() {
     );
     let out = elect()
         .args(["status", "--store", &dir.url(), "--lock", "term"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the lock is free: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// As PID 1 too, a command that ignores TERM is killed once `--grace` has
+/// passed, and the lock is free as soon as elect is gone.
+#[test]
+fn as_pid_1_a_stop_is_bounded_by_the_grace() {
+    let dir = support::TempDir::new("session-pid1-grace");
+    let script = "trap '' TERM; echo ready; sleep 1000; echo never";
+    let mut unshare = Running::spawn(as_pid_1_with(
+        &dir.url(),
+        "grace",
+        &["--grace", "1s"],
+        script,
+    ));
+    unshare.expect_line("ready", 10 * SECOND);
+    let pid1 = support::find_child(unshare.pid(), "elect");
+    let pid1_death = support::Death::watch(pid1);
+    let sleeper = support::Death::watch(support::find_child(unshare.pid(), "sleep"));
+    let told = support::now_ns();
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid1, libc::SIGTERM) }, 0);
+    let ended = Duration::from_nanos((pid1_death.at(10 * SECOND) - told) as u64);
+    eprintln!(
+        "SIGTERM to elect as PID 1, whose command ignores it, --grace 1s: elect ended {} ms after",
+        ended.as_millis()
+    );
+    assert!(
+        ended < Duration::from_millis(1500),
+        "the stop took {ended:?}"
+    );
+    sleeper.at(SECOND);
+    assert_eq!(unshare.wait_code(10 * SECOND), 128 + libc::SIGTERM);
+    let out = elect()
+        .args(["status", "--store", &dir.url(), "--lock", "grace"])
         .output()
         .unwrap();
     assert_eq!(
