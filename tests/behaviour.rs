@@ -1990,12 +1990,12 @@ fn the_history_never_delays_the_commands_start<S: StoreUnderTest>() {
     // previous holder's release still on its way: a round trip) comes and
     // goes, while a write on the way to the command would slow every run.
     let (mut with, mut without) = (i128::MAX, i128::MAX);
-    for _ in 0..7 {
+    for _ in 0..5 {
         with = with.min(start_after("100"));
         without = without.min(start_after("0"));
     }
     eprintln!(
-        "{}: the command started {:.1} ms after elect with the history kept, {:.1} ms without (the quickest of 7 each)",
+        "{}: the command started {:.1} ms after elect with the history kept, {:.1} ms without (the quickest of 5 each)",
         S::NAME,
         ms(with),
         ms(without)
@@ -2005,7 +2005,7 @@ fn the_history_never_delays_the_commands_start<S: StoreUnderTest>() {
         "the history delayed the start by {:.1} ms",
         ms(with - without)
     );
-    assert_eq!(history(&url, "slow", &[]).len(), 7);
+    assert_eq!(history(&url, "slow", &[]).len(), 5);
 }
 
 /// `promtool check metrics` of `text`: Prometheus's own parser and linter.
@@ -2187,19 +2187,6 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
         leftovers.len(),
         2,
         "no temporary file is left: {leftovers:?}"
-    );
-
-    // A hook that hangs is killed within its bound.
-    let started = Instant::now();
-    let out = elect_run(&url, "report", &["--on-end", "sleep 60"], "true")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(started.elapsed() < 13 * SECOND, "{:?}", started.elapsed());
-    assert!(
-        stderr_of(&out).contains("--on-end did not end within 10s"),
-        "{}",
-        stderr_of(&out)
     );
 }
 

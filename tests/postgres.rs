@@ -705,7 +705,11 @@ fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
 fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
     let pg = Postgres::start();
     let bouncer = PgBouncer::start(&pg, "transaction");
-    let script = r#"trap 'echo "term $(date +%s%N)"; exit 0' TERM; echo "token $ELECT_TOKEN"; while :; do sleep 0.01; done"#;
+    // The trap only echoes (a builtin): a forced break leaves the command
+    // 100 ms before SIGKILL, which a fork for a timestamp could outlast on a
+    // busy machine. The line's arrival is the time of the SIGTERM, or later.
+    let script =
+        r#"trap 'echo term; exit 0' TERM; echo "token $ELECT_TOKEN"; while :; do sleep 0.01; done"#;
     let wall_ns = |text: &str| -> i128 {
         humantime::parse_rfc3339(text)
             .unwrap()
@@ -736,7 +740,8 @@ fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let termed_at: i128 = holder.expect_line("term", 10 * SECOND).parse().unwrap();
+            holder.expect_line("term", 10 * SECOND);
+            let termed_at = now_ns();
             assert_eq!(holder.wait_code(10 * SECOND), 76);
             let said = holder
                 .stderr_seen
@@ -749,7 +754,7 @@ fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
             let noticed_at = wall_ns(said.split_whitespace().nth(1).unwrap());
             eprintln!(
                 "break --force, {how}: the holder learned it {:.0} ms after the break began, \
-                 its command's SIGTERM came {:.1} ms after that",
+                 its command's SIGTERM was seen {:.1} ms after that",
                 ms(noticed_at - broke_at),
                 ms(termed_at - noticed_at)
             );
@@ -758,7 +763,8 @@ fn break_force_reaches_the_holder_by_notification_or_at_its_next_renewal() {
                 "{how}: SIGTERM {:.0} ms after the break",
                 ms(termed_at - broke_at)
             );
-            assert!(termed_at - noticed_at < 100_000_000);
+            // The line's arrival, a little after the signal itself.
+            assert!(termed_at - noticed_at < 200_000_000);
         }
     }
 }

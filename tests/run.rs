@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
 use support::{
@@ -920,4 +920,22 @@ fn the_endpoint_drops_slow_clients_and_refuses_bad_requests() {
     eprintln!("an answer behind 20 silent clients after {waited:?}");
     holder.send_line("");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
+/// A hook that hangs is killed within its bound (the same for every store,
+/// so tested once): the run's own status is kept, with one line saying so.
+#[test]
+fn an_on_end_hook_that_hangs_is_killed_within_its_bound() {
+    let dir = support::TempDir::new("hook-hangs");
+    let started = Instant::now();
+    let out = elect_run(&dir.url(), "report", &["--on-end", "sleep 60"], "true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(started.elapsed() < 13 * SECOND, "{:?}", started.elapsed());
+    assert!(
+        stderr.contains("--on-end did not end within 10s") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
 }
