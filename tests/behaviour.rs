@@ -203,6 +203,7 @@ fn a_stop_from_outside_is_bounded_by_the_grace<S: StoreUnderTest>() {
     ));
     wait_contenders(&store, "stop", 2);
     let told = Instant::now();
+    let told_ns = support::ticker::monotonic_ns();
     a.signal(libc::SIGTERM);
     let status = a.wait(10 * SECOND);
     let ended = told.elapsed();
@@ -210,9 +211,11 @@ fn a_stop_from_outside_is_bounded_by_the_grace<S: StoreUnderTest>() {
     let overlap = ticks.overlap_ms("A", group, "B");
     eprintln!(
         "{}: SIGTERM to elect, whose command ignores it, --grace 1s: elect ended {} ms after, \
-         {status:?}; overlap with the next holder {overlap:.1} ms",
+         {status:?}; the next holder's command started {:.0} ms after the SIGTERM; overlap \
+         with it {overlap:.1} ms",
         S::NAME,
-        ended.as_millis()
+        ended.as_millis(),
+        ms(b_first - told_ns)
     );
     assert!(b_first > 0);
     assert!(
