@@ -40,8 +40,10 @@ pub struct Api {
     tls: Arc<rustls::ClientConfig>,
     /// The token of a token file, and when it was read.
     token: RefCell<Option<(Secret, Instant)>>,
-    /// The token an exec plugin gave.
-    exec: RefCell<Option<super::exec::Credential>>,
+    /// The token an exec plugin gave. Held across the plugin's run, so
+    /// that requests sent together (the first look at a lock and at its
+    /// shard count) wait for one run, as client-go's cache has them do.
+    exec: tokio::sync::Mutex<Option<super::exec::Credential>>,
     idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
     /// The bound on one request.
     pub within: Duration,
@@ -92,7 +94,7 @@ impl Api {
             server_name,
             tls,
             token: RefCell::new(None),
-            exec: RefCell::new(None),
+            exec: tokio::sync::Mutex::new(None),
             idle: RefCell::new(Vec::new()),
             within,
             patience,
@@ -180,16 +182,16 @@ impl Api {
     async fn bearer(&self, fresh: bool) -> Result<Option<Secret>, StoreError> {
         match &self.conn.auth {
             Auth::Exec(plugin) => {
-                let kept = self.exec.borrow().clone();
-                if let Some(credential) = kept
+                let mut kept = self.exec.lock().await;
+                if let Some(credential) = &*kept
                     && !fresh
                     && credential.fresh()
                 {
-                    return Ok(Some(credential.token));
+                    return Ok(Some(credential.token.clone()));
                 }
                 let credential = plugin.run().await?;
                 let token = credential.token.clone();
-                *self.exec.borrow_mut() = Some(credential);
+                *kept = Some(credential);
                 Ok(Some(token))
             }
             Auth::None => Ok(None),
