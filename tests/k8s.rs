@@ -733,3 +733,30 @@ fn in_a_pod_the_service_account_is_all_it_needs() {
         .expect("the Lease in the pod's namespace");
     assert_eq!(lease["spec"]["holderIdentity"], "", "let go: {lease}");
 }
+
+/// What a take-run-release cycle asks of the API server, counted in its
+/// audit log: on a Lease not there yet, and on one nobody holds.
+#[test]
+fn a_cycle_costs_few_requests() {
+    let dir = TempDir::new("k8s-requests");
+    let kube = Kube::start_audited("requests", &dir);
+    kube.create_namespace("requests");
+    kube.register("requests");
+    // A read, the take, a watch while it holds, the release, and the
+    // history's listing (for trimming) and record.
+    for (lease, most) in [("none yet", 6), ("free", 6)] {
+        let before = Kube::requests_of_elect(&dir).len();
+        let out = support::elect()
+            .args(["run", "--store", "k8s:requests?context=requests"])
+            .args(["--lock", "job", "--", "true"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let made = Kube::requests_of_elect(&dir)[before..].to_vec();
+        eprintln!(
+            "a cycle on a Lease {lease}: {} requests: {made:#?}",
+            made.len()
+        );
+        assert!(made.len() <= most, "{made:#?}");
+    }
+}

@@ -8,6 +8,7 @@
 //! rotates under a long hold.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub struct Api {
     /// shard count) wait for one run, as client-go's cache has them do.
     exec: tokio::sync::Mutex<Option<super::exec::Credential>>,
     idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
+    /// The GETs on their way, by path: one asked while another of the same
+    /// path is unanswered takes its answer (the first look at a lock and
+    /// at its shard count are one read).
+    reading: RefCell<std::collections::HashMap<String, Rc<Reading>>>,
     /// The bound on one request.
     pub within: Duration,
     /// How long a request that finds no server is tried again.
@@ -54,8 +59,11 @@ pub struct Api {
     settled: std::cell::Cell<bool>,
 }
 
+/// A read shared by those who asked for it while it was on its way.
+type Reading = tokio::sync::OnceCell<Result<Reply, StoreError>>;
+
 /// An answer: the HTTP status and the body, parsed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Reply {
     pub status: u16,
     pub body: Value,
@@ -96,6 +104,7 @@ impl Api {
             token: RefCell::new(None),
             exec: tokio::sync::Mutex::new(None),
             idle: RefCell::new(Vec::new()),
+            reading: RefCell::default(),
             within,
             patience,
             settled: std::cell::Cell::new(false),
@@ -221,6 +230,35 @@ impl Api {
     /// one that does not answer), for the patience at most: a call that
     /// reaches the store until elect is queued, every look, and leaving a queue.
     pub async fn request_patiently(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, StoreError> {
+        if method != "GET" || body.is_some() {
+            return self.patiently(method, path, body).await;
+        }
+        let reading = self
+            .reading
+            .borrow_mut()
+            .entry(path.to_string())
+            .or_default()
+            .clone();
+        let reply = reading
+            .get_or_init(|| self.patiently(method, path, None))
+            .await
+            .clone();
+        let mut on_its_way = self.reading.borrow_mut();
+        if on_its_way
+            .get(path)
+            .is_some_and(|r| Rc::ptr_eq(r, &reading))
+        {
+            on_its_way.remove(path);
+        }
+        reply
+    }
+
+    async fn patiently(
         &self,
         method: &str,
         path: &str,

@@ -98,8 +98,16 @@ impl Shared {
         change: &dyn Fn(&mut Lease),
     ) -> Result<Option<Lease>, StoreError> {
         let path = lease::path(self.ns(), name);
+        let token = lease.annotation(lease::TOKEN).map(String::from);
         for _ in 0..5 {
             let mut next = lease.clone();
+            // Ours, so the token is the one we took it with, as pinned.
+            match &token {
+                Some(token) if next.annotation(lease::TOKEN).is_none() => {
+                    next.set_annotation(lease::TOKEN, token);
+                }
+                _ => next.pin_token(),
+            }
             change(&mut next);
             let reply = self.api.request("PUT", &path, Some(&next.0)).await?;
             match reply.status {
@@ -274,7 +282,6 @@ impl Session for KubeSession {
                 record: record.acquired_now().to_json(),
                 lock,
                 observed: RefCell::new(Observed::new()),
-                token: std::cell::Cell::new(None),
                 first: RefCell::new(None),
             };
             // The first look (and take, if the Lease is free) is the join:
@@ -370,7 +377,6 @@ struct KubeLock {
     name: String,
     record: String,
     observed: RefCell<Observed<String>>,
-    token: std::cell::Cell<Option<u64>>,
     /// What the join's look came to, for the first turn.
     first: RefCell<Option<Attempt>>,
 }
@@ -393,14 +399,15 @@ impl KubeLock {
         &self.shared.api
     }
 
-    /// Ours now: remember the Lease as written.
-    fn won(&self, lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
+    /// Ours now: remember the Lease as written, its token pinned for the
+    /// next write to record (a renewal, mostly: no write of its own).
+    fn won(&self, mut lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
         let token = lease.token()?;
+        lease.pin_token();
         self.shared
             .held
             .borrow_mut()
             .insert(self.name.clone(), lease);
-        self.token.set(Some(token));
         Ok(Attempt::Ours(token, sent))
     }
 
@@ -650,33 +657,6 @@ impl KubeLock {
             loss = watched => loss,
         }
     }
-
-    /// Record our token beside the holder's record, for status and check.
-    async fn record_token(&self) {
-        let (Some(token), Some(lease)) = (
-            self.token.get(),
-            self.shared.held.borrow().get(&self.name).cloned(),
-        ) else {
-            return;
-        };
-        let token = token.to_string();
-        let set = |l: &mut Lease| l.set_annotation(lease::TOKEN, &token);
-        match self.shared.write_ours(&self.name, lease, &set).await {
-            Ok(Some(written)) => {
-                if let Some(held) = self.shared.held.borrow_mut().get_mut(&self.name) {
-                    // Only forward: a renewal may have written a later one.
-                    if written.token().ok() > held.token().ok() {
-                        *held = written;
-                    }
-                }
-            }
-            Ok(None) => {}
-            Err(e) => log::verbose(format_args!(
-                "recording the token of lock {}: {e}",
-                self.lock
-            )),
-        }
-    }
 }
 
 impl Lock for KubeLock {
@@ -698,7 +678,7 @@ impl Lock for KubeLock {
 
     fn acquired(&self) -> Boxed<'_, ()> {
         Box::pin(async move {
-            tokio::join!(self.record_token(), self.shared.leave_queue(&self.name));
+            self.shared.leave_queue(&self.name).await;
         })
     }
 
@@ -736,10 +716,7 @@ pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
     let record = lease
         .annotation(lease::HOLDER)
         .and_then(|r| HolderRecord::from_json(r.as_bytes()));
-    let token = lease
-        .annotation(lease::TOKEN)
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
+    let token = lease.holder_token();
     Some(crate::store::Holder {
         key: identity.to_string(),
         token,
