@@ -760,3 +760,58 @@ fn a_cycle_costs_few_requests() {
         assert!(made.len() <= most, "{made:#?}");
     }
 }
+
+/// What waiting costs: a waiter renews the record that shows it waits
+/// once a TTL, not with each of its session's renewals (three a TTL), while
+/// the holder renews its Lease with each of its own.
+#[test]
+fn a_waiter_renews_its_record_once_a_ttl() {
+    let dir = TempDir::new("k8s-waiter-cost");
+    let kube = Kube::start_audited("waiter-cost", &dir);
+    kube.create_namespace("cost");
+    kube.register("cost");
+    let url = "k8s:cost?context=cost";
+    let script = "echo held; read _line";
+    let mut holder = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
+    holder.expect_line("held", 20 * SECOND);
+    let mut waiter = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
+    let record = support::eventually("the waiter's record", 10 * SECOND, || {
+        let (_, body) = kube.request(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/cost/leases?labelSelector=elect%2Fwaiters-of",
+            None,
+        );
+        let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        list["items"][0]["metadata"]["name"]
+            .as_str()
+            .map(String::from)
+            .ok_or(body)
+    });
+    let from = Kube::requests_of_elect(&dir).len();
+    // A window measured: three TTLs.
+    std::thread::sleep(9 * SECOND);
+    let made = Kube::requests_of_elect(&dir)[from..].to_vec();
+    let puts_of = |name: &str| {
+        made.iter()
+            .filter(|r| {
+                *r == &format!("update /apis/coordination.k8s.io/v1/namespaces/cost/leases/{name}")
+            })
+            .count()
+    };
+    let (of_holder, of_waiter) = (puts_of("job"), puts_of(&record));
+    eprintln!(
+        "in 9 s at --ttl 3s: the holder's Lease {of_holder} PUTs, the waiter's record \
+         {of_waiter}, {} requests in all",
+        made.len()
+    );
+    assert!(of_holder >= 7, "{made:#?}");
+    assert!((2..=4).contains(&of_waiter), "{made:#?}");
+    // It still waits, and gets the lock once the holder lets go.
+    let (code, out) = status(url, "job", true);
+    assert_eq!(code, 0, "{out}");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    waiter.expect_line("held", 10 * SECOND);
+    waiter.send_line("done");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+}

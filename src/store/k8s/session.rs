@@ -54,6 +54,10 @@ pub fn tenure_of(identity: &str) -> Option<&str> {
     (tenure.len() == 16 && tenure.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tenure)
 }
 
+/// A waiter record's `leaseDurationSeconds`, in the holder's TTLs: renewed
+/// once a TTL, it outlives a renewal or two that fail.
+const WAITER_TTLS: u64 = 4;
+
 /// What a session and its renewers share.
 pub struct Shared {
     pub api: Rc<Api>,
@@ -63,8 +67,9 @@ pub struct Shared {
     pub seconds: u64,
     /// The Leases we hold, by object name, as last written.
     pub held: RefCell<BTreeMap<String, Lease>>,
-    /// Our waiter records, by object name, as last written.
-    pub waiting: RefCell<BTreeMap<String, Lease>>,
+    /// Our waiter records, by object name, as last written, and when that
+    /// write was sent.
+    pub waiting: RefCell<BTreeMap<String, (Lease, Instant)>>,
     /// Requests to let go seen by renewals, by object name.
     asked: RefCell<BTreeMap<String, String>>,
     news: Notify,
@@ -136,17 +141,21 @@ impl Shared {
     /// Record that we wait for the lock whose object is `object`: a Lease
     /// of our own beside it, renewed while we wait, so that the waiting are
     /// seen in the store (its `renewTime` tells a live one from one whose
-    /// elect died: shown, never acted on).
+    /// elect died: shown, never acted on). It only has to show a live
+    /// waiter: its `leaseDurationSeconds` is [`WAITER_TTLS`] TTLs, and it is
+    /// renewed once a TTL, not with every renewal.
     async fn enter(&self, lock: &str, object: &str) -> Result<(), StoreError> {
         let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
-        let mut waiter = Lease::new(&name, lock, &self.identity, self.seconds, "");
+        let seconds = WAITER_TTLS * self.seconds;
+        let mut waiter = Lease::new(&name, lock, &self.identity, seconds, "");
         waiter.remove_annotation(lease::HOLDER);
         waiter.set_label(lease::WAITERS_OF, &lease::records_label(object));
         // Counted as ours before it is sent: a create whose reply is lost
         // may still have been made, and leaving must delete it then too.
+        let at = Instant::now();
         self.waiting
             .borrow_mut()
-            .insert(name.clone(), waiter.clone());
+            .insert(name.clone(), (waiter.clone(), at));
         let sent = self
             .api
             .request("POST", &lease::leases(self.ns()), Some(&waiter.0))
@@ -165,7 +174,7 @@ impl Shared {
         match reply.status {
             // Unless left meanwhile.
             200 | 201 if waiting.contains_key(&name) => {
-                waiting.insert(name, Lease(reply.body));
+                waiting.insert(name, (Lease(reply.body), at));
                 Ok(())
             }
             200 | 201 | 404 => Ok(()),
@@ -190,13 +199,16 @@ impl Shared {
         }
     }
 
-    /// Renew our waiter records; one that is gone is let be.
+    /// Renew those of our waiter records written a TTL ago or more; one
+    /// that is gone is let be.
     async fn renew_waiting(&self) -> Result<(), StoreError> {
+        let ttl = Duration::from_secs(self.seconds);
         let waiting: Vec<(String, Lease)> = self
             .waiting
             .borrow()
             .iter()
-            .map(|(n, l)| (n.clone(), l.clone()))
+            .filter(|(_, (_, written))| written.elapsed() >= ttl)
+            .map(|(n, (l, _))| (n.clone(), l.clone()))
             .collect();
         for (name, mut lease) in waiting {
             if lease.version().is_empty() {
@@ -205,11 +217,12 @@ impl Shared {
             }
             lease.renew();
             let path = lease::path(self.ns(), &name);
+            let at = Instant::now();
             let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
             let mut still = self.waiting.borrow_mut();
             match reply.status {
                 200 if still.contains_key(&name) => {
-                    still.insert(name, Lease(reply.body));
+                    still.insert(name, (Lease(reply.body), at));
                 }
                 200 | 404 | 409 => {}
                 _ => return Err(self.api.refusal("update", &name, &reply)),
