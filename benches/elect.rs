@@ -75,6 +75,13 @@
 //!   failover after SIGKILL of elect (its guard deletes the node) and of
 //!   elect, guard and command at once (the session expires: TTL + how much,
 //!   TTL 2 s).
+//! - `k8s`: the Kubernetes store, on a kube-apiserver started for the
+//!   purpose (`scripts/servers-go build` names it), with an audit log of
+//!   every Lease request: the uncontended cycle and its requests, the
+//!   handover after a clean exit, failover after SIGKILL of elect (its
+//!   guard lets go) and of elect, guard and command at once (the Lease is
+//!   taken once seen unchanged for its duration: TTL + how much, TTL 2 s),
+//!   and a holder's requests per renewal, with and without a waiter.
 //! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
 //!   a fixed time; acquisitions per second, elect against etcdctl lock.
 //! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
@@ -140,7 +147,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 9] = [
+const ALL_FIGURES: [&str; 10] = [
     "cycle",
     "handover",
     "failover",
@@ -148,6 +155,7 @@ const ALL_FIGURES: [&str; 9] = [
     "idle",
     "postgres",
     "zookeeper",
+    "k8s",
     "contention",
     "scale",
 ];
@@ -1049,14 +1057,14 @@ fn handovers(
 
 /// Failovers with `elect` on `store`: SIGKILL of elect alone (its guard
 /// ends the lease, as `released` says), and of elect, guard and command at
-/// once (the lease expires); a row for each.
+/// once (the lease ends as `expires` says); a row for each.
 fn failovers(
     mode: &Mode,
     table: &mut Table,
     store: &str,
     elect: &Locker,
     waiting: &dyn Fn(&str) -> bool,
-    released: &str,
+    (released, expires): (&str, &str),
 ) {
     let ttl = mode.failover_ttl;
     let script = "echo started; exec sleep 60";
@@ -1100,7 +1108,7 @@ fn failovers(
             after[1].median() - (ttl * 1000) as f64,
             after[1].max() - (ttl * 1000) as f64
         ),
-        "the lease expires on the server".into(),
+        expires.into(),
     ));
 }
 
@@ -1180,7 +1188,7 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         "postgres",
         &elect,
         &waiting,
-        "its guard releases",
+        ("its guard releases", "the lease expires on the server"),
     );
 }
 
@@ -1224,8 +1232,114 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         "zookeeper",
         &elect,
         &waiting,
-        "its guard deletes the node",
+        (
+            "its guard deletes the node",
+            "the lease expires on the server",
+        ),
     );
+}
+
+/// Figure `k8s`: cycle, handover, failover and requests on Kubernetes.
+fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    use support::kube::Kube;
+    let audit = support::TempDir::new("bench-k8s-audit");
+    let kube = Kube::start_audited("bench", &audit);
+    kube.create_namespace("bench");
+    kube.register("bench");
+    let elect = Locker::elect_kube("k8s:bench?context=bench");
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/bench/leases";
+    // The waiter's record, live.
+    let waiting = |lock: &str| {
+        let (_, body) = kube.request(
+            "GET",
+            &format!("{leases}?labelSelector=elect%2Fwaiters-of"),
+            None,
+        );
+        serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|list| {
+            list["items"].as_array().is_some_and(|items| {
+                items.iter().any(|l| {
+                    l["metadata"]["annotations"]["elect/lock"] == lock
+                        && l["spec"]["holderIdentity"] != ""
+                })
+            })
+        })
+    };
+
+    let mut times = Samples::default();
+    let before = Kube::requests_of_elect(&audit).len();
+    for round in 0..=mode.cycles {
+        let mut command = elect.command("bench-cycle", None, &["true"]);
+        command.stdout(std::process::Stdio::null());
+        let start = Instant::now();
+        let mut p = Quiet::spawn(command).expect("cannot start");
+        let status = p.wait_within(PATIENCE).expect("still running");
+        assert!(status.success(), "cycle: {status}");
+        if round > 0 {
+            times.push(start.elapsed());
+        }
+    }
+    let requests = Kube::requests_of_elect(&audit).len() - before;
+    table.row(info_row(
+        format!("cycle -- true [k8s], median / p99, n={}", mode.cycles),
+        median_p99(&times),
+        format!(
+            "{:.1} requests a cycle",
+            requests as f64 / (mode.cycles + 1) as f64
+        ),
+    ));
+
+    let times = handovers(mode, &elect, "bench-handover", scratch, &waiting);
+    table.row(info_row(
+        format!(
+            "handover after clean exit [k8s], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+    failovers(
+        mode,
+        table,
+        "k8s",
+        &elect,
+        &waiting,
+        (
+            "its guard lets go",
+            "the waiter saw the Lease unchanged for its duration",
+        ),
+    );
+
+    // Requests while holding at --ttl 3s for 9 s, alone and with a waiter.
+    for waiters in [0, 1] {
+        let lock = format!("bench-renewals-{waiters}");
+        let cmd = || elect.command(&lock, Some(3), &["sh", "-c", "echo started; exec sleep 60"]);
+        let mut holder = Talking::spawn(cmd());
+        holder
+            .line("started", PATIENCE)
+            .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+        let waiter = (waiters > 0).then(|| {
+            let waiter = Talking::spawn(cmd());
+            wait_queued(&lock, &waiting);
+            waiter
+        });
+        let from = Kube::requests_of_elect(&audit).len();
+        let window = Duration::from_secs(9);
+        thread::sleep(window);
+        let made = Kube::requests_of_elect(&audit)[from..].to_vec();
+        let (renewals, others): (Vec<&String>, Vec<&String>) = made
+            .iter()
+            .partition(|r| r.ends_with(&format!("/leases/{lock}")) && r.starts_with("update"));
+        eprintln!("k8s, {waiters} waiter(s): besides the renewals, {others:#?}");
+        table.row(info_row(
+            format!("requests while holding 9 s at --ttl 3s [k8s], {waiters} waiter(s)"),
+            format!("{} renewal PUTs, {} others", renewals.len(), others.len()),
+            "a renewal: one PUT".into(),
+        ));
+        procfs::kill_tree(holder.pid());
+        if let Some(waiter) = waiter {
+            procfs::kill_tree(waiter.pid());
+        }
+    }
 }
 
 fn main() {
@@ -1272,6 +1386,9 @@ fn main() {
     }
     if mode.runs("zookeeper") {
         zookeeper(&mode, &scratch, &mut table);
+    }
+    if mode.runs("k8s") {
+        kubernetes(&mode, &scratch, &mut table);
     }
     if mode.runs("contention") {
         contention(&mode, on_etcd, &mut table);
