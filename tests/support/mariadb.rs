@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::postgres::{faketime_secs, write_clock};
 use super::tools::free_port;
 
 /// The account `elect`'s password over TCP.
@@ -162,6 +163,7 @@ fn template() -> &'static Path {
             dir: dir.clone(),
             process: None,
             env: Vec::new(),
+            clock: None,
         };
         db.start_on_free_port();
         db.try_sql_in(
@@ -195,6 +197,8 @@ pub struct MariaDb {
     process: Option<Child>,
     /// The server's environment beyond the usual (faketime's).
     env: Vec<(String, String)>,
+    /// The file faketime reads the server's clock offset from, if skewed.
+    clock: Option<PathBuf>,
 }
 
 impl MariaDb {
@@ -222,9 +226,77 @@ impl MariaDb {
             dir,
             process: None,
             env,
+            clock: None,
         };
         db.start_on_free_port();
         db
+    }
+
+    /// A server whose wall clock is `offset` (faketime's form) away from
+    /// the machine's, which [`Self::step_clock`] moves while it runs:
+    /// libfaketime preloaded, reading its offset from a file on every look
+    /// at the clock. Its monotonic clock is left alone.
+    pub fn start_skewed(offset: &str) -> MariaDb {
+        static CLOCKS: AtomicUsize = AtomicUsize::new(0);
+        let library = [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/usr/lib",
+        ]
+        .iter()
+        .map(|dir| PathBuf::from(dir).join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists())
+        .expect(
+            "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
+        );
+        let clock = std::env::temp_dir().join(format!(
+            "elect-test-mariadb-clock-{}-{}",
+            std::process::id(),
+            CLOCKS.fetch_add(1, Ordering::Relaxed)
+        ));
+        write_clock(&clock, offset);
+        let mut db = MariaDb::start_with(vec![
+            ("LD_PRELOAD".into(), library.display().to_string()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                clock.display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]);
+        db.clock = Some(clock);
+        db
+    }
+
+    /// Step the wall clock of a [`Self::start_skewed`] server to `offset`;
+    /// returns once the server's `UTC_TIMESTAMP(6)` shows it.
+    pub fn step_clock(&self, offset: &str) {
+        let clock = self.clock.as_ref().expect("a server of start_skewed");
+        write_clock(clock, offset);
+        let wanted = faketime_secs(offset);
+        let give_up = Instant::now() + 10 * super::SECOND;
+        loop {
+            let skew = self.clock_skew();
+            if (skew - wanted).abs() < 60.0 {
+                return;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the server's clock is {skew:.0} s off, not {offset}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How far the server's `UTC_TIMESTAMP(6)` is from the machine's wall
+    /// clock, in seconds.
+    pub fn clock_skew(&self) -> f64 {
+        let db: f64 = self.sql("SELECT UNIX_TIMESTAMP(NOW(6))").parse().unwrap();
+        let here = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        db - here
     }
 
     fn log(&self) -> PathBuf {
@@ -392,6 +464,9 @@ fn encode(text: &str) -> String {
 impl Drop for MariaDb {
     fn drop(&mut self) {
         self.kill();
+        if let Some(clock) = &self.clock {
+            let _ = std::fs::remove_file(clock);
+        }
         if thread::panicking() {
             eprintln!("MariaDB's directory kept: {}", self.dir.display());
         } else {

@@ -665,6 +665,31 @@ impl StoreUnderTest for MariaDb {
     fn url_at(host_port: &str) -> String {
         format!("mysql://elect@{host_port}/elect")
     }
+
+    /// libfaketime preloaded into the server, reading its offset from a file.
+    fn start_with_a_steppable_clock(_scenario: &str) -> MariaDb {
+        let db = MariaDb::start_skewed("+0");
+        assert!(db.clock_skew().abs() < 60.0, "the clock is stepped already");
+        db
+    }
+
+    /// Just after the holder's row shows a new `renewed_at`.
+    fn step_clock(&self, lock: &str, offset: &str) {
+        let renewed_at = || {
+            self.sql(&format!(
+                "SELECT renewals FROM elect_lease WHERE name = '{lock}'"
+            ))
+        };
+        let (before, give_up) = (renewed_at(), Instant::now() + 10 * SECOND);
+        while renewed_at() == before {
+            assert!(
+                Instant::now() < give_up,
+                "the holder of {lock} never renewed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        MariaDb::step_clock(self, offset);
+    }
 }
 
 /// ZooKeeper: one server.
