@@ -164,6 +164,7 @@ fn template() -> &'static Path {
             process: None,
             env: Vec::new(),
             clock: None,
+            args: Vec::new(),
         };
         db.start_on_free_port();
         db.try_sql_in(
@@ -199,6 +200,8 @@ pub struct MariaDb {
     env: Vec<(String, String)>,
     /// The file faketime reads the server's clock offset from, if skewed.
     clock: Option<PathBuf>,
+    /// Server options beyond [`SETTINGS`] (TLS's).
+    args: Vec<String>,
 }
 
 impl MariaDb {
@@ -227,6 +230,7 @@ impl MariaDb {
             process: None,
             env,
             clock: None,
+            args: Vec::new(),
         };
         db.start_on_free_port();
         db
@@ -341,6 +345,7 @@ impl MariaDb {
             ))
             .arg(format!("--log-error={}", self.log().display()))
             .args(SETTINGS)
+            .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -439,6 +444,30 @@ impl MariaDb {
             _ => self.kill(),
         }
         self.start_again();
+    }
+
+    /// Serve TLS with `certs`' server certificate. Account `elect` may
+    /// still connect in the clear; account `certified` (password
+    /// [`PASSWORD`]) only over TLS with a client certificate that `certs`'
+    /// CA signed. Restarts the server.
+    pub fn enable_tls(&mut self, certs: &super::certs::Certs) {
+        let mut args = Vec::new();
+        for (from, to, option) in [
+            (&certs.server_cert, "server.crt", "--ssl-cert"),
+            (&certs.server_key, "server.key", "--ssl-key"),
+            (&certs.ca, "ca.crt", "--ssl-ca"),
+        ] {
+            let path = self.dir.join(to);
+            std::fs::copy(from, &path).unwrap();
+            give_to_server(&path);
+            args.push(format!("{option}={}", path.display()));
+        }
+        self.sql(&format!(
+            "CREATE USER 'certified'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE X509; \
+             GRANT ALL ON elect.* TO 'certified'@'%'"
+        ));
+        self.args = args;
+        self.restart("fast");
     }
 
     /// The socket URL of account `elect`, which needs no password there.
