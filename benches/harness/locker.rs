@@ -24,6 +24,10 @@ enum Kind {
     ElectZooKeeper {
         url: String,
     },
+    /// elect on MySQL or MariaDB, its password (if any) in the URL.
+    ElectMySql {
+        url: String,
+    },
     Flock {
         dir: PathBuf,
     },
@@ -88,11 +92,23 @@ impl Locker {
         }
     }
 
+    /// elect on MySQL or MariaDB at `url`.
+    pub fn elect_mysql(url: &str) -> Locker {
+        Locker {
+            name: "elect (mariadb)",
+            kind: Kind::ElectMySql {
+                url: url.to_string(),
+            },
+        }
+    }
+
     /// The elect at `program` on the store `of` runs on, in its place as the
     /// reference tool: this build against an earlier one, in one run.
     pub fn elect_at(program: &Path, of: &Locker) -> Locker {
         let (url, postgres) = match &of.kind {
-            Kind::ElectEtcd { url } | Kind::ElectZooKeeper { url } => (url.clone(), false),
+            Kind::ElectEtcd { url } | Kind::ElectZooKeeper { url } | Kind::ElectMySql { url } => {
+                (url.clone(), false)
+            }
             Kind::ElectPostgres { url } => (url.clone(), true),
             Kind::ElectFile { dir } => (format!("file:{}", dir.display()), false),
             _ => panic!("{} is not elect", of.name),
@@ -129,6 +145,7 @@ impl Locker {
             Kind::ElectFile { .. } => "elect-file",
             Kind::ElectPostgres { .. } => "elect-postgres",
             Kind::ElectZooKeeper { .. } => "elect-zookeeper",
+            Kind::ElectMySql { .. } => "elect-mariadb",
             Kind::Flock { .. } => "flock",
             Kind::ElectAt { .. } => "elect-before",
         }
@@ -146,7 +163,9 @@ impl Locker {
                 None,
                 argv,
             ),
-            Kind::ElectZooKeeper { url } => elect_run(support::elect(), url, lock, ttl_secs, argv),
+            Kind::ElectZooKeeper { url } | Kind::ElectMySql { url } => {
+                elect_run(support::elect(), url, lock, ttl_secs, argv)
+            }
             Kind::ElectPostgres { url } => {
                 let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);

@@ -586,6 +586,25 @@ mod tests {
             Some(Server::Http)
         );
         assert_eq!(recognise(Greeting::Preface, &settings), Some(Server::Http2));
+        // MariaDB's greeting, sent before anything is asked: length 90,
+        // sequence 0, protocol 10, its version; and whatever was sent.
+        let mut handshake = vec![90, 0, 0, 0, 10];
+        handshake.extend_from_slice(b"5.5.5-10.11.19-MariaDB-0+deb12u1\0");
+        for greeting in [
+            Greeting::Nothing,
+            Greeting::SslRequest,
+            Greeting::GetVersion,
+        ] {
+            assert_eq!(recognise(greeting, &bytes(&handshake)), Some(Server::MySql));
+        }
+        // Turned away: an error packet (0xff, code 1040: too many connections).
+        assert_eq!(
+            recognise(
+                Greeting::Nothing,
+                &bytes(&[23, 0, 0, 0, 0xff, 0x10, 0x04, b'T'])
+            ),
+            Some(Server::MySql)
+        );
         assert_eq!(
             recognise(
                 Greeting::Srvr,

@@ -1002,6 +1002,14 @@ pub fn other_servers<S: StoreUnderTest>() -> Vec<OtherServer> {
             _running: Box::new(pg),
         });
     }
+    if S::NAME != "mariadb" {
+        let db = MariaDb::start();
+        others.push(OtherServer {
+            name: "MySQL or MariaDB",
+            host_port: format!("127.0.0.1:{}", db.port()),
+            _running: Box::new(db),
+        });
+    }
     if S::NAME != "zookeeper" {
         let zk = ZooKeeper::start();
         others.push(OtherServer {
