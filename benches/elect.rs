@@ -70,6 +70,18 @@
 //!   (through PgBouncer in transaction mode); failover after SIGKILL of
 //!   elect (its guard releases) and of elect, guard and command at once (the
 //!   row expires: TTL + how much, TTL 2 s).
+//!   With it, the load an idle waiter puts on the server (as for `mariadb`).
+//! - `mariadb`: the MySQL store on a MariaDB started for the purpose: the
+//!   uncontended cycle over TCP (with a password) and over the Unix socket,
+//!   each against `mariadb -e 'SELECT 1'` the same way; the handover after
+//!   a clean exit (waiters poll the row every 250 ms); failover after
+//!   SIGKILL of elect and of elect, guard and command at once (TTL 2 s);
+//!   and the load an idle waiter puts on the server: a holder and four
+//!   waiters (TTL 6 s) over a window (10 s quick, 30 s full), against the
+//!   holder alone, in the server's CPU time (its processes, summed over
+//!   threads) and its statements (`Questions`; PostgreSQL's counters lag,
+//!   so its CPU time alone),
+//!   per waiter per minute.
 //! - `zookeeper`: the ZooKeeper store, on one server started for the
 //!   purpose: the uncontended cycle, the handover after a clean exit, and
 //!   failover after SIGKILL of elect (its guard deletes the node) and of
@@ -115,6 +127,7 @@ use harness::procfs::{self, Usage};
 use harness::report::{self, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
 use support::etcd_http::{self, Metrics};
+use support::mariadb::MariaDb;
 use support::{Etcd, PgBouncer, Postgres, ZooKeeper};
 
 /// Counts and durations for one run.
@@ -147,13 +160,14 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 10] = [
+const ALL_FIGURES: [&str; 11] = [
     "cycle",
     "handover",
     "failover",
     "revoke",
     "idle",
     "postgres",
+    "mariadb",
     "zookeeper",
     "k8s",
     "contention",
@@ -1190,6 +1204,209 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         &waiting,
         ("its guard releases", "the lease expires on the server"),
     );
+    let pid = pg.pid();
+    // PostgreSQL's counters lag (its statistics are flushed now and then):
+    // its CPU time alone.
+    let statements = || -> Option<u64> { None };
+    waiter_load(
+        mode,
+        table,
+        "postgres, LISTEN",
+        &elect,
+        scratch,
+        &|| server_usage(pid, true),
+        &statements,
+    );
+}
+
+/// The CPU time of a server: `pid` and, with `children`, every process
+/// below it (PostgreSQL's backends).
+fn server_usage(pid: i32, children: bool) -> Duration {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while children && i < all.len() {
+        all.extend(procfs::children(all[i]));
+        i += 1;
+    }
+    all.iter()
+        .filter_map(|&p| procfs::Usage::read(p))
+        .map(|u| u.cpu)
+        .sum()
+}
+
+/// What idle waiters cost the server: a holder and [`WAITERS`] waiters over
+/// a window, against the holder alone over the same window; per waiter per
+/// minute, in server CPU time and statements.
+fn waiter_load(
+    mode: &Mode,
+    table: &mut Table,
+    store: &str,
+    elect: &Locker,
+    scratch: &Scratch,
+    cpu: &dyn Fn() -> Duration,
+    statements: &dyn Fn() -> Option<u64>,
+) {
+    const WAITERS: usize = 4;
+    let window = match mode.idle > Duration::from_secs(30) {
+        true => Duration::from_secs(30),
+        false => Duration::from_secs(10),
+    };
+    let lock = "bench-idle-waiters";
+    let tag: String = store.chars().filter(char::is_ascii_alphanumeric).collect();
+    let spawn = |name: &str| {
+        let fifo = scratch.fifo(&format!("{tag}-{name}"));
+        let script = format!("echo started; read _ < '{}'", fifo.display());
+        (
+            Talking::spawn(elect.command(lock, Some(6), &["sh", "-c", &script])),
+            fifo,
+        )
+    };
+    let (mut holder, holder_fifo) = spawn("idle-holder");
+    assert!(
+        holder.line("started", PATIENCE).is_some(),
+        "the holder runs"
+    );
+    let measure = || {
+        let (c0, s0) = (cpu(), statements());
+        thread::sleep(window);
+        let (c1, s1) = (cpu(), statements());
+        (
+            c1.saturating_sub(c0),
+            s0.zip(s1).map(|(a, b)| b.saturating_sub(a)),
+        )
+    };
+    thread::sleep(Duration::from_secs(1));
+    let alone = measure();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| spawn(&format!("idle-waiter-{i}")))
+        .collect();
+    // Queued and settled.
+    thread::sleep(Duration::from_secs(2));
+    let crowded = measure();
+    let per_minute = 60.0 / window.as_secs_f64() / WAITERS as f64;
+    let cpu_ms = (crowded.0.as_secs_f64() - alone.0.as_secs_f64()) * 1000.0 * per_minute;
+    let per_window = 60.0 / window.as_secs_f64();
+    let (stmts, alone_stmts) = match (crowded.1, alone.1) {
+        (Some(c), Some(a)) => (
+            format!(", {:.0} statements", (c as f64 - a as f64) * per_minute),
+            format!(", {:.0} statements", a as f64 * per_window),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    table.row(info_row(
+        format!(
+            "idle waiter's load on the server [{store}], per waiter per minute, {WAITERS} waiters, TTL 6 s, {} s",
+            window.as_secs()
+        ),
+        format!("{cpu_ms:.1} ms CPU{stmts}"),
+        format!(
+            "holder alone, a minute: {:.1} ms CPU{alone_stmts}",
+            alone.0.as_secs_f64() * 1000.0 * per_window,
+        ),
+    ));
+    drop(waiters);
+    release(&holder_fifo);
+    drop(holder);
+}
+
+/// Figure `mariadb`: cycle, handover, failover and idle waiters on MariaDB.
+fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    let db = MariaDb::start();
+    let tcp = format!(
+        "mysql://elect:{}@127.0.0.1:{}/elect?ssl-mode=DISABLED",
+        support::mariadb::PASSWORD,
+        db.port()
+    );
+    let socket = db.socket_url();
+    let waiting = |lock: &str| {
+        db.try_sql(&format!(
+            "SELECT count(*) FROM elect_waiter WHERE name = '{lock}' \
+             AND expires_at > UTC_TIMESTAMP(6)"
+        ))
+        .is_ok_and(|n| n == "1")
+    };
+    for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
+        let elect = Locker::elect_mysql(url);
+        let mut times = [Samples::default(), Samples::default()];
+        for round in 0..=mode.cycles {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let mut command = match i {
+                    0 => elect.command("bench-cycle", None, &["true"]),
+                    _ => {
+                        let mut c = std::process::Command::new("mariadb");
+                        c.arg("--no-defaults");
+                        match how {
+                            "TCP" => c.args([
+                                "-h127.0.0.1",
+                                &format!("-P{}", db.port()),
+                                &format!("-p{}", support::mariadb::PASSWORD),
+                            ]),
+                            _ => c.arg(format!("--socket={}", db.socket().display())),
+                        };
+                        c.args(["-uelect", "elect", "-e", "SELECT 1"]);
+                        c
+                    }
+                };
+                command.stdout(std::process::Stdio::null());
+                let start = Instant::now();
+                let mut p = Quiet::spawn(command).expect("cannot start");
+                let status = p.wait_within(PATIENCE).expect("still running");
+                assert!(status.success(), "cycle [{how}] {i}: {status}");
+                if round > 0 {
+                    times[i].push(start.elapsed());
+                }
+            }
+        }
+        table.row(Row {
+            figure: format!(
+                "cycle -- true [mariadb, {how}], median / p99, n={}",
+                mode.cycles
+            ),
+            elect: median_p99(&times[0]),
+            reference: format!("mariadb -e 'SELECT 1': {}", median_p99(&times[1])),
+            ratio: ratio(times[0].median(), times[1].median()),
+            target: "-".into(),
+            verdict: Verdict::Info,
+        });
+    }
+    let elect = Locker::elect_mysql(&tcp);
+    let times = handovers(mode, &elect, "bench-handover-mariadb", scratch, &waiting);
+    table.row(info_row(
+        format!(
+            "handover after clean exit [mariadb, polling], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+    failovers(
+        mode,
+        table,
+        "mariadb",
+        &elect,
+        &waiting,
+        (
+            "its guard releases",
+            "the row expires by the server's clock",
+        ),
+    );
+    let pid = db.pid();
+    let statements = || -> Option<u64> {
+        db.sql("SHOW GLOBAL STATUS LIKE 'Questions'")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+    };
+    waiter_load(
+        mode,
+        table,
+        "mariadb, polling",
+        &elect,
+        scratch,
+        &|| server_usage(pid, false),
+        &statements,
+    );
 }
 
 /// Figure `zookeeper`: cycle, handover and failover on ZooKeeper.
@@ -1383,6 +1600,9 @@ fn main() {
     }
     if mode.runs("postgres") {
         postgres(&mode, &scratch, &mut table);
+    }
+    if mode.runs("mariadb") {
+        mariadb(&mode, &scratch, &mut table);
     }
     if mode.runs("zookeeper") {
         zookeeper(&mode, &scratch, &mut table);

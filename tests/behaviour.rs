@@ -22,6 +22,7 @@ use serde_json::Value;
 use support::contender::children;
 use support::endpoint::{NotifySocket, Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
+use support::mariadb::MariaDb;
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
 use support::stores::{
     FileStore, Held, KubeStore, StoreUnderTest, assert_rising, other_servers, wait_contenders,
@@ -2648,6 +2649,7 @@ stores! {
     etcd: Etcd,
     file: FileStore,
     k8s: KubeStore,
+    mariadb: MariaDb,
     postgres: Postgres,
     zookeeper: ZooKeeper,
 }

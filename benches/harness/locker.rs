@@ -27,6 +27,10 @@ enum Kind {
     ElectKube {
         url: String,
     },
+    /// elect on MySQL or MariaDB, its password (if any) in the URL.
+    ElectMySql {
+        url: String,
+    },
     Flock {
         dir: PathBuf,
     },
@@ -101,13 +105,24 @@ impl Locker {
         }
     }
 
+    /// elect on MySQL or MariaDB at `url`.
+    pub fn elect_mysql(url: &str) -> Locker {
+        Locker {
+            name: "elect (mariadb)",
+            kind: Kind::ElectMySql {
+                url: url.to_string(),
+            },
+        }
+    }
+
     /// The elect at `program` on the store `of` runs on, in its place as the
     /// reference tool: this build against an earlier one, in one run.
     pub fn elect_at(program: &Path, of: &Locker) -> Locker {
         let (url, postgres) = match &of.kind {
-            Kind::ElectEtcd { url } | Kind::ElectZooKeeper { url } | Kind::ElectKube { url } => {
-                (url.clone(), false)
-            }
+            Kind::ElectEtcd { url }
+            | Kind::ElectZooKeeper { url }
+            | Kind::ElectKube { url }
+            | Kind::ElectMySql { url } => (url.clone(), false),
             Kind::ElectPostgres { url } => (url.clone(), true),
             Kind::ElectFile { dir } => (format!("file:{}", dir.display()), false),
             _ => panic!("{} is not elect", of.name),
@@ -145,6 +160,7 @@ impl Locker {
             Kind::ElectPostgres { .. } => "elect-postgres",
             Kind::ElectZooKeeper { .. } => "elect-zookeeper",
             Kind::ElectKube { .. } => "elect-k8s",
+            Kind::ElectMySql { .. } => "elect-mariadb",
             Kind::Flock { .. } => "flock",
             Kind::ElectAt { .. } => "elect-before",
         }
@@ -162,7 +178,7 @@ impl Locker {
                 None,
                 argv,
             ),
-            Kind::ElectZooKeeper { url } | Kind::ElectKube { url } => {
+            Kind::ElectZooKeeper { url } | Kind::ElectKube { url } | Kind::ElectMySql { url } => {
                 elect_run(support::elect(), url, lock, ttl_secs, argv)
             }
             Kind::ElectPostgres { url } => {
