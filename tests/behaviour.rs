@@ -1854,6 +1854,9 @@ fn a_slot_done_is_not_run_again<S: StoreUnderTest>() {
         let out = on_shard(k);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
         assert_eq!(stdout_of(&out), ran, "shard {k}: {}", stderr_of(&out));
+        if !ran.is_empty() {
+            assert!(out.stderr.is_empty(), "shard {k}: {}", stderr_of(&out));
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, OptsBuilder, Params, Row, SslOpts, Value};
-use tokio::sync::Mutex;
+use std::cell::RefCell;
 
 use super::target::{MyTarget, SslMode};
 use crate::store::retry::{self, GaveUp};
@@ -100,11 +100,17 @@ impl Failed {
 }
 
 /// One connection, made on first use and again after it broke; one
-/// statement at a time on it.
+/// statement at a time on it. A statement takes the connection out while it
+/// runs and puts it back once answered; a statement sent meanwhile makes a
+/// connection of its own. So a statement given up half-way (its future
+/// dropped) takes its connection with it, never leaving the next statement
+/// to read its answer, and one whose future is merely not polled for a
+/// while (a renewal in flight while the run records its success) holds up
+/// no other statement.
 #[derive(Clone)]
 pub struct Link {
     target: Rc<MyTarget>,
-    conn: Rc<Mutex<Option<Conn>>>,
+    conn: Rc<RefCell<Option<Conn>>>,
     /// How long a connection attempt may take, and a statement.
     within: Duration,
 }
@@ -129,17 +135,36 @@ impl Link {
 
     /// Connect now, unless connected.
     pub async fn connected(&self) -> Result<(), StoreError> {
-        let mut slot = self.conn.lock().await;
-        if slot.is_none() {
-            *slot = Some(connect(&self.target, self.within).await?);
+        if self.conn.borrow().is_none() {
+            let conn = connect(&self.target, self.within).await?;
+            self.put_back(conn);
         }
         Ok(())
     }
 
     /// Drop the connection: the next use makes a new one.
     pub fn reset(&self) {
-        if let Ok(mut slot) = self.conn.try_lock() {
-            slot.take();
+        self.conn.borrow_mut().take();
+    }
+
+    /// The connection, taken out for a statement; a new one if there is
+    /// none (another statement has it, or it broke).
+    async fn take(&self) -> Result<Conn, Failed> {
+        let idle = self.conn.borrow_mut().take();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => connect(&self.target, self.within)
+                .await
+                .map_err(Failed::Link),
+        }
+    }
+
+    /// A connection whose statement was answered, kept for the next one
+    /// unless another was put back meanwhile.
+    fn put_back(&self, conn: Conn) {
+        let mut slot = self.conn.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(conn);
         }
     }
 
@@ -152,17 +177,7 @@ impl Link {
         params: Vec<Value>,
         patience: Duration,
     ) -> Result<(Vec<Row>, u64), Failed> {
-        let mut slot = self.conn.lock().await;
-        // Taken out while the statement runs, and put back once it is
-        // answered: a statement given up half-way (its future dropped)
-        // takes its connection with it, never leaving the next statement
-        // to read its answer.
-        let mut conn = match slot.take() {
-            Some(conn) => conn,
-            None => connect(&self.target, self.within)
-                .await
-                .map_err(Failed::Link)?,
-        };
+        let mut conn = self.take().await?;
         let params = match params.is_empty() {
             true => Params::Empty,
             false => Params::Positional(params),
@@ -174,12 +189,12 @@ impl Link {
         let answer = tokio::time::timeout(patience, run).await;
         match answer {
             Ok(Ok(answer)) => {
-                *slot = Some(conn);
+                self.put_back(conn);
                 Ok(answer)
             }
             Ok(Err(mysql_async::Error::Server(e))) => {
                 if !matches!(e.code, code::SERVER_SHUTDOWN | code::CONNECTION_KILLED) {
-                    *slot = Some(conn);
+                    self.put_back(conn);
                 }
                 Err(Failed::Server(e.code, e.message.replace('\n', " ")))
             }
@@ -199,21 +214,15 @@ impl Link {
     /// Run a text statement without parameters (DDL, which MySQL cannot
     /// always prepare).
     pub async fn run(&self, statement: &str) -> Result<(), Failed> {
-        let mut slot = self.conn.lock().await;
-        let mut conn = match slot.take() {
-            Some(conn) => conn,
-            None => connect(&self.target, self.within)
-                .await
-                .map_err(Failed::Link)?,
-        };
+        let mut conn = self.take().await?;
         let answer = tokio::time::timeout(self.within, conn.query_drop(statement)).await;
         match answer {
             Ok(Ok(())) => {
-                *slot = Some(conn);
+                self.put_back(conn);
                 Ok(())
             }
             Ok(Err(mysql_async::Error::Server(e))) => {
-                *slot = Some(conn);
+                self.put_back(conn);
                 Err(Failed::Server(e.code, e.message.replace('\n', " ")))
             }
             Ok(Err(e)) => Err(Failed::Link(StoreError::unavailable(
