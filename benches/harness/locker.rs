@@ -27,6 +27,10 @@ enum Kind {
     Flock {
         dir: PathBuf,
     },
+    /// elect on any store by its URL, as the fleet figures run it.
+    ElectOn {
+        url: String,
+    },
     /// Another build of elect (`ELECT_BENCH_AGAINST`) on the store of `url`.
     ElectAt {
         program: PathBuf,
@@ -88,6 +92,17 @@ impl Locker {
         }
     }
 
+    /// elect on the store at `url`, any kind (with the test role's password
+    /// for PostgreSQL over TCP, which the others ignore).
+    pub fn elect_on(url: &str) -> Locker {
+        Locker {
+            name: "elect",
+            kind: Kind::ElectOn {
+                url: url.to_string(),
+            },
+        }
+    }
+
     /// The elect at `program` on the store `of` runs on, in its place as the
     /// reference tool: this build against an earlier one, in one run.
     pub fn elect_at(program: &Path, of: &Locker) -> Locker {
@@ -131,6 +146,7 @@ impl Locker {
             Kind::ElectZooKeeper { .. } => "elect-zookeeper",
             Kind::Flock { .. } => "flock",
             Kind::ElectAt { .. } => "elect-before",
+            Kind::ElectOn { .. } => "elect-on",
         }
     }
 
@@ -147,7 +163,7 @@ impl Locker {
                 argv,
             ),
             Kind::ElectZooKeeper { url } => elect_run(support::elect(), url, lock, ttl_secs, argv),
-            Kind::ElectPostgres { url } => {
+            Kind::ElectPostgres { url } | Kind::ElectOn { url } => {
                 let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);
                 c
