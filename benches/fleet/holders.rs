@@ -147,8 +147,9 @@ fn once<S: Served>(
         }
         thread::sleep(Duration::from_millis(100));
     }
-    // Past start-up: the first renewal of the last one started.
-    thread::sleep(RENEWAL + Duration::from_secs(1));
+    // Past start-up: the first renewal of the last one started, and the
+    // server's counter has caught up with the start-up's requests.
+    thread::sleep((RENEWAL + Duration::from_secs(1)).max(S::LAG));
     let family = procfs::family();
     let pids: Vec<Vec<i32>> = holders
         .iter()
