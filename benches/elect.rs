@@ -70,11 +70,30 @@
 //!   (through PgBouncer in transaction mode); failover after SIGKILL of
 //!   elect (its guard releases) and of elect, guard and command at once (the
 //!   row expires: TTL + how much, TTL 2 s).
+//!   With it, the load an idle waiter puts on the server (as for `mariadb`).
+//! - `mariadb`: the MySQL store on a MariaDB started for the purpose: the
+//!   uncontended cycle over TCP (with a password) and over the Unix socket,
+//!   each against `mariadb -e 'SELECT 1'` the same way; the handover after
+//!   a clean exit (waiters poll the row every 250 ms); failover after
+//!   SIGKILL of elect and of elect, guard and command at once (TTL 2 s);
+//!   and the load an idle waiter puts on the server: a holder and four
+//!   waiters (TTL 6 s) over a window (10 s quick, 30 s full), against the
+//!   holder alone, in the server's CPU time (its processes, summed over
+//!   threads) and its statements (`Questions`; PostgreSQL's counters lag,
+//!   so its CPU time alone),
+//!   per waiter per minute.
 //! - `zookeeper`: the ZooKeeper store, on one server started for the
 //!   purpose: the uncontended cycle, the handover after a clean exit, and
 //!   failover after SIGKILL of elect (its guard deletes the node) and of
 //!   elect, guard and command at once (the session expires: TTL + how much,
 //!   TTL 2 s).
+//! - `k8s`: the Kubernetes store, on a kube-apiserver started for the
+//!   purpose (`scripts/servers-go build` names it), with an audit log of
+//!   every Lease request: the uncontended cycle and its requests, the
+//!   handover after a clean exit, failover after SIGKILL of elect (its
+//!   guard lets go) and of elect, guard and command at once (the Lease is
+//!   taken once seen unchanged for its duration: TTL + how much, TTL 2 s),
+//!   and a holder's requests per renewal, with and without a waiter.
 //! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
 //!   a fixed time; acquisitions per second, elect against etcdctl lock.
 //! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
@@ -87,7 +106,7 @@
 //!   (a thundering herd would show there). Target: requests per handover
 //!   flat as N grows. etcdctl lock is measured up to 100 waiters.
 //!
-//! The fleet figures ([`fleet`]) run against every store (etcd, PostgreSQL,
+//! The fleet figures ([`fleet`]) run against four stores (etcd, PostgreSQL,
 //! ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks some),
 //! each on a server started for the figure, whose own counters tell its
 //! requests (etcd's gRPC messages, PostgreSQL's transactions, ZooKeeper's
@@ -136,6 +155,7 @@ use harness::procfs::{self, Usage};
 use harness::report::{self, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
 use support::etcd_http::{self, Metrics};
+use support::mariadb::MariaDb;
 use support::{Etcd, PgBouncer, Postgres, ZooKeeper};
 
 /// Counts and durations for one run.
@@ -178,14 +198,16 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 12] = [
+const ALL_FIGURES: [&str; 14] = [
     "cycle",
     "handover",
     "failover",
     "revoke",
     "idle",
     "postgres",
+    "mariadb",
     "zookeeper",
+    "k8s",
     "contention",
     "scale",
     "holders",
@@ -1110,14 +1132,14 @@ fn handovers(
 
 /// Failovers with `elect` on `store`: SIGKILL of elect alone (its guard
 /// ends the lease, as `released` says), and of elect, guard and command at
-/// once (the lease expires); a row for each.
+/// once (the lease ends as `expires` says); a row for each.
 fn failovers(
     mode: &Mode,
     table: &mut Table,
     store: &str,
     elect: &Locker,
     waiting: &dyn Fn(&str) -> bool,
-    released: &str,
+    (released, expires): (&str, &str),
 ) {
     let ttl = mode.failover_ttl;
     let script = "echo started; exec sleep 60";
@@ -1161,7 +1183,7 @@ fn failovers(
             after[1].median() - (ttl * 1000) as f64,
             after[1].max() - (ttl * 1000) as f64
         ),
-        "the lease expires on the server".into(),
+        expires.into(),
     ));
 }
 
@@ -1241,7 +1263,210 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         "postgres",
         &elect,
         &waiting,
-        "its guard releases",
+        ("its guard releases", "the lease expires on the server"),
+    );
+    let pid = pg.pid();
+    // PostgreSQL's counters lag (its statistics are flushed now and then):
+    // its CPU time alone.
+    let statements = || -> Option<u64> { None };
+    waiter_load(
+        mode,
+        table,
+        "postgres, LISTEN",
+        &elect,
+        scratch,
+        &|| server_usage(pid, true),
+        &statements,
+    );
+}
+
+/// The CPU time of a server: `pid` and, with `children`, every process
+/// below it (PostgreSQL's backends).
+fn server_usage(pid: i32, children: bool) -> Duration {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while children && i < all.len() {
+        all.extend(procfs::children(all[i]));
+        i += 1;
+    }
+    all.iter()
+        .filter_map(|&p| procfs::Usage::read(p))
+        .map(|u| u.cpu)
+        .sum()
+}
+
+/// What idle waiters cost the server: a holder and [`WAITERS`] waiters over
+/// a window, against the holder alone over the same window; per waiter per
+/// minute, in server CPU time and statements.
+fn waiter_load(
+    mode: &Mode,
+    table: &mut Table,
+    store: &str,
+    elect: &Locker,
+    scratch: &Scratch,
+    cpu: &dyn Fn() -> Duration,
+    statements: &dyn Fn() -> Option<u64>,
+) {
+    const WAITERS: usize = 4;
+    let window = match mode.idle > Duration::from_secs(30) {
+        true => Duration::from_secs(30),
+        false => Duration::from_secs(10),
+    };
+    let lock = "bench-idle-waiters";
+    let tag: String = store.chars().filter(char::is_ascii_alphanumeric).collect();
+    let spawn = |name: &str| {
+        let fifo = scratch.fifo(&format!("{tag}-{name}"));
+        let script = format!("echo started; read _ < '{}'", fifo.display());
+        (
+            Talking::spawn(elect.command(lock, Some(6), &["sh", "-c", &script])),
+            fifo,
+        )
+    };
+    let (mut holder, holder_fifo) = spawn("idle-holder");
+    assert!(
+        holder.line("started", PATIENCE).is_some(),
+        "the holder runs"
+    );
+    let measure = || {
+        let (c0, s0) = (cpu(), statements());
+        thread::sleep(window);
+        let (c1, s1) = (cpu(), statements());
+        (
+            c1.saturating_sub(c0),
+            s0.zip(s1).map(|(a, b)| b.saturating_sub(a)),
+        )
+    };
+    thread::sleep(Duration::from_secs(1));
+    let alone = measure();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| spawn(&format!("idle-waiter-{i}")))
+        .collect();
+    // Queued and settled.
+    thread::sleep(Duration::from_secs(2));
+    let crowded = measure();
+    let per_minute = 60.0 / window.as_secs_f64() / WAITERS as f64;
+    let cpu_ms = (crowded.0.as_secs_f64() - alone.0.as_secs_f64()) * 1000.0 * per_minute;
+    let per_window = 60.0 / window.as_secs_f64();
+    let (stmts, alone_stmts) = match (crowded.1, alone.1) {
+        (Some(c), Some(a)) => (
+            format!(", {:.0} statements", (c as f64 - a as f64) * per_minute),
+            format!(", {:.0} statements", a as f64 * per_window),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    table.row(info_row(
+        format!(
+            "idle waiter's load on the server [{store}], per waiter per minute, {WAITERS} waiters, TTL 6 s, {} s",
+            window.as_secs()
+        ),
+        format!("{cpu_ms:.1} ms CPU{stmts}"),
+        format!(
+            "holder alone, a minute: {:.1} ms CPU{alone_stmts}",
+            alone.0.as_secs_f64() * 1000.0 * per_window,
+        ),
+    ));
+    drop(waiters);
+    release(&holder_fifo);
+    drop(holder);
+}
+
+/// Figure `mariadb`: cycle, handover, failover and idle waiters on MariaDB.
+fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    let db = MariaDb::start();
+    let tcp = format!(
+        "mysql://elect:{}@127.0.0.1:{}/elect?ssl-mode=DISABLED",
+        support::mariadb::PASSWORD,
+        db.port()
+    );
+    let socket = db.socket_url();
+    let waiting = |lock: &str| {
+        db.try_sql(&format!(
+            "SELECT count(*) FROM elect_waiter WHERE name = '{lock}' \
+             AND expires_at > UTC_TIMESTAMP(6)"
+        ))
+        .is_ok_and(|n| n == "1")
+    };
+    for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
+        let elect = Locker::elect_mysql(url);
+        let mut times = [Samples::default(), Samples::default()];
+        for round in 0..=mode.cycles {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let mut command = match i {
+                    0 => elect.command("bench-cycle", None, &["true"]),
+                    _ => {
+                        let mut c = std::process::Command::new("mariadb");
+                        c.arg("--no-defaults");
+                        match how {
+                            "TCP" => c.args([
+                                "-h127.0.0.1",
+                                &format!("-P{}", db.port()),
+                                &format!("-p{}", support::mariadb::PASSWORD),
+                            ]),
+                            _ => c.arg(format!("--socket={}", db.socket().display())),
+                        };
+                        c.args(["-uelect", "elect", "-e", "SELECT 1"]);
+                        c
+                    }
+                };
+                command.stdout(std::process::Stdio::null());
+                let start = Instant::now();
+                let mut p = Quiet::spawn(command).expect("cannot start");
+                let status = p.wait_within(PATIENCE).expect("still running");
+                assert!(status.success(), "cycle [{how}] {i}: {status}");
+                if round > 0 {
+                    times[i].push(start.elapsed());
+                }
+            }
+        }
+        table.row(Row {
+            figure: format!(
+                "cycle -- true [mariadb, {how}], median / p99, n={}",
+                mode.cycles
+            ),
+            elect: median_p99(&times[0]),
+            reference: format!("mariadb -e 'SELECT 1': {}", median_p99(&times[1])),
+            ratio: ratio(times[0].median(), times[1].median()),
+            target: "-".into(),
+            verdict: Verdict::Info,
+        });
+    }
+    let elect = Locker::elect_mysql(&tcp);
+    let times = handovers(mode, &elect, "bench-handover-mariadb", scratch, &waiting);
+    table.row(info_row(
+        format!(
+            "handover after clean exit [mariadb, polling], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+    failovers(
+        mode,
+        table,
+        "mariadb",
+        &elect,
+        &waiting,
+        (
+            "its guard releases",
+            "the row expires by the server's clock",
+        ),
+    );
+    let pid = db.pid();
+    let statements = || -> Option<u64> {
+        db.sql("SHOW GLOBAL STATUS LIKE 'Questions'")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+    };
+    waiter_load(
+        mode,
+        table,
+        "mariadb, polling",
+        &elect,
+        scratch,
+        &|| server_usage(pid, false),
+        &statements,
     );
 }
 
@@ -1285,8 +1510,114 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         "zookeeper",
         &elect,
         &waiting,
-        "its guard deletes the node",
+        (
+            "its guard deletes the node",
+            "the lease expires on the server",
+        ),
     );
+}
+
+/// Figure `k8s`: cycle, handover, failover and requests on Kubernetes.
+fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
+    use support::kube::Kube;
+    let audit = support::TempDir::new("bench-k8s-audit");
+    let kube = Kube::start_audited("bench", &audit);
+    kube.create_namespace("bench");
+    kube.register("bench");
+    let elect = Locker::elect_kube("k8s:bench?context=bench");
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/bench/leases";
+    // The waiter's record, live.
+    let waiting = |lock: &str| {
+        let (_, body) = kube.request(
+            "GET",
+            &format!("{leases}?labelSelector=elect%2Fwaiters-of"),
+            None,
+        );
+        serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|list| {
+            list["items"].as_array().is_some_and(|items| {
+                items.iter().any(|l| {
+                    l["metadata"]["annotations"]["elect/lock"] == lock
+                        && l["spec"]["holderIdentity"] != ""
+                })
+            })
+        })
+    };
+
+    let mut times = Samples::default();
+    let before = Kube::requests_of_elect(&audit).len();
+    for round in 0..=mode.cycles {
+        let mut command = elect.command("bench-cycle", None, &["true"]);
+        command.stdout(std::process::Stdio::null());
+        let start = Instant::now();
+        let mut p = Quiet::spawn(command).expect("cannot start");
+        let status = p.wait_within(PATIENCE).expect("still running");
+        assert!(status.success(), "cycle: {status}");
+        if round > 0 {
+            times.push(start.elapsed());
+        }
+    }
+    let requests = Kube::requests_of_elect(&audit).len() - before;
+    table.row(info_row(
+        format!("cycle -- true [k8s], median / p99, n={}", mode.cycles),
+        median_p99(&times),
+        format!(
+            "{:.1} requests a cycle",
+            requests as f64 / (mode.cycles + 1) as f64
+        ),
+    ));
+
+    let times = handovers(mode, &elect, "bench-handover", scratch, &waiting);
+    table.row(info_row(
+        format!(
+            "handover after clean exit [k8s], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+    failovers(
+        mode,
+        table,
+        "k8s",
+        &elect,
+        &waiting,
+        (
+            "its guard lets go",
+            "the waiter saw the Lease unchanged for its duration",
+        ),
+    );
+
+    // Requests while holding at --ttl 3s for 9 s, alone and with a waiter.
+    for waiters in [0, 1] {
+        let lock = format!("bench-renewals-{waiters}");
+        let cmd = || elect.command(&lock, Some(3), &["sh", "-c", "echo started; exec sleep 60"]);
+        let mut holder = Talking::spawn(cmd());
+        holder
+            .line("started", PATIENCE)
+            .unwrap_or_else(|| panic!("holder did not start: {}", holder.stderr()));
+        let waiter = (waiters > 0).then(|| {
+            let waiter = Talking::spawn(cmd());
+            wait_queued(&lock, &waiting);
+            waiter
+        });
+        let from = Kube::requests_of_elect(&audit).len();
+        let window = Duration::from_secs(9);
+        thread::sleep(window);
+        let made = Kube::requests_of_elect(&audit)[from..].to_vec();
+        let (renewals, others): (Vec<&String>, Vec<&String>) = made
+            .iter()
+            .partition(|r| r.ends_with(&format!("/leases/{lock}")) && r.starts_with("update"));
+        eprintln!("k8s, {waiters} waiter(s): besides the renewals, {others:#?}");
+        table.row(info_row(
+            format!("requests while holding 9 s at --ttl 3s [k8s], {waiters} waiter(s)"),
+            format!("{} renewal PUTs, {} others", renewals.len(), others.len()),
+            "a renewal: one PUT".into(),
+        ));
+        procfs::kill_tree(holder.pid());
+        if let Some(waiter) = waiter {
+            procfs::kill_tree(waiter.pid());
+        }
+    }
 }
 
 fn main() {
@@ -1331,8 +1662,14 @@ fn main() {
     if mode.runs("postgres") {
         postgres(&mode, &scratch, &mut table);
     }
+    if mode.runs("mariadb") {
+        mariadb(&mode, &scratch, &mut table);
+    }
     if mode.runs("zookeeper") {
         zookeeper(&mode, &scratch, &mut table);
+    }
+    if mode.runs("k8s") {
+        kubernetes(&mode, &scratch, &mut table);
     }
     if mode.runs("contention") {
         contention(&mode, on_etcd, &mut table);

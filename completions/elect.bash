@@ -46,7 +46,7 @@ _elect() {
             ;;
         --store)
             compopt -o nospace 2>/dev/null
-            COMPREPLY=( $(compgen -W "etcd:// etcds:// postgres:// zk:// zks:// k8s: file:" -- "$cur") )
+            COMPREPLY=( $(compgen -W "etcd:// etcds:// postgres:// mysql:// mariadb:// zk:// zks:// k8s: file:" -- "$cur") )
             return 0
             ;;
     esac

@@ -38,6 +38,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::loss::Loss;
+use support::mariadb::MariaDb;
 use support::proxy::{Mode, Proxy};
 use support::stores::{
     Ensemble, EtcdCluster, FileStore, KubeStore, Pooled, StoreUnderTest, signal,
@@ -906,6 +907,7 @@ stores! {
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
     k8s: KubeStore => [every, force, pkill, link, server],
+    mariadb: MariaDb => [every, force, pkill, link, server, clock],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock],
     postgres: Postgres => [every, force, pkill, link, server, clock],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],

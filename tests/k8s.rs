@@ -2,7 +2,8 @@
 //! contender (`tests/servers/kube-*/main.go`, `leaderelection` with a
 //! `LeaseLock`) on one Lease exclude each other both ways, measured on one
 //! monotonic clock (their ticks, `support/ticker.rs`), through a clean
-//! release and a SIGKILL of either; and what only this store does.
+//! release, a SIGKILL and a partition of either (a partition of client-go
+//! within the bound its timing gives); and what only this store does.
 
 use crate::support;
 
@@ -14,17 +15,42 @@ use support::stores::{KubeStore, StoreUnderTest};
 use support::ticker::{Ticks, group_alive};
 use support::{Running, SECOND, TempDir, elect_run};
 
+/// client-go's timing flags for the contender: LeaseDuration 2 s,
+/// RenewDeadline 1.5 s, RetryPeriod 0.2 s (client-go requires LeaseDuration
+/// > RenewDeadline > 1.2 x RetryPeriod).
+const GO_TIMING: [&str; 6] = [
+    "--lease-duration",
+    "2s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "200ms",
+];
+
 /// The client-go contender for Lease `name` of `store`, ticking as `label`.
 fn contender(store: &KubeStore, name: &str, identity: &str, label: &str, ticks: &Ticks) -> Running {
+    contender_with(store, name, identity, label, ticks, &[])
+}
+
+/// [`contender`] with `extra` flags, which override [`GO_TIMING`].
+fn contender_with(
+    store: &KubeStore,
+    name: &str,
+    identity: &str,
+    label: &str,
+    ticks: &Ticks,
+    extra: &[&str],
+) -> Running {
     let mut c = Command::new(kube::contender());
     c.arg("--kubeconfig")
         .arg(&store.kube().kubeconfig)
         .args(["--namespace", &store.namespace])
         .args(["--name", name, "--identity", identity])
-        .args(["--lease-duration", "2s", "--renew-deadline", "1500ms"])
-        .args(["--retry-period", "200ms", "--label", label])
+        .args(GO_TIMING)
+        .args(["--label", label])
         .arg("--ticks")
-        .arg(&ticks.log);
+        .arg(&ticks.log)
+        .args(extra);
     Running::spawn(c)
 }
 
@@ -343,9 +369,11 @@ fn credentials_as_kubectl_takes_them() {
     );
     let (code, err) = run_with(&exec, "true");
     assert_eq!(code, Some(0), "exec plugin: {err}");
-    assert!(
-        std::fs::read_to_string(&ran).unwrap().starts_with("ran\n"),
-        "the plugin ran"
+    // Once: its token lives for an hour.
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "ran\n",
+        "the plugin ran once"
     );
 
     // insecure-skip-tls-verify: no CA, a warning.
@@ -431,10 +459,8 @@ fn credentials_as_kubectl_takes_them() {
 
 /// elect cut off from the API server (its link blackholed) while a
 /// client-go program waits: elect's command stops before client-go leads,
-/// on one monotonic clock. (The other way round, the client-go contender
-/// leads on until its release attempt times out, RetryPeriod and twice
-/// RenewDeadline after its last renewal, past its LeaseDuration: its own
-/// window, whoever takes over.)
+/// on one monotonic clock. (The other way round:
+/// [`a_partition_of_client_go_hands_over_to_elect_within_client_gos_bound`].)
 #[test]
 fn a_partition_of_elect_hands_over_to_client_go_without_overlap() {
     use support::proxy::{Mode, Proxy};
@@ -461,6 +487,105 @@ fn a_partition_of_elect_hands_over_to_client_go_without_overlap() {
     assert_after(&ticks, "E", "G");
     go.signal(libc::SIGTERM);
     go.wait(10 * SECOND);
+}
+
+/// What the client-go contender did when cut off from the API server while
+/// elect waited, all in monotonic ns: its last renewal answered, the
+/// cancellation of its work, its last tick; and elect's first tick.
+struct Cut {
+    renewed: i128,
+    cancelled: i128,
+    last: i128,
+    taken: i128,
+}
+
+/// Cut the client-go contender, leading Lease `name` with `flags` through a
+/// proxy, off from the API server while elect waits for the Lease.
+fn cut_client_go(store: &KubeStore, ticks: &Ticks, name: &str, flags: &[&str]) -> Cut {
+    use support::proxy::{Mode, Proxy};
+    let proxy = Proxy::start(&store.link());
+    let server = format!("https://127.0.0.1:{}", proxy.port);
+    let (go_label, elect_label) = (format!("G-{name}"), format!("E-{name}"));
+    let mut flags = flags.to_vec();
+    flags.extend(["--server", &server]);
+    let mut go = contender_with(store, name, "client-go", &go_label, ticks, &flags);
+    go.expect_line("leading", 20 * SECOND);
+    ticks.first(&go_label, 5 * SECOND);
+    let mut waiter = Running::spawn(elect_run(
+        &store.url(),
+        name,
+        &["--ttl", "2s"],
+        &ticks.script(&elect_label, false),
+    ));
+    std::thread::sleep(SECOND);
+    assert!(
+        ticks.last(&elect_label).is_none(),
+        "elect led beside client-go"
+    );
+    proxy.set(Mode::Blackhole);
+    let taken = ticks.first(&elect_label, 30 * SECOND);
+    go.expect_line("cancelled", 30 * SECOND);
+    // Its work ended: it ends, with or without a release that went through.
+    go.wait(30 * SECOND);
+    waiter.signal(libc::SIGTERM);
+    waiter.wait(10 * SECOND);
+    let cut = Cut {
+        renewed: ticks.last(&format!("{go_label}:renewed")).unwrap(),
+        cancelled: ticks.last(&format!("{go_label}:cancelled")).unwrap(),
+        last: ticks.last(&go_label).unwrap(),
+        taken,
+    };
+    let ms = |ns: i128| (ns - cut.renewed) as f64 / 1e6;
+    eprintln!(
+        "{name} {flags:?}: after client-go's last renewal, its work cancelled at {:.0} ms, \
+         its last tick {:.0} ms, elect's first {:.0} ms",
+        ms(cut.cancelled),
+        ms(cut.last),
+        ms(cut.taken)
+    );
+    cut
+}
+
+/// client-go cut off from the API server (its link blackholed) while elect
+/// waits. elect takes the Lease only once it saw the record unchanged for
+/// its leaseDurationSeconds on its own clock: LeaseDuration after the last
+/// renewal client-go got an answer to, at least. client-go cancels the
+/// context it gave OnStartedLeading once its renewals failed for
+/// RenewDeadline (RetryPeriod after its last renewal, at most) and, with
+/// ReleaseOnCancel, only after a release attempt too, which on a dead link
+/// waits another RenewDeadline. So client-go's work ends before elect
+/// starts when LeaseDuration > RetryPeriod + RenewDeadline (no
+/// ReleaseOnCancel) or > RetryPeriod + 2 x RenewDeadline (ReleaseOnCancel);
+/// short of that it overlaps elect by the difference, at most, and no more.
+#[test]
+fn a_partition_of_client_go_hands_over_to_elect_within_client_gos_bound() {
+    let store = KubeStore::start("interop-cut-go");
+    let dir = TempDir::new("k8s-interop-cut-go");
+    let ticks = Ticks::new(&dir.0);
+    const MS: i128 = 1_000_000;
+    // A renewal's answer and elect's sight of it are apart by this, at most;
+    // and client-go's timers run late by this, at most.
+    const SLACK: i128 = 300 * MS;
+
+    // Without ReleaseOnCancel: 2 s > 0.2 s + 1.5 s.
+    let cut = cut_client_go(&store, &ticks, "no-release", &["--release-on-cancel=false"]);
+    assert!(cut.taken - cut.renewed > 2000 * MS - SLACK);
+    assert!(cut.cancelled - cut.renewed < 1700 * MS + SLACK);
+    assert!(cut.last < cut.taken, "client-go ticked into elect's tenure");
+
+    // With ReleaseOnCancel: 4 s > 0.2 s + 2 x 1.5 s.
+    let cut = cut_client_go(&store, &ticks, "release", &["--lease-duration", "4s"]);
+    assert!(cut.taken - cut.renewed > 4000 * MS - SLACK);
+    assert!(cut.cancelled - cut.renewed < 3200 * MS + SLACK);
+    assert!(cut.last < cut.taken, "client-go ticked into elect's tenure");
+
+    // With ReleaseOnCancel and 2 s < 3.2 s: client-go works on into elect's
+    // tenure, by 1.2 s at most.
+    let cut = cut_client_go(&store, &ticks, "release-short", &[]);
+    assert!(cut.taken - cut.renewed > 2000 * MS - SLACK);
+    assert!(cut.cancelled - cut.renewed > 3200 * MS - SLACK);
+    assert!(cut.cancelled - cut.renewed < 3200 * MS + SLACK);
+    assert!(cut.last - cut.taken < 1200 * MS + SLACK);
 }
 
 /// The etcd behind the API server SIGKILLed and started again while elect
@@ -607,4 +732,86 @@ fn in_a_pod_the_service_account_is_all_it_needs() {
         .lease("in-pod")
         .expect("the Lease in the pod's namespace");
     assert_eq!(lease["spec"]["holderIdentity"], "", "let go: {lease}");
+}
+
+/// What a take-run-release cycle asks of the API server, counted in its
+/// audit log: on a Lease not there yet, and on one nobody holds.
+#[test]
+fn a_cycle_costs_few_requests() {
+    let dir = TempDir::new("k8s-requests");
+    let kube = Kube::start_audited("requests", &dir);
+    kube.create_namespace("requests");
+    kube.register("requests");
+    // A read, the take, a watch while it holds, the release, and the
+    // history's listing (for trimming) and record.
+    for (lease, most) in [("none yet", 6), ("free", 6)] {
+        let before = Kube::requests_of_elect(&dir).len();
+        let out = support::elect()
+            .args(["run", "--store", "k8s:requests?context=requests"])
+            .args(["--lock", "job", "--", "true"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let made = Kube::requests_of_elect(&dir)[before..].to_vec();
+        eprintln!(
+            "a cycle on a Lease {lease}: {} requests: {made:#?}",
+            made.len()
+        );
+        assert!(made.len() <= most, "{made:#?}");
+    }
+}
+
+/// What waiting costs: a waiter renews the record that shows it waits
+/// once a TTL, not with each of its session's renewals (three a TTL), while
+/// the holder renews its Lease with each of its own.
+#[test]
+fn a_waiter_renews_its_record_once_a_ttl() {
+    let dir = TempDir::new("k8s-waiter-cost");
+    let kube = Kube::start_audited("waiter-cost", &dir);
+    kube.create_namespace("cost");
+    kube.register("cost");
+    let url = "k8s:cost?context=cost";
+    let script = "echo held; read _line";
+    let mut holder = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
+    holder.expect_line("held", 20 * SECOND);
+    let mut waiter = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
+    let record = support::eventually("the waiter's record", 10 * SECOND, || {
+        let (_, body) = kube.request(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/cost/leases?labelSelector=elect%2Fwaiters-of",
+            None,
+        );
+        let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        list["items"][0]["metadata"]["name"]
+            .as_str()
+            .map(String::from)
+            .ok_or(body)
+    });
+    let from = Kube::requests_of_elect(&dir).len();
+    // A window measured: three TTLs.
+    std::thread::sleep(9 * SECOND);
+    let made = Kube::requests_of_elect(&dir)[from..].to_vec();
+    let puts_of = |name: &str| {
+        made.iter()
+            .filter(|r| {
+                *r == &format!("update /apis/coordination.k8s.io/v1/namespaces/cost/leases/{name}")
+            })
+            .count()
+    };
+    let (of_holder, of_waiter) = (puts_of("job"), puts_of(&record));
+    eprintln!(
+        "in 9 s at --ttl 3s: the holder's Lease {of_holder} PUTs, the waiter's record \
+         {of_waiter}, {} requests in all",
+        made.len()
+    );
+    assert!(of_holder >= 7, "{made:#?}");
+    assert!((2..=4).contains(&of_waiter), "{made:#?}");
+    // It still waits, and gets the lock once the holder lets go.
+    let (code, out) = status(url, "job", true);
+    assert_eq!(code, 0, "{out}");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    waiter.expect_line("held", 10 * SECOND);
+    waiter.send_line("done");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
 }

@@ -18,6 +18,7 @@ mod handover;
 mod inspect;
 mod k8s;
 mod kube;
+mod mariadb;
 mod overlap;
 mod package;
 mod postgres;

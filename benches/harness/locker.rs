@@ -24,6 +24,13 @@ enum Kind {
     ElectZooKeeper {
         url: String,
     },
+    ElectKube {
+        url: String,
+    },
+    /// elect on MySQL or MariaDB, its password (if any) in the URL.
+    ElectMySql {
+        url: String,
+    },
     Flock {
         dir: PathBuf,
     },
@@ -103,11 +110,34 @@ impl Locker {
         }
     }
 
+    /// elect on Kubernetes at `url` (a context of the tests' kubeconfig).
+    pub fn elect_kube(url: &str) -> Locker {
+        Locker {
+            name: "elect (k8s)",
+            kind: Kind::ElectKube {
+                url: url.to_string(),
+            },
+        }
+    }
+
+    /// elect on MySQL or MariaDB at `url`.
+    pub fn elect_mysql(url: &str) -> Locker {
+        Locker {
+            name: "elect (mariadb)",
+            kind: Kind::ElectMySql {
+                url: url.to_string(),
+            },
+        }
+    }
+
     /// The elect at `program` on the store `of` runs on, in its place as the
     /// reference tool: this build against an earlier one, in one run.
     pub fn elect_at(program: &Path, of: &Locker) -> Locker {
         let (url, postgres) = match &of.kind {
-            Kind::ElectEtcd { url } | Kind::ElectZooKeeper { url } => (url.clone(), false),
+            Kind::ElectEtcd { url }
+            | Kind::ElectZooKeeper { url }
+            | Kind::ElectKube { url }
+            | Kind::ElectMySql { url } => (url.clone(), false),
             Kind::ElectPostgres { url } => (url.clone(), true),
             Kind::ElectFile { dir } => (format!("file:{}", dir.display()), false),
             _ => panic!("{} is not elect", of.name),
@@ -144,6 +174,8 @@ impl Locker {
             Kind::ElectFile { .. } => "elect-file",
             Kind::ElectPostgres { .. } => "elect-postgres",
             Kind::ElectZooKeeper { .. } => "elect-zookeeper",
+            Kind::ElectKube { .. } => "elect-k8s",
+            Kind::ElectMySql { .. } => "elect-mariadb",
             Kind::Flock { .. } => "flock",
             Kind::ElectAt { .. } => "elect-before",
             Kind::ElectOn { .. } => "elect-on",
@@ -162,7 +194,9 @@ impl Locker {
                 None,
                 argv,
             ),
-            Kind::ElectZooKeeper { url } => elect_run(support::elect(), url, lock, ttl_secs, argv),
+            Kind::ElectZooKeeper { url } | Kind::ElectKube { url } | Kind::ElectMySql { url } => {
+                elect_run(support::elect(), url, lock, ttl_secs, argv)
+            }
             Kind::ElectPostgres { url } | Kind::ElectOn { url } => {
                 let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);

@@ -19,6 +19,7 @@ pub mod file;
 mod holder;
 pub mod k8s;
 mod kind;
+pub mod mysql;
 mod observed;
 pub mod postgres;
 pub mod probe;
@@ -48,6 +49,7 @@ use kind::redact;
 const KINDS: &[&Kind] = &[
     &etcd::KIND,
     &postgres::KIND,
+    &mysql::KIND,
     &zk::KIND,
     &k8s::KIND,
     &file::KIND,

@@ -30,6 +30,8 @@ use crate::clock::{Instant, sleep_until};
 pub enum Server {
     Etcd,
     Postgres,
+    /// MySQL or MariaDB: it speaks first, its handshake.
+    MySql,
     ZooKeeper,
     /// An HTTP/1 server that is not etcd.
     Http,
@@ -47,6 +49,7 @@ impl fmt::Display for Server {
         f.write_str(match self {
             Server::Etcd => "etcd",
             Server::Postgres => "PostgreSQL",
+            Server::MySql => "MySQL or MariaDB",
             Server::ZooKeeper => "ZooKeeper",
             Server::Http => "an HTTP server",
             Server::Http2 => "an HTTP/2 server",
@@ -182,6 +185,8 @@ enum Greeting {
     GetVersion,
     /// HTTP/2's connection preface and an empty SETTINGS frame.
     Preface,
+    /// Nothing: MySQL greets first.
+    Nothing,
 }
 
 impl Greeting {
@@ -197,6 +202,7 @@ impl Greeting {
         match server {
             Server::Postgres => Greeting::SslRequest,
             Server::ZooKeeper => Greeting::Srvr,
+            Server::MySql => Greeting::Nothing,
             Server::Etcd | Server::Http | Server::Tls | Server::Kubernetes => Greeting::GetVersion,
             Server::Http2 => Greeting::Preface,
         }
@@ -207,6 +213,7 @@ impl Greeting {
             // Length 8, then the SSLRequest code 80877103.
             Greeting::SslRequest => vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f],
             Greeting::Srvr => b"srvr".to_vec(),
+            Greeting::Nothing => Vec::new(),
             Greeting::GetVersion => format!(
                 "GET /version HTTP/1.1\r\nHost: {host}\r\nUser-Agent: elect\r\nConnection: close\r\n\r\n"
             )
@@ -354,6 +361,7 @@ fn judge(contact: &Contact, replies: &[(Greeting, Reply)]) -> Heard {
     let order = [
         Server::Etcd,
         Server::Postgres,
+        Server::MySql,
         Server::ZooKeeper,
         Server::Tls,
         Server::Http2,
@@ -398,6 +406,16 @@ fn recognise(greeting: Greeting, reply: &Reply) -> Option<Server> {
             true => Server::Etcd,
             false => Server::Http,
         });
+    }
+    // MySQL's and MariaDB's handshake, whatever was sent: 3 bytes of
+    // length, sequence 0, then protocol 10 and a version; or an error
+    // packet (0xff) from a server that turns the connection away.
+    if bytes.len() >= 5
+        && bytes[3] == 0
+        && (bytes[4] == 10 || bytes[4] == 0xff)
+        && (1..1024).contains(&u32::from_le_bytes([bytes[0], bytes[1], bytes[2], 0]))
+    {
+        return Some(Server::MySql);
     }
     match greeting {
         Greeting::SslRequest if matches!(bytes.as_slice(), [b'S' | b'N']) => Some(Server::Postgres),
@@ -568,6 +586,25 @@ mod tests {
             Some(Server::Http)
         );
         assert_eq!(recognise(Greeting::Preface, &settings), Some(Server::Http2));
+        // MariaDB's greeting, sent before anything is asked: length 90,
+        // sequence 0, protocol 10, its version; and whatever was sent.
+        let mut handshake = vec![90, 0, 0, 0, 10];
+        handshake.extend_from_slice(b"5.5.5-10.11.19-MariaDB-0+deb12u1\0");
+        for greeting in [
+            Greeting::Nothing,
+            Greeting::SslRequest,
+            Greeting::GetVersion,
+        ] {
+            assert_eq!(recognise(greeting, &bytes(&handshake)), Some(Server::MySql));
+        }
+        // Turned away: an error packet (0xff, code 1040: too many connections).
+        assert_eq!(
+            recognise(
+                Greeting::Nothing,
+                &bytes(&[23, 0, 0, 0, 0xff, 0x10, 0x04, b'T'])
+            ),
+            Some(Server::MySql)
+        );
         assert_eq!(
             recognise(
                 Greeting::Srvr,

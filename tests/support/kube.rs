@@ -162,6 +162,52 @@ impl Kube {
             .expect("kube-apiserver")
     }
 
+    /// [`Kube::start`] with an audit log of every Lease request, which
+    /// [`Kube::requests_of_elect`] reads.
+    pub fn start_audited(name: &str, dir: &TempDir) -> Kube {
+        let policy = dir.join("audit-policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: Metadata\n  resources:\n  - group: coordination.k8s.io\n    \
+             resources: [leases]\n- level: None\n",
+        )
+        .unwrap();
+        let log = dir.join("audit.log");
+        Kube::start_with(
+            name,
+            &[
+                &format!("--audit-policy-file={}", policy.display()),
+                &format!("--audit-log-path={}", log.display()),
+                "--audit-log-mode=blocking",
+            ],
+        )
+    }
+
+    /// The Lease requests elect made, by its user agent, as `VERB URI`, in
+    /// order, from the audit log of a server [`Kube::start_audited`] with
+    /// `dir` (each request once, a watch counted when its answer started).
+    pub fn requests_of_elect(dir: &TempDir) -> Vec<String> {
+        let text = std::fs::read_to_string(dir.join("audit.log")).unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| {
+                e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("elect/"))
+            })
+            .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or("").to_string()))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["verb"].as_str().unwrap_or("?"),
+                    e["requestURI"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
+    }
+
     /// A kubeconfig for the user `reader`, of no group: the rights a test
     /// grants it by RBAC are all it has.
     pub fn kubeconfig_of_user(&self, user: &str) -> PathBuf {

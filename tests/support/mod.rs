@@ -33,6 +33,7 @@ pub mod history;
 pub mod inspect;
 pub mod kube;
 pub mod loss;
+pub mod mariadb;
 pub mod nemesis;
 pub mod netns;
 pub mod postgres;

@@ -333,7 +333,7 @@ static CLOCKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Write faketime's `offset` to `path` in one rename, readable by the
 /// server: a backend never reads half a line.
-fn write_clock(path: &Path, offset: &str) {
+pub fn write_clock(path: &Path, offset: &str) {
     let next = path.with_extension("next");
     std::fs::write(&next, format!("{offset}\n")).unwrap();
     std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -341,7 +341,7 @@ fn write_clock(path: &Path, offset: &str) {
 }
 
 /// Seconds of an offset in faketime's form: `+1h`, `-1d`, `+30m`, `+0`.
-fn faketime_secs(offset: &str) -> f64 {
+pub fn faketime_secs(offset: &str) -> f64 {
     let (number, unit) = offset.split_at(offset.len() - 1);
     let (number, scale) = match unit {
         "s" => (number, 1.0),

@@ -8,6 +8,7 @@
 //! rotates under a long hold.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,9 +41,15 @@ pub struct Api {
     tls: Arc<rustls::ClientConfig>,
     /// The token of a token file, and when it was read.
     token: RefCell<Option<(Secret, Instant)>>,
-    /// The token an exec plugin gave.
-    exec: RefCell<Option<super::exec::Credential>>,
+    /// The token an exec plugin gave. Held across the plugin's run, so
+    /// that requests sent together (the first look at a lock and at its
+    /// shard count) wait for one run, as client-go's cache has them do.
+    exec: tokio::sync::Mutex<Option<super::exec::Credential>>,
     idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
+    /// The GETs on their way, by path: one asked while another of the same
+    /// path is unanswered takes its answer (the first look at a lock and
+    /// at its shard count are one read).
+    reading: RefCell<std::collections::HashMap<String, Rc<Reading>>>,
     /// The bound on one request.
     pub within: Duration,
     /// How long a request that finds no server is tried again.
@@ -52,8 +59,11 @@ pub struct Api {
     settled: std::cell::Cell<bool>,
 }
 
+/// A read shared by those who asked for it while it was on its way.
+type Reading = tokio::sync::OnceCell<Result<Reply, StoreError>>;
+
 /// An answer: the HTTP status and the body, parsed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Reply {
     pub status: u16,
     pub body: Value,
@@ -92,8 +102,9 @@ impl Api {
             server_name,
             tls,
             token: RefCell::new(None),
-            exec: RefCell::new(None),
+            exec: tokio::sync::Mutex::new(None),
             idle: RefCell::new(Vec::new()),
+            reading: RefCell::default(),
             within,
             patience,
             settled: std::cell::Cell::new(false),
@@ -180,16 +191,16 @@ impl Api {
     async fn bearer(&self, fresh: bool) -> Result<Option<Secret>, StoreError> {
         match &self.conn.auth {
             Auth::Exec(plugin) => {
-                let kept = self.exec.borrow().clone();
-                if let Some(credential) = kept
+                let mut kept = self.exec.lock().await;
+                if let Some(credential) = &*kept
                     && !fresh
                     && credential.fresh()
                 {
-                    return Ok(Some(credential.token));
+                    return Ok(Some(credential.token.clone()));
                 }
                 let credential = plugin.run().await?;
                 let token = credential.token.clone();
-                *self.exec.borrow_mut() = Some(credential);
+                *kept = Some(credential);
                 Ok(Some(token))
             }
             Auth::None => Ok(None),
@@ -219,6 +230,35 @@ impl Api {
     /// one that does not answer), for the patience at most: a call that
     /// reaches the store until elect is queued, every look, and leaving a queue.
     pub async fn request_patiently(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, StoreError> {
+        if method != "GET" || body.is_some() {
+            return self.patiently(method, path, body).await;
+        }
+        let reading = self
+            .reading
+            .borrow_mut()
+            .entry(path.to_string())
+            .or_default()
+            .clone();
+        let reply = reading
+            .get_or_init(|| self.patiently(method, path, None))
+            .await
+            .clone();
+        let mut on_its_way = self.reading.borrow_mut();
+        if on_its_way
+            .get(path)
+            .is_some_and(|r| Rc::ptr_eq(r, &reading))
+        {
+            on_its_way.remove(path);
+        }
+        reply
+    }
+
+    async fn patiently(
         &self,
         method: &str,
         path: &str,

@@ -17,7 +17,9 @@ use crate::store::StoreError;
 pub const LOCK: &str = "elect/lock";
 /// The holder's [`crate::store::HolderRecord`], as JSON.
 pub const HOLDER: &str = "elect/holder";
-/// The holder's token: the `resourceVersion` of the write that took it.
+/// The holder's token: the `resourceVersion` of the write that took it,
+/// recorded by the first write after that one (the Lease's own
+/// `resourceVersion` is the token until then).
 pub const TOKEN: &str = "elect/token";
 /// `elect break`'s request to let go.
 pub const BREAK: &str = "elect/break";
@@ -330,6 +332,31 @@ impl Lease {
         }))
     }
 
+    /// Record the token of an elect holder that took it by the write read
+    /// here (none after it has recorded it yet), before writing it again:
+    /// every writer of a held Lease does so, so it is always the take's.
+    pub fn pin_token(&mut self) {
+        if !self.holder().is_empty()
+            && self.annotation(HOLDER).is_some()
+            && self.annotation(TOKEN).is_none()
+        {
+            let version = self.version().to_string();
+            self.set_annotation(TOKEN, &version);
+        }
+    }
+
+    /// The token of its elect holder: as recorded, else (not written since
+    /// the take) its `resourceVersion`; 0 for a holder not elect's.
+    pub fn holder_token(&self) -> u64 {
+        match self.annotation(TOKEN) {
+            Some(token) => token.parse().unwrap_or(0),
+            None if !self.holder().is_empty() && self.annotation(HOLDER).is_some() => {
+                self.token().unwrap_or(0)
+            }
+            None => 0,
+        }
+    }
+
     /// The token of a write: its `resourceVersion`, which must be a
     /// canonical decimal (Kubernetes 1.35 and later compare them so).
     pub fn token(&self) -> Result<u64, StoreError> {
@@ -394,6 +421,33 @@ mod tests {
         for bad in ["", "012", "1a", "-1", "99999999999999999999999"] {
             assert!(parse_version(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_token_is_the_take_s_version_until_a_later_write_records_it() {
+        let mut lease = Lease::new("job", "job", "", 1, "");
+        lease.0["metadata"]["resourceVersion"] = "7".into();
+        lease.take("job", "host_0123456789abcdef", 3, "{}");
+        lease.0["metadata"]["resourceVersion"] = "12".into();
+        assert_eq!(lease.annotation(TOKEN), None);
+        assert_eq!(lease.holder_token(), 12);
+        // The next write records it; the version moves on, the token not.
+        lease.pin_token();
+        lease.renew();
+        lease.0["metadata"]["resourceVersion"] = "15".into();
+        assert_eq!(lease.holder_token(), 12);
+        lease.pin_token();
+        assert_eq!(lease.annotation(TOKEN), Some("12"));
+        // A holder not elect's has none.
+        let mut foreign = Lease(json!({
+            "metadata": { "name": "job", "resourceVersion": "20" },
+            "spec": { "holderIdentity": "client-go-1" },
+        }));
+        assert_eq!(foreign.holder_token(), 0);
+        foreign.pin_token();
+        assert_eq!(foreign.annotation(TOKEN), None);
+        lease.let_go();
+        assert_eq!((lease.annotation(TOKEN), lease.holder_token()), (None, 0));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod exec;
 mod lease;
 mod session;
 
+use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
 use std::time::Duration;
@@ -149,6 +150,9 @@ impl Target for KubeTarget {
 /// A connected Kubernetes store: the API server, one namespace.
 pub struct Kube {
     api: Rc<Api>,
+    /// The history records this store made: written over by a PUT. Any
+    /// other is created at once, and read and written over only if there.
+    made: RefCell<std::collections::BTreeSet<String>>,
 }
 
 /// What is not on this store yet, refused by name.
@@ -156,6 +160,7 @@ impl Kube {
     fn new(conn: Conn, within: Duration) -> Result<Kube, StoreError> {
         Ok(Kube {
             api: Rc::new(Api::new(conn, within)?),
+            made: RefCell::default(),
         })
     }
 
@@ -244,6 +249,7 @@ impl Kube {
                 return Ok(false);
             }
             let mut next = lease.clone();
+            next.pin_token();
             change(&mut next);
             let reply = self.api.request("PUT", &path, Some(&next.0)).await?;
             match reply.status {
@@ -300,6 +306,7 @@ impl Kube {
             let reply = match (found, value) {
                 (None, None) => return Ok(Put::Stored),
                 (Some(mut l), _) => {
+                    l.pin_token();
                     match value {
                         Some(value) => l.set_annotation(key, value),
                         None => l.remove_annotation(key),
@@ -512,6 +519,7 @@ impl Store for Kube {
                 }
                 let reply = match found {
                     Some(mut l) => {
+                        l.pin_token();
                         l.set_annotation(lease::SHARDS, &count.to_string());
                         let name = l.name().to_string();
                         self.api
@@ -626,6 +634,42 @@ impl Store for Kube {
             };
             let object = lease::object_name(lock);
             let suffix = record.suffix();
+            let new = |name: &str| {
+                let mut new = Lease(json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": name,
+                        "labels": { lease::RECORDS_OF: lease::records_label(&object) },
+                    },
+                    "spec": {},
+                }));
+                new.set_annotation(lease::LOCK, lock);
+                new.set_annotation(lease::RECORD, &suffix);
+                new.set_annotation(lease::VALUE, value);
+                new
+            };
+            let name = lease::record_name(&object, &suffix);
+            // A record is mostly new (a tenure's, ended): one create, no read.
+            if version.is_none_or(|v| v.is_none()) && !self.made.borrow().contains(&name) {
+                let reply = self
+                    .api
+                    .request("POST", &lease::leases(self.ns()), Some(&new(&name).0))
+                    .await?;
+                match reply.status {
+                    200 | 201 => {
+                        self.made.borrow_mut().insert(name);
+                        return Ok(Put::Stored);
+                    }
+                    409 if version.is_some() => {
+                        return Ok(Put::Stale(format!(
+                            "the record {suffix} of lock {lock} changed meanwhile"
+                        )));
+                    }
+                    409 => {}
+                    _ => return Err(self.api.refusal("write", &name, &reply)),
+                }
+            }
             loop {
                 let (name, found) = self.read_record(lock, record).await?;
                 let read = match &found {
@@ -637,20 +681,15 @@ impl Store for Kube {
                         "the record {suffix} of lock {lock} changed meanwhile"
                     )));
                 }
-                let mut next = found.clone().unwrap_or_else(|| {
-                    Lease(json!({
-                        "apiVersion": "coordination.k8s.io/v1",
-                        "kind": "Lease",
-                        "metadata": {
-                            "name": name,
-                            "labels": { lease::RECORDS_OF: lease::records_label(&object) },
-                        },
-                        "spec": {},
-                    }))
-                });
-                next.set_annotation(lease::LOCK, lock);
-                next.set_annotation(lease::RECORD, &suffix);
-                next.set_annotation(lease::VALUE, value);
+                let next = match found.clone() {
+                    Some(mut next) => {
+                        next.set_annotation(lease::LOCK, lock);
+                        next.set_annotation(lease::RECORD, &suffix);
+                        next.set_annotation(lease::VALUE, value);
+                        next
+                    }
+                    None => new(&name),
+                };
                 let reply = match found {
                     Some(_) => {
                         self.api
@@ -664,7 +703,10 @@ impl Store for Kube {
                     }
                 };
                 match reply.status {
-                    200 | 201 => return Ok(Put::Stored),
+                    200 | 201 => {
+                        self.made.borrow_mut().insert(name);
+                        return Ok(Put::Stored);
+                    }
                     409 if version.is_some() => {
                         return Ok(Put::Stale(format!(
                             "the record {suffix} of lock {lock} changed meanwhile"

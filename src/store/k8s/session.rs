@@ -54,6 +54,10 @@ pub fn tenure_of(identity: &str) -> Option<&str> {
     (tenure.len() == 16 && tenure.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tenure)
 }
 
+/// A waiter record's `leaseDurationSeconds`, in the holder's TTLs: renewed
+/// once a TTL, it outlives a renewal or two that fail.
+const WAITER_TTLS: u64 = 4;
+
 /// What a session and its renewers share.
 pub struct Shared {
     pub api: Rc<Api>,
@@ -63,8 +67,9 @@ pub struct Shared {
     pub seconds: u64,
     /// The Leases we hold, by object name, as last written.
     pub held: RefCell<BTreeMap<String, Lease>>,
-    /// Our waiter records, by object name, as last written.
-    pub waiting: RefCell<BTreeMap<String, Lease>>,
+    /// Our waiter records, by object name, as last written, and when that
+    /// write was sent.
+    pub waiting: RefCell<BTreeMap<String, (Lease, Instant)>>,
     /// Requests to let go seen by renewals, by object name.
     asked: RefCell<BTreeMap<String, String>>,
     news: Notify,
@@ -98,8 +103,16 @@ impl Shared {
         change: &dyn Fn(&mut Lease),
     ) -> Result<Option<Lease>, StoreError> {
         let path = lease::path(self.ns(), name);
+        let token = lease.annotation(lease::TOKEN).map(String::from);
         for _ in 0..5 {
             let mut next = lease.clone();
+            // Ours, so the token is the one we took it with, as pinned.
+            match &token {
+                Some(token) if next.annotation(lease::TOKEN).is_none() => {
+                    next.set_annotation(lease::TOKEN, token);
+                }
+                _ => next.pin_token(),
+            }
             change(&mut next);
             let reply = self.api.request("PUT", &path, Some(&next.0)).await?;
             match reply.status {
@@ -128,17 +141,21 @@ impl Shared {
     /// Record that we wait for the lock whose object is `object`: a Lease
     /// of our own beside it, renewed while we wait, so that the waiting are
     /// seen in the store (its `renewTime` tells a live one from one whose
-    /// elect died: shown, never acted on).
+    /// elect died: shown, never acted on). It only has to show a live
+    /// waiter: its `leaseDurationSeconds` is [`WAITER_TTLS`] TTLs, and it is
+    /// renewed once a TTL, not with every renewal.
     async fn enter(&self, lock: &str, object: &str) -> Result<(), StoreError> {
         let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
-        let mut waiter = Lease::new(&name, lock, &self.identity, self.seconds, "");
+        let seconds = WAITER_TTLS * self.seconds;
+        let mut waiter = Lease::new(&name, lock, &self.identity, seconds, "");
         waiter.remove_annotation(lease::HOLDER);
         waiter.set_label(lease::WAITERS_OF, &lease::records_label(object));
         // Counted as ours before it is sent: a create whose reply is lost
         // may still have been made, and leaving must delete it then too.
+        let at = Instant::now();
         self.waiting
             .borrow_mut()
-            .insert(name.clone(), waiter.clone());
+            .insert(name.clone(), (waiter.clone(), at));
         let sent = self
             .api
             .request("POST", &lease::leases(self.ns()), Some(&waiter.0))
@@ -157,7 +174,7 @@ impl Shared {
         match reply.status {
             // Unless left meanwhile.
             200 | 201 if waiting.contains_key(&name) => {
-                waiting.insert(name, Lease(reply.body));
+                waiting.insert(name, (Lease(reply.body), at));
                 Ok(())
             }
             200 | 201 | 404 => Ok(()),
@@ -182,13 +199,16 @@ impl Shared {
         }
     }
 
-    /// Renew our waiter records; one that is gone is let be.
+    /// Renew those of our waiter records written a TTL ago or more; one
+    /// that is gone is let be.
     async fn renew_waiting(&self) -> Result<(), StoreError> {
+        let ttl = Duration::from_secs(self.seconds);
         let waiting: Vec<(String, Lease)> = self
             .waiting
             .borrow()
             .iter()
-            .map(|(n, l)| (n.clone(), l.clone()))
+            .filter(|(_, (_, written))| written.elapsed() >= ttl)
+            .map(|(n, (l, _))| (n.clone(), l.clone()))
             .collect();
         for (name, mut lease) in waiting {
             if lease.version().is_empty() {
@@ -197,11 +217,12 @@ impl Shared {
             }
             lease.renew();
             let path = lease::path(self.ns(), &name);
+            let at = Instant::now();
             let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
             let mut still = self.waiting.borrow_mut();
             match reply.status {
                 200 if still.contains_key(&name) => {
-                    still.insert(name, Lease(reply.body));
+                    still.insert(name, (Lease(reply.body), at));
                 }
                 200 | 404 | 409 => {}
                 _ => return Err(self.api.refusal("update", &name, &reply)),
@@ -274,7 +295,6 @@ impl Session for KubeSession {
                 record: record.acquired_now().to_json(),
                 lock,
                 observed: RefCell::new(Observed::new()),
-                token: std::cell::Cell::new(None),
                 first: RefCell::new(None),
             };
             // The first look (and take, if the Lease is free) is the join:
@@ -370,7 +390,6 @@ struct KubeLock {
     name: String,
     record: String,
     observed: RefCell<Observed<String>>,
-    token: std::cell::Cell<Option<u64>>,
     /// What the join's look came to, for the first turn.
     first: RefCell<Option<Attempt>>,
 }
@@ -393,14 +412,15 @@ impl KubeLock {
         &self.shared.api
     }
 
-    /// Ours now: remember the Lease as written.
-    fn won(&self, lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
+    /// Ours now: remember the Lease as written, its token pinned for the
+    /// next write to record (a renewal, mostly: no write of its own).
+    fn won(&self, mut lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
         let token = lease.token()?;
+        lease.pin_token();
         self.shared
             .held
             .borrow_mut()
             .insert(self.name.clone(), lease);
-        self.token.set(Some(token));
         Ok(Attempt::Ours(token, sent))
     }
 
@@ -650,33 +670,6 @@ impl KubeLock {
             loss = watched => loss,
         }
     }
-
-    /// Record our token beside the holder's record, for status and check.
-    async fn record_token(&self) {
-        let (Some(token), Some(lease)) = (
-            self.token.get(),
-            self.shared.held.borrow().get(&self.name).cloned(),
-        ) else {
-            return;
-        };
-        let token = token.to_string();
-        let set = |l: &mut Lease| l.set_annotation(lease::TOKEN, &token);
-        match self.shared.write_ours(&self.name, lease, &set).await {
-            Ok(Some(written)) => {
-                if let Some(held) = self.shared.held.borrow_mut().get_mut(&self.name) {
-                    // Only forward: a renewal may have written a later one.
-                    if written.token().ok() > held.token().ok() {
-                        *held = written;
-                    }
-                }
-            }
-            Ok(None) => {}
-            Err(e) => log::verbose(format_args!(
-                "recording the token of lock {}: {e}",
-                self.lock
-            )),
-        }
-    }
 }
 
 impl Lock for KubeLock {
@@ -698,7 +691,7 @@ impl Lock for KubeLock {
 
     fn acquired(&self) -> Boxed<'_, ()> {
         Box::pin(async move {
-            tokio::join!(self.record_token(), self.shared.leave_queue(&self.name));
+            self.shared.leave_queue(&self.name).await;
         })
     }
 
@@ -736,10 +729,7 @@ pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
     let record = lease
         .annotation(lease::HOLDER)
         .and_then(|r| HolderRecord::from_json(r.as_bytes()));
-    let token = lease
-        .annotation(lease::TOKEN)
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
+    let token = lease.holder_token();
     Some(crate::store::Holder {
         key: identity.to_string(),
         token,

@@ -1,0 +1,406 @@
+//! Connections to MySQL and MariaDB: TLS as `ssl-mode` says, errors sorted
+//! into those worth retrying (a lost connection, a deadlock, a lock wait
+//! that timed out) and those that are the user's to fix, and a [`Link`]
+//! that reconnects on its next use after a failure.
+//!
+//! No pool: a holder needs one connection for its statements. Every
+//! connection sets `CLIENT_FOUND_ROWS`, so that an UPDATE's count is the
+//! rows it matched (MySQL otherwise counts only rows it changed), and
+//! REPEATABLE READ for itself, under which an `INSERT … SELECT` share-locks
+//! the rows it read, whatever the server's default isolation.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{ClientIdentity, Conn, OptsBuilder, Params, Row, SslOpts, Value};
+use tokio::sync::Mutex;
+
+use super::target::{MyTarget, SslMode};
+use crate::store::retry::{self, GaveUp};
+use crate::store::{StoreError, tls};
+
+/// Server error codes elect acts on.
+pub mod code {
+    pub const DUPLICATE_KEY: u16 = 1062;
+    pub const NO_SUCH_TABLE: u16 = 1146;
+    pub const BAD_DATABASE: u16 = 1049;
+    pub const TABLE_ACCESS_DENIED: u16 = 1142;
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
+    pub const COLUMN_ACCESS_DENIED: u16 = 1143;
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const DEADLOCK: u16 = 1213;
+    pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    pub const CONNECTION_KILLED: u16 = 1927;
+    pub const READ_ONLY: u16 = 1290;
+    pub const READ_ONLY_MODE: u16 = 1836;
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+}
+
+/// A failed statement, sorted.
+#[derive(Debug)]
+pub enum Failed {
+    /// The server refused it: its code and words.
+    Server(u16, String),
+    /// The connection failed, or no answer came in time: another
+    /// connection may do.
+    Link(StoreError),
+}
+
+impl Failed {
+    /// Worth sending again on a new connection.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Failed::Link(e) => e.kind == crate::store::ErrorKind::Unavailable,
+            Failed::Server(code, _) => matches!(
+                *code,
+                code::LOCK_WAIT_TIMEOUT
+                    | code::DEADLOCK
+                    | code::TOO_MANY_CONNECTIONS
+                    | code::SERVER_SHUTDOWN
+                    | code::CONNECTION_KILLED
+                    | code::QUERY_INTERRUPTED
+            ),
+        }
+    }
+
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Failed::Server(code, _) => Some(*code),
+            Failed::Link(_) => None,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            Failed::Server(_, text) => text.clone(),
+            Failed::Link(e) => e.message.clone(),
+        }
+    }
+
+    /// A refusal of the account's rights.
+    pub fn is_denied(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                code::TABLE_ACCESS_DENIED
+                    | code::DB_ACCESS_DENIED
+                    | code::SPECIFIC_ACCESS_DENIED
+                    | code::COLUMN_ACCESS_DENIED
+            )
+        )
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.code(), Some(code::READ_ONLY | code::READ_ONLY_MODE))
+    }
+}
+
+/// One connection, made on first use and again after it broke; one
+/// statement at a time on it.
+#[derive(Clone)]
+pub struct Link {
+    target: Rc<MyTarget>,
+    conn: Rc<Mutex<Option<Conn>>>,
+    /// How long a connection attempt may take, and a statement.
+    within: Duration,
+}
+
+impl Link {
+    pub fn new(target: Rc<MyTarget>, within: Duration) -> Link {
+        Link {
+            target,
+            conn: Rc::default(),
+            within,
+        }
+    }
+
+    /// A link to the same server that shares nothing with this one.
+    pub fn fresh(&self) -> Link {
+        Link::new(self.target.clone(), self.within)
+    }
+
+    pub fn target(&self) -> &MyTarget {
+        &self.target
+    }
+
+    /// Connect now, unless connected.
+    pub async fn connected(&self) -> Result<(), StoreError> {
+        let mut slot = self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Some(connect(&self.target, self.within).await?);
+        }
+        Ok(())
+    }
+
+    /// Drop the connection: the next use makes a new one.
+    pub fn reset(&self) {
+        if let Ok(mut slot) = self.conn.try_lock() {
+            slot.take();
+        }
+    }
+
+    /// Run `statement` with `params`; its rows and the rows it affected
+    /// (matched, for an UPDATE). A connection that fails, or a statement
+    /// unanswered within `patience`, is dropped.
+    pub async fn exec(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        patience: Duration,
+    ) -> Result<(Vec<Row>, u64), Failed> {
+        let mut slot = self.conn.lock().await;
+        // Taken out while the statement runs, and put back once it is
+        // answered: a statement given up half-way (its future dropped)
+        // takes its connection with it, never leaving the next statement
+        // to read its answer.
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => connect(&self.target, self.within)
+                .await
+                .map_err(Failed::Link)?,
+        };
+        let params = match params.is_empty() {
+            true => Params::Empty,
+            false => Params::Positional(params),
+        };
+        let run = async {
+            let rows: Vec<Row> = conn.exec(statement, params).await?;
+            Ok::<_, mysql_async::Error>((rows, conn.affected_rows()))
+        };
+        let answer = tokio::time::timeout(patience, run).await;
+        match answer {
+            Ok(Ok(answer)) => {
+                *slot = Some(conn);
+                Ok(answer)
+            }
+            Ok(Err(mysql_async::Error::Server(e))) => {
+                if !matches!(e.code, code::SERVER_SHUTDOWN | code::CONNECTION_KILLED) {
+                    *slot = Some(conn);
+                }
+                Err(Failed::Server(e.code, e.message.replace('\n', " ")))
+            }
+            Ok(Err(e)) => Err(Failed::Link(StoreError::unavailable(format!(
+                "{}: {}",
+                self.target,
+                crate::store::with_causes(e.to_string(), &e)
+            )))),
+            Err(_) => Err(Failed::Link(StoreError::unavailable(format!(
+                "{} did not answer within {}",
+                self.target,
+                crate::clock::show(patience)
+            )))),
+        }
+    }
+
+    /// Run a text statement without parameters (DDL, which MySQL cannot
+    /// always prepare).
+    pub async fn run(&self, statement: &str) -> Result<(), Failed> {
+        let mut slot = self.conn.lock().await;
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => connect(&self.target, self.within)
+                .await
+                .map_err(Failed::Link)?,
+        };
+        let answer = tokio::time::timeout(self.within, conn.query_drop(statement)).await;
+        match answer {
+            Ok(Ok(())) => {
+                *slot = Some(conn);
+                Ok(())
+            }
+            Ok(Err(mysql_async::Error::Server(e))) => {
+                *slot = Some(conn);
+                Err(Failed::Server(e.code, e.message.replace('\n', " ")))
+            }
+            Ok(Err(e)) => Err(Failed::Link(StoreError::unavailable(
+                crate::store::with_causes(e.to_string(), &e),
+            ))),
+            Err(_) => Err(Failed::Link(StoreError::unavailable(format!(
+                "{} did not answer within {}",
+                self.target,
+                crate::clock::show(self.within)
+            )))),
+        }
+    }
+}
+
+fn opts(target: &MyTarget, ssl: Option<SslOpts>) -> OptsBuilder {
+    let mut opts = OptsBuilder::default()
+        .user(Some(target.user.clone()))
+        .pass(target.password.as_ref().map(|p| p.expose().to_string()))
+        .db_name(Some(target.database.clone()))
+        .client_found_rows(true)
+        .stmt_cache_size(64)
+        .tcp_nodelay(true)
+        // A half-open connection must not look alive for hours.
+        .tcp_keepalive(Some(Duration::from_secs(5)))
+        .prefer_socket(false)
+        .setup(vec![
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "SET SESSION innodb_lock_wait_timeout = 5",
+        ])
+        .ssl_opts(ssl);
+    match &target.socket {
+        Some(socket) => opts = opts.socket(Some(socket.clone())),
+        None => {
+            opts = opts
+                .ip_or_hostname(target.host.clone())
+                .tcp_port(target.port)
+        }
+    }
+    opts
+}
+
+/// TLS as `ssl-mode` says; none over a Unix socket, as the clients.
+fn ssl_opts(target: &MyTarget) -> Option<SslOpts> {
+    if target.socket.is_some() || target.ssl_mode == SslMode::Disabled {
+        return None;
+    }
+    let mut ssl = SslOpts::default();
+    if let Some((cert, key)) = &target.client_cert {
+        ssl = ssl.with_client_identity(Some(ClientIdentity::new(
+            cert.clone().into(),
+            key.clone().into(),
+        )));
+    }
+    ssl = match target.ssl_mode {
+        SslMode::Preferred | SslMode::Required => ssl
+            .with_danger_accept_invalid_certs(true)
+            .with_danger_skip_domain_validation(true),
+        SslMode::VerifyCa | SslMode::VerifyIdentity => {
+            let ca = target.ca.clone().unwrap_or_default();
+            ssl.with_root_certs(vec![ca.into()])
+                .with_disable_built_in_roots(true)
+                .with_danger_skip_domain_validation(target.ssl_mode == SslMode::VerifyCa)
+        }
+        SslMode::Disabled => return None,
+    };
+    Some(ssl)
+}
+
+/// Connect to `target`, retrying what may pass (nothing listens yet, a
+/// server starting up) until `within` has passed, as every store retries.
+pub async fn connect(target: &MyTarget, within: Duration) -> Result<Conn, StoreError> {
+    // rustls needs a process-wide provider where several may be linked.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let attempt = || async move {
+        let first = Conn::new(opts(target, ssl_opts(target))).await;
+        match first {
+            // PREFERRED: in the clear where the server offers no TLS.
+            Err(mysql_async::Error::Driver(
+                mysql_async::DriverError::NoClientSslFlagFromServer,
+            )) if target.ssl_mode == SslMode::Preferred => Conn::new(opts(target, None))
+                .await
+                .map_err(|e| Failure::of(&e, target)),
+            other => other.map_err(|e| Failure::of(&e, target)),
+        }
+    };
+    let passing = |failure: &Failure| failure.passing;
+    let each = retry::attempt_within(within);
+    match retry::retry("connecting to MySQL", within, each, attempt, passing).await {
+        Ok(conn) => Ok(conn),
+        Err(GaveUp::Refused(failure) | GaveUp::Bound(Some(failure))) => {
+            Err(failure.into_error(target, within))
+        }
+        Err(GaveUp::Bound(None)) => Err(StoreError::unavailable(format!(
+            "cannot reach {target} within {}: no answer",
+            crate::clock::show(within)
+        ))),
+    }
+}
+
+/// A failed connection attempt, sorted.
+struct Failure {
+    text: String,
+    passing: bool,
+    tls: Option<tls::Refused>,
+    /// The user's to fix: no such database.
+    config: bool,
+    /// The account's credentials or rights refused.
+    refused: bool,
+}
+
+impl Failure {
+    fn of(e: &mysql_async::Error, target: &MyTarget) -> Failure {
+        let text = crate::store::with_causes(e.to_string(), e);
+        let tls = tls::Refused::in_chain(e).or_else(|| {
+            matches!(
+                e,
+                mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+            )
+            .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
+        });
+        let (code, text) = match e {
+            mysql_async::Error::Server(s) => (Some(s.code), s.message.replace('\n', " ")),
+            _ => (None, text),
+        };
+        let config = code == Some(code::BAD_DATABASE);
+        let refused = matches!(
+            code,
+            Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
+        );
+        let passing = !config
+            && tls.is_none()
+            && !refused
+            && match code {
+                None => !matches!(e, mysql_async::Error::Driver(_)),
+                Some(c) => matches!(c, code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN),
+            };
+        let text = match (refused, &target.password) {
+            (true, None) => format!(
+                "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"
+            ),
+            _ => text,
+        };
+        Failure {
+            text,
+            passing,
+            tls,
+            config,
+            refused,
+        }
+    }
+
+    fn into_error(self, target: &MyTarget, within: Duration) -> StoreError {
+        let shown = target.to_string();
+        if let Some(refused) = &self.tls {
+            return refused.error(&shown);
+        }
+        match (self.config, self.passing) {
+            (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
+            (false, false) if self.refused => {
+                StoreError::denied(format!("{shown} refused us: {}", self.text))
+            }
+            (false, false) => StoreError::unavailable(format!("{shown} refused us: {}", self.text)),
+            (false, true) => StoreError::unavailable(format!(
+                "cannot reach {shown} within {}: {}",
+                crate::clock::show(within),
+                self.text
+            )),
+        }
+    }
+}
+
+/// A cell of a row as elect's statements make it. A cell of another type
+/// (a table another program made) is a one-line 78, never an abort.
+pub fn cell<T: mysql_async::prelude::FromValue>(row: &Row, i: usize) -> Result<T, StoreError> {
+    match row.get_opt::<T, usize>(i) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(StoreError::config(format!(
+            "the database answered elect's statement with a column {i} it did not expect \
+             ({e}): are elect's tables another program's?"
+        ))),
+        None => Err(StoreError::config(format!(
+            "the database answered elect's statement without column {i}"
+        ))),
+    }
+}
+
+/// A parameter.
+pub fn p(value: impl Into<Value>) -> Value {
+    value.into()
+}

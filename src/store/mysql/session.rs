@@ -1,0 +1,527 @@
+//! A session on MySQL or MariaDB: a tenure id, the rows it holds, and the
+//! renewals that keep them.
+//!
+//! There is no lease object in the database; the session's lease is the
+//! `expires_at` of each row it holds, all renewed by one UPDATE. The
+//! deadline elect keeps counts from the send time of the last renewal that
+//! confirmed every row we hold. A renewal sent while an acquisition is on
+//! its way may miss the row being taken; the lease loop's rule for a lock
+//! taken by a request of its own covers that (the turn says when the take
+//! left: `crate::lease`). A renewal judges only the rows held both when it
+//! left and when it came back, and a row is forgotten before the statement
+//! that lets it go is sent.
+//!
+//! A waiter takes a row its holder has not let go only once it has seen it
+//! unchanged for the holder's TTL on its own clock ([`Observed`]), so a
+//! step of the database's clock hands over no live lock. Without NOTIFY it
+//! learns of renewals and releases by reading the row every
+//! [`POLL_EVERY`]: one primary-key read, and an UPDATE only once the row
+//! is free or ripe.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::conn::{Failed, Link, cell, code, p};
+use super::{MySql, POLL_EVERY, checkpoint_of, sql::Sql};
+use crate::clock::{Instant, sleep_until};
+use crate::log;
+use crate::store::observed::Observed;
+use crate::store::retry::{self, Backoff};
+use crate::store::{
+    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
+};
+
+/// A new tenure id: 128 random bits, in hex.
+pub fn tenure_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Unique enough without the kernel's randomness: pid and time.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        bytes[..8].copy_from_slice(&now.as_nanos().to_le_bytes()[..8]);
+        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key of a holder (`ELECT_KEY`): the lock and the holder's tenure.
+pub fn key(lock: &str, tenure: &str) -> String {
+    format!("{lock}/{tenure}")
+}
+
+/// What a session and its renewers share.
+struct Shared {
+    tenure: String,
+    ttl: Duration,
+    /// The locks whose rows we hold.
+    held: RefCell<BTreeSet<String>>,
+    /// The locks we are queued for.
+    queued: RefCell<BTreeSet<String>>,
+    /// Break requests seen by renewals, by lock.
+    asked: RefCell<BTreeMap<String, String>>,
+    news: Notify,
+}
+
+impl Shared {
+    fn ttl_us(&self) -> i64 {
+        self.ttl.as_micros() as i64
+    }
+}
+
+pub struct MySession<'s> {
+    store: &'s MySql,
+    shared: Rc<Shared>,
+    granted_at: Instant,
+}
+
+impl<'s> MySession<'s> {
+    pub fn new(store: &'s MySql, ttl: Duration) -> Self {
+        MySession {
+            store,
+            shared: Rc::new(Shared {
+                tenure: tenure_id(),
+                ttl,
+                held: RefCell::default(),
+                queued: RefCell::default(),
+                asked: RefCell::default(),
+                news: Notify::new(),
+            }),
+            granted_at: Instant::now(),
+        }
+    }
+}
+
+impl Session for MySession<'_> {
+    fn id(&self) -> String {
+        self.shared.tenure.clone()
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.shared.ttl)
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        Box::new(MyRenewer {
+            shared: self.shared.clone(),
+            link: self.store.link.clone(),
+            sql: self.store.sql.clone(),
+        })
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        Box::pin(async move {
+            let lock: Box<dyn Lock + '_> = Box::new(MyLock {
+                session: self,
+                key: key(&lock, &self.shared.tenure),
+                record: record.acquired_now().to_json(),
+                lock,
+                checkpoint: RefCell::new(None),
+                observed: RefCell::new(Observed::new()),
+            });
+            Ok(lock)
+        })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            // Before: no renewal may count them lost once they are let go.
+            self.shared.held.borrow_mut().clear();
+            self.shared.queued.borrow_mut().clear();
+            self.store.release(&self.shared.tenure).await
+        })
+    }
+}
+
+/// Renews every row of the session in one statement, and reads which are
+/// still ours.
+struct MyRenewer {
+    shared: Rc<Shared>,
+    link: Link,
+    sql: Rc<Sql>,
+}
+
+impl MyRenewer {
+    async fn exec(
+        &self,
+        statement: &str,
+        params: Vec<mysql_async::Value>,
+    ) -> Result<Vec<mysql_async::Row>, StoreError> {
+        let patience = self.shared.ttl;
+        match self.link.exec(statement, params, patience).await {
+            Ok((rows, _)) => Ok(rows),
+            Err(Failed::Link(e)) => Err(e),
+            Err(e) => Err(StoreError::unavailable(e.text())),
+        }
+    }
+}
+
+impl Renewer for MyRenewer {
+    fn renew(&mut self) -> Boxed<'_, Result<Renewal, StoreError>> {
+        Box::pin(async move {
+            let held = self.shared.held.borrow().clone();
+            let tenure = self.shared.tenure.as_str();
+            let ttl_us = self.shared.ttl_us();
+            if !self.shared.queued.borrow().is_empty() {
+                self.exec(&self.sql.renew_queued, vec![p(ttl_us), p(tenure)])
+                    .await?;
+            }
+            if held.is_empty() {
+                if self.shared.queued.borrow().is_empty() {
+                    self.exec("SELECT 1", Vec::new()).await?;
+                }
+                return Ok(Renewal::Alive(self.shared.ttl));
+            }
+            self.exec(&self.sql.renew, vec![p(ttl_us), p(tenure)])
+                .await?;
+            let rows = self.exec(&self.sql.renewed, vec![p(tenure)]).await?;
+            let mut renewed = BTreeSet::new();
+            for row in &rows {
+                let lock: String = cell(row, 0)?;
+                if let Some(why) = cell::<Option<String>>(row, 1)? {
+                    self.shared
+                        .asked
+                        .borrow_mut()
+                        .insert(lock.clone(), format!("{why} asked it to let go"));
+                    self.shared.news.notify_waiters();
+                }
+                renewed.insert(lock);
+            }
+            let still = self.shared.held.borrow();
+            if let Some(lost) = held
+                .iter()
+                .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
+            {
+                return Ok(Renewal::Gone(format!(
+                    "the lease row of lock {lost} was ended or taken over"
+                )));
+            }
+            Ok(Renewal::Alive(self.shared.ttl))
+        })
+    }
+
+    fn reset(&mut self) {
+        self.link = self.link.fresh();
+    }
+}
+
+/// A place in the race for one lock's row.
+struct MyLock<'s> {
+    session: &'s MySession<'s>,
+    lock: String,
+    key: String,
+    record: String,
+    /// The checkpoint, as the take found the row.
+    checkpoint: RefCell<Option<Checkpoint>>,
+    /// The holder's row as we have seen it, and since when.
+    observed: RefCell<Observed<Version>>,
+}
+
+/// A version of a lease row held by someone: its holder's tenure, its
+/// count of renewals, and the database's time of the last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Version {
+    tenure: String,
+    renewals: i64,
+    micros: Option<i64>,
+}
+
+/// A lease row as read.
+struct Seen {
+    tenure: Option<String>,
+    fence: i64,
+    version: Version,
+    ttl: Option<Duration>,
+    /// Time left by the database's clock; `None` once expired.
+    left: Option<Duration>,
+    checkpoint: Option<Checkpoint>,
+}
+
+/// What one acquisition attempt found.
+enum Attempt {
+    /// Ours, with this token, by the statement sent at this instant.
+    Ours(u64, Instant),
+    /// Busy; worth another look in this long (`None`: at once, a race).
+    Busy(Option<Duration>),
+}
+
+fn millis(ms: Option<i64>) -> Option<Duration> {
+    ms.map(|ms| Duration::from_millis(ms.max(0) as u64))
+}
+
+impl MyLock<'_> {
+    fn store(&self) -> &MySql {
+        self.session.store
+    }
+
+    fn tenure(&self) -> &str {
+        &self.session.shared.tenure
+    }
+
+    async fn exec(
+        &self,
+        statement: &str,
+        params: Vec<mysql_async::Value>,
+    ) -> Result<(Vec<mysql_async::Row>, u64), Failed> {
+        let patience = retry::attempt_within(self.session.shared.ttl);
+        self.store().link.exec(statement, params, patience).await
+    }
+
+    /// The lock's row, if it exists.
+    async fn look(&self) -> Result<Option<Seen>, Failed> {
+        let (rows, _) = self
+            .exec(&self.store().sql.row, vec![p(self.lock.as_str())])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let bad = Failed::Link;
+        let tenure: Option<String> = cell(row, 0).map_err(bad)?;
+        Ok(Some(Seen {
+            fence: cell(row, 1).map_err(bad)?,
+            version: Version {
+                tenure: tenure.clone().unwrap_or_default(),
+                renewals: cell(row, 2).map_err(bad)?,
+                micros: cell(row, 3).map_err(bad)?,
+            },
+            tenure,
+            ttl: millis(cell(row, 4).map_err(bad)?),
+            left: millis(cell(row, 5).map_err(bad)?),
+            checkpoint: checkpoint_of(row, 6).map_err(bad)?,
+        }))
+    }
+
+    /// Judge a row held by someone else: how long until it is worth a
+    /// take, by the database's clock and by ours (zero: now).
+    fn judge(&self, seen: Seen, answered: Instant) -> Duration {
+        let shared = &self.session.shared;
+        let mut observed = self.observed.borrow_mut();
+        observed.saw(seen.version, seen.ttl.unwrap_or(shared.ttl), answered);
+        let by_database = seen.left.unwrap_or(Duration::ZERO);
+        let by_us = observed
+            .ripe_at()
+            .map_or(Duration::ZERO, Instant::remaining);
+        by_database.max(by_us)
+    }
+
+    /// One acquisition: with `look_first`, a read alone while the row is
+    /// still busy.
+    async fn attempt(&self, look_first: bool) -> Result<Attempt, Failed> {
+        let shared = &self.session.shared;
+        if look_first
+            && let Some(seen) = self.look().await?
+            && seen.tenure.as_deref().is_some_and(|t| t != self.tenure())
+        {
+            let wait = self.judge(seen, Instant::now());
+            if !wait.is_zero() {
+                return Ok(Attempt::Busy(Some(wait)));
+            }
+        }
+        let (t, r, m) = match self.observed.borrow().ripe(Instant::now()) {
+            Some(v) => (Some(v.tenure.clone()), Some(v.renewals), v.micros),
+            None => (None, None, None),
+        };
+        let tenure = self.tenure();
+        let sent = Instant::now();
+        let take = vec![
+            p(tenure),
+            p(tenure),
+            p(tenure),
+            p(self.record.as_str()),
+            p(tenure),
+            p(shared.ttl_us()),
+            p(self.lock.as_str()),
+            p(tenure),
+            p(t),
+            p(r),
+            p(m),
+        ];
+        let (_, matched) = self.exec(&self.store().sql.take, take).await?;
+        let (sent, seen) = match matched {
+            0 => match self.look().await? {
+                Some(seen) => (sent, seen),
+                None => {
+                    // The lock's first take: a row of its own, fence 1.
+                    let sent = Instant::now();
+                    let insert = vec![
+                        p(self.lock.as_str()),
+                        p(tenure),
+                        p(shared.ttl_us()),
+                        p(self.record.as_str()),
+                    ];
+                    match self.exec(&self.store().sql.insert, insert).await {
+                        Ok(_) => {}
+                        // Made meanwhile: look again at once.
+                        Err(e) if e.code() == Some(code::DUPLICATE_KEY) => {
+                            return Ok(Attempt::Busy(None));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                    match self.look().await? {
+                        Some(seen) => (sent, seen),
+                        None => return Ok(Attempt::Busy(None)),
+                    }
+                }
+            },
+            _ => (
+                sent,
+                self.look()
+                    .await?
+                    .ok_or(Failed::Link(StoreError::unavailable(
+                        "the lease row vanished",
+                    )))?,
+            ),
+        };
+        let answered = Instant::now();
+        if seen.tenure.as_deref() == Some(tenure) {
+            shared.held.borrow_mut().insert(self.lock.clone());
+            shared.queued.borrow_mut().remove(&self.lock);
+            *self.checkpoint.borrow_mut() = seen.checkpoint;
+            let unqueue = vec![p(self.lock.as_str()), p(tenure)];
+            if let Err(e) = self.exec(&self.store().sql.unqueue_taken, unqueue).await {
+                log::verbose(format_args!(
+                    "leaving the queue of {}: {}",
+                    self.lock,
+                    e.text()
+                ));
+            }
+            return Ok(Attempt::Ours(seen.fence as u64, sent));
+        }
+        if seen.tenure.is_none() {
+            // Let go between the take and the look.
+            self.observed.borrow_mut().forget();
+            return Ok(Attempt::Busy(None));
+        }
+        let wait = self.judge(seen, answered);
+        if !shared.queued.borrow().contains(&self.lock) {
+            let queue = vec![p(self.lock.as_str()), p(tenure), p(shared.ttl_us())];
+            self.exec(&self.store().sql.queue, queue).await?;
+            shared.queued.borrow_mut().insert(self.lock.clone());
+        }
+        Ok(Attempt::Busy((!wait.is_zero()).then_some(wait)))
+    }
+
+    /// Try until the row is ours; set up the tables on first use.
+    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
+        let store = self.store();
+        // A statement that hangs on a dead connection is given up and
+        // tried on a new one: a take sent again is safe.
+        let patience = retry::attempt_within(self.session.shared.ttl);
+        let mut set_up = false;
+        let mut look_first = false;
+        let mut backoff = Backoff::STORE;
+        loop {
+            let left = match tokio::time::timeout(patience, self.attempt(look_first)).await {
+                Ok(Ok(Attempt::Ours(token, sent))) => {
+                    return Ok(Turn::First {
+                        token,
+                        taken: Some(sent),
+                    });
+                }
+                Ok(Ok(Attempt::Busy(left))) => left,
+                Ok(Err(e)) if e.code() == Some(code::NO_SUCH_TABLE) && !set_up => {
+                    set_up = true;
+                    store.set_up().await?;
+                    continue;
+                }
+                Ok(Err(e)) if !e.is_transient() => return Err(store.failed(&e).await),
+                Ok(Err(e)) => {
+                    log::verbose(format_args!(
+                        "could not try for lock {}: {}",
+                        self.lock,
+                        e.text()
+                    ));
+                    store.link.reset();
+                    let wake = Instant::now() + backoff.pause();
+                    sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+                    if until.is_some_and(|at| at.remaining().is_zero()) {
+                        return Ok(Turn::Busy);
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    log::verbose(format_args!(
+                        "no answer within {}; connecting again",
+                        crate::clock::show(patience)
+                    ));
+                    store.link.reset();
+                    continue;
+                }
+            };
+            backoff.reset();
+            look_first = left.is_some();
+            if until.is_some_and(|at| at.remaining().is_zero()) {
+                return Ok(Turn::Busy);
+            }
+            // Wake when the holder's lease ends by the database's clock and
+            // by ours, or to look for a release.
+            let nap = left.map_or(Duration::from_millis(5), |l| l.min(POLL_EVERY));
+            let wake = Instant::now() + nap;
+            sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+        }
+    }
+
+    /// Wait for a break request that a renewal found.
+    async fn asked(&self) -> Loss {
+        let shared = &self.session.shared;
+        loop {
+            let news = shared.news.notified();
+            if let Some(why) = shared.asked.borrow().get(&self.lock) {
+                return Loss::Asked(why.clone());
+            }
+            news.await;
+        }
+    }
+}
+
+impl Lock for MyLock<'_> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn rank(&self) -> u64 {
+        0
+    }
+
+    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
+        Box::pin(self.wait(until))
+    }
+
+    /// A break request or the end of our row, as a renewal finds it.
+    fn lost(&self) -> Boxed<'_, Loss> {
+        Box::pin(self.asked())
+    }
+
+    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(async move { Ok(self.checkpoint.borrow_mut().take()) })
+    }
+
+    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let shared = &self.session.shared;
+            // Before: no renewal may count it lost once it is let go.
+            shared.held.borrow_mut().remove(&self.lock);
+            shared.queued.borrow_mut().remove(&self.lock);
+            let params = vec![p(self.lock.as_str()), p(self.tenure())];
+            self.store()
+                .query(&self.store().sql.leave, params.clone())
+                .await?;
+            self.store()
+                .query(&self.store().sql.leave_queue, params)
+                .await?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,372 @@
+//! Every statement elect sends to MySQL or MariaDB, with the tables'
+//! names filled in. Each is one autocommit statement, safe to send again
+//! when its reply was lost: a take names the taker's tenure, which a
+//! second take finds in the row and confirms with the same fence.
+//!
+//! The database's clock judges expiry with `UTC_TIMESTAMP(6)` (the
+//! statement's start, in microseconds, whatever the session's time zone),
+//! and no client time ever reaches the table. It is not the only judge: a
+//! row its holder has not let go is taken only once the taker has also
+//! seen it unchanged for a whole TTL on its own clock
+//! ([`crate::store::observed`]); the taker names the version it saw
+//! (tenure, `renewals`, `renewed_at`), and every write that moves
+//! `expires_at` counts one more in `renewals`. A lease row is never
+//! deleted, so its `fence` never goes back; it is never an AUTO_INCREMENT,
+//! whose counter InnoDB may hand out again after a restart.
+//!
+//! MySQL's single-table UPDATE assigns left to right, each assignment
+//! seeing the ones before: the take's `fence`, `acquired_at` and `holder`
+//! are set before `tenure`, which they test. Connections set
+//! `CLIENT_FOUND_ROWS`, so an UPDATE counts the rows it matched, not only
+//! those it changed.
+
+/// What a free row's `expires_at` holds: DATETIME's least value.
+const NEVER: &str = "'1000-01-01 00:00:00'";
+/// The database's clock.
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// The column types of lock names and tenures: compared byte for byte,
+/// never by a case-insensitive collation.
+const NAME: &str = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+
+/// The tables, as created (also what an administrator runs by hand).
+pub fn create_tables(t: &Tables) -> Vec<String> {
+    let Tables {
+        lease,
+        waiter,
+        record,
+    } = t;
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {lease} (name {NAME} NOT NULL PRIMARY KEY, \
+             tenure VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, \
+             fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
+             renewed_at DATETIME(6) NULL, acquired_at DATETIME(6) NULL, holder TEXT NULL, \
+             checkpoint MEDIUMTEXT NULL, checkpoint_fence BIGINT NULL, \
+             checkpoint_at DATETIME(6) NULL, shards INT NULL, \
+             renewals BIGINT NOT NULL DEFAULT 0, KEY (tenure)) \
+             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {waiter} (name {NAME} NOT NULL, \
+             tenure VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             since DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL, \
+             PRIMARY KEY (name, tenure), KEY (tenure)) \
+             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {record} (name {NAME} NOT NULL, record {NAME} NOT NULL, \
+             version BIGINT NOT NULL, value MEDIUMTEXT NOT NULL, PRIMARY KEY (name, record)) \
+             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        ),
+    ]
+}
+
+/// The least an account needs to take locks.
+pub fn grants(t: &Tables, account: &str) -> Vec<String> {
+    vec![
+        format!("GRANT SELECT, INSERT, UPDATE ON {} TO {account}", t.lease),
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {account}",
+            t.waiter
+        ),
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {account}",
+            t.record
+        ),
+    ]
+}
+
+/// The three tables' quoted names.
+pub struct Tables {
+    pub lease: String,
+    pub waiter: String,
+    pub record: String,
+}
+
+impl Tables {
+    pub fn new(database: &str, prefix: &str) -> Tables {
+        let name = |table: &str| format!("`{database}`.`{prefix}_{table}`");
+        Tables {
+            lease: name("lease"),
+            waiter: name("waiter"),
+            record: name("record"),
+        }
+    }
+}
+
+/// The statements, for one set of tables. `?` are positional parameters,
+/// named in each statement's comment.
+pub struct Sql {
+    pub take: String,
+    pub insert: String,
+    pub row: String,
+    pub queue: String,
+    pub renew: String,
+    pub renewed: String,
+    pub renew_queued: String,
+    pub release: String,
+    pub unqueue: String,
+    pub leave: String,
+    pub leave_queue: String,
+    pub unqueue_taken: String,
+    pub status: String,
+    pub list: String,
+    pub ask: String,
+    pub checkpoint: String,
+    pub put_checkpoint: String,
+    pub fence_of: String,
+    pub record: String,
+    pub put_record_held: String,
+    pub put_record_new: String,
+    pub put_record_version: String,
+    pub put_record_any: String,
+    pub delete_record: String,
+    pub tenures: String,
+    pub record_shards: String,
+    pub shards: String,
+    pub owners: String,
+    pub end: String,
+    pub tables: Tables,
+}
+
+/// A timestamp column as RFC 3339 UTC with milliseconds.
+fn rfc3339(column: &str) -> String {
+    format!(
+        "CONCAT(DATE_FORMAT({column}, '%Y-%m-%dT%H:%i:%s.'), \
+         LPAD(FLOOR(MICROSECOND({column}) / 1000), 3, '0'), 'Z')"
+    )
+}
+
+/// Milliseconds left until `expires_at`, or NULL once it has passed.
+fn left(column: &str) -> String {
+    format!(
+        "CASE WHEN {column} > {NOW} THEN TIMESTAMPDIFF(MICROSECOND, {NOW}, {column}) DIV 1000 END"
+    )
+}
+
+/// A renewal time as microseconds, exact, for naming a version of a row.
+fn micros(column: &str) -> String {
+    format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column})")
+}
+
+/// The TTL a row's holder renews with, in ms.
+fn ttl_of(row: &str) -> String {
+    format!(
+        "CASE WHEN {row}.renewed_at IS NOT NULL \
+         THEN TIMESTAMPDIFF(MICROSECOND, {row}.renewed_at, {row}.expires_at) DIV 1000 END"
+    )
+}
+
+/// A field of the holder record.
+fn holder_field(field: &str) -> String {
+    format!("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.{field}'))")
+}
+
+impl Sql {
+    pub fn new(database: &str, prefix: &str) -> Sql {
+        let tables = Tables::new(database, prefix);
+        let Tables {
+            lease: l,
+            waiter: w,
+            record: r,
+        } = &tables;
+        let expiry = format!("{NOW} + INTERVAL ? MICROSECOND");
+        Sql {
+            // 1-3 tenure, 4 holder record, 5 tenure, 6 ttl µs, 7 lock,
+            // 8 tenure; 9 tenure, 10 renewals and 11 renewal time (µs) of
+            // the version the taker has seen unchanged for its holder's
+            // TTL, or NULLs. Takes a free row, or an expired one still at
+            // that version, with the next fence, or confirms our own with
+            // the same fence (a take sent again); matches no row else.
+            take: format!(
+                "UPDATE {l} SET fence = IF(tenure <=> ?, fence, fence + 1), \
+                   acquired_at = IF(tenure <=> ?, acquired_at, {NOW}), \
+                   holder = IF(tenure <=> ?, holder, ?), \
+                   tenure = ?, renewed_at = {NOW}, expires_at = {expiry}, \
+                   renewals = renewals + 1 \
+                 WHERE name = ? AND (tenure IS NULL OR tenure = ? \
+                   OR (expires_at <= {NOW} AND tenure = ? AND renewals = ? \
+                       AND {} <=> ?))",
+                micros("renewed_at")
+            ),
+            // 1 lock, 2 tenure, 3 ttl µs, 4 holder record: the first take
+            // of a lock, fence 1; a duplicate key if the row exists.
+            insert: format!(
+                "INSERT INTO {l} (name, tenure, fence, expires_at, renewed_at, acquired_at, \
+                   holder, renewals) VALUES (?, ?, 1, {expiry}, {NOW}, {NOW}, ?, 1)"
+            ),
+            // 1 lock: its holder's tenure, the fence, the version, the
+            // holder's TTL and time left by the database's clock, and the
+            // checkpoint.
+            row: format!(
+                "SELECT tenure, fence, renewals, {}, {}, {}, checkpoint, checkpoint_fence, {} \
+                 FROM {l} WHERE name = ?",
+                micros("renewed_at"),
+                ttl_of(l),
+                left("expires_at"),
+                rfc3339("checkpoint_at")
+            ),
+            // 1 lock, 2 tenure, 3 ttl µs: queued, for status alone.
+            queue: format!(
+                "INSERT INTO {w} (name, tenure, since, expires_at) VALUES (?, ?, {NOW}, {expiry}) \
+                 ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
+            ),
+            // 1 ttl µs, 2 tenure. A row the database's clock calls expired
+            // is still ours until someone takes it, which waits for a
+            // whole TTL after the last renewal it saw.
+            renew: format!(
+                "UPDATE {l} SET expires_at = {expiry}, renewed_at = {NOW}, \
+                   renewals = renewals + 1 WHERE tenure = ?"
+            ),
+            // 1 tenure: the rows the renewal kept, and any break request.
+            renewed: format!(
+                "SELECT name, {} FROM {l} WHERE tenure = ?",
+                holder_field("break_request")
+            ),
+            // 1 ttl µs, 2 tenure.
+            renew_queued: format!("UPDATE {w} SET expires_at = {expiry} WHERE tenure = ?"),
+            // 1 tenure: free our rows. The holder record stays, as the
+            // last holder's (shards go back to it), shown only while a
+            // tenure lives.
+            release: format!(
+                "UPDATE {l} SET tenure = NULL, expires_at = {NEVER}, renewed_at = NULL, \
+                   acquired_at = NULL WHERE tenure = ?"
+            ),
+            // 1 tenure: leave every queue.
+            unqueue: format!("DELETE FROM {w} WHERE tenure = ?"),
+            // 1 lock, 2 tenure: as release, for one lock.
+            leave: format!(
+                "UPDATE {l} SET tenure = NULL, expires_at = {NEVER}, renewed_at = NULL, \
+                   acquired_at = NULL WHERE name = ? AND tenure = ?"
+            ),
+            // 1 lock, 2 tenure.
+            leave_queue: format!("DELETE FROM {w} WHERE name = ? AND tenure = ?"),
+            // 1 lock, 2 tenure: on a take, our place in the queue and
+            // those of waiters gone.
+            unqueue_taken: format!(
+                "DELETE FROM {w} WHERE name = ? AND (tenure = ? OR expires_at < {NOW})"
+            ),
+            // 1 lock, 2 lock, 3 lock: fence, tenure, holder, ms left (NULL:
+            // free), lease TTL in ms, live waiters.
+            status: format!(
+                "SELECT l.fence, l.tenure, l.holder, {}, {}, \
+                   (SELECT COUNT(*) FROM {w} q WHERE q.name = ? AND q.expires_at > {NOW} \
+                      AND NOT (q.tenure <=> (SELECT tenure FROM {l} WHERE name = ?))) \
+                 FROM (SELECT 1) one LEFT JOIN {l} l ON l.name = ?",
+                left("l.expires_at"),
+                ttl_of("l"),
+            ),
+            // 1-2 prefix, 3-4 prefix: every lock with a holder or waiters.
+            list: format!(
+                "SELECT name FROM {l} WHERE tenure IS NOT NULL AND expires_at > {NOW} \
+                   AND LEFT(name, CHAR_LENGTH(?)) = ? \
+                 UNION SELECT name FROM {w} WHERE expires_at > {NOW} \
+                   AND LEFT(name, CHAR_LENGTH(?)) = ? ORDER BY 1"
+            ),
+            // 1 request, 2 lock, 3 tenure: ask the holder to let go.
+            ask: format!(
+                "UPDATE {l} SET holder = JSON_SET(COALESCE(holder, '{{}}'), '$.break_request', ?) \
+                 WHERE name = ? AND tenure = ? AND expires_at > {NOW}"
+            ),
+            // 1 lock: its checkpoint, the token that wrote it, when.
+            checkpoint: format!(
+                "SELECT checkpoint, checkpoint_fence, {} FROM {l} \
+                 WHERE name = ? AND checkpoint IS NOT NULL",
+                rfc3339("checkpoint_at")
+            ),
+            // 1 value, 2 lock, 3 tenure, 4 fence: store the checkpoint if
+            // the writer still holds the row with that fence (its own
+            // clock, not the database's, tells whether its lease lives).
+            put_checkpoint: format!(
+                "UPDATE {l} SET checkpoint = ?, checkpoint_fence = fence, checkpoint_at = {NOW} \
+                 WHERE name = ? AND tenure = ? AND fence = ?"
+            ),
+            // 1 lock: the row's fence, and whether a tenure lives in it.
+            fence_of: format!(
+                "SELECT fence, tenure IS NOT NULL AND expires_at > {NOW} FROM {l} WHERE name = ?"
+            ),
+            // 1 lock, 2 record: its value and version.
+            record: format!("SELECT value, version FROM {r} WHERE name = ? AND record = ?"),
+            // 1 lock, 2 record, 3 value, 4 lock, 5 tenure, 6 fence: written
+            // if the tenure still holds the lock with that fence, its row
+            // share-locked until the write commits, so that no taker
+            // comes between.
+            put_record_held: format!(
+                "INSERT INTO {r} (name, record, version, value) \
+                 SELECT ?, ?, 1, ? FROM {l} WHERE name = ? AND tenure = ? AND fence = ? \
+                 LOCK IN SHARE MODE \
+                 ON DUPLICATE KEY UPDATE value = VALUES(value), version = {r}.version + 1"
+            ),
+            // 1 lock, 2 record, 3 value: a duplicate key if there is one.
+            put_record_new: format!(
+                "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?)"
+            ),
+            // 1 value, 2 lock, 3 record, 4 version: written if still that version.
+            put_record_version: format!(
+                "UPDATE {r} SET value = ?, version = version + 1 \
+                 WHERE name = ? AND record = ? AND version = ?"
+            ),
+            // 1 lock, 2 record, 3 value: written whatever was there.
+            put_record_any: format!(
+                "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?) \
+                 ON DUPLICATE KEY UPDATE value = VALUES(value), version = version + 1"
+            ),
+            // 1 lock, 2 record.
+            delete_record: format!("DELETE FROM {r} WHERE name = ? AND record = ?"),
+            // 1 prefix, 2 with values, 3 lock, 4-5 prefix: each tenure's id and value.
+            tenures: format!(
+                "SELECT SUBSTRING(record, CHAR_LENGTH(?) + 1), IF(?, value, '') FROM {r} \
+                 WHERE name = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
+            ),
+            // 1 lock, 2 count: record the number of shards in the lock's
+            // own row unless one is.
+            record_shards: format!(
+                "INSERT INTO {l} (name, fence, expires_at, shards) VALUES (?, 0, {NEVER}, ?) \
+                 ON DUPLICATE KEY UPDATE shards = COALESCE(shards, VALUES(shards))"
+            ),
+            // 1 lock: the number of shards recorded.
+            shards: format!("SELECT shards FROM {l} WHERE name = ?"),
+            // Locks as parameters, as many as asked: for each, held now,
+            // and its last holder's identity (`IN (…)` added by the caller).
+            owners: format!(
+                "SELECT name, tenure IS NOT NULL AND expires_at > {NOW}, {} FROM {l} WHERE name IN ",
+                holder_field("identity")
+            ),
+            // 1 lock, 2 tenure: end a holder's lease now.
+            end: format!(
+                "UPDATE {l} SET tenure = NULL, holder = NULL, expires_at = {NEVER}, \
+                   renewed_at = NULL, acquired_at = NULL WHERE name = ? AND tenure = ?"
+            ),
+            tables,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README gives administrators the very SQL elect would run.
+    #[test]
+    fn the_readme_has_the_setup_sql() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let t = Tables::new("jobs", "elect");
+        let wanted: Vec<String> = create_tables(&t)
+            .into_iter()
+            .map(|c| c.replace(" IF NOT EXISTS", ""))
+            .chain(grants(&t, "'batch'@'%'"))
+            .collect();
+        let missing: Vec<String> = wanted
+            .iter()
+            .filter(|s| !readme.contains(&format!("{s};")))
+            .map(|s| format!("{s};"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "README.md lacks:\n{}",
+            missing.join("\n")
+        );
+    }
+}

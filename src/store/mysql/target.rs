@@ -1,0 +1,672 @@
+//! How to reach MySQL or MariaDB, the way their clients read it, so that
+//! the settings a team already has work unchanged: a `mysql://` (or
+//! `mariadb://`) URL, then `MYSQL_HOST`, `MYSQL_TCP_PORT` and
+//! `MYSQL_UNIX_PORT`, then the `[client]` section of `~/.my.cnf` (user,
+//! password, host, port, socket, database, `ssl-mode`, `ssl-ca`,
+//! `ssl-cert`, `ssl-key`), then the clients' defaults (`localhost`, which
+//! they take for the Unix socket `/run/mysqld/mysqld.sock`, port 3306, the
+//! login name as user). elect's own flags (`--user`, `--password-file`,
+//! `--cacert`, `--cert`, `--key`) come first. `MYSQL_PWD`, which the
+//! clients deprecate, is not read.
+//!
+//! TLS follows the clients' `ssl-mode`: `DISABLED`, `PREFERRED` (the
+//! default: TLS if the server offers it, its certificate unchecked),
+//! `REQUIRED` (TLS, unchecked), `VERIFY_CA` (the chain to the CA) and
+//! `VERIFY_IDENTITY` (the chain and the host name). An option elect cannot
+//! honour is refused, never ignored.
+//!
+//! The password never shows: not in `Display` (the URL the command gets in
+//! `ELECT_STORE`), not in `Debug`, not in any message.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::MySql;
+use crate::store::kind::{About, Kind, Settings, Target};
+use crate::store::secret::{Secret, find_password};
+use crate::store::{Boxed, Store, StoreError};
+
+/// MySQL's and MariaDB's URLs.
+pub const KIND: Kind = Kind {
+    name: "mysql",
+    forms: &[
+        "mysql://USER@HOST:PORT/DB[?ssl-mode=M]",
+        "mariadb://USER@HOST:PORT/DB",
+    ],
+    claims: |url| {
+        let lower = url.to_ascii_lowercase();
+        lower.starts_with("mysql://") || lower.starts_with("mariadb://")
+    },
+    parse: |url, settings| Ok(Box::new(MyTarget::parse(url, settings)?)),
+    from_env: || None,
+    release: |order, within| {
+        let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
+        Box::pin(async move {
+            let order =
+                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
+            let store = MySql::release_tenure(&order.target, &order.tenure, within).await?;
+            Ok(Box::new(store) as Box<dyn Store>)
+        })
+    },
+    about: About {
+        title: "MySQL/MariaDB",
+        help: "mysql://USER@HOST:PORT/DB (or mariadb://)",
+        readme: "`mysql://USER@HOST:PORT/DB` or `mariadb://…` (see [MySQL and MariaDB](#mysql-and-mariadb))",
+        schemes: &["mysql://", "mariadb://"],
+        reads: &[(
+            "MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_UNIX_PORT",
+            "the MySQL clients' variables, for what a mysql:// store URL leaves out (then ~/.my.cnf's [client] section).",
+        )],
+        secrets: SECRET_VARIABLES,
+        key: "`<lock>/<tenure>`",
+        lease_id: "the holder's tenure id (32 hex digits, fresh for each `elect run`)",
+    },
+};
+
+/// Variables that may carry a secret for MySQL: the command never sees them.
+const SECRET_VARIABLES: &[&str] = &["MYSQL_PWD"];
+
+/// The URL options elect understands.
+const OPTIONS: &[&str] = &[
+    "ssl-mode", "ssl-ca", "ssl-cert", "ssl-key", "socket", "prefix",
+];
+
+/// The clients' `ssl-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SslMode {
+    Disabled,
+    Preferred,
+    Required,
+    VerifyCa,
+    VerifyIdentity,
+}
+
+impl SslMode {
+    fn parse(text: &str) -> Result<SslMode, String> {
+        Ok(match text.to_ascii_uppercase().replace('-', "_").as_str() {
+            "DISABLED" => SslMode::Disabled,
+            "PREFERRED" => SslMode::Preferred,
+            "REQUIRED" => SslMode::Required,
+            "VERIFY_CA" => SslMode::VerifyCa,
+            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
+            _ => {
+                return Err(format!(
+                    "unknown ssl-mode '{text}'; use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+                ));
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "DISABLED",
+            SslMode::Preferred => "PREFERRED",
+            SslMode::Required => "REQUIRED",
+            SslMode::VerifyCa => "VERIFY_CA",
+            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MyTarget {
+    /// `mysql` or `mariadb`, as the URL said.
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+    /// A Unix socket, used instead of TCP.
+    pub socket: Option<String>,
+    pub user: String,
+    pub password: Option<Secret>,
+    pub database: String,
+    pub ssl_mode: SslMode,
+    /// PEM: the CA that signed the server's certificate.
+    pub ca: Option<Vec<u8>>,
+    /// PEM: a client certificate and its private key.
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// The tables are PREFIX_lease, PREFIX_waiter and PREFIX_record.
+    pub prefix: String,
+}
+
+/// The default socket of the clients (and of Debian's servers).
+const DEFAULT_SOCKET: &str = "/run/mysqld/mysqld.sock";
+
+impl MyTarget {
+    pub fn parse(url: &str, settings: &Settings) -> Result<MyTarget, StoreError> {
+        let shown = format!("store URL '{}'", crate::store::kind::redact(url));
+        MyTarget::from_url(url, settings, &Env::process())
+            .map_err(|e| StoreError::config(format!("{shown}: {e}")))
+    }
+
+    fn from_url(url: &str, settings: &Settings, env: &Env) -> Result<MyTarget, String> {
+        let (scheme, rest) = url.split_once("://").ok_or("not a mysql:// URL")?;
+        let scheme = scheme.to_ascii_lowercase();
+        let mut words = url_words(rest)?;
+        if let Some(unknown) = words
+            .keys()
+            .find(|k| !OPTIONS.contains(&k.as_str()) && !URL_PARTS.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "unknown option '{unknown}'; elect knows {}",
+                OPTIONS.join(", ")
+            ));
+        }
+        for (key, variable) in [
+            ("host", "MYSQL_HOST"),
+            ("port", "MYSQL_TCP_PORT"),
+            ("socket", "MYSQL_UNIX_PORT"),
+        ] {
+            if !words.contains_key(key)
+                && let Some(value) = env.var(variable)
+            {
+                words.insert(key.into(), value);
+            }
+        }
+        let cnf = env
+            .home()
+            .map(|h| my_cnf_client(&h.join(".my.cnf")))
+            .unwrap_or_default();
+        for key in [
+            "user", "host", "port", "socket", "database", "ssl-mode", "ssl-ca", "ssl-cert",
+            "ssl-key",
+        ] {
+            if !words.contains_key(key)
+                && let Some(value) = cnf.get(key)
+            {
+                words.insert(key.into(), value.clone());
+            }
+        }
+        if let Some(user) = &settings.user {
+            words.insert("user".into(), user.clone());
+        }
+        let get = |key: &str| words.get(key).map(String::as_str).filter(|v| !v.is_empty());
+
+        let host = get("host").unwrap_or("localhost").to_string();
+        if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("'{host}' is not a host name"));
+        }
+        let port = match get("port") {
+            None => 3306,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("'{p}' is not a port"))?,
+        };
+        // As the clients: localhost means the Unix socket.
+        let socket = match get("socket") {
+            Some(socket) => Some(socket.to_string()),
+            None if host == "localhost" => Some(DEFAULT_SOCKET.to_string()),
+            None => None,
+        };
+        let user = match get("user") {
+            Some(user) => user.to_string(),
+            None => env
+                .login()
+                .ok_or("no user given and no login name to use")?,
+        };
+        let database = get("database")
+            .ok_or("no database: name the one that keeps elect's tables, mysql://USER@HOST/DB")?
+            .to_string();
+        check_name(&database, "database")?;
+        let prefix = get("prefix").unwrap_or("elect").to_string();
+        check_name(&prefix, "prefix")?;
+
+        let ca = match (settings.cacert.as_deref(), get("ssl-ca")) {
+            (Some(path), _) => Some(read_pem(path, "--cacert", "CERTIFICATE")?),
+            (None, Some(path)) => Some(read_pem(Path::new(path), "ssl-ca", "CERTIFICATE")?),
+            (None, None) => None,
+        };
+        let cert = settings.cert.clone().or(get("ssl-cert").map(PathBuf::from));
+        let key = settings.key.clone().or(get("ssl-key").map(PathBuf::from));
+        let client_cert = match (cert, key) {
+            (Some(cert), Some(key)) => Some((
+                crate::store::secret::read_client_certificate(&cert, "--cert")
+                    .map_err(|e| e.message)?,
+                read_pem(&key, "--key", "PRIVATE KEY")?,
+            )),
+            (None, None) => None,
+            (Some(_), None) => return Err("--cert (ssl-cert) needs --key (ssl-key)".into()),
+            (None, Some(_)) => return Err("--key (ssl-key) needs --cert (ssl-cert)".into()),
+        };
+        let mut ssl_mode = match get("ssl-mode") {
+            Some(mode) => SslMode::parse(mode)?,
+            None => SslMode::Preferred,
+        };
+        // Certificates mean TLS, checked: never fall back to the clear, and
+        // with a CA, verify the chain (the clients do so with --ssl-ca).
+        if ca.is_some() && matches!(ssl_mode, SslMode::Preferred | SslMode::Required) {
+            ssl_mode = SslMode::VerifyCa;
+        } else if client_cert.is_some() && ssl_mode == SslMode::Preferred {
+            ssl_mode = SslMode::Required;
+        }
+        if client_cert.is_some() && ssl_mode == SslMode::Disabled {
+            return Err("a client certificate with ssl-mode=DISABLED".into());
+        }
+        if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity) && ca.is_none() {
+            return Err(format!(
+                "ssl-mode={} needs the CA's certificate: give --cacert or ssl-ca",
+                ssl_mode.name()
+            ));
+        }
+
+        let mut target = MyTarget {
+            scheme,
+            host,
+            port,
+            socket,
+            user,
+            password: None,
+            database,
+            ssl_mode,
+            ca,
+            client_cert,
+            prefix,
+        };
+        // In the order of every store; the clients' own is ~/.my.cnf.
+        let password = find_password(
+            Some(&target.user),
+            settings.password_file.as_deref(),
+            words.get("password").cloned().map(Secret),
+            |name| env.var(name),
+            || cnf.get("password").cloned().map(Secret),
+        )
+        .map_err(|e| e.message)?;
+        target.password = password;
+        Ok(target)
+    }
+
+    /// Where the server is, for messages and the probe: `HOST:PORT`.
+    pub fn address(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("[{}]:{}", self.host, self.port),
+            false => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// The parts of a URL that are not options.
+const URL_PARTS: &[&str] = &["user", "password", "host", "port", "database"];
+
+/// `[user[:password]@][host[:port]][/database][?key=value&…]`.
+fn url_words(rest: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut words = BTreeMap::new();
+    let (main, query) = match rest.split_once('?') {
+        Some((main, query)) => (main, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = match main.split_once('/') {
+        Some((authority, path)) => (authority, Some(path)),
+        None => (main, None),
+    };
+    let hostport = match authority.rsplit_once('@') {
+        Some((userinfo, hostport)) => {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((user, pw)) => (user, Some(pw)),
+                None => (userinfo, None),
+            };
+            if !user.is_empty() {
+                words.insert("user".into(), decode(user)?);
+            }
+            if let Some(pw) = password {
+                words.insert("password".into(), decode(pw)?);
+            }
+            hostport
+        }
+        None => authority,
+    };
+    if hostport.contains(',') {
+        return Err("one server only: a MySQL URL names one host".into());
+    }
+    if !hostport.is_empty() {
+        let (host, port) = match hostport.strip_prefix('[') {
+            Some(v6) => {
+                let (addr, after) = v6
+                    .split_once(']')
+                    .ok_or_else(|| format!("'{hostport}': unclosed '['"))?;
+                (addr, after.strip_prefix(':'))
+            }
+            None => match hostport.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (hostport, None),
+            },
+        };
+        if !host.is_empty() {
+            words.insert("host".into(), decode(host)?);
+        }
+        if let Some(port) = port {
+            words.insert("port".into(), port.to_string());
+        }
+    }
+    if let Some(path) = path.filter(|p| !p.is_empty()) {
+        words.insert("database".into(), decode(path)?);
+    }
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("option '{pair}' has no value"))?;
+        // The clients write both ssl-mode and ssl_mode.
+        words.insert(decode(key)?.replace('_', "-"), decode(value)?);
+    }
+    Ok(words)
+}
+
+/// Percent-decoding, as in URLs.
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-encoding in '{text}'"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("'{text}' is not UTF-8 once decoded"))
+}
+
+/// Percent-encode what would break a URL part.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Database and table-prefix names: a plain identifier, so that it needs
+/// no quoting beyond the backticks elect puts around it.
+fn check_name(name: &str, what: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "{what} '{name}' is not a plain name (a-z, A-Z, 0-9, _, $; at most 48)"
+        )),
+    }
+}
+
+/// A PEM file, or why not.
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, String> {
+    crate::store::secret::read_pem(path, flag, kind).map_err(|e| e.message)
+}
+
+/// The `[client]` section of an option file, as the clients read it:
+/// `key=value` or `key = "value"`, `_` and `-` alike in keys. A file that
+/// others may read still counts (the clients warn only for world-writable
+/// ones, which they skip).
+fn my_cnf_client(file: &Path) -> BTreeMap<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut found = BTreeMap::new();
+    let Ok(meta) = std::fs::metadata(file) else {
+        return found;
+    };
+    if meta.permissions().mode() & 0o002 != 0 {
+        crate::log::notice(format_args!(
+            "option file {} is world-writable; it is not used",
+            file.display()
+        ));
+        return found;
+    }
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return found;
+    };
+    let mut in_client = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_client = section.trim() == "client";
+            continue;
+        }
+        if !in_client {
+            continue;
+        }
+        let (key, value) = line.split_once('=').unwrap_or((line, ""));
+        let key = key.trim().replace('_', "-");
+        let mut value = value.trim();
+        if value.len() >= 2
+            && ((value.starts_with('"') && value.ends_with('"'))
+                || (value.starts_with('\'') && value.ends_with('\'')))
+        {
+            value = &value[1..value.len() - 1];
+        }
+        let key = if key == "pass" {
+            "password".into()
+        } else {
+            key
+        };
+        found.insert(key, value.to_string());
+    }
+    found
+}
+
+/// The environment, as the parser sees it.
+struct Env {
+    vars: BTreeMap<String, String>,
+}
+
+impl Env {
+    fn process() -> Env {
+        Env {
+            vars: std::env::vars()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "MYSQL_HOST" | "MYSQL_TCP_PORT" | "MYSQL_UNIX_PORT" | "HOME"
+                    ) || k == "ELECT_PASSWORD"
+                })
+                .collect(),
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).filter(|v| !v.is_empty()).cloned()
+    }
+
+    fn home(&self) -> Option<PathBuf> {
+        self.var("HOME").map(PathBuf::from)
+    }
+
+    /// The login name, the clients' default user.
+    fn login(&self) -> Option<String> {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    }
+}
+
+impl fmt::Display for MyTarget {
+    /// A URL that elect reads back to the same target, without the
+    /// password: this is what the command sees in `ELECT_STORE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Over a socket the port means nothing.
+        let server = match (self.host.contains(':'), &self.socket) {
+            (false, Some(_)) => encode(&self.host),
+            (true, _) => format!("[{}]:{}", self.host, self.port),
+            (false, None) => format!("{}:{}", encode(&self.host), self.port),
+        };
+        write!(
+            f,
+            "{}://{}@{server}/{}",
+            self.scheme,
+            encode(&self.user),
+            self.database
+        )?;
+        let mut options = Vec::new();
+        if self.ssl_mode != SslMode::Preferred {
+            options.push(format!("ssl-mode={}", self.ssl_mode.name()));
+        }
+        if let Some(socket) = self.socket.as_deref().filter(|s| *s != DEFAULT_SOCKET) {
+            options.push(format!("socket={}", encode(socket)));
+        }
+        if self.prefix != "elect" {
+            options.push(format!("prefix={}", self.prefix));
+        }
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Target for MyTarget {
+    fn user(&self) -> Option<&str> {
+        Some(self.user.as_str())
+    }
+
+    fn password(&self) -> Option<&Secret> {
+        self.password.as_ref()
+    }
+
+    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
+        serde_json::to_vec(&super::ReleaseOrder {
+            target: self.clone(),
+            tenure: id.to_string(),
+        })
+        .ok()
+    }
+
+    fn open(
+        &self,
+        _ping_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
+        Box::pin(async move {
+            let store: Box<dyn Store> = Box::new(MySql::connect(self, connect_timeout).await?);
+            Ok(store)
+        })
+    }
+
+    /// The server over TCP; none over a Unix socket. TLS begins inside
+    /// MySQL's own protocol, after the server's greeting.
+    fn contact(&self) -> Option<crate::store::probe::Contact> {
+        self.socket.is_none().then(|| crate::store::probe::Contact {
+            expects: crate::store::probe::Server::MySql,
+            tls: false,
+            addresses: vec![self.address()],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        Env {
+            vars: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn parse_with(url: &str, pairs: &[(&str, &str)]) -> Result<MyTarget, String> {
+        MyTarget::from_url(url, &Settings::default(), &env(pairs))
+    }
+
+    #[test]
+    fn a_url_reads_back_to_the_same_target_without_its_password() {
+        let t = parse_with("mysql://alice:s%40cret@db:3307/jobs?prefix=locks", &[]).unwrap();
+        assert_eq!(t.password.as_ref().map(Secret::expose), Some("s@cret"));
+        assert_eq!(t.to_string(), "mysql://alice@db:3307/jobs?prefix=locks");
+        assert!(!format!("{t:?}").contains("s@cret"));
+        assert_eq!(t.socket, None);
+        let again = parse_with(&t.to_string(), &[("ELECT_PASSWORD", "s@cret")]).unwrap();
+        assert_eq!(again, t);
+        let m = parse_with("mariadb://u@127.0.0.1/d?ssl_mode=required", &[]).unwrap();
+        assert_eq!(m.ssl_mode, SslMode::Required);
+        assert_eq!(
+            m.to_string(),
+            "mariadb://u@127.0.0.1:3306/d?ssl-mode=REQUIRED"
+        );
+    }
+
+    #[test]
+    fn localhost_is_the_socket_and_variables_fill_what_the_url_leaves_out() {
+        let t = parse_with("mysql://u@localhost/d", &[]).unwrap();
+        assert_eq!(t.socket.as_deref(), Some(DEFAULT_SOCKET));
+        let t = parse_with(
+            "mysql:///d",
+            &[
+                ("MYSQL_HOST", "db"),
+                ("MYSQL_TCP_PORT", "3310"),
+                ("ELECT_PASSWORD", "pw"),
+            ],
+        );
+        // No user: the login name.
+        let t = t.unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("db", 3310));
+        assert_eq!(t.password.unwrap().expose(), "pw");
+    }
+
+    #[test]
+    fn my_cnf_client_section_is_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("elect-mycnf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(".my.cnf");
+        std::fs::write(
+            &file,
+            "[mysqld]\nport=1\n[client]\nuser = carol\npassword=\"p w\"\nport=3399\nssl_mode=DISABLED\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let home = dir.display().to_string();
+        let t = parse_with("mysql://db/jobs", &[("HOME", &home)]).unwrap();
+        assert_eq!((t.user.as_str(), t.port), ("carol", 3399));
+        assert_eq!(t.password.unwrap().expose(), "p w");
+        assert_eq!(t.ssl_mode, SslMode::Disabled);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn what_elect_cannot_honour_is_refused() {
+        for (bad, says) in [
+            ("mysql://u@h/d?ssl-mode=bogus", "unknown ssl-mode"),
+            ("mysql://u@h/d?compress=1", "unknown option 'compress'"),
+            ("mysql://u@h/d?ssl-mode=VERIFY_CA", "needs the CA"),
+            ("mysql://u@h:0/d", "not a port"),
+            ("mysql://u@h", "no database"),
+            ("mysql://u@h/d-b", "not a plain name"),
+            ("mysql://u@a,b/d", "one server"),
+        ] {
+            let err = parse_with(bad, &[]).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn only_mysql_and_mariadb_urls_are_claimed() {
+        for url in ["mysql://x", "MariaDB://x"] {
+            assert!((KIND.claims)(url), "{url}");
+        }
+        for url in ["postgres://x", "file:/x", "etcd://x"] {
+            assert!(!(KIND.claims)(url), "{url}");
+        }
+    }
+}
