@@ -105,10 +105,38 @@
 //!   TTL/3, not per handover, and are shown apart), and watch messages sent
 //!   (a thundering herd would show there). Target: requests per handover
 //!   flat as N grows. etcdctl lock is measured up to 100 waiters.
+//!
+//! The fleet figures ([`fleet`]) run against four stores (etcd, PostgreSQL,
+//! ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks some),
+//! each on a server started for the figure, whose own counters tell its
+//! requests (etcd's gRPC messages, PostgreSQL's transactions, ZooKeeper's
+//! packets, the API server's requests) and whose processes in /proc its
+//! CPU. `ELECT_BENCH_HOLD=SECS` sets their hold.
+//!
+//! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full), each
+//!   holding a lock of its own at the default TTL for a hold (2 minutes
+//!   quick, 10 full): leases lost (target 0), store requests per second
+//!   against the renewal floor of one per holder per TTL/3 (target at most
+//!   1.1x), the server's CPU, Pss per holder (elect + guard; target at most
+//!   2.5 MiB) and wake-ups per holder per minute (target at most 30).
+//! - `waiters`: N waiters on one lock (10 and 100 quick; 10, 100, 1,000,
+//!   10,000 full) and a chain of handovers among them, as `scale`: the
+//!   time and store requests per handover (target: flat as N grows), and a
+//!   waiter's Pss.
+//! - `short-lease`: a holder at each TTL of 1, 2, 3 and 5 s for a hold
+//!   (2 minutes quick, 30 full) beside a CPU hog, then beside a load on
+//!   the same store: the shortest TTL none lost (target 1 s), and failover
+//!   at it after SIGKILL of the holder's elect, guard and command (target
+//!   within TTL + 100 ms).
+//!
+//! `holders` and `waiters` also write `docs/scale.svg` (or
+//! `ELECT_BENCH_PLOT`), a plot of each figure against N, and print their
+//! table in Markdown.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod fleet;
 mod harness;
 
 use std::ffi::CString;
@@ -148,6 +176,16 @@ struct Mode {
     scale: Vec<usize>,
     /// Largest queue to run etcdctl lock with (each is a Go process).
     etcdctl_scale_max: usize,
+    /// Counts of the fleet figures: holders of a lock each, waiters on one.
+    holders: Vec<usize>,
+    waiters: Vec<usize>,
+    /// How long the holders figure holds.
+    fleet_hold: Duration,
+    /// The TTL ladder of the short-lease figure (seconds), its hold, and
+    /// the failovers at the shortest safe TTL.
+    short_ttls: Vec<u64>,
+    short_hold: Duration,
+    short_failovers: usize,
 }
 
 /// Handovers measured in the scale figure: the holder's, then 7 waiters
@@ -160,7 +198,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 11] = [
+const ALL_FIGURES: [&str; 14] = [
     "cycle",
     "handover",
     "failover",
@@ -172,6 +210,9 @@ const ALL_FIGURES: [&str; 11] = [
     "k8s",
     "contention",
     "scale",
+    "holders",
+    "waiters",
+    "short-lease",
 ];
 
 impl Mode {
@@ -195,6 +236,14 @@ impl Mode {
                 "unknown figure {f:?}; the figures are {ALL_FIGURES:?}"
             );
         }
+        // ELECT_BENCH_HOLD: the fleet figures' hold, in seconds.
+        let hold = |default: u64| {
+            let secs = std::env::var("ELECT_BENCH_HOLD").map_or(default, |v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("ELECT_BENCH_HOLD={v:?} is not a number of seconds"))
+            });
+            Duration::from_secs(secs)
+        };
         if quick {
             Mode {
                 name: "quick (ELECT_BENCH_QUICK=1)",
@@ -211,6 +260,12 @@ impl Mode {
                 contention_rounds: 1,
                 scale: vec![10, 50],
                 etcdctl_scale_max: 100,
+                holders: vec![10, 100],
+                waiters: vec![10, 100],
+                fleet_hold: hold(120),
+                short_ttls: vec![1, 2, 3, 5],
+                short_hold: hold(120),
+                short_failovers: 3,
             }
         } else {
             Mode {
@@ -228,6 +283,12 @@ impl Mode {
                 contention_rounds: 3,
                 scale: vec![10, 100, 500],
                 etcdctl_scale_max: 100,
+                holders: vec![10, 100, 1000],
+                waiters: vec![10, 100, 1000, 10000],
+                fleet_hold: hold(600),
+                short_ttls: vec![1, 2, 3, 5],
+                short_hold: hold(1800),
+                short_failovers: 10,
             }
         }
     }
@@ -1616,6 +1677,44 @@ fn main() {
     if mode.runs("scale") {
         scale(&mode, &scratch, &mut table);
     }
+    let mut growth = fleet::Growth::default();
+    if mode.runs("holders") {
+        fleet::on_every(&mut fleet::holders::Figure {
+            mode: &mode,
+            scratch: &scratch,
+            table: &mut table,
+            growth: &mut growth,
+        });
+    }
+    if mode.runs("waiters") {
+        fleet::on_every(&mut fleet::waiters::Figure {
+            mode: &mode,
+            scratch: &scratch,
+            table: &mut table,
+            growth: &mut growth,
+        });
+    }
+    if mode.runs("short-lease") {
+        fleet::on_every(&mut fleet::short_lease::Figure {
+            mode: &mode,
+            scratch: &scratch,
+            table: &mut table,
+        });
+    }
+    let plot = std::env::var_os("ELECT_BENCH_PLOT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/scale.svg"),
+        PathBuf::from,
+    );
+    let title = format!("elect with many holders and waiters ({})", mode.name);
+    match growth.plot(&plot, &title) {
+        Some(Ok(())) => table.note(format!("plot written to {}", plot.display())),
+        Some(Err(e)) => table.note(format!("cannot write the plot to {}: {e}", plot.display())),
+        None => {}
+    }
     println!();
     table.print();
+    let markdown = growth.markdown();
+    if !markdown.is_empty() {
+        println!("\n{markdown}");
+    }
 }

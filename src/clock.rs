@@ -78,15 +78,74 @@ impl Sub<Duration> for Instant {
     }
 }
 
-/// Sleep until `at` on the boot clock. Tokio's timers do not count suspend,
-/// so sleep in short slices and look at the clock after each.
+/// Sleep until `at` on the boot clock. Tokio's timers do not count suspend:
+/// a timer on `CLOCK_BOOTTIME` (a timerfd) does, and wakes elect once, at
+/// the deadline. Armed with the time left rather than the instant, so a
+/// clock that a test's preloaded library offsets stays consistent. Without
+/// a timerfd, or in unit tests (whose clock is tokio's), sleep in slices of
+/// a second and look at the clock after each.
 pub async fn sleep_until(at: Instant) {
+    #[cfg(not(test))]
+    if boot_timer::sleep_until(at).await.is_ok() {
+        return;
+    }
     loop {
         let left = at.remaining();
         if left.is_zero() {
             return;
         }
         tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+    }
+}
+
+#[cfg(not(test))]
+mod boot_timer {
+    use std::os::fd::{AsFd, AsRawFd, RawFd};
+
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+
+    use super::Instant;
+
+    /// A timerfd, as tokio's readiness wants it.
+    struct Timer(TimerFd);
+
+    impl AsRawFd for Timer {
+        fn as_raw_fd(&self) -> RawFd {
+            self.0.as_fd().as_raw_fd()
+        }
+    }
+
+    /// Sleep on a timerfd until `at`; an error if none can be made.
+    pub async fn sleep_until(at: Instant) -> std::io::Result<()> {
+        let timer = TimerFd::new(
+            ClockId::CLOCK_BOOTTIME,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        // SAFETY: the timerfd's OwnedFd: open, and the same descriptor for
+        // as long as the AsyncFd owns it.
+        let timer = unsafe { AsyncFd::register_with_interest(Timer(timer), Interest::READABLE) }
+            .map_err(std::io::Error::from)?;
+        loop {
+            let left = at.remaining();
+            if left.is_zero() {
+                return Ok(());
+            }
+            timer
+                .get_ref()
+                .0
+                .set(
+                    Expiration::OneShot(TimeSpec::from_duration(left)),
+                    TimerSetTimeFlags::empty(),
+                )
+                .map_err(std::io::Error::from)?;
+            let mut ready = timer.readable().await?;
+            // Readable until read; armed again, if need be, above.
+            let _ = ready.get_inner().0.wait();
+            ready.clear_ready();
+        }
     }
 }
 

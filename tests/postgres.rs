@@ -696,6 +696,27 @@ fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
     assert_eq!(b.wait_code(10 * SECOND), 0);
 }
 
+/// Elects started at once on a database none has used yet each create the
+/// lease tables as far as they are missing: one of them creates them, and
+/// none of the others fails on the objects the first one made meanwhile.
+#[test]
+fn elects_started_at_once_on_a_fresh_database_all_take_their_locks() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let elects: Vec<Running> = (0..12)
+        .map(|i| Running::spawn(pg_run(&url, &format!("fresh-{i}"), &[], "echo ran")))
+        .collect();
+    for (i, mut e) in elects.into_iter().enumerate() {
+        let code = e.wait_code(30 * SECOND);
+        assert_eq!(
+            code,
+            0,
+            "elect {i} exited with {code}: {}",
+            e.drain_stderr()
+        );
+    }
+}
+
 /// `elect break --force` ends the holder's row at once and notifies; the
 /// holder's elect, listening, looks at its row and signals its command
 /// within milliseconds. Behind a pooler, where nothing can listen, the

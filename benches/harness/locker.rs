@@ -34,6 +34,10 @@ enum Kind {
     Flock {
         dir: PathBuf,
     },
+    /// elect on any store by its URL, as the fleet figures run it.
+    ElectOn {
+        url: String,
+    },
     /// Another build of elect (`ELECT_BENCH_AGAINST`) on the store of `url`.
     ElectAt {
         program: PathBuf,
@@ -90,6 +94,17 @@ impl Locker {
         Locker {
             name: "elect (zookeeper)",
             kind: Kind::ElectZooKeeper {
+                url: url.to_string(),
+            },
+        }
+    }
+
+    /// elect on the store at `url`, any kind (with the test role's password
+    /// for PostgreSQL over TCP, which the others ignore).
+    pub fn elect_on(url: &str) -> Locker {
+        Locker {
+            name: "elect",
+            kind: Kind::ElectOn {
                 url: url.to_string(),
             },
         }
@@ -163,6 +178,7 @@ impl Locker {
             Kind::ElectMySql { .. } => "elect-mariadb",
             Kind::Flock { .. } => "flock",
             Kind::ElectAt { .. } => "elect-before",
+            Kind::ElectOn { .. } => "elect-on",
         }
     }
 
@@ -181,7 +197,7 @@ impl Locker {
             Kind::ElectZooKeeper { url } | Kind::ElectKube { url } | Kind::ElectMySql { url } => {
                 elect_run(support::elect(), url, lock, ttl_secs, argv)
             }
-            Kind::ElectPostgres { url } => {
+            Kind::ElectPostgres { url } | Kind::ElectOn { url } => {
                 let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
                 c.env("PGPASSWORD", support::postgres::PASSWORD);
                 c

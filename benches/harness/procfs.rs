@@ -1,6 +1,7 @@
 //! What the kernel says about a process: CPU time, context switches, peak
 //! memory, children. Read from /proc, summed over all threads.
 
+use std::collections::HashMap;
 use std::fs;
 use std::time::Duration;
 
@@ -129,4 +130,49 @@ pub fn kill_tree(pid: i32) {
             unsafe { libc::kill(pid, signal) };
         }
     }
+}
+
+/// Every process's children, from one scan of /proc: cheaper than
+/// [`children`] once per process when a figure runs a thousand of them.
+pub fn family() -> HashMap<i32, Vec<i32>> {
+    let mut family: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return family;
+    };
+    for pid in entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        if let Some(parent) = stat_fields(pid).and_then(|f| f.get(1)?.parse().ok()) {
+            family.entry(parent).or_default().push(pid);
+        }
+    }
+    family
+}
+
+/// The fields of /proc/PID/stat after the parenthesized name: state first.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU time of `root` and every process below it, live or already reaped
+/// (a server that forks a process per connection, as PostgreSQL does,
+/// has had its exited children's time added to its own by the kernel).
+pub fn tree_cpu(root: i32, family: &HashMap<i32, Vec<i32>>) -> Duration {
+    // The clock ticks of /proc/PID/stat: sysconf(_SC_CLK_TCK), 100 on Linux.
+    const TICK: Duration = Duration::from_millis(10);
+    let mut cpu = Duration::ZERO;
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        cpu += Usage::read(pid).map_or(Duration::ZERO, |u| u.cpu);
+        // cutime and cstime: the waited-for children's user and system time.
+        if let Some(f) = stat_fields(pid) {
+            let reaped: u64 = f[13..15].iter().filter_map(|v| v.parse::<u64>().ok()).sum();
+            cpu += TICK * reaped as u32;
+        }
+        todo.extend(family.get(&pid).into_iter().flatten());
+    }
+    cpu
 }

@@ -50,8 +50,12 @@ pub struct Metrics(Vec<(String, f64)>);
 
 impl Metrics {
     pub fn scrape(endpoint: &str) -> std::io::Result<Metrics> {
-        let text = exchange(endpoint, "GET", "/metrics", "")?;
-        Ok(Metrics(
+        Ok(Metrics::parse(&exchange(endpoint, "GET", "/metrics", "")?))
+    }
+
+    /// Prometheus' text format, as any server's /metrics writes it.
+    pub fn parse(text: &str) -> Metrics {
+        Metrics(
             text.lines()
                 .filter(|l| !l.starts_with('#'))
                 .filter_map(|l| {
@@ -59,7 +63,7 @@ impl Metrics {
                     Some((series.to_string(), value.parse().ok()?))
                 })
                 .collect(),
-        ))
+        )
     }
 
     /// The sum of every series of metric `name` whose labels satisfy `keep`.

@@ -235,6 +235,11 @@ impl Kube {
         self.process.id() as i32
     }
 
+    /// The pid of the etcd behind it.
+    pub fn etcd_pid(&self) -> i32 {
+        self._etcd.pid()
+    }
+
     /// The etcd behind it.
     pub fn etcd(&mut self) -> &mut Etcd {
         &mut self._etcd

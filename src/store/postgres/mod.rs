@@ -326,13 +326,7 @@ impl Postgres {
             });
         let setup = match exists {
             Ok(true) => self.sql.setup.clone(),
-            Ok(false) => {
-                self.sql.setup.replacen("COMMIT;", "", 1).replacen(
-                    "BEGIN;",
-                    &format!("BEGIN; CREATE SCHEMA IF NOT EXISTS {s};"),
-                    1,
-                ) + " COMMIT;"
-            }
+            Ok(false) => self.sql.setup_schema.clone(),
             Err(e) => return Err(self.failed(&e).await),
         };
         log::verbose(format_args!("creating the lease tables in schema {s}"));

@@ -120,6 +120,8 @@ pub struct Sql {
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
+    /// [`Sql::setup`] with the schema created too, under the same lock.
+    pub setup_schema: String,
 }
 
 /// A timestamp column as RFC 3339 UTC with milliseconds.
@@ -383,6 +385,11 @@ impl Sql {
             setup: format!(
                 "BEGIN; SELECT pg_advisory_xact_lock(hashtext('elect setup {schema}')); \
                  {} COMMIT;",
+                create_tables(&s)
+            ),
+            setup_schema: format!(
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('elect setup {schema}')); \
+                 CREATE SCHEMA IF NOT EXISTS {s}; {} COMMIT;",
                 create_tables(&s)
             ),
         }

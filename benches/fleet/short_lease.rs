@@ -1,0 +1,254 @@
+//! Figure `short-lease`: the shortest TTL at which a holder keeps its
+//! lease with both cores saturated, on each store. One holder at each TTL
+//! of the ladder holds a lock of its own, side by side, for the hold;
+//! twice: beside a CPU hog (a busy loop per core, at normal priority), and
+//! beside a load on the same store (two contenders per core looping
+//! `elect run -- true` on locks of their own, which also fills the cores).
+//! A holder that exits lost its lease. The shortest TTL no holder lost in
+//! either is the figure; then failover at that TTL: the holder, its guard
+//! and its command killed at once, until the queued waiter's command
+//! starts, less the TTL (goal: within 100 ms).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::OnEvery;
+use crate::harness::locker::Locker;
+use crate::harness::process::{Quiet, Talking};
+use crate::harness::procfs;
+use crate::harness::report::{Row, Table, Verdict};
+use crate::harness::served::Served;
+use crate::harness::stats::Samples;
+use crate::{Mode, PATIENCE, Scratch, verdict};
+
+/// Goal: the shortest safe TTL, and failover past it.
+const TTL_GOAL: u64 = 1;
+const FAILOVER_GOAL_MS: f64 = 100.0;
+
+/// What saturates the cores while the holders hold.
+enum Load {
+    Hog(Vec<Quiet>),
+    Store {
+        stop: Arc<AtomicBool>,
+        cycles: Arc<AtomicUsize>,
+        workers: Vec<thread::JoinHandle<()>>,
+        since: Instant,
+    },
+}
+
+fn cores() -> usize {
+    thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+impl Load {
+    fn hog() -> Load {
+        let hogs = (0..cores())
+            .map(|_| {
+                let mut c = std::process::Command::new("sh");
+                c.args(["-c", "while :; do :; done"]);
+                Quiet::spawn(c).expect("cannot start sh")
+            })
+            .collect();
+        Load::Hog(hogs)
+    }
+
+    fn store(url: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cycles = Arc::new(AtomicUsize::new(0));
+        let workers = (0..2 * cores())
+            .map(|k| {
+                let (stop, cycles) = (stop.clone(), cycles.clone());
+                let locker = Locker::elect_on(url);
+                thread::spawn(move || {
+                    let lock = format!("bench-short-load-{k}");
+                    while !stop.load(Ordering::Relaxed) {
+                        let done = Quiet::spawn(locker.command(&lock, None, &["true"]))
+                            .ok()
+                            .and_then(|mut p| p.wait_within(PATIENCE))
+                            .is_some_and(|s| s.success());
+                        if done {
+                            cycles.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load::Store {
+            stop,
+            cycles,
+            workers,
+            since: Instant::now(),
+        }
+    }
+
+    /// End the load; what it was, for the report.
+    fn end(self) -> String {
+        match self {
+            Load::Hog(hogs) => format!("{} busy loops", hogs.len()),
+            Load::Store {
+                stop,
+                cycles,
+                workers,
+                since,
+            } => {
+                stop.store(true, Ordering::Relaxed);
+                let n = workers.len();
+                for w in workers {
+                    let _ = w.join();
+                }
+                let rate = cycles.load(Ordering::Relaxed) as f64 / since.elapsed().as_secs_f64();
+                format!("{n} contenders, {rate:.1} cycles/s")
+            }
+        }
+    }
+}
+
+pub struct Figure<'a> {
+    pub mode: &'a Mode,
+    pub scratch: &'a Scratch,
+    pub table: &'a mut Table,
+}
+
+impl OnEvery for Figure<'_> {
+    fn on<S: Served>(&mut self) {
+        let store = S::for_fleet("short-lease", 2 * cores() + self.mode.short_ttls.len());
+        let ttls = &self.mode.short_ttls;
+        let mut lost = vec![0usize; ttls.len()];
+        for (round, load) in ["CPU hog", "store load"].into_iter().enumerate() {
+            match hold::<S>(&store, self.mode, self.scratch, round, load) {
+                Ok((losses, what)) => {
+                    let shown: Vec<String> = ttls
+                        .iter()
+                        .zip(&losses)
+                        .map(|(t, l)| format!("{t} s: {l}"))
+                        .collect();
+                    self.table.row(Row {
+                        figure: format!(
+                            "short lease [{}]: leases lost in {} s beside a {load}, by TTL",
+                            S::NAME,
+                            self.mode.short_hold.as_secs()
+                        ),
+                        elect: shown.join(", "),
+                        reference: what,
+                        ratio: "-".into(),
+                        target: "-".into(),
+                        verdict: Verdict::Info,
+                    });
+                    for (sum, l) in lost.iter_mut().zip(losses) {
+                        *sum += l;
+                    }
+                }
+                Err(e) => {
+                    self.table
+                        .note(format!("short lease [{}] {load}: failed: {e}", S::NAME));
+                    return;
+                }
+            }
+        }
+        let safe = ttls
+            .iter()
+            .zip(&lost)
+            .find(|(_, l)| **l == 0)
+            .map(|(t, _)| *t);
+        self.table.row(Row {
+            figure: format!(
+                "short lease [{}]: shortest TTL kept beside both loads",
+                S::NAME
+            ),
+            elect: safe.map_or("none of the ladder".into(), |t| format!("{t} s")),
+            reference: format!("ladder: {ttls:?} s"),
+            ratio: "-".into(),
+            target: format!("{TTL_GOAL} s"),
+            verdict: verdict(safe == Some(TTL_GOAL)),
+        });
+        let Some(ttl) = safe else { return };
+        match failovers(&store, ttl, self.mode.short_failovers) {
+            Ok(late) => self.table.row(Row {
+                figure: format!(
+                    "short lease [{}]: failover after SIGKILL of elect, guard and command - TTL ({ttl} s), median / max, n={}",
+                    S::NAME,
+                    self.mode.short_failovers
+                ),
+                elect: format!("{:+.0} / {:+.0} ms", late.median(), late.max()),
+                reference: String::new(),
+                ratio: "-".into(),
+                target: format!("max <= +{FAILOVER_GOAL_MS} ms"),
+                verdict: verdict(late.max() <= FAILOVER_GOAL_MS),
+            }),
+            Err(e) => self
+                .table
+                .note(format!("short lease [{}] failover: failed: {e}", S::NAME)),
+        }
+    }
+}
+
+/// A holder at each TTL of the ladder, for the hold, beside `load`: how
+/// many of each lost the lease, and what the load was.
+fn hold<S: Served>(
+    store: &S,
+    mode: &Mode,
+    scratch: &Scratch,
+    round: usize,
+    load: &str,
+) -> Result<(Vec<usize>, String), String> {
+    let marks = scratch.path(&format!("short-{}-{round}", S::NAME));
+    std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
+    let locker = Locker::elect_on(&store.url());
+    let mut holders = Vec::new();
+    for &ttl in &mode.short_ttls {
+        let script = format!(": > '{}/{ttl}'; exec sleep 1000000", marks.display());
+        let lock = format!("bench-short-{round}-{ttl}");
+        let command = locker.command(&lock, Some(ttl), &["sh", "-c", &script]);
+        holders.push(Quiet::spawn(command).map_err(|e| format!("cannot start a holder: {e}"))?);
+    }
+    let give_up = Instant::now() + PATIENCE;
+    while std::fs::read_dir(&marks).map_or(0, |d| d.count()) < holders.len() {
+        if Instant::now() >= give_up {
+            return Err("the holders did not all hold their lock in time".into());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let load = match load {
+        "CPU hog" => Load::hog(),
+        _ => Load::store(&store.url()),
+    };
+    thread::sleep(mode.short_hold);
+    let lost = holders
+        .iter_mut()
+        .map(|h| usize::from(h.wait_within(Duration::ZERO).is_some()))
+        .collect();
+    Ok((lost, load.end()))
+}
+
+/// Failovers at `ttl`: SIGKILL of the holder's elect, guard and command
+/// at once, to the waiter's command; each less the TTL, in ms.
+fn failovers<S: Served>(store: &S, ttl: u64, rounds: usize) -> Result<Samples, String> {
+    let locker = Locker::elect_on(&store.url());
+    let script = "echo started; exec sleep 600";
+    let mut late = Samples::default();
+    for round in 0..rounds {
+        let lock = format!("bench-short-failover-{ttl}-{round}");
+        let cmd = || locker.command(&lock, Some(ttl), &["sh", "-c", script]);
+        let mut holder = Talking::spawn(cmd());
+        holder
+            .line("started", PATIENCE)
+            .ok_or_else(|| format!("holder did not start: {}", holder.stderr()))?;
+        let mut waiter = Talking::spawn(cmd());
+        let give_up = Instant::now() + PATIENCE;
+        while store.contenders(&lock) < 2 {
+            if Instant::now() >= give_up {
+                return Err(format!("{lock}: the waiter never queued"));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let killed = Instant::now();
+        procfs::kill_tree(holder.pid());
+        let (_, started) = waiter
+            .line("started", PATIENCE + Duration::from_secs(ttl))
+            .ok_or_else(|| format!("waiter did not take over: {}", waiter.stderr()))?;
+        late.push_ms((started - killed).as_secs_f64() * 1e3 - (ttl * 1000) as f64);
+    }
+    Ok(late)
+}

@@ -1,0 +1,175 @@
+//! Figure `waiters`: N waiters queued on one lock of one store, then a
+//! chain of handovers among them, as the `scale` figure runs it on etcd:
+//! the holder is released, the first waiters' commands are `true`, and the
+//! chain ends at the one whose command stays, with the rest still queued.
+//! The time per handover, the store's requests per handover (its counter
+//! over the chain, less what the queue's renewals cost over as long a
+//! while just before), and a queued waiter's proportional memory.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Growth, OnEvery};
+use crate::harness::locker::Locker;
+use crate::harness::process::{Quiet, Talking};
+use crate::harness::procfs::{self, Usage};
+use crate::harness::report::{Row, Table, Verdict, ratio};
+use crate::harness::served::{Reading, Served};
+use crate::{Holder, Mode, PATIENCE, SCALE_HANDOVERS, Scratch, release, verdict};
+
+/// What a queue of N came to.
+#[derive(Clone, Copy)]
+pub struct Outcome {
+    pub n: usize,
+    pub handover_ms: f64,
+    pub requests: f64,
+    pub pss_mib: f64,
+}
+
+pub struct Figure<'a> {
+    pub mode: &'a Mode,
+    pub scratch: &'a Scratch,
+    pub table: &'a mut Table,
+    pub growth: &'a mut Growth,
+}
+
+impl OnEvery for Figure<'_> {
+    fn on<S: Served>(&mut self) {
+        let most = self.mode.waiters.iter().copied().max().unwrap_or(0);
+        let store = S::for_fleet("waiters", most);
+        let mut per_handover = Vec::new();
+        for &n in &self.mode.waiters {
+            match once(&store, n, self.scratch) {
+                Ok(o) => {
+                    self.table.row(Row {
+                        figure: format!(
+                            "waiters [{}]: {n} on 1 lock, per handover (of {SCALE_HANDOVERS})",
+                            S::NAME
+                        ),
+                        elect: format!("{:.1} ms, {:.1} req", o.handover_ms, o.requests),
+                        reference: format!("Pss per waiter: {:.2} MiB", o.pss_mib),
+                        ratio: "-".into(),
+                        target: "-".into(),
+                        verdict: Verdict::Info,
+                    });
+                    per_handover.push(o.requests);
+                    self.growth.waiters.push((S::NAME, o));
+                }
+                Err(e) => self
+                    .table
+                    .note(format!("waiters [{}] {n}: failed: {e}", S::NAME)),
+            }
+        }
+        let (low, high) = per_handover
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let flat = per_handover.len() == self.mode.waiters.len() && high <= low * 1.2 + 0.5;
+        self.table.row(Row {
+            figure: format!(
+                "waiters [{}]: {} per handover over {:?} waiters",
+                S::NAME,
+                S::REQUESTS,
+                self.mode.waiters
+            ),
+            elect: format!("{low:.1} .. {high:.1}"),
+            reference: String::new(),
+            ratio: ratio(high, low),
+            target: "flat (max <= 1.2 min)".into(),
+            verdict: verdict(flat),
+        });
+    }
+}
+
+/// Wait until the store counts `n` contenders for `lock`, within `within`.
+fn queued<S: Served>(store: &S, lock: &str, n: usize, within: Duration) -> Result<(), String> {
+    let give_up = Instant::now() + within;
+    loop {
+        let now = store.contenders(lock);
+        if now == n {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "{lock}: {now} contenders after {within:?}, expected {n}"
+            ));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, String> {
+    if n < SCALE_HANDOVERS + 1 {
+        return Err(format!(
+            "at least {} waiters make a chain",
+            SCALE_HANDOVERS + 1
+        ));
+    }
+    let locker = Locker::elect_on(&store.url());
+    let lock = format!("bench-waiters-{n}");
+    let mut holder = Holder::queue(&locker, &lock, scratch, &format!("waiters-{}-{n}", S::NAME));
+    holder.started(PATIENCE);
+    let mut chain = Vec::new();
+    for k in 1..SCALE_HANDOVERS {
+        chain.push(
+            Quiet::spawn(locker.command(&lock, None, &["true"]))
+                .map_err(|e| format!("cannot start waiter {k}: {e}"))?,
+        );
+        queued(store, &lock, k + 1, PATIENCE)?;
+    }
+    let mut last =
+        Talking::spawn(locker.command(&lock, None, &["sh", "-c", "echo started; exec sleep 600"]));
+    queued(store, &lock, SCALE_HANDOVERS + 1, PATIENCE)?;
+    let mut rest = Vec::new();
+    for k in SCALE_HANDOVERS + 1..=n {
+        rest.push(
+            Quiet::spawn(locker.command(&lock, None, &["true"]))
+                .map_err(|e| format!("cannot start waiter {k} of {n}: {e}"))?,
+        );
+    }
+    queued(
+        store,
+        &lock,
+        n + 1,
+        PATIENCE + Duration::from_millis(100 * n as u64),
+    )?;
+    // Every waiter has looked at the queue and set up its watch.
+    thread::sleep(Duration::from_secs(1));
+    // A queued waiter's memory: elect and whatever it has forked.
+    let family = procfs::family();
+    let sample: Vec<Usage> = rest
+        .iter()
+        .take(10)
+        .map(|w| {
+            let mut pids = vec![w.pid()];
+            pids.extend(family.get(&w.pid()).into_iter().flatten());
+            pids.iter()
+                .filter_map(|&p| Usage::read(p))
+                .fold(Usage::default(), Usage::plus)
+        })
+        .collect();
+    let pss_mib =
+        sample.iter().map(|u| u.pss_kib as f64).sum::<f64>() / 1024.0 / sample.len().max(1) as f64;
+    // The queue's own rate, renewals and all, over a quiet while.
+    let window = Duration::from_secs(1).max(S::LAG);
+    let quiet = Reading::take(store)?;
+    thread::sleep(window);
+    let before = Reading::take(store)?;
+    let background = quiet.rates(&before).0;
+    let released = release(&holder.fifo);
+    let (_, started) = last
+        .line("started", PATIENCE)
+        .ok_or_else(|| format!("the chain did not reach its end: {}", last.stderr()))?;
+    // The last holder's set-up belongs to the chain; the counter may lag.
+    thread::sleep(Duration::from_millis(200) + S::LAG);
+    let after = Reading::take(store)?;
+    let chain_requests =
+        after.requests - before.requests - background * (after.at - before.at).as_secs_f64();
+    let handovers = SCALE_HANDOVERS as f64;
+    drop(chain);
+    Ok(Outcome {
+        n,
+        handover_ms: (started - released).as_secs_f64() * 1e3 / handovers,
+        requests: chain_requests / handovers,
+        pss_mib,
+    })
+}

@@ -1,0 +1,153 @@
+//! A store's server as a fleet figure sees it: what it counts of the
+//! requests it served, by its own counters, and its processes, for the CPU
+//! it spent. Each store the tests start ([`StoreUnderTest`]) is one impl.
+
+use std::time::{Duration, Instant};
+
+use super::procfs;
+use crate::support::etcd_http::Metrics;
+use crate::support::stores::{KubeStore, StoreUnderTest};
+use crate::support::{Etcd, Postgres, ZooKeeper};
+
+/// A store server started for a figure.
+pub trait Served: StoreUnderTest {
+    /// What [`Served::requests`] counts, for the report.
+    const REQUESTS: &'static str;
+
+    /// Requests served since the server started, by its own counter.
+    fn requests(&self) -> Result<f64, String>;
+
+    /// The server's processes; each one's descendants are counted too.
+    fn server_pids(&self) -> Vec<i32>;
+
+    /// How long the counter may lag behind the requests it counts.
+    const LAG: Duration = Duration::ZERO;
+
+    /// A new server for the fleet figures, able to serve `clients` elects.
+    fn for_fleet(figure: &str, clients: usize) -> Self {
+        let _ = clients;
+        Self::start(figure)
+    }
+}
+
+/// A reading of a server: its request counter and CPU time, and when.
+#[derive(Clone, Copy)]
+pub struct Reading {
+    pub at: Instant,
+    pub requests: f64,
+    pub cpu: Duration,
+}
+
+impl Reading {
+    pub fn take<S: Served>(store: &S) -> Result<Reading, String> {
+        let requests = store.requests()?;
+        let family = procfs::family();
+        let cpu = store
+            .server_pids()
+            .into_iter()
+            .map(|pid| procfs::tree_cpu(pid, &family))
+            .sum();
+        Ok(Reading {
+            at: Instant::now(),
+            requests,
+            cpu,
+        })
+    }
+
+    /// Requests per second and CPU (share of one core) from `self` to `later`.
+    pub fn rates(&self, later: &Reading) -> (f64, f64) {
+        let secs = (later.at - self.at).as_secs_f64();
+        (
+            (later.requests - self.requests) / secs,
+            later.cpu.saturating_sub(self.cpu).as_secs_f64() / secs,
+        )
+    }
+}
+
+impl Served for Etcd {
+    const REQUESTS: &'static str = "gRPC messages received";
+
+    /// Every gRPC message, a lease keep-alive on its stream included.
+    fn requests(&self) -> Result<f64, String> {
+        let metrics = Metrics::scrape(&self.endpoint).map_err(|e| e.to_string())?;
+        Ok(metrics.sum("grpc_server_msg_received_total", |_| true))
+    }
+
+    fn server_pids(&self) -> Vec<i32> {
+        vec![self.pid()]
+    }
+}
+
+impl Served for Postgres {
+    const REQUESTS: &'static str = "transactions (pg_stat_database)";
+    /// A backend flushes its counts when idle, at most once a second, and
+    /// within 10 s after its last transaction.
+    const LAG: Duration = Duration::from_secs(11);
+
+    /// Committed and rolled back transactions of every database; this
+    /// reading is one of them.
+    fn requests(&self) -> Result<f64, String> {
+        let n = self.try_psql("SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database")?;
+        n.parse()
+            .map_err(|e| format!("pg_stat_database says {n:?}: {e}"))
+    }
+
+    fn server_pids(&self) -> Vec<i32> {
+        vec![self.pid()]
+    }
+
+    /// The tests' server allows 200 connections: room for two for each
+    /// elect (itself and its guard), whichever it uses.
+    fn for_fleet(_figure: &str, clients: usize) -> Postgres {
+        let pg = Postgres::start();
+        let wanted = 2 * clients + 50;
+        if wanted > 200 {
+            pg.psql(&format!("ALTER SYSTEM SET max_connections = {wanted}"));
+            pg.restart("fast");
+        }
+        pg
+    }
+}
+
+impl Served for ZooKeeper {
+    const REQUESTS: &'static str = "packets received (mntr)";
+
+    /// Every packet, session pings (a session's renewal) included.
+    fn requests(&self) -> Result<f64, String> {
+        let mntr = self
+            .four_letter(0, "mntr")
+            .ok_or("ZooKeeper does not answer mntr")?;
+        mntr.lines()
+            .find_map(|l| l.strip_prefix("zk_packets_received"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("no zk_packets_received in mntr: {mntr}"))
+    }
+
+    fn server_pids(&self) -> Vec<i32> {
+        vec![self.pid(0)]
+    }
+}
+
+impl Served for KubeStore {
+    const REQUESTS: &'static str = "API requests (apiserver_request_total)";
+
+    /// Every request the API server answered, its own loopback clients'
+    /// and this scrape's included.
+    fn requests(&self) -> Result<f64, String> {
+        let (code, body) = self.kube().request("GET", "/metrics", None);
+        if code != 200 {
+            return Err(format!("GET /metrics: {code} {body}"));
+        }
+        Ok(Metrics::parse(&body).sum("apiserver_request_total", |_| true))
+    }
+
+    /// kube-apiserver and the etcd behind it: both are the store's cost.
+    fn server_pids(&self) -> Vec<i32> {
+        vec![self.kube().pid(), self.kube().etcd_pid()]
+    }
+
+    /// A server of its own ("server-" in the name), not the tests' shared one.
+    fn for_fleet(figure: &str, _clients: usize) -> KubeStore {
+        KubeStore::start(&format!("server-{figure}"))
+    }
+}
