@@ -118,6 +118,59 @@ where
     }
 }
 
+/// A failed attempt to connect to a database server, sorted alike for the
+/// stores whose client makes its own connections (PostgreSQL, MySQL): each
+/// store says what its client's error means, this says what elect tells.
+pub struct ConnectFailure {
+    pub text: String,
+    /// May pass if tried again: nothing listens yet, a server starting.
+    pub passing: bool,
+    /// The TLS handshake refused, as every store says it.
+    pub tls: Option<crate::store::tls::Refused>,
+    /// The user's to fix: no such database.
+    pub config: bool,
+    /// The account's credentials or rights refused.
+    pub refused: bool,
+}
+
+impl ConnectFailure {
+    /// What to tell once connecting to `shown` was given up on, `within`
+    /// the bound.
+    pub fn gave_up(
+        gave_up: GaveUp<ConnectFailure>,
+        shown: &str,
+        within: Duration,
+    ) -> crate::store::StoreError {
+        use crate::store::StoreError;
+        let failure = match gave_up {
+            GaveUp::Refused(failure) | GaveUp::Bound(Some(failure)) => failure,
+            GaveUp::Bound(None) => {
+                return StoreError::unavailable(format!(
+                    "cannot reach {shown} within {}: no answer",
+                    crate::clock::show(within)
+                ));
+            }
+        };
+        if let Some(refused) = &failure.tls {
+            return refused.error(shown);
+        }
+        match (failure.config, failure.passing) {
+            (true, _) => StoreError::config(format!("{shown}: {}", failure.text)),
+            (false, false) if failure.refused => {
+                StoreError::denied(format!("{shown} refused us: {}", failure.text))
+            }
+            (false, false) => {
+                StoreError::unavailable(format!("{shown} refused us: {}", failure.text))
+            }
+            (false, true) => StoreError::unavailable(format!(
+                "cannot reach {shown} within {}: {}",
+                crate::clock::show(within),
+                failure.text
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;

@@ -17,7 +17,7 @@ use mysql_async::{ClientIdentity, Conn, OptsBuilder, Params, Row, SslOpts, Value
 use std::cell::RefCell;
 
 use super::target::{MyTarget, SslMode};
-use crate::store::retry::{self, GaveUp};
+use crate::store::retry::{self, ConnectFailure as Failure};
 use crate::store::{StoreError, tls};
 
 /// Server error codes elect acts on.
@@ -304,93 +304,56 @@ pub async fn connect(target: &MyTarget, within: Duration) -> Result<Conn, StoreE
                 mysql_async::DriverError::NoClientSslFlagFromServer,
             )) if target.ssl_mode == SslMode::Preferred => Conn::new(opts(target, None))
                 .await
-                .map_err(|e| Failure::of(&e, target)),
-            other => other.map_err(|e| Failure::of(&e, target)),
+                .map_err(|e| failure(&e, target)),
+            other => other.map_err(|e| failure(&e, target)),
         }
     };
     let passing = |failure: &Failure| failure.passing;
     let each = retry::attempt_within(within);
     match retry::retry("connecting to MySQL", within, each, attempt, passing).await {
         Ok(conn) => Ok(conn),
-        Err(GaveUp::Refused(failure) | GaveUp::Bound(Some(failure))) => {
-            Err(failure.into_error(target, within))
-        }
-        Err(GaveUp::Bound(None)) => Err(StoreError::unavailable(format!(
-            "cannot reach {target} within {}: no answer",
-            crate::clock::show(within)
-        ))),
+        Err(gave_up) => Err(Failure::gave_up(gave_up, &target.to_string(), within)),
     }
 }
 
 /// A failed connection attempt, sorted.
-struct Failure {
-    text: String,
-    passing: bool,
-    tls: Option<tls::Refused>,
-    /// The user's to fix: no such database.
-    config: bool,
-    /// The account's credentials or rights refused.
-    refused: bool,
-}
-
-impl Failure {
-    fn of(e: &mysql_async::Error, target: &MyTarget) -> Failure {
-        let text = crate::store::with_causes(e.to_string(), e);
-        let tls = tls::Refused::in_chain(e).or_else(|| {
-            matches!(
-                e,
-                mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
-            )
-            .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
-        });
-        let (code, text) = match e {
-            mysql_async::Error::Server(s) => (Some(s.code), s.message.replace('\n', " ")),
-            _ => (None, text),
+fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
+    let text = crate::store::with_causes(e.to_string(), e);
+    let tls = tls::Refused::in_chain(e).or_else(|| {
+        matches!(
+            e,
+            mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+        )
+        .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
+    });
+    let (code, text) = match e {
+        mysql_async::Error::Server(s) => (Some(s.code), s.message.replace('\n', " ")),
+        _ => (None, text),
+    };
+    let config = code == Some(code::BAD_DATABASE);
+    let refused = matches!(
+        code,
+        Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
+    );
+    let passing = !config
+        && tls.is_none()
+        && !refused
+        && match code {
+            None => !matches!(e, mysql_async::Error::Driver(_)),
+            Some(c) => matches!(c, code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN),
         };
-        let config = code == Some(code::BAD_DATABASE);
-        let refused = matches!(
-            code,
-            Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
-        );
-        let passing = !config
-            && tls.is_none()
-            && !refused
-            && match code {
-                None => !matches!(e, mysql_async::Error::Driver(_)),
-                Some(c) => matches!(c, code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN),
-            };
-        let text = match (refused, &target.password) {
-            (true, None) => format!(
-                "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"
-            ),
-            _ => text,
-        };
-        Failure {
-            text,
-            passing,
-            tls,
-            config,
-            refused,
-        }
-    }
-
-    fn into_error(self, target: &MyTarget, within: Duration) -> StoreError {
-        let shown = target.to_string();
-        if let Some(refused) = &self.tls {
-            return refused.error(&shown);
-        }
-        match (self.config, self.passing) {
-            (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
-            (false, false) if self.refused => {
-                StoreError::denied(format!("{shown} refused us: {}", self.text))
-            }
-            (false, false) => StoreError::unavailable(format!("{shown} refused us: {}", self.text)),
-            (false, true) => StoreError::unavailable(format!(
-                "cannot reach {shown} within {}: {}",
-                crate::clock::show(within),
-                self.text
-            )),
-        }
+    let text = match (refused, &target.password) {
+        (true, None) => format!(
+            "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"
+        ),
+        _ => text,
+    };
+    Failure {
+        text,
+        passing,
+        tls,
+        config,
+        refused,
     }
 }
 

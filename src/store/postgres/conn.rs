@@ -23,7 +23,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 
 use super::target::{PgTarget, RootCert, SslMode};
 use crate::store::StoreError;
-use crate::store::retry::{self, GaveUp};
+use crate::store::retry::{self, ConnectFailure as Failure};
 use crate::store::tls;
 
 /// A connection made on first use, and made again after it broke.
@@ -96,7 +96,7 @@ pub async fn connect(
                 Some(tls) => drive(config, tls, notify).await,
                 None => drive(config, NoTls, notify).await,
             };
-            connected.map_err(|e| Failure::of(&e, target))
+            connected.map_err(|e| failure(&e, target))
         }
     };
     let passing = |failure: &Failure| failure.passing;
@@ -105,13 +105,7 @@ pub async fn connect(
     let each = within;
     match retry::retry("connecting to PostgreSQL", within, each, attempt, passing).await {
         Ok(client) => Ok(client),
-        Err(GaveUp::Refused(failure) | GaveUp::Bound(Some(failure))) => {
-            Err(failure.into_error(target, within))
-        }
-        Err(GaveUp::Bound(None)) => Err(StoreError::unavailable(format!(
-            "cannot reach {target} within {}: no answer",
-            crate::clock::show(within)
-        ))),
+        Err(gave_up) => Err(Failure::gave_up(gave_up, &target.to_string(), within)),
     }
 }
 
@@ -291,76 +285,43 @@ impl ServerCertVerifier for Checked {
 }
 
 /// A failed connection attempt, sorted.
-struct Failure {
-    text: String,
-    /// May pass if tried again: nothing listens yet, a server starting.
-    passing: bool,
-    /// The TLS handshake refused, as every store says it.
-    tls: Option<tls::Refused>,
-    /// The user's to fix: no such database.
-    config: bool,
-    /// The user's credentials refused.
-    refused: bool,
-}
-
-impl Failure {
-    fn of(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
-        let text = describe(e);
-        let code = e.code();
-        let lower = text.to_ascii_lowercase();
-        // The TLS library's error where it is in the chain; a server that
-        // answers "no" to the SSLRequest is said only in words.
-        let tls = tls::Refused::in_chain(e).or_else(|| {
-            lower
-                .contains("server does not support tls")
-                .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
-        });
-        let config = code == Some(&SqlState::INVALID_CATALOG_NAME);
-        let refused = matches!(
-            code,
-            Some(c) if *c == SqlState::INVALID_PASSWORD
-                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-        ) || lower.contains("password missing");
-        let passing = !config
-            && tls.is_none()
-            && !refused
-            && (code.is_none()
-                || code == Some(&SqlState::CANNOT_CONNECT_NOW)
-                || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
-                || code == Some(&SqlState::ADMIN_SHUTDOWN));
-        let text = match (lower.contains("password missing"), &target.password) {
-            (true, None) => format!(
-                "the server asks user {} for a password: give --password-file, ELECT_PASSWORD, PGPASSWORD or a ~/.pgpass line",
-                target.user
-            ),
-            _ => text,
-        };
-        Failure {
-            text,
-            passing,
-            tls,
-            config,
-            refused,
-        }
-    }
-
-    fn into_error(self, target: &PgTarget, within: Duration) -> StoreError {
-        let shown = target.to_string();
-        if let Some(refused) = &self.tls {
-            return refused.error(&shown);
-        }
-        match (self.config, self.passing) {
-            (true, _) => StoreError::config(format!("{shown}: {}", self.text)),
-            (false, false) if self.refused => {
-                StoreError::denied(format!("{shown} refused us: {}", self.text))
-            }
-            (false, false) => StoreError::unavailable(format!("{shown} refused us: {}", self.text)),
-            (false, true) => StoreError::unavailable(format!(
-                "cannot reach {shown} within {}: {}",
-                crate::clock::show(within),
-                self.text
-            )),
-        }
+fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
+    let text = describe(e);
+    let code = e.code();
+    let lower = text.to_ascii_lowercase();
+    // The TLS library's error where it is in the chain; a server that
+    // answers "no" to the SSLRequest is said only in words.
+    let tls = tls::Refused::in_chain(e).or_else(|| {
+        lower
+            .contains("server does not support tls")
+            .then(|| tls::Refused::new(tls::Why::NoTls, "server does not support TLS"))
+    });
+    let config = code == Some(&SqlState::INVALID_CATALOG_NAME);
+    let refused = matches!(
+        code,
+        Some(c) if *c == SqlState::INVALID_PASSWORD
+            || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    ) || lower.contains("password missing");
+    let passing = !config
+        && tls.is_none()
+        && !refused
+        && (code.is_none()
+            || code == Some(&SqlState::CANNOT_CONNECT_NOW)
+            || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
+            || code == Some(&SqlState::ADMIN_SHUTDOWN));
+    let text = match (lower.contains("password missing"), &target.password) {
+        (true, None) => format!(
+            "the server asks user {} for a password: give --password-file, ELECT_PASSWORD, PGPASSWORD or a ~/.pgpass line",
+            target.user
+        ),
+        _ => text,
+    };
+    Failure {
+        text,
+        passing,
+        tls,
+        config,
+        refused,
     }
 }
 
