@@ -171,13 +171,21 @@ fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
     db.sql(
         "CREATE TABLE account (id int PRIMARY KEY, fence bigint NOT NULL, balance int NOT NULL); \
          INSERT INTO account VALUES (1, 0, 0); \
-         CREATE TABLE attempt (at DATETIME(6) DEFAULT NOW(6), writer text, token bigint, accepted bool)",
+         CREATE TABLE attempt (at DATETIME(6) DEFAULT NOW(6), writer text, token bigint, accepted bool);\n\
+         DELIMITER //\n\
+         CREATE PROCEDURE write_as(who text, tok bigint) BEGIN \
+           UPDATE account SET fence = tok, balance = balance + 1 WHERE id = 1 AND fence <= tok; \
+           INSERT INTO attempt (writer, token, accepted) VALUES (who, tok, ROW_COUNT() > 0); \
+         END //\n\
+         DELIMITER ;",
     );
     // Each write: add one if our token is still the highest seen (one
-    // statement, so check and write are one), then log the attempt.
+    // statement, so check and write are one), then log the attempt, both
+    // in one call: a client paused between two statements would log an
+    // accepted write after the pause, as if it came then.
     let writer = |label: &str| {
         format!(
-            r#"echo "pgid $(cut -d' ' -f5 /proc/$$/stat)"; while :; do mariadb --no-defaults --socket='{socket}' -uelect elect -e "UPDATE account SET fence = $ELECT_TOKEN, balance = balance + 1 WHERE id = 1 AND fence <= $ELECT_TOKEN; INSERT INTO attempt (writer, token, accepted) VALUES ('{label}', $ELECT_TOKEN, ROW_COUNT() > 0)" || exit 1; sleep 0.02; done"#,
+            r#"echo "pgid $(cut -d' ' -f5 /proc/$$/stat)"; while :; do mariadb --no-defaults --socket='{socket}' -uelect elect -e "CALL write_as('{label}', $ELECT_TOKEN)" || exit 1; sleep 0.02; done"#,
             socket = db.socket().display()
         )
     };
