@@ -928,28 +928,35 @@ fn checkpoints_are_fenced_and_reach_the_next_holder<S: StoreUnderTest>() {
 /// `elect status --json` of a sharded lock: the token of each shard's
 /// holder, `None` where a shard is free.
 fn shard_tokens(store: &str, lock: &str) -> Vec<Option<u64>> {
+    recorded_shard_tokens(store, lock).unwrap_or_else(|out| panic!("not sharded: {out}"))
+}
+
+/// As `shard_tokens`, or the status itself while no instance has recorded
+/// the lock's shard count yet.
+fn recorded_shard_tokens(store: &str, lock: &str) -> Result<Vec<Option<u64>>, String> {
     let (_, out) = status(store, lock, true);
     let v: Value = serde_json::from_str(&out).unwrap();
-    let tokens: Vec<Option<u64>> = v["shard"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not sharded: {out}"))
-        .iter()
-        .map(|s| s["token"].as_u64())
-        .collect();
+    let Some(shards) = v["shard"].as_array() else {
+        return Err(out);
+    };
+    let tokens: Vec<Option<u64>> = shards.iter().map(|s| s["token"].as_u64()).collect();
     // `held` is a bool, as for any lock; the count is beside it.
     let held = tokens.iter().flatten().count();
     assert_eq!(v["held"], Value::Bool(held > 0), "{out}");
     assert_eq!(v["held_shards"], held, "{out}");
-    tokens
+    Ok(tokens)
 }
 
-/// Wait until `held` shards of `lock` are held; their tokens.
+/// Wait until `held` shards of `lock` are held; their tokens. The lock is
+/// sharded once the first instance to reach the store has recorded the count.
 fn wait_shards_held(store: &str, lock: &str, held: usize) -> Vec<Option<u64>> {
     let give_up = Instant::now() + 20 * SECOND;
     loop {
-        let tokens = shard_tokens(store, lock);
-        if tokens.iter().flatten().count() == held {
-            return tokens;
+        let tokens = recorded_shard_tokens(store, lock);
+        if let Ok(tokens) = &tokens {
+            if tokens.iter().flatten().count() == held {
+                return tokens.clone();
+            }
         }
         assert!(Instant::now() < give_up, "{held} shards held? {tokens:?}");
         std::thread::sleep(Duration::from_millis(50));
