@@ -1,6 +1,6 @@
 //! What every store must do, written once and run against each store:
-//! etcd, PostgreSQL and ZooKeeper (real servers the test starts) and
-//! `file:` (a directory).
+//! etcd, PostgreSQL, MariaDB (the MySQL store), ZooKeeper and Kubernetes
+//! (real servers the test starts) and `file:` (a directory).
 //!
 //! A store takes part through [`StoreUnderTest`] (`support/stores.rs`): how
 //! to start it, how to look into it without elect, how to end a holder's
@@ -11,6 +11,7 @@
 //! line in `stores!` at the end of this file.
 //!
 //! What only one store does is tested beside it: tests/run.rs (etcd),
+//! tests/postgres.rs, tests/mariadb.rs, tests/zookeeper.rs, tests/k8s.rs,
 //! tests/file.rs.
 
 use crate::support;
