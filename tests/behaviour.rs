@@ -954,10 +954,10 @@ fn wait_shards_held(store: &str, lock: &str, held: usize) -> Vec<Option<u64>> {
     let give_up = Instant::now() + 20 * SECOND;
     loop {
         let tokens = recorded_shard_tokens(store, lock);
-        if let Ok(tokens) = &tokens {
-            if tokens.iter().flatten().count() == held {
-                return tokens.clone();
-            }
+        if let Ok(tokens) = &tokens
+            && tokens.iter().flatten().count() == held
+        {
+            return tokens.clone();
         }
         assert!(Instant::now() < give_up, "{held} shards held? {tokens:?}");
         std::thread::sleep(Duration::from_millis(50));
