@@ -962,7 +962,7 @@ echo "done $last""#,
     let password_file = dir.join("password");
     std::fs::write(&password_file, PASSWORD).unwrap();
     let contender = |label: &str| {
-        let mut command = elect_run(&pg.url(), "billing", &["--ttl", "1s"], &bill);
+        let mut command = elect_run(&pg.url(), "billing", &["--ttl", "2s"], &bill);
         command
             .env("ELECT_PASSWORD_FILE", &password_file)
             .env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"))
