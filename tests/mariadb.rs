@@ -260,3 +260,96 @@ fn a_paused_holders_fenced_write_in_the_same_database_is_refused() {
     b.signal(libc::SIGTERM);
     b.wait(10 * SECOND);
 }
+
+/// `CLOCK_MONOTONIC` in ns, appended to `log` with a label: one clock for
+/// every process here.
+fn stamp(label: &str, log: &std::path::Path) -> String {
+    format!(
+        r#"perl -MTime::HiRes=clock_gettime,CLOCK_MONOTONIC -e 'printf "%s %d\n", $ARGV[0], clock_gettime(CLOCK_MONOTONIC) * 1e9' {label} >> '{}'"#,
+        log.display()
+    )
+}
+
+/// Without NOTIFY, a waiter sleeps on the holder's doorbell: a release
+/// wakes it at once (reading the row every 250 ms would take 125 ms on
+/// average), and meanwhile an idle waiter sends a few statements a lease,
+/// not four a second.
+#[test]
+fn waiters_wake_at_a_release_and_cost_the_server_little_meanwhile() {
+    let db = MariaDb::start();
+    let url = db.socket_url();
+    let dir = support::TempDir::new("mariadb-doorbell");
+    let log = dir.0.join("stamps");
+    let questions = || -> i64 {
+        db.sql("SHOW GLOBAL STATUS LIKE 'Questions'")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .expect("the server's count of statements")
+    };
+    let ttl = ["--ttl", "6s"];
+    // Each command stamps its start, holds until told, and stamps its end.
+    let job = format!(
+        r#"{}; echo "token $ELECT_TOKEN"; read line; {}"#,
+        stamp("start", &log),
+        stamp("end", &log)
+    );
+    let mut holder = Running::spawn(elect_run(&url, "bell", &ttl, &job));
+    holder.expect_line("token", 10 * SECOND);
+
+    // The holder alone, then with one idle waiter, each over the same window.
+    let window = 12 * SECOND;
+    let before = questions();
+    std::thread::sleep(window);
+    let alone = questions() - before - 1;
+    let mut waiter = Running::spawn(elect_run(&url, "bell", &ttl, &job));
+    wait_contenders(&db, "bell", 2);
+    let before = questions();
+    std::thread::sleep(window);
+    let idle = questions() - before - 1 - alone;
+    eprintln!("statements in {window:?}: the holder alone {alone}, one idle waiter {idle} more");
+
+    // Handovers to one waiter each: it becomes the holder, the next waits.
+    let rounds = 7;
+    for round in 1..=rounds {
+        holder.send_line("done");
+        assert_eq!(holder.wait_code(10 * SECOND), 0, "{:?}", holder.stderr_seen);
+        waiter.expect_line("token", 10 * SECOND);
+        holder = waiter;
+        waiter = Running::spawn(elect_run(&url, "bell", &ttl, &job));
+        if round < rounds {
+            wait_contenders(&db, "bell", 2);
+        }
+    }
+    waiter.signal(libc::SIGTERM);
+    waiter.wait(10 * SECOND);
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    let stamps = std::fs::read_to_string(&log).unwrap();
+    let mut stamps: Vec<(String, i128)> = stamps
+        .lines()
+        .map(|l| {
+            let (label, ns) = l.split_once(' ').unwrap();
+            (label.to_string(), ns.parse().unwrap())
+        })
+        .collect();
+    stamps.sort_by_key(|(_, ns)| *ns);
+    let mut handovers: Vec<f64> = stamps
+        .windows(2)
+        .filter(|w| w[0].0 == "end" && w[1].0 == "start")
+        .map(|w| (w[1].1 - w[0].1) as f64 / 1e6)
+        .collect();
+    assert_eq!(handovers.len(), rounds, "one handover a round: {stamps:?}");
+    handovers.sort_by(f64::total_cmp);
+    let median = handovers[rounds / 2];
+    eprintln!("handovers, ms: {handovers:.1?}; median {median:.1}");
+    assert!(
+        median < 150.0,
+        "a release must wake the waiter: median handover {median:.1} ms"
+    );
+    // Reading the row every 250 ms would be 48 statements in 12 s.
+    assert!(
+        idle < 20,
+        "an idle waiter sent {idle} statements in {window:?}"
+    );
+}

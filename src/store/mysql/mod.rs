@@ -19,10 +19,13 @@
 //!   deadline counts from the send time of the last confirmed renewal, as
 //!   for every store.
 //! - **Release**: our rows freed (`tenure` NULL), our queue places gone.
-//! - **Wait**: MySQL has no NOTIFY. A waiter reads the row every
-//!   [`POLL_EVERY`] (by primary key: one index look-up) and tries to take
-//!   it once it is free, or expired by the database's clock and seen
-//!   unchanged for its TTL on ours.
+//! - **Wait**: MySQL has no NOTIFY. A waiter blocks on its holder's
+//!   doorbell (a `GET_LOCK` the holder lets go just after it frees the row:
+//!   [`session`]) until the row could have expired, then reads the row (by
+//!   primary key: one index look-up) and tries to take it once it is free,
+//!   or expired by the database's clock and seen unchanged for its TTL on
+//!   ours. Without a doorbell it reads the row every [`POLL_EVERY`] at
+//!   most.
 //!
 //! Deadlocks and lock-wait timeouts are retried as a lost connection is.
 //! Setup: `elect run` creates the tables if they are missing and the
@@ -48,7 +51,8 @@ use crate::store::{
 use conn::{Failed, Link, cell, code, p};
 pub use target::{KIND, MyTarget};
 
-/// How often a waiter reads a busy lock's row.
+/// How often a waiter reads a busy lock's row at most, when its holder's
+/// doorbell is not there to wake it.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 
 /// Everything needed to end a session from another process.

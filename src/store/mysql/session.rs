@@ -13,12 +13,24 @@
 //!
 //! A waiter takes a row its holder has not let go only once it has seen it
 //! unchanged for the holder's TTL on its own clock ([`Observed`]), so a
-//! step of the database's clock hands over no live lock. Without NOTIFY it
-//! learns of renewals and releases by reading the row every
-//! [`POLL_EVERY`]: one primary-key read, and an UPDATE only once the row
-//! is free or ripe.
+//! step of the database's clock hands over no live lock.
+//!
+//! Without NOTIFY, a waiter learns of a release by a doorbell: once a row
+//! is its, the holder takes a named lock (`GET_LOCK`) for its tenure on a
+//! connection of the lock's own, and lets it go just after it frees the
+//! row; the server lets it go too when that connection ends, as it does
+//! when elect dies. A waiter blocks on the holder's doorbell, on a
+//! connection of its own, until the row is worth a take by the database's
+//! clock and by ours, then reads the row again. The doorbell only wakes:
+//! exclusion and the token are the row's alone, so a doorbell never rung
+//! or lost (a connection cut, a proxy that spreads statements over
+//! connections) costs time, never safety. A waiter that finds it free
+//! while the row is still held reads the row again 5 ms later, then at
+//! twice the gap up to [`POLL_EVERY`], until the row changes or the bell
+//! is held again; each renewal finds out whether the holder's doorbell is
+//! held, and takes it again where it is not.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
@@ -65,6 +77,9 @@ struct Shared {
     /// Break requests seen by renewals, by lock.
     asked: RefCell<BTreeMap<String, String>>,
     news: Notify,
+    /// The doorbells of the rows we hold, by lock: the fence and the
+    /// connection that holds the bell.
+    bells: RefCell<BTreeMap<String, (i64, Link)>>,
 }
 
 impl Shared {
@@ -90,6 +105,7 @@ impl<'s> MySession<'s> {
                 queued: RefCell::default(),
                 asked: RefCell::default(),
                 news: Notify::new(),
+                bells: RefCell::default(),
             }),
             granted_at: Instant::now(),
         }
@@ -130,6 +146,8 @@ impl Session for MySession<'_> {
                 lock,
                 checkpoint: RefCell::new(None),
                 observed: RefCell::new(Observed::new()),
+                bell: self.store.link.fresh(),
+                fence: Cell::new(None),
             });
             Ok(lock)
         })
@@ -140,7 +158,13 @@ impl Session for MySession<'_> {
             // Before: no renewal may count them lost once they are let go.
             self.shared.held.borrow_mut().clear();
             self.shared.queued.borrow_mut().clear();
-            self.store.release(&self.shared.tenure).await
+            let released = self.store.release(&self.shared.tenure).await;
+            // After: a waiter woken finds the rows free.
+            let bells = std::mem::take(&mut *self.shared.bells.borrow_mut());
+            for (lock, (fence, link)) in bells {
+                unring(&self.store.sql, &link, &lock, fence, self.shared.ttl).await;
+            }
+            released
         })
     }
 }
@@ -188,8 +212,12 @@ impl Renewer for MyRenewer {
                 .await?;
             let rows = self.exec(&self.sql.renewed, vec![p(tenure)]).await?;
             let mut renewed = BTreeSet::new();
+            let mut silent = Vec::new();
             for row in &rows {
                 let lock: String = cell(row, 0)?;
+                if !cell::<bool>(row, 2)? {
+                    silent.push(lock.clone());
+                }
                 if let Some(why) = cell::<Option<String>>(row, 1)? {
                     self.shared
                         .asked
@@ -199,14 +227,25 @@ impl Renewer for MyRenewer {
                 }
                 renewed.insert(lock);
             }
-            let still = self.shared.held.borrow();
-            if let Some(lost) = held
-                .iter()
-                .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
-            {
+            let lost = {
+                let still = self.shared.held.borrow();
+                held.iter()
+                    .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
+                    .cloned()
+            };
+            if let Some(lost) = lost {
                 return Ok(Renewal::Gone(format!(
                     "the lease row of lock {lost} was ended or taken over"
                 )));
+            }
+            for lock in silent {
+                // Its connection ended: waiters fell back to reading the
+                // row; hang the doorbell again.
+                let bell = self.shared.bells.borrow().get(&lock).cloned();
+                if let Some((fence, link)) = bell {
+                    link.reset();
+                    ring(&self.sql, &link, &lock, fence, self.shared.ttl).await;
+                }
             }
             Ok(Renewal::Alive(self.shared.ttl))
         })
@@ -227,6 +266,11 @@ struct MyLock<'s> {
     checkpoint: RefCell<Option<Checkpoint>>,
     /// The holder's row as we have seen it, and since when.
     observed: RefCell<Observed<Version>>,
+    /// The lock's second connection: a waiter blocks on the holder's
+    /// doorbell there, and the holder hangs its own.
+    bell: Link,
+    /// Our fence, once the row is ours.
+    fence: Cell<Option<i64>>,
 }
 
 /// A version of a lease row held by someone: its holder's tenure, its
@@ -253,8 +297,54 @@ struct Seen {
 enum Attempt {
     /// Ours, with this token, by the statement sent at this instant.
     Ours(u64, Instant),
-    /// Busy; worth another look in this long (`None`: at once, a race).
-    Busy(Option<Duration>),
+    /// Busy; worth another look in this long (`None`: at once, a race),
+    /// and the fence of its holder, whose doorbell tells of a release.
+    Busy(Option<Duration>, Option<i64>),
+}
+
+/// What a waiter heard at a holder's doorbell.
+enum Heard {
+    /// It was free: the holder let go of it, or its connection ended.
+    Free,
+    /// The time was up.
+    Quiet,
+    /// No answer: the second connection failed.
+    Nothing,
+}
+
+/// Hang the doorbell of `lock`'s row held with `fence`. Logged, never
+/// fatal: without it waiters read the row.
+async fn ring(sql: &Sql, link: &Link, lock: &str, fence: i64, ttl: Duration) {
+    let patience = retry::attempt_within(ttl);
+    let answer = link
+        .exec(&sql.ring, vec![p(lock), p(fence)], patience)
+        .await;
+    match answer.map(|(rows, _)| rows.first().and_then(|r| r.get::<Option<i64>, _>(0))) {
+        Ok(Some(Some(1))) => {}
+        Ok(_) => log::verbose(format_args!(
+            "the doorbell of lock {lock} is held elsewhere; waiters will read the row"
+        )),
+        Err(e) => {
+            link.reset();
+            log::verbose(format_args!(
+                "cannot hang the doorbell of lock {lock}: {}",
+                e.text()
+            ));
+        }
+    }
+}
+
+/// Let the doorbell of `lock` go; where that fails, drop its connection,
+/// which lets it go as well.
+async fn unring(sql: &Sql, link: &Link, lock: &str, fence: i64, ttl: Duration) {
+    let patience = retry::attempt_within(ttl);
+    if link
+        .exec(&sql.unring, vec![p(lock), p(fence)], patience)
+        .await
+        .is_err()
+    {
+        link.reset();
+    }
 }
 
 fn millis(ms: Option<i64>) -> Option<Duration> {
@@ -324,9 +414,10 @@ impl MyLock<'_> {
             && let Some(seen) = self.look().await?
             && seen.tenure.as_deref().is_some_and(|t| t != self.tenure())
         {
+            let fence = seen.fence;
             let wait = self.judge(seen, Instant::now());
             if !wait.is_zero() {
-                return Ok(Attempt::Busy(Some(wait)));
+                return Ok(Attempt::Busy(Some(wait), Some(fence)));
             }
         }
         let (t, r, m) = match self.observed.borrow().ripe(Instant::now()) {
@@ -365,13 +456,13 @@ impl MyLock<'_> {
                         Ok(_) => {}
                         // Made meanwhile: look again at once.
                         Err(e) if e.code() == Some(code::DUPLICATE_KEY) => {
-                            return Ok(Attempt::Busy(None));
+                            return Ok(Attempt::Busy(None, None));
                         }
                         Err(e) => return Err(e),
                     }
                     match self.look().await? {
                         Some(seen) => (sent, seen),
-                        None => return Ok(Attempt::Busy(None)),
+                        None => return Ok(Attempt::Busy(None, None)),
                     }
                 }
             },
@@ -389,6 +480,7 @@ impl MyLock<'_> {
             shared.held.borrow_mut().insert(self.lock.clone());
             shared.queued.borrow_mut().remove(&self.lock);
             *self.checkpoint.borrow_mut() = seen.checkpoint;
+            self.fence.set(Some(seen.fence));
             let unqueue = vec![p(self.lock.as_str()), p(tenure)];
             if let Err(e) = self.exec(&self.store().sql.unqueue_taken, unqueue).await {
                 log::verbose(format_args!(
@@ -402,15 +494,86 @@ impl MyLock<'_> {
         if seen.tenure.is_none() {
             // Let go between the take and the look.
             self.observed.borrow_mut().forget();
-            return Ok(Attempt::Busy(None));
+            return Ok(Attempt::Busy(None, None));
         }
+        let fence = seen.fence;
         let wait = self.judge(seen, answered);
         if !shared.queued.borrow().contains(&self.lock) {
             let queue = vec![p(self.lock.as_str()), p(tenure), p(shared.ttl_us())];
             self.exec(&self.store().sql.queue, queue).await?;
             shared.queued.borrow_mut().insert(self.lock.clone());
         }
-        Ok(Attempt::Busy((!wait.is_zero()).then_some(wait)))
+        Ok(Attempt::Busy(
+            (!wait.is_zero()).then_some(wait),
+            Some(fence),
+        ))
+    }
+
+    /// Block on the doorbell of the holder with `fence` for at most
+    /// `within`.
+    async fn listen(&self, fence: i64, within: Duration) -> Heard {
+        let sql = &self.store().sql;
+        let lock = self.lock.as_str();
+        let seconds = within.as_secs_f64();
+        let patience = within + retry::attempt_within(self.session.shared.ttl);
+        let answer = self
+            .bell
+            .exec(&sql.listen, vec![p(lock), p(fence), p(seconds)], patience)
+            .await;
+        match answer.map(|(rows, _)| rows.first().and_then(|r| r.get::<Option<i64>, _>(0))) {
+            Ok(Some(Some(1))) => {
+                // Ours for a moment: give it back, for the holder's own.
+                unring(sql, &self.bell, lock, fence, self.session.shared.ttl).await;
+                Heard::Free
+            }
+            Ok(Some(Some(_))) => Heard::Quiet,
+            Ok(_) => Heard::Nothing,
+            Err(e) => {
+                log::verbose(format_args!(
+                    "cannot wait at the doorbell of lock {lock}: {}",
+                    e.text()
+                ));
+                self.bell.reset();
+                Heard::Nothing
+            }
+        }
+    }
+
+    /// Until `left` has passed (or `until`), or the holder with `fence`
+    /// lets go. `gap`: how long to wait first, since its doorbell was
+    /// found free while its row was still held.
+    async fn nap(
+        &self,
+        left: Duration,
+        fence: i64,
+        until: Option<Instant>,
+        gap: &mut Option<(i64, Duration)>,
+    ) {
+        let end = Instant::now() + left;
+        let end = until.map_or(end, |at| at.min(end));
+        if let Some((f, wait)) = *gap
+            && f == fence
+        {
+            sleep_until(end.min(Instant::now() + wait)).await;
+            *gap = Some((f, (wait * 2).min(POLL_EVERY)));
+        }
+        let within = end.remaining();
+        if within.is_zero() {
+            return;
+        }
+        match self.listen(fence, within).await {
+            Heard::Free => {
+                if gap.is_none_or(|(f, _)| f != fence) {
+                    *gap = Some((fence, FIRST_GAP));
+                }
+            }
+            Heard::Quiet => {
+                *gap = None;
+                // A server that rounds the time down answers early.
+                sleep_until(end.min(Instant::now() + POLL_EVERY)).await;
+            }
+            Heard::Nothing => sleep_until(end.min(Instant::now() + POLL_EVERY)).await,
+        }
     }
 
     /// Try until the row is ours; set up the tables on first use.
@@ -422,6 +585,7 @@ impl MyLock<'_> {
         let mut set_up = false;
         let mut look_first = false;
         let mut backoff = Backoff::STORE;
+        let mut gap = None;
         loop {
             let left = match tokio::time::timeout(patience, self.attempt(look_first)).await {
                 Ok(Ok(Attempt::Ours(token, sent))) => {
@@ -430,7 +594,7 @@ impl MyLock<'_> {
                         taken: Some(sent),
                     });
                 }
-                Ok(Ok(Attempt::Busy(left))) => left,
+                Ok(Ok(Attempt::Busy(left, fence))) => (left, fence),
                 Ok(Err(e)) if e.code() == Some(code::NO_SUCH_TABLE) && !set_up => {
                     set_up = true;
                     store.set_up().await?;
@@ -460,16 +624,21 @@ impl MyLock<'_> {
                     continue;
                 }
             };
+            let (left, fence) = left;
             backoff.reset();
             look_first = left.is_some();
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
             }
             // Wake when the holder's lease ends by the database's clock and
-            // by ours, or to look for a release.
-            let nap = left.map_or(Duration::from_millis(5), |l| l.min(POLL_EVERY));
-            let wake = Instant::now() + nap;
-            sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+            // by ours, or at its release.
+            match (left, fence) {
+                (Some(left), Some(fence)) => self.nap(left, fence, until, &mut gap).await,
+                _ => {
+                    let wake = Instant::now() + FIRST_GAP;
+                    sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+                }
+            }
         }
     }
 
@@ -485,6 +654,9 @@ impl MyLock<'_> {
         }
     }
 }
+
+/// The first wait after a doorbell found free beside a held row.
+const FIRST_GAP: Duration = Duration::from_millis(5);
 
 impl Lock for MyLock<'_> {
     fn key(&self) -> &str {
@@ -504,6 +676,22 @@ impl Lock for MyLock<'_> {
         Box::pin(self.asked())
     }
 
+    /// Hang our doorbell, beside the command's start.
+    fn acquired(&self) -> Boxed<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.session.shared;
+            let Some(fence) = self.fence.get() else {
+                return;
+            };
+            // Before: a renewal hangs it again if this one fails.
+            shared
+                .bells
+                .borrow_mut()
+                .insert(self.lock.clone(), (fence, self.bell.clone()));
+            ring(&self.store().sql, &self.bell, &self.lock, fence, shared.ttl).await;
+        })
+    }
+
     fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
         Box::pin(async move { Ok(self.checkpoint.borrow_mut().take()) })
     }
@@ -521,6 +709,10 @@ impl Lock for MyLock<'_> {
             self.store()
                 .query(&self.store().sql.leave_queue, params)
                 .await?;
+            let bell = shared.bells.borrow_mut().remove(&self.lock);
+            if let Some((fence, link)) = bell {
+                unring(&self.store().sql, &link, &self.lock, fence, shared.ttl).await;
+            }
             Ok(())
         })
     }

@@ -127,6 +127,9 @@ pub struct Sql {
     pub shards: String,
     pub owners: String,
     pub end: String,
+    pub ring: String,
+    pub listen: String,
+    pub unring: String,
     pub tables: Tables,
 }
 
@@ -158,6 +161,13 @@ fn ttl_of(row: &str) -> String {
     )
 }
 
+/// The name of a tenure's doorbell (`GET_LOCK`): the tables' database
+/// and prefix, the lock, and the fence its holder took it with. 46
+/// characters, within the 64 a lock name may have; names are server-wide.
+fn bell(scope: &str, lock: &str, fence: &str) -> String {
+    format!("CONCAT('elect:', SHA1(CONCAT_WS(CHAR(0), {scope}, {lock}, {fence})))")
+}
+
 /// A field of the holder record.
 fn holder_field(field: &str) -> String {
     format!("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.{field}'))")
@@ -172,6 +182,12 @@ impl Sql {
             record: r,
         } = &tables;
         let expiry = format!("{NOW} + INTERVAL ? MICROSECOND");
+        let scope: String = format!("{database}.{prefix}")
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let scope = format!("X'{scope}'");
+        let bell = |lock: &str, fence: &str| bell(&scope, lock, fence);
         Sql {
             // 1-3 tenure, 4 holder record, 5 tenure, 6 ttl µs, 7 lock,
             // 8 tenure; 9 tenure, 10 renewals and 11 renewal time (µs) of
@@ -219,10 +235,13 @@ impl Sql {
                 "UPDATE {l} SET expires_at = {expiry}, renewed_at = {NOW}, \
                    renewals = renewals + 1 WHERE tenure = ?"
             ),
-            // 1 tenure: the rows the renewal kept, and any break request.
+            // 1 tenure: the rows the renewal kept, any break request, and
+            // whether each row's doorbell is held (by us, or for a moment
+            // by a waiter looking).
             renewed: format!(
-                "SELECT name, {} FROM {l} WHERE tenure = ?",
-                holder_field("break_request")
+                "SELECT name, {}, IS_USED_LOCK({}) IS NOT NULL FROM {l} WHERE tenure = ?",
+                holder_field("break_request"),
+                bell("name", "fence")
             ),
             // 1 ttl µs, 2 tenure.
             renew_queued: format!("UPDATE {w} SET expires_at = {expiry} WHERE tenure = ?"),
@@ -338,6 +357,15 @@ impl Sql {
                 "UPDATE {l} SET tenure = NULL, holder = NULL, expires_at = {NEVER}, \
                    renewed_at = NULL, acquired_at = NULL WHERE name = ? AND tenure = ?"
             ),
+            // 1 lock, 2 fence: the holder takes its doorbell, waiting out a
+            // waiter that holds it for a moment. 1 taken, 0 held elsewhere.
+            ring: format!("SELECT GET_LOCK({}, 1)", bell("?", "?")),
+            // 1 lock, 2 fence, 3 seconds: a waiter blocks on the holder's
+            // doorbell. 1 once it is free (a release, or the holder's
+            // connection gone), 0 when the time is up.
+            listen: format!("SELECT GET_LOCK({}, ?)", bell("?", "?")),
+            // 1 lock, 2 fence: let the doorbell go.
+            unring: format!("SELECT RELEASE_LOCK({})", bell("?", "?")),
             tables,
         }
     }
