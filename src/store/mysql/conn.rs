@@ -3,11 +3,12 @@
 //! that timed out) and those that are the user's to fix, and a [`Link`]
 //! that reconnects on its next use after a failure.
 //!
-//! No pool: a holder needs one connection for its statements. Every
-//! connection sets `CLIENT_FOUND_ROWS`, so that an UPDATE's count is the
-//! rows it matched (MySQL otherwise counts only rows it changed), and
-//! REPEATABLE READ for itself, under which an `INSERT … SELECT` share-locks
-//! the rows it read, whatever the server's default isolation.
+//! No pool: a holder needs one connection for its statements, and one for
+//! its doorbell (`session`). Every connection sets `CLIENT_FOUND_ROWS`, so
+//! that an UPDATE's count is the rows it matched (MySQL otherwise counts
+//! only rows it changed), and REPEATABLE READ for itself, under which an
+//! `INSERT … SELECT` share-locks the rows it read, whatever the server's
+//! default isolation.
 
 use std::rc::Rc;
 use std::time::Duration;
