@@ -159,10 +159,11 @@ impl Session for MySession<'_> {
             self.shared.held.borrow_mut().clear();
             self.shared.queued.borrow_mut().clear();
             let released = self.store.release(&self.shared.tenure).await;
-            // After: a waiter woken finds the rows free.
+            // After: a waiter woken finds the rows free. A connection that
+            // ends lets its doorbells go: no statement to wait for.
             let bells = std::mem::take(&mut *self.shared.bells.borrow_mut());
-            for (lock, (fence, link)) in bells {
-                unring(&self.store.sql, &link, &lock, fence, self.shared.ttl).await;
+            for (_, (_, link)) in bells {
+                link.reset();
             }
             released
         })
@@ -642,6 +643,20 @@ impl MyLock<'_> {
         }
     }
 
+    /// Hang the doorbell of the row we hold.
+    async fn hang_bell(&self) {
+        let shared = &self.session.shared;
+        let Some(fence) = self.fence.get() else {
+            return;
+        };
+        // Before: a renewal hangs it again if this one fails.
+        shared
+            .bells
+            .borrow_mut()
+            .insert(self.lock.clone(), (fence, self.bell.clone()));
+        ring(&self.store().sql, &self.bell, &self.lock, fence, shared.ttl).await;
+    }
+
     /// Wait for a break request that a renewal found.
     async fn asked(&self) -> Loss {
         let shared = &self.session.shared;
@@ -671,24 +686,14 @@ impl Lock for MyLock<'_> {
         Box::pin(self.wait(until))
     }
 
-    /// A break request or the end of our row, as a renewal finds it.
+    /// A break request or the end of our row, as a renewal finds it; first,
+    /// our doorbell is hung. Here, beside the command's start and not
+    /// before it: an uncontended run need not wait for its second
+    /// connection.
     fn lost(&self) -> Boxed<'_, Loss> {
-        Box::pin(self.asked())
-    }
-
-    /// Hang our doorbell, beside the command's start.
-    fn acquired(&self) -> Boxed<'_, ()> {
         Box::pin(async move {
-            let shared = &self.session.shared;
-            let Some(fence) = self.fence.get() else {
-                return;
-            };
-            // Before: a renewal hangs it again if this one fails.
-            shared
-                .bells
-                .borrow_mut()
-                .insert(self.lock.clone(), (fence, self.bell.clone()));
-            ring(&self.store().sql, &self.bell, &self.lock, fence, shared.ttl).await;
+            self.hang_bell().await;
+            self.asked().await
         })
     }
 
@@ -710,8 +715,8 @@ impl Lock for MyLock<'_> {
                 .query(&self.store().sql.leave_queue, params)
                 .await?;
             let bell = shared.bells.borrow_mut().remove(&self.lock);
-            if let Some((fence, link)) = bell {
-                unring(&self.store().sql, &link, &self.lock, fence, shared.ttl).await;
+            if let Some((_, link)) = bell {
+                link.reset();
             }
             Ok(())
         })
