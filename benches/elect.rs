@@ -6,6 +6,10 @@
 //! reference tool of the etcd and file figures (cycle, handover, failover,
 //! revoke, idle, contention) is the elect at PATH, an earlier build: a
 //! change measured before and after in one run, alternating run by run.
+//! In the `postgres`, `mariadb`, `zookeeper` and `k8s` figures the earlier
+//! build is the cycle's reference (alternating run by run), and its
+//! handover, failovers and idle waiters' load are measured after this
+//! build's on the same server, in rows marked "before".
 //!
 //! Every figure runs elect and the reference tool side by side in one run,
 //! alternating them run by run, against one etcd started for the purpose on
@@ -74,7 +78,7 @@
 //! - `mariadb`: the MySQL store on a MariaDB started for the purpose: the
 //!   uncontended cycle over TCP (with a password) and over the Unix socket,
 //!   each against `mariadb -e 'SELECT 1'` the same way; the handover after
-//!   a clean exit (waiters poll the row every 250 ms); failover after
+//!   a clean exit (the waiter wakes at the holder's doorbell); failover after
 //!   SIGKILL of elect and of elect, guard and command at once (TTL 2 s);
 //!   and the load an idle waiter puts on the server: a holder and four
 //!   waiters (TTL 6 s) over a window (10 s quick, 30 s full), against the
@@ -1097,6 +1101,16 @@ fn info_row(figure: String, elect: String, reference: String) -> Row {
     }
 }
 
+/// This build, and with `ELECT_BENCH_AGAINST` the earlier one on the same
+/// store after it: each with the tag its rows carry.
+fn and_before(elect: &Locker) -> Vec<(&'static str, Locker)> {
+    let mut all = vec![("", elect.clone())];
+    if let Some(program) = locker::against() {
+        all.push((", before", Locker::elect_at(&program, elect)));
+    }
+    all
+}
+
 /// Wait until `waiting()` says the waiter is queued.
 fn wait_queued(lock: &str, waiting: &dyn Fn(&str) -> bool) {
     let give_up = Instant::now() + PATIENCE;
@@ -1204,12 +1218,14 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
 
     for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
         let elect = Locker::elect_postgres(url, "elect (postgres)");
+        let before = locker::against().map(|program| Locker::elect_at(&program, &elect));
         let mut times = [Samples::default(), Samples::default()];
         for round in 0..=mode.cycles {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
-                let mut command = match i {
-                    0 => elect.command("bench-cycle", None, &["true"]),
+                let mut command = match (i, &before) {
+                    (0, _) => elect.command("bench-cycle", None, &["true"]),
+                    (_, Some(before)) => before.command("bench-cycle", None, &["true"]),
                     _ => {
                         let mut c = std::process::Command::new("psql");
                         c.args(["-X", "-q", "-At", url.as_str(), "-c", "SELECT 1"])
@@ -1233,7 +1249,10 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
                 mode.cycles
             ),
             elect: median_p99(&times[0]),
-            reference: format!("psql -c 'SELECT 1': {}", median_p99(&times[1])),
+            reference: match before {
+                Some(_) => format!("elect before: {}", median_p99(&times[1])),
+                None => format!("psql -c 'SELECT 1': {}", median_p99(&times[1])),
+            },
             ratio: ratio(times[0].median(), times[1].median()),
             target: "-".into(),
             verdict: Verdict::Info,
@@ -1244,40 +1263,43 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         ("LISTEN", tcp.clone(), "bench-handover-listen"),
         ("polling, PgBouncer", bouncer.url(), "bench-handover-poll"),
     ] {
-        let elect = Locker::elect_postgres(&url, "elect (postgres)");
-        let times = handovers(mode, &elect, lock, scratch, &waiting);
-        table.row(info_row(
-            format!(
-                "handover after clean exit [postgres, {how}], median / p99, n={}",
-                mode.handovers
-            ),
-            median_p99(&times),
-            String::new(),
-        ));
+        for (tag, elect) in and_before(&Locker::elect_postgres(&url, "elect (postgres)")) {
+            let lock = format!("{lock}{}", tag.len());
+            let times = handovers(mode, &elect, &lock, scratch, &waiting);
+            table.row(info_row(
+                format!(
+                    "handover after clean exit [postgres, {how}{tag}], median / p99, n={}",
+                    mode.handovers
+                ),
+                median_p99(&times),
+                String::new(),
+            ));
+        }
     }
 
-    let elect = Locker::elect_postgres(&tcp, "elect (postgres)");
-    failovers(
-        mode,
-        table,
-        "postgres",
-        &elect,
-        &waiting,
-        ("its guard releases", "the lease expires on the server"),
-    );
     let pid = pg.pid();
     // PostgreSQL's counters lag (its statistics are flushed now and then):
     // its CPU time alone.
     let statements = || -> Option<u64> { None };
-    waiter_load(
-        mode,
-        table,
-        "postgres, LISTEN",
-        &elect,
-        scratch,
-        &|| server_usage(pid, true),
-        &statements,
-    );
+    for (tag, elect) in and_before(&Locker::elect_postgres(&tcp, "elect (postgres)")) {
+        failovers(
+            mode,
+            table,
+            &format!("postgres{tag}"),
+            &elect,
+            &waiting,
+            ("its guard releases", "the lease expires on the server"),
+        );
+        waiter_load(
+            mode,
+            table,
+            &format!("postgres, LISTEN{tag}"),
+            &elect,
+            scratch,
+            &|| server_usage(pid, true),
+            &statements,
+        );
+    }
 }
 
 /// The CPU time of a server: `pid` and, with `children`, every process
@@ -1388,12 +1410,14 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     };
     for (how, url) in [("TCP", &tcp), ("socket", &socket)] {
         let elect = Locker::elect_mysql(url);
+        let before = locker::against().map(|program| Locker::elect_at(&program, &elect));
         let mut times = [Samples::default(), Samples::default()];
         for round in 0..=mode.cycles {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
-                let mut command = match i {
-                    0 => elect.command("bench-cycle", None, &["true"]),
+                let mut command = match (i, &before) {
+                    (0, _) => elect.command("bench-cycle", None, &["true"]),
+                    (_, Some(before)) => before.command("bench-cycle", None, &["true"]),
                     _ => {
                         let mut c = std::process::Command::new("mariadb");
                         c.arg("--no-defaults");
@@ -1425,33 +1449,15 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
                 mode.cycles
             ),
             elect: median_p99(&times[0]),
-            reference: format!("mariadb -e 'SELECT 1': {}", median_p99(&times[1])),
+            reference: match before {
+                Some(_) => format!("elect before: {}", median_p99(&times[1])),
+                None => format!("mariadb -e 'SELECT 1': {}", median_p99(&times[1])),
+            },
             ratio: ratio(times[0].median(), times[1].median()),
             target: "-".into(),
             verdict: Verdict::Info,
         });
     }
-    let elect = Locker::elect_mysql(&tcp);
-    let times = handovers(mode, &elect, "bench-handover-mariadb", scratch, &waiting);
-    table.row(info_row(
-        format!(
-            "handover after clean exit [mariadb, polling], median / p99, n={}",
-            mode.handovers
-        ),
-        median_p99(&times),
-        String::new(),
-    ));
-    failovers(
-        mode,
-        table,
-        "mariadb",
-        &elect,
-        &waiting,
-        (
-            "its guard releases",
-            "the row expires by the server's clock",
-        ),
-    );
     let pid = db.pid();
     let statements = || -> Option<u64> {
         db.sql("SHOW GLOBAL STATUS LIKE 'Questions'")
@@ -1459,15 +1465,38 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
             .nth(1)
             .and_then(|n| n.parse().ok())
     };
-    waiter_load(
-        mode,
-        table,
-        "mariadb, polling",
-        &elect,
-        scratch,
-        &|| server_usage(pid, false),
-        &statements,
-    );
+    for (tag, elect) in and_before(&Locker::elect_mysql(&tcp)) {
+        let lock = format!("bench-handover-mariadb{}", tag.len());
+        let times = handovers(mode, &elect, &lock, scratch, &waiting);
+        table.row(info_row(
+            format!(
+                "handover after clean exit [mariadb{tag}], median / p99, n={}",
+                mode.handovers
+            ),
+            median_p99(&times),
+            String::new(),
+        ));
+        failovers(
+            mode,
+            table,
+            &format!("mariadb{tag}"),
+            &elect,
+            &waiting,
+            (
+                "its guard releases",
+                "the row expires by the server's clock",
+            ),
+        );
+        waiter_load(
+            mode,
+            table,
+            &format!("mariadb{tag}"),
+            &elect,
+            scratch,
+            &|| server_usage(pid, false),
+            &statements,
+        );
+    }
 }
 
 /// Figure `zookeeper`: cycle, handover and failover on ZooKeeper.
@@ -1477,44 +1506,69 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     // The holder's node and the waiter's.
     let waiting = |lock: &str| zk.children(&format!("/{lock}")).len() >= 2;
 
-    let mut times = Samples::default();
+    let all = and_before(&elect);
+    let lockers: Vec<&Locker> = all.iter().map(|(_, l)| l).collect();
+    let times = cycles(mode, &lockers);
+    table.row(Row {
+        figure: format!("cycle -- true [zookeeper], median / p99, n={}", mode.cycles),
+        elect: median_p99(&times[0]),
+        reference: times
+            .get(1)
+            .map_or_else(String::new, |t| format!("elect before: {}", median_p99(t))),
+        ratio: times
+            .get(1)
+            .map_or_else(|| "-".into(), |t| ratio(times[0].median(), t.median())),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+
+    for (tag, elect) in &all {
+        let lock = format!("bench-handover{}", tag.len());
+        let times = handovers(mode, elect, &lock, scratch, &waiting);
+        table.row(info_row(
+            format!(
+                "handover after clean exit [zookeeper{tag}], median / p99, n={}",
+                mode.handovers
+            ),
+            median_p99(&times),
+            String::new(),
+        ));
+        failovers(
+            mode,
+            table,
+            &format!("zookeeper{tag}"),
+            elect,
+            &waiting,
+            (
+                "its guard deletes the node",
+                "the lease expires on the server",
+            ),
+        );
+    }
+}
+
+/// Uncontended cycles `-- true` of each of `lockers`, alternating them
+/// run by run, the first round not counted.
+fn cycles(mode: &Mode, lockers: &[&Locker]) -> Vec<Samples> {
+    let mut times: Vec<Samples> = lockers.iter().map(|_| Samples::default()).collect();
     for round in 0..=mode.cycles {
-        let mut command = elect.command("bench-cycle", None, &["true"]);
-        command.stdout(std::process::Stdio::null());
-        let start = Instant::now();
-        let mut p = Quiet::spawn(command).expect("cannot start");
-        let status = p.wait_within(PATIENCE).expect("still running");
-        assert!(status.success(), "cycle: {status}");
-        if round > 0 {
-            times.push(start.elapsed());
+        let mut order: Vec<usize> = (0..lockers.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let mut command = lockers[i].command("bench-cycle", None, &["true"]);
+            command.stdout(std::process::Stdio::null());
+            let start = Instant::now();
+            let mut p = Quiet::spawn(command).expect("cannot start");
+            let status = p.wait_within(PATIENCE).expect("still running");
+            assert!(status.success(), "cycle of {}: {status}", lockers[i].name);
+            if round > 0 {
+                times[i].push(start.elapsed());
+            }
         }
     }
-    table.row(info_row(
-        format!("cycle -- true [zookeeper], median / p99, n={}", mode.cycles),
-        median_p99(&times),
-        String::new(),
-    ));
-
-    let times = handovers(mode, &elect, "bench-handover", scratch, &waiting);
-    table.row(info_row(
-        format!(
-            "handover after clean exit [zookeeper], median / p99, n={}",
-            mode.handovers
-        ),
-        median_p99(&times),
-        String::new(),
-    ));
-    failovers(
-        mode,
-        table,
-        "zookeeper",
-        &elect,
-        &waiting,
-        (
-            "its guard deletes the node",
-            "the lease expires on the server",
-        ),
-    );
+    times
 }
 
 /// Figure `k8s`: cycle, handover, failover and requests on Kubernetes.
@@ -1543,49 +1597,45 @@ fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
         })
     };
 
-    let mut times = Samples::default();
-    let before = Kube::requests_of_elect(&audit).len();
-    for round in 0..=mode.cycles {
-        let mut command = elect.command("bench-cycle", None, &["true"]);
-        command.stdout(std::process::Stdio::null());
-        let start = Instant::now();
-        let mut p = Quiet::spawn(command).expect("cannot start");
-        let status = p.wait_within(PATIENCE).expect("still running");
-        assert!(status.success(), "cycle: {status}");
-        if round > 0 {
-            times.push(start.elapsed());
-        }
+    let all = and_before(&elect);
+    for (tag, elect) in &all {
+        // One build at a time, so that the audit log tells its requests.
+        let before = Kube::requests_of_elect(&audit).len();
+        let times = cycles(mode, &[elect]);
+        let requests = Kube::requests_of_elect(&audit).len() - before;
+        table.row(info_row(
+            format!("cycle -- true [k8s{tag}], median / p99, n={}", mode.cycles),
+            median_p99(&times[0]),
+            format!(
+                "{:.1} requests a cycle",
+                requests as f64 / (mode.cycles + 1) as f64
+            ),
+        ));
     }
-    let requests = Kube::requests_of_elect(&audit).len() - before;
-    table.row(info_row(
-        format!("cycle -- true [k8s], median / p99, n={}", mode.cycles),
-        median_p99(&times),
-        format!(
-            "{:.1} requests a cycle",
-            requests as f64 / (mode.cycles + 1) as f64
-        ),
-    ));
 
-    let times = handovers(mode, &elect, "bench-handover", scratch, &waiting);
-    table.row(info_row(
-        format!(
-            "handover after clean exit [k8s], median / p99, n={}",
-            mode.handovers
-        ),
-        median_p99(&times),
-        String::new(),
-    ));
-    failovers(
-        mode,
-        table,
-        "k8s",
-        &elect,
-        &waiting,
-        (
-            "its guard lets go",
-            "the waiter saw the Lease unchanged for its duration",
-        ),
-    );
+    for (tag, elect) in &all {
+        let lock = format!("bench-handover{}", tag.len());
+        let times = handovers(mode, elect, &lock, scratch, &waiting);
+        table.row(info_row(
+            format!(
+                "handover after clean exit [k8s{tag}], median / p99, n={}",
+                mode.handovers
+            ),
+            median_p99(&times),
+            String::new(),
+        ));
+        failovers(
+            mode,
+            table,
+            &format!("k8s{tag}"),
+            elect,
+            &waiting,
+            (
+                "its guard lets go",
+                "the waiter saw the Lease unchanged for its duration",
+            ),
+        );
+    }
 
     // Requests while holding at --ttl 3s for 9 s, alone and with a waiter.
     for waiters in [0, 1] {
