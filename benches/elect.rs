@@ -1466,21 +1466,12 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
             .and_then(|n| n.parse().ok())
     };
     for (tag, elect) in and_before(&Locker::elect_mysql(&tcp)) {
-        let lock = format!("bench-handover-mariadb{}", tag.len());
-        let times = handovers(mode, &elect, &lock, scratch, &waiting);
-        table.row(info_row(
-            format!(
-                "handover after clean exit [mariadb{tag}], median / p99, n={}",
-                mode.handovers
-            ),
-            median_p99(&times),
-            String::new(),
-        ));
-        failovers(
+        handover_and_failovers(
             mode,
             table,
             &format!("mariadb{tag}"),
             &elect,
+            scratch,
             &waiting,
             (
                 "its guard releases",
@@ -1523,21 +1514,12 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     });
 
     for (tag, elect) in &all {
-        let lock = format!("bench-handover{}", tag.len());
-        let times = handovers(mode, elect, &lock, scratch, &waiting);
-        table.row(info_row(
-            format!(
-                "handover after clean exit [zookeeper{tag}], median / p99, n={}",
-                mode.handovers
-            ),
-            median_p99(&times),
-            String::new(),
-        ));
-        failovers(
+        handover_and_failovers(
             mode,
             table,
             &format!("zookeeper{tag}"),
             elect,
+            scratch,
             &waiting,
             (
                 "its guard deletes the node",
@@ -1545,6 +1527,36 @@ fn zookeeper(mode: &Mode, scratch: &Scratch, table: &mut Table) {
             ),
         );
     }
+}
+
+/// The handover after a clean exit and the failovers of `elect` on
+/// `store` (as the rows name it).
+fn handover_and_failovers(
+    mode: &Mode,
+    table: &mut Table,
+    store: &str,
+    elect: &Locker,
+    scratch: &Scratch,
+    waiting: &dyn Fn(&str) -> bool,
+    why: (&str, &str),
+) {
+    let tag: String = store.chars().filter(char::is_ascii_alphanumeric).collect();
+    let times = handovers(
+        mode,
+        elect,
+        &format!("bench-handover-{tag}"),
+        scratch,
+        waiting,
+    );
+    table.row(info_row(
+        format!(
+            "handover after clean exit [{store}], median / p99, n={}",
+            mode.handovers
+        ),
+        median_p99(&times),
+        String::new(),
+    ));
+    failovers(mode, table, store, elect, waiting, why);
 }
 
 /// Uncontended cycles `-- true` of each of `lockers`, alternating them
@@ -1614,21 +1626,12 @@ fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     }
 
     for (tag, elect) in &all {
-        let lock = format!("bench-handover{}", tag.len());
-        let times = handovers(mode, elect, &lock, scratch, &waiting);
-        table.row(info_row(
-            format!(
-                "handover after clean exit [k8s{tag}], median / p99, n={}",
-                mode.handovers
-            ),
-            median_p99(&times),
-            String::new(),
-        ));
-        failovers(
+        handover_and_failovers(
             mode,
             table,
             &format!("k8s{tag}"),
             elect,
+            scratch,
             &waiting,
             (
                 "its guard lets go",
