@@ -80,6 +80,9 @@ struct Shared {
     /// The doorbells of the rows we hold, by lock: the fence and the
     /// connection that holds the bell.
     bells: RefCell<BTreeMap<String, (i64, Link)>>,
+    /// Locks whose doorbell a renewal found gone, for their holder to hang
+    /// again (off the renewal's path: a ring may wait).
+    silent: RefCell<BTreeSet<String>>,
 }
 
 impl Shared {
@@ -106,6 +109,7 @@ impl<'s> MySession<'s> {
                 asked: RefCell::default(),
                 news: Notify::new(),
                 bells: RefCell::default(),
+                silent: RefCell::default(),
             }),
             granted_at: Instant::now(),
         }
@@ -239,14 +243,16 @@ impl Renewer for MyRenewer {
                     "the lease row of lock {lost} was ended or taken over"
                 )));
             }
-            for lock in silent {
-                // Its connection ended: waiters fell back to reading the
-                // row; hang the doorbell again.
-                let bell = self.shared.bells.borrow().get(&lock).cloned();
-                if let Some((fence, link)) = bell {
-                    link.reset();
-                    ring(&self.sql, &link, &lock, fence, self.shared.ttl).await;
-                }
+            // Its connection ended: waiters fell back to reading the row;
+            // the lock's holder hangs the doorbell again.
+            let bells = self.shared.bells.borrow();
+            let silent: Vec<String> = silent
+                .into_iter()
+                .filter(|l| bells.contains_key(l))
+                .collect();
+            if !silent.is_empty() {
+                self.shared.silent.borrow_mut().extend(silent);
+                self.shared.news.notify_waiters();
             }
             Ok(Renewal::Alive(self.shared.ttl))
         })
@@ -657,6 +663,22 @@ impl MyLock<'_> {
         ring(&self.store().sql, &self.bell, &self.lock, fence, shared.ttl).await;
     }
 
+    /// Hang our doorbell, and again each time a renewal finds it gone.
+    async fn keep_bell(&self) -> std::convert::Infallible {
+        let shared = &self.session.shared;
+        loop {
+            self.hang_bell().await;
+            loop {
+                let news = shared.news.notified();
+                if shared.silent.borrow_mut().remove(&self.lock) {
+                    self.bell.reset();
+                    break;
+                }
+                news.await;
+            }
+        }
+    }
+
     /// Wait for a break request that a renewal found.
     async fn asked(&self) -> Loss {
         let shared = &self.session.shared;
@@ -686,14 +708,16 @@ impl Lock for MyLock<'_> {
         Box::pin(self.wait(until))
     }
 
-    /// A break request or the end of our row, as a renewal finds it; first,
-    /// our doorbell is hung. Here, beside the command's start and not
-    /// before it: an uncontended run need not wait for its second
-    /// connection.
+    /// A break request or the end of our row, as a renewal finds it;
+    /// meanwhile our doorbell is hung, and hung again when a renewal finds
+    /// it gone. Here, beside the command's start and not before it: an
+    /// uncontended run need not wait for its second connection.
     fn lost(&self) -> Boxed<'_, Loss> {
         Box::pin(async move {
-            self.hang_bell().await;
-            self.asked().await
+            tokio::select! {
+                loss = self.asked() => loss,
+                never = self.keep_bell() => match never {},
+            }
         })
     }
 
