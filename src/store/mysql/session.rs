@@ -523,10 +523,18 @@ impl MyLock<'_> {
         let lock = self.lock.as_str();
         let seconds = within.as_secs_f64();
         let patience = within + retry::attempt_within(self.session.shared.ttl);
-        let answer = self
-            .bell
-            .exec(&sql.listen, vec![p(lock), p(fence), p(seconds)], patience)
-            .await;
+        let params = vec![p(lock), p(fence), p(seconds)];
+        // The bound covers a connect as well: a server out of reach holds
+        // the waiter no longer than a statement.
+        let answer =
+            match tokio::time::timeout(patience, self.bell.exec(&sql.listen, params, patience))
+                .await
+            {
+                Ok(answer) => answer,
+                Err(_) => Err(Failed::Link(StoreError::unavailable(
+                    "the doorbell's connection did not answer",
+                ))),
+            };
         match answer.map(|(rows, _)| rows.first().and_then(|r| r.get::<Option<i64>, _>(0))) {
             Ok(Some(Some(1))) => {
                 // Ours for a moment: give it back, for the holder's own.
