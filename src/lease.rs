@@ -144,6 +144,15 @@ impl Timing {
         stop_at.since(confirmed + self.renew_every())
     }
 
+    /// Whether, at `now`, a renewal that was due is still unconfirmed for a
+    /// lease safe until `deadline`: its stop time is nearer than the time
+    /// the renewal sent a renewal interval after the last confirmed one may
+    /// take. (Renewals answered at once leave between that and a renewal
+    /// interval more.)
+    pub fn overdue(&self, deadline: Instant, now: Instant) -> bool {
+        self.stop_at(deadline) < now + self.answer_within()
+    }
+
     /// A store whose renewal `waits` (beyond its round trips) cannot keep
     /// the lease with this timing: say so, and what would do.
     pub fn refuse_renewal_wait(&self, waits: Duration, why: &str) -> Option<String> {
@@ -349,6 +358,12 @@ impl Keeper {
     pub fn deadline(&self) -> Instant {
         self.taking
             .cap(self.timing, self.timing.ttl(), *self.deadline.borrow())
+    }
+
+    /// Whether a renewal due by now is still unconfirmed: a command started
+    /// now would have less than a renewal's answer time before its stop.
+    pub fn overdue(&self) -> bool {
+        self.timing.overdue(self.deadline(), Instant::now())
     }
 
     /// The next thing the renewals bring: a later deadline, or the loss
@@ -701,6 +716,21 @@ mod tests {
             // Requests are awaited that long: the grace is what limits.
             assert!(limit < t.renew_every());
         }
+    }
+
+    #[test]
+    fn a_renewal_is_overdue_once_the_stop_is_nearer_than_its_answer_may_take() {
+        // TTL 3 s: renewals every 1 s, grace 1 s, margin 110 ms, so a
+        // renewal confirmed at 0 stops at 1.89 s, and the one sent at 1 s
+        // may take 890 ms.
+        let t = Timing::new(3 * S, None).unwrap();
+        let confirmed = Instant::from_nanos(1_000_000_000_000);
+        let deadline = t.deadline(confirmed, 3 * S);
+        assert_eq!(t.answer_within(), 890 * MS);
+        assert!(!t.overdue(deadline, confirmed));
+        assert!(!t.overdue(deadline, confirmed + S));
+        assert!(t.overdue(deadline, confirmed + S + MS));
+        assert!(t.overdue(deadline, confirmed + 2 * S));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::clock::{Instant, show};
 use crate::exit::{Failure, Outcome};
 use crate::history::{self, Ended, Once, Tenure};
-use crate::lease::{Keeper, Timing};
+use crate::lease::{Keeper, Kept, Timing};
 use crate::log;
 use crate::reach::Reach;
 use crate::store::{
@@ -487,7 +487,7 @@ impl Job {
             // confirmed with the place in the queue).
             timeline::step("lease requested");
             let mut keeper = Keeper::start(&*session, self.timing, self.standing.tally.clone());
-            let (end, guard_to_reap, mut tenure) = match self
+            let place = match self
                 .queue(store, &*session, &mut keeper, give_up, signals, &mut reach)
                 .await
             {
@@ -496,6 +496,12 @@ impl Job {
                         keeper.taken(sent);
                     }
                     keeper.queued();
+                    self.renewed_in_time(won, &mut keeper, signals).await
+                }
+                other => other,
+            };
+            let (end, guard_to_reap, mut tenure) = match place {
+                Queued::First(won) => {
                     self.standing.acquired(won.shard, won.token);
                     log::context("token", won.token);
                     if let Some(k) = won.shard {
@@ -847,6 +853,38 @@ impl Job {
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
             Err(e) => Queued::Done(self.store_failed(e)),
         }
+    }
+
+    /// The lock is won, but is the lease fresh enough to start the command
+    /// under? Not while a renewal that was due is unconfirmed (a store just
+    /// back from an outage, a waiter whose renewals failed meanwhile): the
+    /// command would be stopped as it starts, and the run would end on a
+    /// lost lease with the lock free for the taking. So wait for that
+    /// renewal; should the lease be lost first, leave the lock and queue
+    /// again under a new one, as a waiter does.
+    async fn renewed_in_time<'s>(
+        &self,
+        won: Won<'s>,
+        keeper: &mut Keeper,
+        signals: &mut Signals,
+    ) -> Queued<'s> {
+        if keeper.overdue() {
+            log::verbose(format_args!(
+                "won lock {} while a renewal of the lease is overdue: the command starts once \
+                 one is confirmed",
+                self.lock
+            ));
+        }
+        while keeper.overdue() {
+            tokio::select! {
+                kept = keeper.next() => if let Kept::Lost(loss) = kept {
+                    let _ = tokio::time::timeout(RELEASE_TIMEOUT, won.lock.leave()).await;
+                    return Queued::Again(format!("{loss}, before the command started"));
+                },
+                sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+            }
+        }
+        Queued::First(won)
     }
 
     /// When the store keeps us waiting for a lease (a second on), and only
