@@ -15,6 +15,7 @@ use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
 use crate::history::{self, Tenure};
 use crate::log;
 use crate::reach::Reach;
+use crate::store::records;
 use crate::store::{
     Broken, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, Location, LockStatus, Put, Store,
     shard_lock,
@@ -53,7 +54,10 @@ pub async fn status(args: StatusArgs) -> Outcome {
         Err(failure) => return failure.into(),
     };
     let shards = match reach
-        .answered("the lock's status", store.shards(&args.lock, None))
+        .answered(
+            "the lock's status",
+            records::shards(&*store, &args.lock, None),
+        )
         .await
     {
         Ok(shards) => shards,
@@ -66,7 +70,8 @@ pub async fn status(args: StatusArgs) -> Outcome {
     let mut shown = Vec::with_capacity(locks.len());
     for lock in &locks {
         let all = async {
-            let (status, checkpoint) = tokio::join!(store.status(lock), store.checkpoint(lock));
+            let (status, checkpoint) =
+                tokio::join!(store.status(lock), records::checkpoint(&*store, lock));
             let status = status?;
             // The last tenure that ended (the holder's own is running).
             let holder = status.holder.as_ref().map(|h| h.token);
@@ -151,7 +156,10 @@ pub async fn history(args: HistoryArgs) -> Outcome {
     let locks: Vec<String> = match args.shard {
         Some(k) => vec![shard_lock(&args.lock, k)],
         None => match reach
-            .answered("the lock's shards", store.shards(&args.lock, None))
+            .answered(
+                "the lock's shards",
+                records::shards(&*store, &args.lock, None),
+            )
             .await
         {
             Ok(Some(n)) => (0..n).map(|k| shard_lock(&args.lock, k)).collect(),
@@ -369,7 +377,7 @@ pub async fn break_lock(mut args: BreakArgs) -> Outcome {
         Some(k) => args.lock = shard_lock(&args.lock, k),
         None => {
             // A break of the whole name would end no shard's holder.
-            let shards = store.shards(&args.lock, None);
+            let shards = records::shards(&*store, &args.lock, None);
             match reach.answered("the shard count", shards).await {
                 Ok(None) => {}
                 Ok(Some(n)) => {
@@ -643,7 +651,7 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
     }
     let Some((key, checkpoint)) = put else {
         return match reach
-            .answered("the checkpoint", store.checkpoint(&args.lock))
+            .answered("the checkpoint", records::checkpoint(&*store, &args.lock))
             .await
         {
             Ok(found) => {
@@ -677,7 +685,7 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
             Err(e) => Failure::from(e).into(),
         };
     };
-    let put = store.put_checkpoint(&args.lock, &key, &checkpoint);
+    let put = records::put_checkpoint(&*store, &args.lock, &key, &checkpoint);
     let answered = reach.answered("the checkpoint's write", put).await;
     if args.json
         && let Ok(put) = &answered

@@ -36,6 +36,7 @@ use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, Timing};
 use crate::log;
 use crate::reach::Reach;
+use crate::store::records;
 use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Put, Session, Store,
     StoreError, Turn, first_turn, shard_lock,
@@ -790,7 +791,7 @@ impl Job {
         let join_unsharded = async {
             let (joined, shards) = tokio::join!(
                 session.join(self.lock.clone(), record),
-                store.shards(&self.lock, None)
+                records::shards(store, &self.lock, None)
             );
             let lock = joined?;
             match shards {

@@ -13,6 +13,7 @@ use crate::exit::Outcome;
 use crate::lease::Keeper;
 use crate::log;
 use crate::reach::Reach;
+use crate::store::records;
 use crate::store::{
     ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Turn, first_turn, shard_lock,
 };
@@ -72,7 +73,7 @@ impl Job {
         give_up: Option<Instant>,
         reach: &mut Reach,
     ) -> Result<Option<Shard<'s>>, StoreError> {
-        let count = store.shards(&self.lock, Some(shards));
+        let count = records::shards(store, &self.lock, Some(shards));
         match reach.bounded("the shard count", count).await? {
             Some(recorded) if recorded != shards => {
                 return Err(StoreError::config(format!(
@@ -85,7 +86,7 @@ impl Job {
         }
         let names: Vec<String> = (0..shards).map(|k| shard_lock(&self.lock, k)).collect();
         let owners = reach
-            .bounded("the shards' owners", store.owners(&names))
+            .bounded("the shards' owners", records::owners(store, &names))
             .await?;
         let order = self.preference(&owners.iter().map(|o| o.last.as_deref()).collect::<Vec<_>>());
         timeline::step("queued");

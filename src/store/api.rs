@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Record};
+use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Put, Record};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -62,30 +62,6 @@ pub trait Store {
         lock: &'a str,
         holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>>;
-    /// The number of shards recorded for `lock`, if any; with `count`,
-    /// record that first unless a number is recorded already (atomically:
-    /// the first to record wins).
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>>;
-    /// For each of `locks` (the shards of one lock), in one look: held or
-    /// not, and who held it last.
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>>;
-    /// The last checkpoint of `lock`, if any. Kept apart from the queue,
-    /// so that it never looks like a holder or a waiter.
-    fn checkpoint<'a>(&'a self, lock: &'a str)
-    -> Boxed<'a, Result<Option<Checkpoint>, StoreError>>;
-    /// Store `checkpoint` for `lock` if the holder of `key` still holds it
-    /// with `checkpoint.token`: the check and the write are one atomic step
-    /// in the store.
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>>;
     /// `record` of `lock`, if it exists, with its version.
     fn record<'a>(
         &'a self,

@@ -18,22 +18,34 @@ pub const RECORD_SUFFIXES: [&str; 6] = [
     ".history",
 ];
 
-/// A record elect keeps beside a lock alike on every store (read and
-/// written by [`crate::history`]): the last run that succeeded, each
-/// `--slot` done, and the lock's history.
+/// A record elect keeps beside a lock alike on every store: what they
+/// mean and the rules for writing them are [`super::records`]' and
+/// [`crate::history`]'s; where each lives is its store's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
+    /// The progress a holder committed ([`Checkpoint`] as JSON), written
+    /// fenced by its token.
+    Checkpoint,
+    /// The number of shards of a sharded lock, written once, by the first.
+    Shards,
+    /// The identity of the last holder of a shard.
+    Last,
+    /// The last run that succeeded.
     Done,
+    /// Each `--slot` done.
     Slot(&'a str),
     /// One tenure in the lock's history, by its id ([`crate::history`]).
     Tenure(&'a str),
 }
 
 impl Record<'_> {
-    /// Its name beside the lock's, as a checkpoint's is `.checkpoint`:
+    /// Its name beside the lock's: `.checkpoint`, `.shards`, `.last`,
     /// `.done`, `.slots/KEY`, `.history/ID`.
     pub fn suffix(&self) -> String {
         match self {
+            Record::Checkpoint => ".checkpoint".into(),
+            Record::Shards => ".shards".into(),
+            Record::Last => ".last".into(),
             Record::Done => ".done".into(),
             Record::Slot(key) => format!(".slots/{key}"),
             Record::Tenure(id) => format!("{HISTORY}{id}"),

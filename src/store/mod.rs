@@ -23,6 +23,7 @@ pub mod mysql;
 mod observed;
 pub mod postgres;
 pub mod probe;
+pub mod records;
 mod retry;
 mod secret;
 pub use secret::Secret;

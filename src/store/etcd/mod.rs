@@ -32,8 +32,8 @@ use session::EtcdSession;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Breaking, Check, Checkpoint, Fence, Holder, LockStatus, Owner, Put, Record, Session,
-    Store, StoreError, Versioned,
+    Boxed, Breaking, Check, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError,
+    Versioned,
 };
 
 #[derive(Clone)]
@@ -105,39 +105,6 @@ impl Store for Etcd {
         holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
         Box::pin(inspect::lease_ttl(&self.cluster, holder))
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(records::checkpoint(&self.cluster, lock))
-    }
-
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(records::shards(&self.cluster, lock, count))
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(records::owners(&self.cluster, locks))
-    }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(records::put_checkpoint(
-            &self.cluster,
-            lock,
-            key,
-            checkpoint,
-        ))
     }
 
     fn record<'a>(

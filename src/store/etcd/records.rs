@@ -1,22 +1,15 @@
-//! The records kept beside a lock's queue: its checkpoint, its number of
-//! shards, a shard's last holder, its tenures and the other side records.
+//! Where etcd keeps the records beside a lock's queue (its checkpoint, its
+//! number of shards, a shard's last holder, its tenures, the others), and
+//! how it writes them; what they mean is [`crate::store::records`]'.
 //!
 //! They live beside the queue's prefix, never under it, where contenders
 //! (`etcdctl lock` too) look; a write fenced by a holder is a transaction
 //! that compares the holder's create revision, its token.
 
-use etcd_client::{
-    Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 
-use super::client::{Cluster, read_at};
-use super::inspect::holder_of;
-use crate::store::{Checkpoint, Fence, HISTORY, Owner, Put, Record, StoreError, Versioned};
-
-/// Where the number of shards of `lock` is recorded, beside its prefix.
-fn shards_key(lock: &str) -> String {
-    format!("{lock}.shards")
-}
+use super::client::Cluster;
+use crate::store::{Checkpoint, Fence, HISTORY, Put, Record, StoreError, Versioned};
 
 /// Where the identity of the last holder of a shard is kept.
 pub(super) fn last_key(lock: &str) -> String {
@@ -36,7 +29,7 @@ pub(super) fn checkpoint_key(lock: &str) -> String {
 fn record_key(lock: &str, suffix: &str) -> String {
     match lock.rsplit_once("/shard-") {
         Some((name, k)) if !name.is_empty() && k.parse::<u32>().is_ok() => {
-            format!("{}/{k}{suffix}", shards_key(name))
+            format!("{name}.shards/{k}{suffix}")
         }
         _ => format!("{lock}{suffix}"),
     }
@@ -52,111 +45,6 @@ pub(super) async fn checkpoint(
         .take_kvs()
         .first()
         .and_then(|kv| Checkpoint::from_json(kv.value())))
-}
-
-/// Put the checkpoint if the holder's key still has the create revision
-/// that is its token; else name the holder now.
-pub(super) async fn put_checkpoint(
-    cluster: &Cluster,
-    lock: &str,
-    key: &str,
-    checkpoint: &Checkpoint,
-) -> Result<Put, StoreError> {
-    let oldest = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1);
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            key,
-            CompareOp::Equal,
-            checkpoint.token as i64,
-        )])
-        .and_then([TxnOp::put(checkpoint_key(lock), checkpoint.to_json(), None)])
-        .or_else([TxnOp::get(format!("{lock}/"), Some(oldest))]);
-    let reply = cluster.txn(&txn).await?;
-    if reply.succeeded() {
-        return Ok(Put::Stored);
-    }
-    let holder = read_at(&reply, 0).and_then(|get| get.kvs().first().map(holder_of));
-    Ok(Put::Stale(match holder {
-        Some(h) => format!(
-            "lock {lock} is held by {h} now, not by token {}",
-            checkpoint.token
-        ),
-        None => format!(
-            "lock {lock} is free: token {} no longer holds it",
-            checkpoint.token
-        ),
-    }))
-}
-
-/// Record `count` shards for `lock` unless a number is recorded; the
-/// number recorded.
-pub(super) async fn shards(
-    cluster: &Cluster,
-    lock: &str,
-    count: Option<u32>,
-) -> Result<Option<u32>, StoreError> {
-    let key = shards_key(lock);
-    let txn = match count {
-        Some(n) => Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), n.to_string(), None)])
-            .or_else([TxnOp::get(key.as_str(), None)]),
-        None => Txn::new().and_then([TxnOp::get(key.as_str(), None)]),
-    };
-    let reply = cluster.txn(&txn).await?;
-    if count.is_some() && reply.succeeded() {
-        return Ok(count);
-    }
-    let value = read_at(&reply, 0).and_then(|get| get.kvs().first().map(|kv| kv.value().to_vec()));
-    match value {
-        None => Ok(None),
-        Some(value) => String::from_utf8_lossy(&value)
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| StoreError::config(format!("{key} does not hold a number of shards"))),
-    }
-}
-
-/// Held or not, and the last holder, for each of `locks`: one
-/// transaction per 64 (etcd takes at most 128 operations in one).
-pub(super) async fn owners(cluster: &Cluster, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
-    let mut owners = Vec::with_capacity(locks.len());
-    for chunk in locks.chunks(64) {
-        let ops: Vec<TxnOp> = chunk
-            .iter()
-            .flat_map(|lock| {
-                [
-                    TxnOp::get(
-                        format!("{lock}/"),
-                        Some(GetOptions::new().with_prefix().with_count_only()),
-                    ),
-                    TxnOp::get(last_key(lock), None),
-                ]
-            })
-            .collect();
-        let txn = Txn::new().and_then(ops);
-        let reply = cluster.txn(&txn).await?;
-        let answers = reply.op_responses();
-        for pair in answers.chunks(2) {
-            let (Some(TxnOpResponse::Get(queue)), Some(TxnOpResponse::Get(last))) =
-                (pair.first(), pair.get(1))
-            else {
-                return Err(StoreError::unavailable("etcd answered out of turn"));
-            };
-            owners.push(Owner {
-                held: queue.count() > 0,
-                last: last
-                    .kvs()
-                    .first()
-                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-            });
-        }
-    }
-    Ok(owners)
 }
 
 /// The side record `record` of `lock`, with the revision it was put at.

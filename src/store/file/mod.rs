@@ -39,12 +39,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{
-    Boxed, Breaking, Check, Checkpoint, Fence, Holder, LockStatus, Owner, Put, Record, Session,
-    Store, StoreError, Versioned,
+    Boxed, Breaking, Check, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError,
+    Versioned,
 };
 use crate::clock::Instant;
 use dir::Dir;
-pub use dir::{check_name, stem};
+pub use dir::check_name;
+#[cfg(test)]
+pub use dir::stem;
 use lock::FileSession;
 pub use target::KIND;
 
@@ -133,39 +135,6 @@ impl Store for FileStore {
         Box::pin(async { Ok(None) })
     }
 
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move { self.existing()?.checkpoint(&stem(lock)) })
-    }
-
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(async move {
-            if count.is_some() {
-                self.dir.create(self.network_fs_ok)?;
-            }
-            self.existing()?.shards(&stem(lock), count)
-        })
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move { self.existing()?.owners(locks) })
-    }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move { self.existing()?.put_checkpoint(lock, key, checkpoint) })
-    }
-
     fn record<'a>(
         &'a self,
         lock: &'a str,
@@ -181,7 +150,14 @@ impl Store for FileStore {
         value: &'a str,
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move { self.existing()?.put_record(lock, record, value, fence) })
+        Box::pin(async move {
+            // A record that must be new may be the directory's first (a
+            // lock's shard count, recorded before any holder).
+            if let Fence::Version(None) = fence {
+                self.dir.create(self.network_fs_ok)?;
+            }
+            self.existing()?.put_record(lock, record, value, fence)
+        })
     }
 
     fn delete_record<'a>(

@@ -1,6 +1,7 @@
-//! The records kept beside a lock's file: who holds it, its checkpoint,
-//! its number of shards, a shard's last holder, its tenures and the other
-//! side records.
+//! Where the file store keeps the records beside a lock's file (who holds
+//! it, its checkpoint, its number of shards, a shard's last holder, its
+//! tenures, the others), and how it writes them; what they mean is
+//! [`crate::store::records`]'.
 //!
 //! Each is a file `STEM.SUFFIX` beside `STEM.lock`, replaced whole by a
 //! rename; a write fenced by a holder is made under the token counter's
@@ -12,9 +13,7 @@ use std::io::{ErrorKind as IoKind, Write};
 use serde::{Deserialize, Serialize};
 
 use super::dir::{Dir, read_nofollow, stem};
-use crate::store::{
-    Checkpoint, Fence, HISTORY, HolderRecord, Owner, Put, Record, StoreError, Versioned,
-};
+use crate::store::{Checkpoint, Fence, HISTORY, HolderRecord, Put, Record, StoreError, Versioned};
 
 /// What the holder record file says.
 #[derive(Serialize, Deserialize)]
@@ -25,51 +24,6 @@ pub(super) struct FileHolder {
 }
 
 impl Dir {
-    /// Whether each of `locks` is held, and who held it last.
-    pub(super) fn owners(&self, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
-        locks
-            .iter()
-            .map(|lock| {
-                Ok(Owner {
-                    held: self.status(lock)?.holder.is_some(),
-                    last: read_nofollow(&self.path(&stem(lock), ".last")).ok(),
-                })
-            })
-            .collect()
-    }
-
-    /// The number of shards recorded in `stem.shards`; with `count`,
-    /// recorded first unless one is: written aside and linked into place,
-    /// so that of two first runs one wins and nobody reads half a file.
-    pub(super) fn shards(&self, stem: &str, count: Option<u32>) -> Result<Option<u32>, StoreError> {
-        let path = self.path(stem, ".shards");
-        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", path.display()));
-        if let Some(n) = count {
-            let tmp = self.path(stem, &format!(".shards.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            let mut file = self.create_new(&tmp).map_err(fail)?;
-            file.write_all(format!("{n}\n").as_bytes()).map_err(fail)?;
-            file.sync_all().map_err(fail)?;
-            let linked = std::fs::hard_link(&tmp, &path);
-            let _ = std::fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => return Ok(Some(n)),
-                Err(e) if e.kind() == IoKind::AlreadyExists => {}
-                Err(e) => return Err(fail(e)),
-            }
-        }
-        match read_nofollow(&path) {
-            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-                StoreError::config(format!(
-                    "{} does not hold a number of shards",
-                    path.display()
-                ))
-            }),
-            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-            Err(e) => Err(fail(e)),
-        }
-    }
-
     /// The checkpoint of `stem`, if any.
     pub(super) fn checkpoint(&self, stem: &str) -> Result<Option<Checkpoint>, StoreError> {
         let path = self.path(stem, ".checkpoint");
@@ -85,37 +39,6 @@ impl Dir {
                 path.display()
             ))),
         }
-    }
-
-    /// Write the checkpoint of `lock` if no token after the writer's was
-    /// handed out: under the counter's own flock, which every new token
-    /// takes too, so that the check and the rename are one step.
-    pub(super) fn put_checkpoint(
-        &self,
-        lock: &str,
-        key: &str,
-        checkpoint: &Checkpoint,
-    ) -> Result<Put, StoreError> {
-        let stem = stem(lock);
-        if key != self.path(&stem, ".lock").display().to_string() {
-            return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
-        }
-        let Some((_counter, last)) = self.locked_counter(&stem)? else {
-            return Ok(Put::Stale(format!("lock {lock} never had a holder")));
-        };
-        if last != checkpoint.token {
-            return Ok(Put::Stale(format!(
-                "a later holder of lock {lock} got token {last}"
-            )));
-        }
-        self.replace(&stem, ".checkpoint", checkpoint.to_json().as_bytes(), true)
-            .map_err(|e| {
-                StoreError::config(format!(
-                    "checkpoint {}: {e}",
-                    self.path(&stem, ".checkpoint").display()
-                ))
-            })?;
-        Ok(Put::Stored)
     }
 
     /// A record's file: beside the lock's, a slot's `/` spelled as in a stem.
@@ -150,10 +73,17 @@ impl Dir {
     ) -> Result<Put, StoreError> {
         let stem = stem(lock);
         let suffix = Dir::record_suffix(record);
+        // The history is an account, not a promise: a crash may cost its
+        // last entry, never a record that work was done.
+        let durable = !matches!(record, Record::Tenure(_));
+        if let Fence::Version(None) = fence {
+            return self.create_record(&stem, &suffix, value, durable);
+        }
         let Some((_counter, last)) = self.locked_counter(&stem)? else {
             return Ok(Put::Stale(format!("lock {lock} never had a holder")));
         };
         match fence {
+            Fence::Version(None) => {}
             Fence::Holder { key, token } => {
                 if key != self.path(&stem, ".lock").display().to_string() {
                     return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
@@ -175,14 +105,42 @@ impl Dir {
             }
             Fence::Any => {}
         }
-        // The history is an account, not a promise: a crash may cost its
-        // last entry, never a record that work was done.
-        let durable = !matches!(record, Record::Tenure(_));
         self.replace(&stem, &suffix, value.as_bytes(), durable)
             .map_err(|e| {
                 StoreError::config(format!("{}: {e}", self.path(&stem, &suffix).display()))
             })?;
         Ok(Put::Stored)
+    }
+
+    /// Write a record that must not exist yet (a lock's first shard
+    /// count, before it ever had a holder): aside, then linked into place,
+    /// so that of two writers one wins and nobody reads half a file.
+    fn create_record(
+        &self,
+        stem: &str,
+        suffix: &str,
+        value: &str,
+        durable: bool,
+    ) -> Result<Put, StoreError> {
+        let path = self.path(stem, suffix);
+        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", path.display()));
+        let tmp = self.path(stem, &format!("{suffix}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = self.create_new(&tmp).map_err(fail)?;
+        file.write_all(value.as_bytes()).map_err(fail)?;
+        if durable {
+            file.sync_all().map_err(fail)?;
+        }
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(Put::Stored),
+            Err(e) if e.kind() == IoKind::AlreadyExists => Ok(Put::Stale(format!(
+                "{} was written meanwhile",
+                path.display()
+            ))),
+            Err(e) => Err(fail(e)),
+        }
     }
 
     pub(super) fn delete_record(&self, lock: &str, record: Record<'_>) -> Result<(), StoreError> {

@@ -36,6 +36,9 @@ pub const DONE: &str = "elect/done";
 /// a holder writes fenced (`None`: a history record, a Lease of its own).
 pub fn annotation_of(record: crate::store::Record<'_>) -> Option<String> {
     match record {
+        crate::store::Record::Checkpoint => Some(CHECKPOINT.into()),
+        crate::store::Record::Shards => Some(SHARDS.into()),
+        crate::store::Record::Last => Some(LAST.into()),
         crate::store::Record::Done => Some(DONE.into()),
         crate::store::Record::Slot(key) => Some(format!("elect/slot-{}", hash16(key))),
         crate::store::Record::Tenure(_) => None,

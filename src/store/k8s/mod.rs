@@ -34,8 +34,8 @@ use lease::Lease;
 use crate::log;
 use crate::store::kind::{About, Kind, Settings, Target};
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, LockStatus, Owner, Put, Record, Session, Store,
-    StoreError, Versioned, probe,
+    Boxed, Breaking, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError, Versioned,
+    probe,
 };
 
 pub const KIND: Kind = Kind {
@@ -497,93 +497,6 @@ impl Store for Kube {
         Box::pin(async move {
             let lease = self.read(lock).await?;
             Ok(lease.map(|l| Duration::from_secs(l.seconds())))
-        })
-    }
-
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(async move {
-            let recorded = |l: &Lease| l.annotation(lease::SHARDS).and_then(|n| n.parse().ok());
-            let Some(count) = count else {
-                return Ok(self.read(lock).await?.as_ref().and_then(recorded));
-            };
-            // The first to record wins: a create, or a write of the
-            // version read.
-            loop {
-                let found = self.read(lock).await?;
-                if let Some(n) = found.as_ref().and_then(recorded) {
-                    return Ok(Some(n));
-                }
-                let reply = match found {
-                    Some(mut l) => {
-                        l.pin_token();
-                        l.set_annotation(lease::SHARDS, &count.to_string());
-                        let name = l.name().to_string();
-                        self.api
-                            .request("PUT", &lease::path(self.ns(), &name), Some(&l.0))
-                            .await?
-                    }
-                    None => {
-                        let mut l = Lease::new(&lease::object_name(lock), lock, "", 1, "");
-                        l.remove_annotation(lease::HOLDER);
-                        l.set_annotation(lease::SHARDS, &count.to_string());
-                        self.api
-                            .request("POST", &lease::leases(self.ns()), Some(&l.0))
-                            .await?
-                    }
-                };
-                match reply.status {
-                    200 | 201 => return Ok(Some(count)),
-                    409 => continue,
-                    _ => return Err(self.api.refusal("write", lock, &reply)),
-                }
-            }
-        })
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move {
-            let mut owners = Vec::new();
-            for lock in locks {
-                let found = self.read(lock).await?;
-                owners.push(Owner {
-                    held: found.as_ref().and_then(session::holder_of).is_some(),
-                    last: found
-                        .as_ref()
-                        .and_then(|l| l.annotation(lease::LAST))
-                        .map(String::from),
-                });
-            }
-            Ok(owners)
-        })
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move {
-            let found = self.read(lock).await?;
-            Ok(found.as_ref().and_then(session::checkpoint_of))
-        })
-    }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move {
-            let fence = Fence::Holder {
-                key,
-                token: checkpoint.token,
-            };
-            self.put_annotation(lock, lease::CHECKPOINT, Some(&checkpoint.to_json()), fence)
-                .await
         })
     }
 

@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Versioned,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session,
+    Store, StoreError, Versioned,
 };
 use conn::{Failed, Link, cell, code, p};
 pub use target::{KIND, MyTarget};
@@ -397,113 +397,15 @@ impl Store for MySql {
         Box::pin(self.holder_ttl(lock))
     }
 
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(async move {
-            if let Some(n) = count {
-                self.on_tables(&self.sql.record_shards, vec![p(lock), p(n)])
-                    .await?;
-            }
-            let rows = self.read(&self.sql.shards, vec![p(lock)]).await?;
-            match rows.first() {
-                Some(row) => Ok(cell::<Option<i64>>(row, 0)?.map(|n| n as u32)),
-                None => Ok(None),
-            }
-        })
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move {
-            if locks.is_empty() {
-                return Ok(Vec::new());
-            }
-            let marks = vec!["?"; locks.len()].join(", ");
-            let statement = format!("{}({marks})", self.sql.owners);
-            let rows = self
-                .read(&statement, locks.iter().map(|l| p(l.as_str())).collect())
-                .await?;
-            let mut owners = vec![Owner::default(); locks.len()];
-            for row in &rows {
-                let name: String = cell(row, 0)?;
-                let held: Option<i64> = cell(row, 1)?;
-                let last: Option<String> = cell(row, 2)?;
-                if let Some(i) = locks.iter().position(|l| *l == name) {
-                    owners[i] = Owner {
-                        held: held.unwrap_or(0) != 0,
-                        last,
-                    };
-                }
-            }
-            Ok(owners)
-        })
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move {
-            let rows = self.read(&self.sql.checkpoint, vec![p(lock)]).await?;
-            match rows.first() {
-                Some(row) => checkpoint_of(row, 0),
-                None => Ok(None),
-            }
-        })
-    }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move {
-            let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-                return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-            };
-            let fence = checkpoint.token as i64;
-            let (_, matched) = self
-                .query(
-                    &self.sql.put_checkpoint,
-                    vec![p(checkpoint.value.as_str()), p(lock), p(tenure), p(fence)],
-                )
-                .await?;
-            if matched > 0 {
-                return Ok(Put::Stored);
-            }
-            let rows = self.read(&self.sql.fence_of, vec![p(lock)]).await?;
-            let (now, live) = match rows.first() {
-                Some(row) => (
-                    cell::<Option<i64>>(row, 0)?,
-                    cell::<Option<i64>>(row, 1)?.map(|l| l != 0),
-                ),
-                None => (None, None),
-            };
-            Ok(Put::Stale(match (now, live) {
-                (Some(now), Some(true)) if now as u64 != checkpoint.token => format!(
-                    "lock {lock} is held with token {now} now, not {}",
-                    checkpoint.token
-                ),
-                (Some(now), _) if now as u64 > checkpoint.token => {
-                    format!("a later holder of lock {lock} got token {now}")
-                }
-                _ => format!(
-                    "lock {lock} is free: token {} no longer holds it",
-                    checkpoint.token
-                ),
-            }))
-        })
-    }
-
     fn record<'a>(
         &'a self,
         lock: &'a str,
         record: Record<'a>,
     ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
         Box::pin(async move {
+            if let Some(found) = self.row_record(lock, record).await {
+                return found;
+            }
             let name = record.suffix();
             let rows = self.read(&self.sql.record, vec![p(lock), p(name)]).await?;
             let Some(row) = rows.first() else {
@@ -524,6 +426,18 @@ impl Store for MySql {
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move {
+            match (record, fence) {
+                (Record::Checkpoint, Fence::Holder { key, token }) => {
+                    return self.put_checkpoint(lock, key, token, value).await;
+                }
+                (Record::Shards, Fence::Version(None)) => {
+                    return self.put_shards(lock, value).await;
+                }
+                (Record::Checkpoint | Record::Shards | Record::Last, _) => {
+                    return Err(in_the_row(lock, record));
+                }
+                _ => {}
+            }
             let name = record.suffix();
             let stored = match fence {
                 Fence::Holder { key, token } => {
@@ -587,6 +501,9 @@ impl Store for MySql {
         record: Record<'a>,
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if let Record::Checkpoint | Record::Shards | Record::Last = record {
+                return Err(in_the_row(lock, record));
+            }
             let name = record.suffix();
             self.read(&self.sql.delete_record, vec![p(lock), p(name)])
                 .await?;
@@ -612,6 +529,103 @@ impl Store for MySql {
                 .collect()
         })
     }
+}
+
+impl MySql {
+    /// The records kept in the lock's own row, not the record table: its
+    /// checkpoint, its shard count, and its last holder, whose identity
+    /// the row keeps after it lets go. `None` for the others.
+    async fn row_record(
+        &self,
+        lock: &str,
+        record: Record<'_>,
+    ) -> Option<Result<Option<Versioned>, StoreError>> {
+        let read = |statement| async move {
+            let rows = self.read(statement, vec![p(lock)]).await?;
+            Ok::<_, StoreError>(rows.into_iter().next())
+        };
+        let found = match record {
+            Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
+                    version: c.token,
+                    value: c.to_json(),
+                }))
+            }),
+            Record::Shards => read(&self.sql.shards).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(cell::<Option<i64>>(&row, 0)?.map(|n| Versioned {
+                    value: n.to_string(),
+                    version: 0,
+                }))
+            }),
+            Record::Last => read(&self.sql.last).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(cell::<Option<String>>(&row, 0)?.map(|value| Versioned { value, version: 0 }))
+            }),
+            _ => return None,
+        };
+        Some(found)
+    }
+
+    /// Store the checkpoint `json` if the tenure of `key` still holds the
+    /// lock's row with `token`.
+    async fn put_checkpoint(
+        &self,
+        lock: &str,
+        key: &str,
+        token: u64,
+        json: &str,
+    ) -> Result<Put, StoreError> {
+        let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
+            return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
+        };
+        let Some(checkpoint) = Checkpoint::from_json(json.as_bytes()) else {
+            return Err(StoreError::config(format!(
+                "a checkpoint of lock {lock} that is no checkpoint: {json}"
+            )));
+        };
+        let params = vec![
+            p(checkpoint.value.as_str()),
+            p(lock),
+            p(tenure),
+            p(token as i64),
+        ];
+        let (_, matched) = self.query(&self.sql.put_checkpoint, params).await?;
+        Ok(match matched > 0 {
+            true => Put::Stored,
+            false => Put::Stale(format!("token {token} no longer holds lock {lock}")),
+        })
+    }
+
+    /// Record `count` shards in the lock's row unless a number is recorded.
+    async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
+        let Ok(n) = count.parse::<u32>() else {
+            return Err(StoreError::config(format!(
+                "a shard count of lock {lock} that is no number: {count}"
+            )));
+        };
+        self.on_tables(&self.sql.record_shards, vec![p(lock), p(n)])
+            .await?;
+        let rows = self.read(&self.sql.shards, vec![p(lock)]).await?;
+        let recorded = match rows.first() {
+            Some(row) => cell::<Option<i64>>(row, 0)?,
+            None => None,
+        };
+        Ok(match recorded == Some(i64::from(n)) {
+            true => Put::Stored,
+            false => Put::Stale(format!("lock {lock} has a shard count recorded already")),
+        })
+    }
+}
+
+/// A record that the lock's own row keeps, asked of the record table.
+fn in_the_row(lock: &str, record: Record<'_>) -> StoreError {
+    StoreError::config(format!(
+        "record {} of lock {lock} lives in the lock's row: a checkpoint is written only \
+         fenced by its holder, a shard count only once, the last holder by the take",
+        record.suffix()
+    ))
 }
 
 /// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,

@@ -115,7 +115,6 @@ pub struct Sql {
     pub ask: String,
     pub checkpoint: String,
     pub put_checkpoint: String,
-    pub fence_of: String,
     pub record: String,
     pub put_record_held: String,
     pub put_record_new: String,
@@ -125,7 +124,7 @@ pub struct Sql {
     pub tenures: String,
     pub record_shards: String,
     pub shards: String,
-    pub owners: String,
+    pub last: String,
     pub end: String,
     pub ring: String,
     pub listen: String,
@@ -301,10 +300,6 @@ impl Sql {
                 "UPDATE {l} SET checkpoint = ?, checkpoint_fence = fence, checkpoint_at = {NOW} \
                  WHERE name = ? AND tenure = ? AND fence = ?"
             ),
-            // 1 lock: the row's fence, and whether a tenure lives in it.
-            fence_of: format!(
-                "SELECT fence, tenure IS NOT NULL AND expires_at > {NOW} FROM {l} WHERE name = ?"
-            ),
             // 1 lock, 2 record: its value and version.
             record: format!("SELECT value, version FROM {r} WHERE name = ? AND record = ?"),
             // 1 lock, 2 record, 3 value, 4 lock, 5 tenure, 6 fence: written
@@ -346,10 +341,9 @@ impl Sql {
             ),
             // 1 lock: the number of shards recorded.
             shards: format!("SELECT shards FROM {l} WHERE name = ?"),
-            // Locks as parameters, as many as asked: for each, held now,
-            // and its last holder's identity (`IN (…)` added by the caller).
-            owners: format!(
-                "SELECT name, tenure IS NOT NULL AND expires_at > {NOW}, {} FROM {l} WHERE name IN ",
+            // 1 lock: its last holder's identity, kept after it lets go.
+            last: format!(
+                "SELECT {} FROM {l} WHERE name = ?",
                 holder_field("identity")
             ),
             // 1 lock, 2 tenure: end a holder's lease now.

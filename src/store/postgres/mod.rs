@@ -56,8 +56,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Versioned,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session,
+    Store, StoreError, Versioned,
 };
 use conn::{Cells, Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -630,71 +630,15 @@ impl Store for Postgres {
         Box::pin(self.holder_ttl(lock))
     }
 
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(async move {
-            let Some(n) = count else {
-                let rows = self.read(&self.sql.shards, lock).await?;
-                return first_count(&rows);
-            };
-            let n = n as i32;
-            let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
-            let rows = match self.query(&self.sql.record_shards, &args).await {
-                Err(_) if self.tables_missing().await => {
-                    self.set_up().await?;
-                    self.query(&self.sql.record_shards, &args).await?
-                }
-                rows => rows?,
-            };
-            first_count(&rows)
-        })
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move {
-            let rows = match self
-                .query(&self.sql.owners, &[(&locks, Type::TEXT_ARRAY)])
-                .await
-            {
-                Err(_) if self.tables_missing().await => Vec::new(),
-                rows => rows?,
-            };
-            let mut owners: Vec<Owner> = rows
-                .iter()
-                .map(|row| {
-                    Ok(Owner {
-                        held: row.cell(0)?,
-                        last: row.cell(1)?,
-                    })
-                })
-                .collect::<Result<_, StoreError>>()?;
-            owners.resize(locks.len(), Owner::default());
-            Ok(owners)
-        })
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move {
-            let rows = self.read(&self.sql.checkpoint, lock).await?;
-            match rows.first() {
-                Some(row) => checkpoint_of(row, 0),
-                None => Ok(None),
-            }
-        })
-    }
-
     fn record<'a>(
         &'a self,
         lock: &'a str,
         record: Record<'a>,
     ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
         Box::pin(async move {
+            if let Some(found) = self.row_record(lock, record).await {
+                return found;
+            }
             let name = record.suffix();
             // A read never creates anything: no table, no record.
             let rows = self
@@ -721,6 +665,18 @@ impl Store for Postgres {
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move {
+            match (record, fence) {
+                (Record::Checkpoint, Fence::Holder { key, token }) => {
+                    return self.put_checkpoint(lock, key, token, value).await;
+                }
+                (Record::Shards, Fence::Version(None)) => {
+                    return self.put_shards(lock, value).await;
+                }
+                (Record::Checkpoint | Record::Shards | Record::Last, _) => {
+                    return Err(in_the_row(lock, record));
+                }
+                _ => {}
+            }
             let name = record.suffix();
             let rows = match fence {
                 Fence::Holder { key, token } => {
@@ -792,6 +748,9 @@ impl Store for Postgres {
         record: Record<'a>,
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if let Record::Checkpoint | Record::Shards | Record::Last = record {
+                return Err(in_the_row(lock, record));
+            }
             let name = record.suffix();
             self.off_records(
                 &self.sql.delete_record,
@@ -822,53 +781,104 @@ impl Store for Postgres {
             rows.iter().map(|r| Ok((r.cell(0)?, r.cell(1)?))).collect()
         })
     }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move {
-            let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-                return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-            };
-            let fence = checkpoint.token as i64;
-            let rows = self
-                .query(
-                    &self.sql.put_checkpoint,
-                    &[
-                        (&lock, Type::TEXT),
-                        (&tenure, Type::TEXT),
-                        (&fence, Type::INT8),
-                        (&checkpoint.value, Type::TEXT),
-                    ],
-                )
-                .await?;
-            let row = first_row(&rows)?;
-            if row.cell::<bool>(0)? {
-                return Ok(Put::Stored);
-            }
-            let now: Option<i64> = row.cell(1)?;
-            let live: Option<bool> = row.cell(2)?;
-            Ok(Put::Stale(match (now, live) {
-                (Some(now), Some(true)) if now as u64 != checkpoint.token => format!(
-                    "lock {lock} is held with token {now} now, not {}",
-                    checkpoint.token
-                ),
-                (Some(now), _) if now as u64 > checkpoint.token => {
-                    format!("a later holder of lock {lock} got token {now}")
-                }
-                _ => format!(
-                    "lock {lock} is free: token {} no longer holds it",
-                    checkpoint.token
-                ),
-            }))
-        })
-    }
 }
 
 impl Postgres {
+    /// The records kept in the lock's own row, not the record table (as
+    /// elect has kept them since before that table): its checkpoint, its
+    /// shard count, and its last holder, whose identity the row keeps
+    /// after it lets go. `None` for the others.
+    async fn row_record(
+        &self,
+        lock: &str,
+        record: Record<'_>,
+    ) -> Option<Result<Option<Versioned>, StoreError>> {
+        let read = |statement| async move {
+            let rows = self.read(statement, lock).await?;
+            Ok::<_, StoreError>(rows.into_iter().next())
+        };
+        let found = match record {
+            Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
+                    version: c.token,
+                    value: c.to_json(),
+                }))
+            }),
+            Record::Shards => read(&self.sql.shards).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(row.cell::<Option<i32>>(0)?.map(|n| Versioned {
+                    value: n.to_string(),
+                    version: 0,
+                }))
+            }),
+            Record::Last => read(&self.sql.last).await.and_then(|row| {
+                let Some(row) = row else { return Ok(None) };
+                Ok(row
+                    .cell::<Option<String>>(0)?
+                    .map(|value| Versioned { value, version: 0 }))
+            }),
+            _ => return None,
+        };
+        Some(found)
+    }
+
+    /// Store the checkpoint `json` if the tenure of `key` still holds the
+    /// lock's row with `token`.
+    async fn put_checkpoint(
+        &self,
+        lock: &str,
+        key: &str,
+        token: u64,
+        json: &str,
+    ) -> Result<Put, StoreError> {
+        let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
+            return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
+        };
+        let Some(checkpoint) = Checkpoint::from_json(json.as_bytes()) else {
+            return Err(StoreError::config(format!(
+                "a checkpoint of lock {lock} that is no checkpoint: {json}"
+            )));
+        };
+        let fence = token as i64;
+        let rows = self
+            .query(
+                &self.sql.put_checkpoint,
+                &[
+                    (&lock, Type::TEXT),
+                    (&tenure, Type::TEXT),
+                    (&fence, Type::INT8),
+                    (&checkpoint.value, Type::TEXT),
+                ],
+            )
+            .await?;
+        Ok(match first_row(&rows)?.cell::<bool>(0)? {
+            true => Put::Stored,
+            false => Put::Stale(format!("token {token} no longer holds lock {lock}")),
+        })
+    }
+
+    /// Record `count` shards in the lock's row unless a number is recorded.
+    async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
+        let Ok(n) = count.parse::<i32>() else {
+            return Err(StoreError::config(format!(
+                "a shard count of lock {lock} that is no number: {count}"
+            )));
+        };
+        let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
+        let rows = match self.query(&self.sql.record_shards, &args).await {
+            Err(_) if self.tables_missing().await => {
+                self.set_up().await?;
+                self.query(&self.sql.record_shards, &args).await?
+            }
+            rows => rows?,
+        };
+        Ok(match first_count(&rows)? {
+            Some(recorded) if recorded == n as u32 => Put::Stored,
+            _ => Put::Stale(format!("lock {lock} has a shard count recorded already")),
+        })
+    }
+
     /// A statement on the record table, which is created first if it is
     /// missing (an earlier elect's schema has none).
     async fn on_records(
@@ -938,8 +948,6 @@ impl Postgres {
     }
 }
 
-/// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
-/// token, time.
 /// The one row a statement always answers with.
 fn first_row(rows: &[tokio_postgres::Row]) -> Result<&tokio_postgres::Row, StoreError> {
     rows.first()
@@ -954,6 +962,17 @@ fn first_count(rows: &[tokio_postgres::Row]) -> Result<Option<u32>, StoreError> 
     }
 }
 
+/// A record that the lock's own row keeps, asked of the record table.
+fn in_the_row(lock: &str, record: Record<'_>) -> StoreError {
+    StoreError::config(format!(
+        "record {} of lock {lock} lives in the lock's row: a checkpoint is written only \
+         fenced by its holder, a shard count only once, the last holder by the take",
+        record.suffix()
+    ))
+}
+
+/// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
+/// token, time.
 fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Result<Option<Checkpoint>, StoreError> {
     let Some(value) = row.cell::<Option<String>>(at)? else {
         return Ok(None);

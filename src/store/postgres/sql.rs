@@ -116,7 +116,7 @@ pub struct Sql {
     pub tenures: String,
     pub record_shards: String,
     pub shards: String,
-    pub owners: String,
+    pub last: String,
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
@@ -297,16 +297,13 @@ impl Sql {
             // $1 lock, $2 tenure, $3 fence, $4 value: store the checkpoint
             // if the writer still holds the row with that fence (its own
             // clock, not the database's, tells whether its lease lives). Returns
-            // whether it did, and the row's fence and liveness for a refusal.
+            // whether it did.
             put_checkpoint: format!(
                 "WITH put AS ( \
                    UPDATE {s}.lease SET checkpoint = $4, checkpoint_fence = fence, \
                      checkpoint_at = clock_timestamp() \
                    WHERE name = $1 AND tenure = $2 AND fence = $3::bigint RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put), \
-                   (SELECT fence FROM {s}.lease WHERE name = $1), \
-                   (SELECT tenure IS NOT NULL AND expires_at > clock_timestamp() \
-                      FROM {s}.lease WHERE name = $1), {DURABLE}"
+                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
             ),
             // $1 lock, $2 record: its value and version.
             record: format!(
@@ -360,13 +357,8 @@ impl Sql {
             ),
             // $1 lock: the number of shards recorded.
             shards: format!("SELECT shards FROM {s}.lease WHERE name = $1"),
-            // $1 locks: for each, held now, and its last holder's identity.
-            owners: format!(
-                "SELECT coalesce(l.tenure IS NOT NULL AND l.expires_at > clock_timestamp(), false), \
-                   l.holder->>'identity' \
-                 FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
-                 LEFT JOIN {s}.lease l ON l.name = u.name ORDER BY u.i"
-            ),
+            // $1 lock: its last holder's identity, kept after it lets go.
+            last: format!("SELECT holder->>'identity' FROM {s}.lease WHERE name = $1"),
             // $1 lock, $2 tenure: end a holder's lease now.
             end: format!(
                 "WITH freed AS ( \

@@ -41,8 +41,8 @@ use crate::log;
 use crate::store::retry::{self, GaveUp};
 use crate::store::tls;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Versioned,
+    Boxed, Breaking, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session, Store,
+    StoreError, Versioned,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -227,28 +227,6 @@ impl ZooKeeper {
         let client = self.connect(Duration::from_secs(86_400)).await?;
         Ok(client.session_timeout())
     }
-    /// Read a small persistent node beside a lock, if it exists.
-    async fn read_beside(&self, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let client = self.client().await?;
-        match client.get_data(path).await {
-            Ok((data, _)) => Ok(Some(data)),
-            Err(ZkError::NoNode) => Ok(None),
-            Err(e) => Err(failed(&e, "read", path)),
-        }
-    }
-
-    async fn write_checkpoint(
-        &self,
-        lock: &str,
-        key: &str,
-        checkpoint: &Checkpoint,
-    ) -> Result<Put, StoreError> {
-        let path = format!("{}.checkpoint", lock_path(lock));
-        let data = checkpoint.to_json();
-        self.write_held(lock, &path, data.as_bytes(), key, checkpoint.token)
-            .await
-    }
-
     /// Write `data` at `path` if the holder of `key` still holds `lock`
     /// with `token`.
     async fn write_held(
@@ -270,7 +248,11 @@ impl ZooKeeper {
         for _ in 0..5 {
             let version = match client.check_stat(key).await {
                 Ok(Some(stat)) if stat.czxid as u64 == token => stat.version,
-                Ok(_) => return self.stale(lock, token).await,
+                Ok(_) => {
+                    return Ok(Put::Stale(format!(
+                        "token {token} no longer holds lock {lock}"
+                    )));
+                }
                 Err(e) => return Err(failed(&e, "read", key)),
             };
             let mut multi = client.new_multi_writer();
@@ -300,60 +282,6 @@ impl ZooKeeper {
         Err(StoreError::unavailable(format!(
             "{path} or the holder's node {key} kept changing"
         )))
-    }
-
-    /// Why a put with `token` was refused: who holds `lock` now.
-    async fn stale(&self, lock: &str, token: u64) -> Result<Put, StoreError> {
-        let now = self.read_status(lock).await?;
-        Ok(Put::Stale(match now.holder {
-            Some(h) => format!("lock {lock} is held by {h} now, not by token {token}"),
-            None => format!("lock {lock} is free: token {token} no longer holds it"),
-        }))
-    }
-
-    async fn record_shards(
-        &self,
-        lock: &str,
-        count: Option<u32>,
-    ) -> Result<Option<u32>, StoreError> {
-        let path = format!("{}.shards", lock_path(lock));
-        if let Some(n) = count {
-            let client = self.client().await?;
-            ensure_parent(&client, &path).await?;
-            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-            match client
-                .create(&path, n.to_string().as_bytes(), &options)
-                .await
-            {
-                Ok(_) => return Ok(Some(n)),
-                Err(ZkError::NodeExists) => {}
-                Err(e) => return Err(failed(&e, "create", &path)),
-            }
-        }
-        match self.read_beside(&path).await? {
-            None => Ok(None),
-            Some(data) => String::from_utf8_lossy(&data)
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| {
-                    StoreError::config(format!("{path} does not hold a number of shards"))
-                }),
-        }
-    }
-
-    async fn read_owners(&self, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
-        let client = self.client().await?;
-        let mut owners = Vec::with_capacity(locks.len());
-        for lock in locks {
-            let held = !self.contenders(&client, lock).await?.is_empty();
-            let last = self
-                .read_beside(&format!("{}.last", lock_path(lock)))
-                .await?
-                .map(|d| String::from_utf8_lossy(&d).into_owned());
-            owners.push(Owner { held, last });
-        }
-        Ok(owners)
     }
 }
 
@@ -650,39 +578,6 @@ impl Store for ZooKeeper {
         _holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
         Box::pin(async move { self.longest_session().await.map(Some) })
-    }
-
-    fn shards<'a>(
-        &'a self,
-        lock: &'a str,
-        count: Option<u32>,
-    ) -> Boxed<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(self.record_shards(lock, count))
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(self.read_owners(locks))
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-    ) -> Boxed<'a, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move {
-            let data = self
-                .read_beside(&format!("{}.checkpoint", lock_path(lock)))
-                .await?;
-            Ok(data.and_then(|d| Checkpoint::from_json(&d)))
-        })
-    }
-
-    fn put_checkpoint<'a>(
-        &'a self,
-        lock: &'a str,
-        key: &'a str,
-        checkpoint: &'a Checkpoint,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(self.write_checkpoint(lock, key, checkpoint))
     }
 
     fn record<'a>(
