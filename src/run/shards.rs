@@ -86,7 +86,7 @@ impl Job {
         }
         let names: Vec<String> = (0..shards).map(|k| shard_lock(&self.lock, k)).collect();
         let owners = reach
-            .bounded("the shards' owners", records::owners(store, &names))
+            .bounded("the shards' owners", store.owners(&names))
             .await?;
         let order = self.preference(&owners.iter().map(|o| o.last.as_deref()).collect::<Vec<_>>());
         timeline::step("queued");

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Put, Record};
+use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Record};
 use crate::clock::Instant;
 
 /// A future a store returns.
@@ -62,6 +62,12 @@ pub trait Store {
         lock: &'a str,
         holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>>;
+    /// For each of `locks` (the shards of one lock): held or not, and who
+    /// held it last ([`super::records::owners`]: a look at each in turn,
+    /// unless the store answers for all in one).
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(super::records::owners(self, locks))
+    }
     /// `record` of `lock`, if it exists, with its version.
     fn record<'a>(
         &'a self,

@@ -526,9 +526,7 @@ fn unresolved(e: &std::io::Error) -> Reply {
 }
 
 /// Every future's output, in order, polled side by side.
-pub(super) async fn join_all<F: std::future::Future>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<F::Output> {
+async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
     let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
     let mut done: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
     std::future::poll_fn(|cx| {

@@ -9,7 +9,6 @@
 //! ([`super::Lock::acquired`], or the take itself where the lock's record
 //! keeps its holder), and read here.
 
-use super::probe::join_all;
 use super::{Checkpoint, Fence, Owner, Put, Record, Store, StoreError};
 
 /// The last checkpoint of `lock`, if any.
@@ -78,19 +77,20 @@ pub async fn shards(
     )))
 }
 
-/// For each of `locks` (the shards of one lock), at once: held or not, and
-/// who held it last.
-pub async fn owners(store: &dyn Store, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
-    let each = locks.iter().map(|lock| async move {
-        let (status, last) = tokio::join!(store.status(lock), store.record(lock, Record::Last));
-        Ok::<_, StoreError>(Owner {
-            held: status?.holder.is_some(),
-            last: last?.map(|v| v.value),
-        })
-    });
+/// For each of `locks` (the shards of one lock): held or not, and who
+/// held it last, a look at each in turn (at once, some stores would open a
+/// connection each): what [`Store::owners`] does unless the store answers
+/// for all of them in one look.
+pub async fn owners<S: Store + ?Sized>(
+    store: &S,
+    locks: &[String],
+) -> Result<Vec<Owner>, StoreError> {
     let mut owners = Vec::with_capacity(locks.len());
-    for owner in join_all(each).await {
-        owners.push(owner?);
+    for lock in locks {
+        owners.push(Owner {
+            held: store.status(lock).await?.holder.is_some(),
+            last: store.record(lock, Record::Last).await?.map(|v| v.value),
+        });
     }
     Ok(owners)
 }

@@ -32,8 +32,8 @@ use session::EtcdSession;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Breaking, Check, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError,
-    Versioned,
+    Boxed, Breaking, Check, Fence, Holder, LockStatus, Owner, Put, Record, Session, Store,
+    StoreError, Versioned,
 };
 
 #[derive(Clone)]
@@ -105,6 +105,10 @@ impl Store for Etcd {
         holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
         Box::pin(inspect::lease_ttl(&self.cluster, holder))
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(records::owners(&self.cluster, locks))
     }
 
     fn record<'a>(

@@ -6,10 +6,10 @@
 //! (`etcdctl lock` too) look; a write fenced by a holder is a transaction
 //! that compares the holder's create revision, its token.
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::client::Cluster;
-use crate::store::{Checkpoint, Fence, HISTORY, Put, Record, StoreError, Versioned};
+use crate::store::{Checkpoint, Fence, HISTORY, Owner, Put, Record, StoreError, Versioned};
 
 /// Where the identity of the last holder of a shard is kept.
 pub(super) fn last_key(lock: &str) -> String {
@@ -45,6 +45,44 @@ pub(super) async fn checkpoint(
         .take_kvs()
         .first()
         .and_then(|kv| Checkpoint::from_json(kv.value())))
+}
+
+/// Held or not, and the last holder, for each of `locks`: one
+/// transaction per 64 (etcd takes at most 128 operations in one).
+pub(super) async fn owners(cluster: &Cluster, locks: &[String]) -> Result<Vec<Owner>, StoreError> {
+    let mut owners = Vec::with_capacity(locks.len());
+    for chunk in locks.chunks(64) {
+        let ops: Vec<TxnOp> = chunk
+            .iter()
+            .flat_map(|lock| {
+                [
+                    TxnOp::get(
+                        format!("{lock}/"),
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    ),
+                    TxnOp::get(last_key(lock), None),
+                ]
+            })
+            .collect();
+        let txn = Txn::new().and_then(ops);
+        let reply = cluster.txn(&txn).await?;
+        let answers = reply.op_responses();
+        for pair in answers.chunks(2) {
+            let (Some(TxnOpResponse::Get(queue)), Some(TxnOpResponse::Get(last))) =
+                (pair.first(), pair.get(1))
+            else {
+                return Err(StoreError::unavailable("etcd answered out of turn"));
+            };
+            owners.push(Owner {
+                held: queue.count() > 0,
+                last: last
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+            });
+        }
+    }
+    Ok(owners)
 }
 
 /// The side record `record` of `lock`, with the revision it was put at.

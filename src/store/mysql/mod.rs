@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session,
-    Store, StoreError, Versioned,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Versioned,
 };
 use conn::{Failed, Link, cell, code, p};
 pub use target::{KIND, MyTarget};
@@ -395,6 +395,32 @@ impl Store for MySql {
         _holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
         Box::pin(self.holder_ttl(lock))
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(async move {
+            if locks.is_empty() {
+                return Ok(Vec::new());
+            }
+            let marks = vec!["?"; locks.len()].join(", ");
+            let statement = format!("{}({marks})", self.sql.owners);
+            let rows = self
+                .read(&statement, locks.iter().map(|l| p(l.as_str())).collect())
+                .await?;
+            let mut owners = vec![Owner::default(); locks.len()];
+            for row in &rows {
+                let name: String = cell(row, 0)?;
+                let held: Option<i64> = cell(row, 1)?;
+                let last: Option<String> = cell(row, 2)?;
+                if let Some(i) = locks.iter().position(|l| *l == name) {
+                    owners[i] = Owner {
+                        held: held.unwrap_or(0) != 0,
+                        last,
+                    };
+                }
+            }
+            Ok(owners)
+        })
     }
 
     fn record<'a>(

@@ -125,6 +125,7 @@ pub struct Sql {
     pub record_shards: String,
     pub shards: String,
     pub last: String,
+    pub owners: String,
     pub end: String,
     pub ring: String,
     pub listen: String,
@@ -344,6 +345,12 @@ impl Sql {
             // 1 lock: its last holder's identity, kept after it lets go.
             last: format!(
                 "SELECT {} FROM {l} WHERE name = ?",
+                holder_field("identity")
+            ),
+            // Locks as parameters, as many as asked: for each, held now,
+            // and its last holder's identity (`IN (…)` added by the caller).
+            owners: format!(
+                "SELECT name, tenure IS NOT NULL AND expires_at > {NOW}, {} FROM {l} WHERE name IN ",
                 holder_field("identity")
             ),
             // 1 lock, 2 tenure: end a holder's lease now.

@@ -56,8 +56,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session,
-    Store, StoreError, Versioned,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
+    Session, Store, StoreError, Versioned,
 };
 use conn::{Cells, Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
@@ -628,6 +628,29 @@ impl Store for Postgres {
         _holder: &'a Holder,
     ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
         Box::pin(self.holder_ttl(lock))
+    }
+
+    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
+        Box::pin(async move {
+            let rows = match self
+                .query(&self.sql.owners, &[(&locks, Type::TEXT_ARRAY)])
+                .await
+            {
+                Err(_) if self.tables_missing().await => Vec::new(),
+                rows => rows?,
+            };
+            let mut owners: Vec<Owner> = rows
+                .iter()
+                .map(|row| {
+                    Ok(Owner {
+                        held: row.cell(0)?,
+                        last: row.cell(1)?,
+                    })
+                })
+                .collect::<Result<_, StoreError>>()?;
+            owners.resize(locks.len(), Owner::default());
+            Ok(owners)
+        })
     }
 
     fn record<'a>(

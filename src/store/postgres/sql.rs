@@ -117,6 +117,7 @@ pub struct Sql {
     pub record_shards: String,
     pub shards: String,
     pub last: String,
+    pub owners: String,
     pub end: String,
     pub layout: &'static str,
     pub setup: String,
@@ -359,6 +360,13 @@ impl Sql {
             shards: format!("SELECT shards FROM {s}.lease WHERE name = $1"),
             // $1 lock: its last holder's identity, kept after it lets go.
             last: format!("SELECT holder->>'identity' FROM {s}.lease WHERE name = $1"),
+            // $1 locks: for each, held now, and its last holder's identity.
+            owners: format!(
+                "SELECT coalesce(l.tenure IS NOT NULL AND l.expires_at > clock_timestamp(), false), \
+                   l.holder->>'identity' \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
+                 LEFT JOIN {s}.lease l ON l.name = u.name ORDER BY u.i"
+            ),
             // $1 lock, $2 tenure: end a holder's lease now.
             end: format!(
                 "WITH freed AS ( \
