@@ -869,13 +869,14 @@ impl Job {
         keeper: &mut Keeper,
         signals: &mut Signals,
     ) -> Queued<'s> {
-        if keeper.overdue() {
-            log::verbose(format_args!(
-                "won lock {} while a renewal of the lease is overdue: the command starts once \
-                 one is confirmed",
-                self.lock
-            ));
+        if !keeper.overdue() {
+            return Queued::First(won);
         }
+        log::verbose(format_args!(
+            "won lock {} while a renewal of the lease is overdue: the command starts once \
+             one is confirmed",
+            self.lock
+        ));
         while keeper.overdue() {
             tokio::select! {
                 kept = keeper.next() => if let Kept::Lost(loss) = kept {

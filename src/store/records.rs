@@ -55,12 +55,7 @@ pub async fn shards(
     // Read, else create: a create lost to another's is read again.
     for _ in 0..4 {
         if let Some(found) = store.record(lock, Record::Shards).await? {
-            return found.value.trim().parse().map(Some).map_err(|_| {
-                StoreError::config(format!(
-                    "the number of shards recorded for lock {lock} is not a number: {:?}",
-                    found.value
-                ))
-            });
+            return shard_count(lock, &found.value).map(Some);
         }
         let Some(n) = count else {
             return Ok(None);
@@ -93,4 +88,33 @@ pub async fn owners<S: Store + ?Sized>(
         });
     }
     Ok(owners)
+}
+
+/// A shard count as a record holds it.
+pub fn shard_count(lock: &str, value: &str) -> Result<u32, StoreError> {
+    value.trim().parse().map_err(|_| {
+        StoreError::config(format!(
+            "the number of shards of lock {lock} is not a number: {value:?}"
+        ))
+    })
+}
+
+/// A checkpoint as a record holds it, for a store that keeps its parts
+/// apart (in the lock's row).
+pub fn checkpoint_of(lock: &str, value: &str) -> Result<Checkpoint, StoreError> {
+    Checkpoint::from_json(value.as_bytes()).ok_or_else(|| {
+        StoreError::config(format!(
+            "a checkpoint of lock {lock} that is no checkpoint: {value}"
+        ))
+    })
+}
+
+/// A record that a store keeps in the lock's own row (PostgreSQL, MySQL),
+/// asked for otherwise than these rules write it.
+pub fn kept_in_the_row(lock: &str, record: Record<'_>) -> StoreError {
+    StoreError::config(format!(
+        "record {} of lock {lock} lives in the lock's row: a checkpoint is written only \
+         fenced by its holder, a shard count only once, the last holder by the take",
+        record.suffix()
+    ))
 }

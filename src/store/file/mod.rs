@@ -153,10 +153,14 @@ impl Store for FileStore {
         Box::pin(async move {
             // A record that must be new may be the directory's first (a
             // lock's shard count, recorded before any holder).
-            if let Fence::Version(None) = fence {
-                self.dir.create(self.network_fs_ok)?;
-            }
-            self.existing()?.put_record(lock, record, value, fence)
+            let dir = match (self.existing(), fence) {
+                (Err(_), Fence::Version(None)) => {
+                    self.dir.create(self.network_fs_ok)?;
+                    &self.dir
+                }
+                (dir, _) => dir?,
+            };
+            dir.put_record(lock, record, value, fence)
         })
     }
 

@@ -44,6 +44,7 @@ use mysql_async::{Row, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::log;
+use crate::store::records;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
     Session, Store, StoreError, Versioned,
@@ -460,7 +461,7 @@ impl Store for MySql {
                     return self.put_shards(lock, value).await;
                 }
                 (Record::Checkpoint | Record::Shards | Record::Last, _) => {
-                    return Err(in_the_row(lock, record));
+                    return Err(records::kept_in_the_row(lock, record));
                 }
                 _ => {}
             }
@@ -528,7 +529,7 @@ impl Store for MySql {
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
             if let Record::Checkpoint | Record::Shards | Record::Last = record {
-                return Err(in_the_row(lock, record));
+                return Err(records::kept_in_the_row(lock, record));
             }
             let name = record.suffix();
             self.read(&self.sql.delete_record, vec![p(lock), p(name)])
@@ -606,11 +607,7 @@ impl MySql {
         let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
             return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
         };
-        let Some(checkpoint) = Checkpoint::from_json(json.as_bytes()) else {
-            return Err(StoreError::config(format!(
-                "a checkpoint of lock {lock} that is no checkpoint: {json}"
-            )));
-        };
+        let checkpoint = records::checkpoint_of(lock, json)?;
         let params = vec![
             p(checkpoint.value.as_str()),
             p(lock),
@@ -626,11 +623,7 @@ impl MySql {
 
     /// Record `count` shards in the lock's row unless a number is recorded.
     async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
-        let Ok(n) = count.parse::<u32>() else {
-            return Err(StoreError::config(format!(
-                "a shard count of lock {lock} that is no number: {count}"
-            )));
-        };
+        let n = records::shard_count(lock, count)?;
         self.on_tables(&self.sql.record_shards, vec![p(lock), p(n)])
             .await?;
         let rows = self.read(&self.sql.shards, vec![p(lock)]).await?;
@@ -643,15 +636,6 @@ impl MySql {
             false => Put::Stale(format!("lock {lock} has a shard count recorded already")),
         })
     }
-}
-
-/// A record that the lock's own row keeps, asked of the record table.
-fn in_the_row(lock: &str, record: Record<'_>) -> StoreError {
-    StoreError::config(format!(
-        "record {} of lock {lock} lives in the lock's row: a checkpoint is written only \
-         fenced by its holder, a shard count only once, the last holder by the take",
-        record.suffix()
-    ))
 }
 
 /// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,

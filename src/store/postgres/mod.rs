@@ -55,6 +55,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
+use crate::store::records;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
     Session, Store, StoreError, Versioned,
@@ -696,7 +697,7 @@ impl Store for Postgres {
                     return self.put_shards(lock, value).await;
                 }
                 (Record::Checkpoint | Record::Shards | Record::Last, _) => {
-                    return Err(in_the_row(lock, record));
+                    return Err(records::kept_in_the_row(lock, record));
                 }
                 _ => {}
             }
@@ -772,7 +773,7 @@ impl Store for Postgres {
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
             if let Record::Checkpoint | Record::Shards | Record::Last = record {
-                return Err(in_the_row(lock, record));
+                return Err(records::kept_in_the_row(lock, record));
             }
             let name = record.suffix();
             self.off_records(
@@ -858,11 +859,7 @@ impl Postgres {
         let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
             return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
         };
-        let Some(checkpoint) = Checkpoint::from_json(json.as_bytes()) else {
-            return Err(StoreError::config(format!(
-                "a checkpoint of lock {lock} that is no checkpoint: {json}"
-            )));
-        };
+        let checkpoint = records::checkpoint_of(lock, json)?;
         let fence = token as i64;
         let rows = self
             .query(
@@ -883,9 +880,10 @@ impl Postgres {
 
     /// Record `count` shards in the lock's row unless a number is recorded.
     async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
-        let Ok(n) = count.parse::<i32>() else {
-            return Err(StoreError::config(format!(
-                "a shard count of lock {lock} that is no number: {count}"
+        let n = records::shard_count(lock, count)?;
+        let Ok(n) = i32::try_from(n) else {
+            return Ok(Put::Stale(format!(
+                "{n} shards are more than lock {lock} can have"
             )));
         };
         let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
@@ -983,15 +981,6 @@ fn first_count(rows: &[tokio_postgres::Row]) -> Result<Option<u32>, StoreError> 
         Some(row) => Ok(row.cell::<Option<i32>>(0)?.map(|n| n as u32)),
         None => Ok(None),
     }
-}
-
-/// A record that the lock's own row keeps, asked of the record table.
-fn in_the_row(lock: &str, record: Record<'_>) -> StoreError {
-    StoreError::config(format!(
-        "record {} of lock {lock} lives in the lock's row: a checkpoint is written only \
-         fenced by its holder, a shard count only once, the last holder by the take",
-        record.suffix()
-    ))
 }
 
 /// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
