@@ -200,8 +200,8 @@ impl Shared {
     }
 
     /// Renew those of our waiter records written a TTL ago or more; one
-    /// that is gone is let be.
-    async fn renew_waiting(&self) -> Result<(), StoreError> {
+    /// that is gone is let be. `Ok(true)`: the API server answered a write.
+    async fn renew_waiting(&self) -> Result<bool, StoreError> {
         let ttl = Duration::from_secs(self.seconds);
         let waiting: Vec<(String, Lease)> = self
             .waiting
@@ -210,6 +210,7 @@ impl Shared {
             .filter(|(_, (_, written))| written.elapsed() >= ttl)
             .map(|(n, (l, _))| (n.clone(), l.clone()))
             .collect();
+        let mut answered = false;
         for (name, mut lease) in waiting {
             if lease.version().is_empty() {
                 // Its create is still on its way.
@@ -219,6 +220,7 @@ impl Shared {
             let path = lease::path(self.ns(), &name);
             let at = Instant::now();
             let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
+            answered = true;
             let mut still = self.waiting.borrow_mut();
             match reply.status {
                 200 if still.contains_key(&name) => {
@@ -228,7 +230,21 @@ impl Shared {
                 _ => return Err(self.api.refusal("update", &name, &reply)),
             }
         }
-        Ok(())
+        Ok(answered)
+    }
+
+    /// A renewal that wrote nothing must still be answered, or a session
+    /// that only waits would count as renewed while the API server is out
+    /// of reach: one read of a Lease of this tenure's name, from the API
+    /// server's cache (`resourceVersion=0`), found or not.
+    async fn answers(&self) -> Result<(), StoreError> {
+        let name = lease::record_name("elect", &self.tenure);
+        let path = format!("{}?resourceVersion=0", lease::path(self.ns(), &name));
+        let reply = self.api.request("GET", &path, None).await?;
+        match reply.status {
+            200 | 404 => Ok(()),
+            _ => Err(self.api.refusal("get", &name, &reply)),
+        }
     }
 
     /// Let go of the Lease `name`, held as `lease`.
@@ -348,6 +364,9 @@ impl Renewer for KubeRenewer {
                 .iter()
                 .map(|(n, l)| (n.clone(), l.clone()))
                 .collect();
+            // A held Lease written is the renewal's answer; without one, a
+            // waiter record's write is, or else a read.
+            let wrote = !held.is_empty();
             for (name, lease) in held {
                 let written = shared.write_ours(&name, lease, &Lease::renew).await?;
                 let mut still = shared.held.borrow_mut();
@@ -370,8 +389,12 @@ impl Renewer for KubeRenewer {
                     }
                 }
             }
-            if let Err(e) = shared.renew_waiting().await {
-                log::verbose(format_args!("renewing the waiter records: {e}"));
+            match shared.renew_waiting().await {
+                Ok(true) => {}
+                Ok(false) if !wrote => shared.answers().await?,
+                Ok(false) => {}
+                Err(e) if wrote => log::verbose(format_args!("renewing the waiter records: {e}")),
+                Err(e) => return Err(e),
             }
             Ok(Renewal::Alive(Duration::from_secs(shared.seconds)))
         })
