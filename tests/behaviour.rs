@@ -1738,6 +1738,17 @@ fn once_per_runs_a_job_once_across_hosts<S: StoreUnderTest>() {
         c.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         hosts.push(c.spawn().unwrap());
+        if name == "host-a" {
+            // Its clock is the earliest: it takes the lock first, however
+            // long a loaded store takes to answer its first requests.
+            support::eventually("host-a holding nightly, or done", 20 * SECOND, || {
+                let (_, held) = status(&url, "nightly", true);
+                match held.contains("host-a") || !history(&url, "nightly", &[]).is_empty() {
+                    true => Ok(()),
+                    false => Err(held),
+                }
+            });
+        }
         // The scenario: cron on three hosts whose clocks differ by 0.5 s.
         std::thread::sleep(Duration::from_millis(500));
     }
