@@ -742,9 +742,10 @@ fn a_cycle_costs_few_requests() {
     let kube = Kube::start_audited("requests", &dir);
     kube.create_namespace("requests");
     kube.register("requests");
-    // A read, the take, a watch while it holds, the release, and the
-    // history's listing (for trimming) and record.
-    for (lease, most) in [("none yet", 6), ("free", 6)] {
+    // A read, the take, a watch while it holds, the list of waiters the
+    // release names the next holder from, the release, and the history's
+    // listing (for trimming) and record.
+    for (lease, most) in [("none yet", 7), ("free", 7)] {
         let before = Kube::requests_of_elect(&dir).len();
         let out = support::elect()
             .args(["run", "--store", "k8s:requests?context=requests"])
@@ -759,6 +760,57 @@ fn a_cycle_costs_few_requests() {
         );
         assert!(made.len() <= most, "{made:#?}");
     }
+}
+
+/// Waiters take the Lease in the order they came: each release names the
+/// oldest waiter, and the others let it take the Lease first, so that a
+/// handover is one take, not a PUT of every waiter and a read and a watch
+/// of each that lost. Each waiter holds until told, so a take out of order
+/// leaves the one due next waiting, and the test fails.
+#[test]
+fn waiters_take_the_lease_in_the_order_they_came() {
+    let dir = TempDir::new("k8s-order");
+    let kube = Kube::start_audited("order", &dir);
+    kube.create_namespace("order");
+    kube.register("order");
+    let url = "k8s:order?context=order";
+    let script = "echo held; read _line";
+    let mut holder = Running::spawn(elect_run(url, "job", &[], script));
+    holder.expect_line("held", 20 * SECOND);
+    let mut waiters = Vec::new();
+    for n in 1..=4 {
+        waiters.push(Running::spawn(elect_run(url, "job", &[], script)));
+        support::eventually(&format!("{n} waiters' records"), 10 * SECOND, || {
+            let (_, body) = kube.request(
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/order/leases?labelSelector=elect%2Fwaiters-of",
+                None,
+            );
+            let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let found = list["items"].as_array().map_or(0, Vec::len);
+            (found == n).then_some(()).ok_or(format!("{found} records"))
+        });
+    }
+    let from = Kube::requests_of_elect(&dir).len();
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    for waiter in &mut waiters {
+        waiter.expect_line("held", 10 * SECOND);
+        waiter.send_line("done");
+        assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    }
+    let made = Kube::requests_of_elect(&dir)[from..].to_vec();
+    let writes = made
+        .iter()
+        .filter(|r| *r == "update /apis/coordination.k8s.io/v1/namespaces/order/leases/job")
+        .count();
+    eprintln!(
+        "4 handovers and a release: {writes} PUTs of the Lease, {} requests in all",
+        made.len()
+    );
+    // Five releases and four takes, and a renewal or two: a herd would PUT
+    // 4 + 3 + 2 + 1 times to take it.
+    assert!(writes <= 11, "{made:#?}");
 }
 
 /// What waiting costs: a waiter renews the record that shows it waits

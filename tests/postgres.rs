@@ -696,6 +696,32 @@ fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
     assert_eq!(b.wait_code(10 * SECOND), 0);
 }
 
+/// Waiters take the row in the order they came: a release names the oldest
+/// live waiter before it wakes them, and the others let it take the row
+/// first, so that a release costs one take, not a try by every waiter.
+/// Each holds until told, so a take out of order leaves the one due next
+/// waiting, and the test fails.
+#[test]
+fn waiters_take_the_row_in_the_order_they_came() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let hold = "echo held; read _line";
+    let mut holder = Running::spawn(pg_run(&url, "order", &[], hold));
+    holder.expect_line("held", 10 * SECOND);
+    let mut waiters = Vec::new();
+    for n in 1..=4 {
+        waiters.push(Running::spawn(pg_run(&url, "order", &[], hold)));
+        wait_contenders(&pg, "order", n + 1);
+    }
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    for waiter in &mut waiters {
+        waiter.expect_line("held", 10 * SECOND);
+        waiter.send_line("done");
+        assert_eq!(waiter.wait_code(10 * SECOND), 0);
+    }
+}
+
 /// Elects started at once on a database none has used yet each create the
 /// lease tables as far as they are missing: one of them creates them, and
 /// none of the others fails on the objects the first one made meanwhile.

@@ -23,6 +23,15 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
+/// How long a record let go to a named waiter (the oldest, named by the
+/// holder that let go) is left to that waiter before the others may take
+/// it: the named one hears of it in milliseconds and takes it, and the
+/// others, told of the take, sleep on; a release thus wakes one taker, not
+/// every waiter. A named waiter that died costs this once a handover, until
+/// its record lapses. Order only: who holds the lock is still decided by
+/// the record alone.
+pub const NAMED_FIRST: Duration = Duration::from_millis(500);
+
 /// What a taker has seen of one lock's record: the version, since when it
 /// has looked the same, and the TTL its holder renews with.
 pub struct Observed<V> {

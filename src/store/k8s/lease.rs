@@ -6,7 +6,8 @@
 //! set: `strategy`, `preferredHolder`, labels and others' annotations are
 //! kept. A holder is taken with `acquireTime` and `renewTime` now and
 //! `leaseTransitions` one more; renewed with `renewTime` now; let go as
-//! client-go lets go: no `holderIdentity`, `leaseDurationSeconds` 1.
+//! client-go lets go: no `holderIdentity`, `leaseDurationSeconds` 1, and
+//! for elect's waiters the one to take it next ([`NEXT`]).
 //! Nothing of elect's is ever deleted but a history record.
 
 use serde_json::{Map, Value, json};
@@ -31,6 +32,11 @@ pub const SHARDS: &str = "elect/shards";
 pub const LAST: &str = "elect/last";
 /// The last success, for `--once-per`.
 pub const DONE: &str = "elect/done";
+/// The identity of the waiter that the holder letting go named to take the
+/// Lease next: the other waiters let it have the Lease first for a while
+/// ([`crate::store::observed::NAMED_FIRST`]), so that a release wakes one
+/// taker, not all.
+pub const NEXT: &str = "elect/next";
 
 /// The annotation of the lock's Lease that keeps `record`, for the records
 /// a holder writes fenced (`None`: a history record, a Lease of its own).
@@ -193,6 +199,19 @@ impl Lease {
         self.0["spec"]["renewTime"].as_str()
     }
 
+    /// `acquireTime`, by its writer's wall clock.
+    pub fn acquire_time(&self) -> Option<std::time::SystemTime> {
+        let time = self.0["spec"]["acquireTime"].as_str()?;
+        humantime::parse_rfc3339(time).ok()
+    }
+
+    /// The waiter this Lease, let go, names to take it next, unless it is
+    /// `me`.
+    pub fn named_other(&self, me: &str) -> Option<&str> {
+        let next = self.annotation(NEXT).filter(|n| !n.is_empty() && *n != me);
+        next.filter(|_| self.holder().is_empty())
+    }
+
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.0["metadata"]["annotations"][key].as_str()
     }
@@ -288,6 +307,7 @@ impl Lease {
         }
         self.remove_annotation(TOKEN);
         self.remove_annotation(BREAK);
+        self.remove_annotation(NEXT);
     }
 
     pub fn renew(&mut self) {
@@ -296,6 +316,15 @@ impl Lease {
 
     /// Let go as client-go does.
     pub fn let_go(&mut self) {
+        self.let_go_to(None);
+    }
+
+    /// Let go as client-go does, naming the waiter to take it next, if any.
+    pub fn let_go_to(&mut self, next: Option<&str>) {
+        match next {
+            Some(next) => self.set_annotation(NEXT, next),
+            None => self.remove_annotation(NEXT),
+        }
         let now = now_micro();
         let spec = self.spec();
         spec["holderIdentity"] = "".into();
@@ -471,5 +500,25 @@ mod tests {
         assert_eq!(lease.0["spec"]["leaseTransitions"], 5);
         assert_eq!(lease.preferred(), Some("p"));
         assert_eq!(lease.annotation(HOLDER), None);
+    }
+
+    #[test]
+    fn a_release_names_the_next_holder_until_it_is_taken() {
+        let mut lease = Lease(json!({"metadata": {"name": "job"}, "spec": {}}));
+        lease.take("job", "a_1", 2, "{}");
+        lease.let_go_to(Some("b_2"));
+        assert_eq!(lease.named_other("c_3"), Some("b_2"));
+        assert_eq!(lease.named_other("b_2"), None);
+        lease.take("job", "c_3", 2, "{}");
+        assert_eq!(
+            (lease.annotation(NEXT), lease.named_other("d_4")),
+            (None, None)
+        );
+        // Named, then held by a holder that does not know the annotation.
+        lease.let_go_to(Some("b_2"));
+        lease.0["spec"]["holderIdentity"] = "client-go-1".into();
+        assert_eq!(lease.named_other("c_3"), None);
+        lease.let_go();
+        assert_eq!(lease.annotation(NEXT), None);
     }
 }

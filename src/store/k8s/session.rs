@@ -9,7 +9,11 @@
 //! Lease someone holds only once it has seen it unchanged for its
 //! `leaseDurationSeconds` on its own clock ([`Observed`]): `renewTime` is
 //! another host's wall clock and is never compared. It waits by a watch on
-//! the Lease, so a release wakes it at once.
+//! the Lease, so a release wakes it at once. A release names the waiter to
+//! take the Lease next ([`lease::NEXT`], the oldest by the waiters'
+//! records), and the others let it for [`NAMED_FIRST`]: without, every
+//! waiter PUT at each release, one won, and the rest read and watched
+//! again, in no order.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -23,7 +27,7 @@ use super::api::Api;
 use super::lease::{self, Lease};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
-use crate::store::observed::Observed;
+use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::Backoff;
 use crate::store::{
     Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
@@ -140,10 +144,12 @@ impl Shared {
 
     /// Record that we wait for the lock whose object is `object`: a Lease
     /// of our own beside it, renewed while we wait, so that the waiting are
-    /// seen in the store (its `renewTime` tells a live one from one whose
-    /// elect died: shown, never acted on). It only has to show a live
-    /// waiter: its `leaseDurationSeconds` is [`WAITER_TTLS`] TTLs, and it is
-    /// renewed once a TTL, not with every renewal.
+    /// seen in the store and a release can name the oldest to take the
+    /// Lease next (its `renewTime` tells a live one from one whose elect
+    /// died: shown, and the order of a wake-up, never who holds it). It
+    /// only has to show a live waiter: its `leaseDurationSeconds` is
+    /// [`WAITER_TTLS`] TTLs, and it is renewed once a TTL, not with every
+    /// renewal.
     async fn enter(&self, lock: &str, object: &str) -> Result<(), StoreError> {
         let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
         let seconds = WAITER_TTLS * self.seconds;
@@ -247,9 +253,47 @@ impl Shared {
         }
     }
 
-    /// Let go of the Lease `name`, held as `lease`.
+    /// Let go of the Lease `name`, held as `lease`, naming the waiter to
+    /// take it next.
     async fn let_go(&self, name: &str, lease: Lease) -> Result<(), StoreError> {
-        self.write_ours(name, lease, &Lease::let_go).await.map(drop)
+        let lock = lease.lock().to_string();
+        let next = self.next_of(name, &lock).await;
+        let let_go = |l: &mut Lease| l.let_go_to(next.as_deref());
+        self.write_ours(name, lease, &let_go).await.map(drop)
+    }
+
+    /// The waiter of lock `lock` (its object `object`) to take it next:
+    /// the one whose record is the oldest by its `acquireTime` among those
+    /// renewed within half their duration (once a TTL, so a waiter that
+    /// died is passed over within two). Read from the API server's cache:
+    /// a name a moment old costs at most [`NAMED_FIRST`]. The order is by
+    /// the waiters' wall clocks, so a skewed one makes it unfair, and it
+    /// never decides who holds the lock. `None` when nobody waits or the
+    /// list is not answered: then every waiter may take it at once.
+    async fn next_of(&self, object: &str, lock: &str) -> Option<String> {
+        let selector = format!("{}%3D{}", lease::WAITERS_OF, lease::records_label(object));
+        let path = format!(
+            "{}?labelSelector={selector}&resourceVersion=0",
+            lease::leases(self.ns())
+        );
+        let listed = match self.api.request("GET", &path, None).await {
+            Ok(reply) if reply.status == 200 => reply.body,
+            Ok(reply) => {
+                let e = self.api.refusal("list", "leases", &reply);
+                log::verbose(format_args!("naming the next holder of lock {lock}: {e}"));
+                return None;
+            }
+            Err(e) => {
+                log::verbose(format_args!("naming the next holder of lock {lock}: {e}"));
+                return None;
+            }
+        };
+        leases_of(&listed)
+            .into_iter()
+            .filter(|w| w.annotation(lease::LOCK) == Some(lock) && w.holder() != self.identity)
+            .filter(|w| w.left_by_wall_clock() > Duration::from_secs(w.seconds()) / 2)
+            .min_by_key(|w| (w.acquire_time(), w.name().to_string()))
+            .map(|w| w.holder().to_string())
     }
 }
 
@@ -488,12 +532,16 @@ impl KubeLock {
                 let lease = Lease(read.body);
                 lease.check_of(&self.lock)?;
                 let holder = lease.holder();
-                let free = holder.is_empty();
-                if !free {
+                // Let go, and to us or to nobody in particular.
+                let free = holder.is_empty() && lease.named_other(&self.shared.identity).is_none();
+                let version = lease.version().to_string();
+                if !holder.is_empty() {
                     let ttl = Duration::from_secs(lease.seconds());
+                    self.observed.borrow_mut().saw(version, ttl, answered);
+                } else if !free {
                     self.observed
                         .borrow_mut()
-                        .saw(lease.version().to_string(), ttl, answered);
+                        .saw(version, NAMED_FIRST, answered);
                 } else {
                     self.observed.borrow_mut().forget();
                 }

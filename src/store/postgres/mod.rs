@@ -10,8 +10,9 @@
 //! - **Acquire**: one autocommit statement takes a free or expired row
 //!   ([`sql::Sql::acquire`]); a retry whose reply was lost finds its own
 //!   tenure there and gets the same fence. If the row is busy, the same
-//!   statement queues the session in `SCHEMA.waiter`, which only serves
-//!   `status` (who waits): order and exclusion come from the lease row alone.
+//!   statement queues the session in `SCHEMA.waiter`, which serves
+//!   `status` (who waits) and the order in which waiters are woken:
+//!   exclusion comes from the lease row alone.
 //! - **Renew**: a conditional UPDATE that also requires the row not to have
 //!   expired; zero rows for a lock we hold means the lease is gone. elect's
 //!   deadline counts from the send time of the last confirmed renewal, as
@@ -20,9 +21,14 @@
 //!   [`session`]), so a renewal that missed a row being taken cannot stretch
 //!   the deadline past the row's expiry.
 //! - **Release**: one transaction frees our rows (`expires_at = -infinity`)
-//!   and `pg_notify`s the schema's channel with the lock's name.
+//!   and `pg_notify`s the schema's channel with the lock's name, after
+//!   naming the oldest live waiter (`next LOCK TENURE`, by the database's
+//!   clock).
 //! - **Wait**: LISTEN on a second connection and try again on a
-//!   notification; otherwise sleep until the holder's `expires_at` as the
+//!   notification (once a release named another waiter, only after
+//!   [`crate::store::observed::NAMED_FIRST`], by when its take, told as a
+//!   renewal is, has mostly been heard: a release costs one take, not one
+//!   try by every waiter); otherwise sleep until the holder's `expires_at` as the
 //!   database reports it (a crashed holder sends nothing). Behind a
 //!   transaction pooler, where LISTEN cannot work (found out by a probe, or
 //!   `?listen=off`), poll every [`POLL_EVERY`].

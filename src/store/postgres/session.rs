@@ -31,7 +31,7 @@ use super::conn::{Cells, Link, describe, is_transient};
 use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
-use crate::store::observed::Observed;
+use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::{self, Backoff};
 use crate::store::{
     Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
@@ -426,9 +426,21 @@ impl PgLock<'_> {
                 None => Instant::now() + nap,
             };
             let mut wake = wake_at(nap);
+            // Another waiter named to take the row next: until when it may
+            // alone.
+            let mut named_other: Option<Instant> = None;
             loop {
                 tokio::select! {
                     news = heard(notices.as_mut(), &self.lock) => match news {
+                        News::Next(tenure) if tenure != self.session.shared.tenure => {
+                            named_other = Some(Instant::now() + NAMED_FIRST);
+                        }
+                        News::Next(_) => named_other = None,
+                        // Let go to another: look once it has had its time,
+                        // unless its take is heard first.
+                        News::Released if named_other.is_some_and(|t| !t.remaining().is_zero()) => {
+                            wake = named_other.map_or(wake, |t| wake.min(t));
+                        }
                         News::Released => break,
                         News::Closed => {
                             notices = None;
@@ -439,6 +451,7 @@ impl PgLock<'_> {
                         News::Renewed(version, ttl) => {
                             self.observed.borrow_mut().saw(version, ttl, Instant::now());
                             wake = wake_at(ttl + Duration::from_millis(5));
+                            named_other = None;
                         }
                     },
                     listened = async {
@@ -503,7 +516,7 @@ impl PgLock<'_> {
                 loss = self.asked() => return loss,
                 news = heard(notices.as_mut(), &self.lock) => match news {
                     News::Closed => notices = None,
-                    News::Renewed(..) => {}
+                    News::Renewed(..) | News::Next(_) => {}
                     News::Released => {
                         if let Some(loss) = self.look().await {
                             return loss;
@@ -540,8 +553,10 @@ enum News {
     /// Let go or ended (or some notifications were missed, one of which may
     /// have said so): look at the row.
     Released,
-    /// Renewed: its version now, and its holder's TTL.
+    /// Renewed or taken: its version now, and its holder's TTL.
     Renewed(Version, Duration),
+    /// The release on its way names this tenure to take the row next.
+    Next(String),
     /// The listener is gone.
     Closed,
 }
@@ -557,6 +572,13 @@ async fn heard(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> News
             Ok(payload) => {
                 if let Some((version, ttl)) = Version::notified(&payload, lock) {
                     return News::Renewed(version, ttl);
+                }
+                let mut words = payload.split(' ');
+                if let (Some("next"), Some(of), Some(tenure)) =
+                    (words.next(), words.next(), words.next())
+                    && of == lock
+                {
+                    return News::Next(tenure.to_string());
                 }
             }
             Err(broadcast::error::RecvError::Lagged(_)) => return News::Released,

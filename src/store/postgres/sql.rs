@@ -156,6 +156,21 @@ fn ttl_of(row: &str) -> String {
 impl Sql {
     pub fn new(schema: &str) -> Sql {
         let s = format!("\"{schema}\"");
+        // The notifications of rows `freed` by tenure `tenure`: the waiter
+        // to take each next (`next LOCK TENURE`, the oldest live one in the
+        // queue), then the lock's name, in this order (a target list is
+        // evaluated left to right), so that a waiter not named has heard
+        // so when the release wakes it.
+        let tell = |tenure: &str| {
+            format!(
+                "SELECT CASE WHEN n.next IS NOT NULL \
+                   THEN pg_notify('{schema}', format('next %s %s', n.name, n.next)) END, \
+                   pg_notify('{schema}', n.name) \
+                 FROM (SELECT f.name, (SELECT w.tenure FROM {s}.waiter w WHERE w.name = f.name \
+                   AND w.tenure <> {tenure} AND w.expires_at > clock_timestamp() \
+                   ORDER BY w.since, w.tenure LIMIT 1) AS next FROM freed f) n"
+            )
+        };
         let ttl = "$3::bigint * interval '1 millisecond'";
         Sql {
             channel: schema.to_string(),
@@ -165,7 +180,9 @@ impl Sql {
             // NULLs. Takes a free row, or an expired one still at that
             // version, with the next fence, or confirms our own with the
             // same fence (a retry whose reply was lost); else queues us as a
-            // waiter. Returns the fence if the lock is ours, the time left on
+            // waiter. A take tells the other waiters of the row's version
+            // as a renewal does, so that those a release did not name sleep
+            // on. Returns the fence if the lock is ours, the time left on
             // the holder's lease by the database's clock, the checkpoint,
             // and the version of the row and its holder's TTL.
             acquire: format!(
@@ -182,7 +199,8 @@ impl Sql {
                    WHERE l.tenure IS NULL OR l.tenure = excluded.tenure \
                      OR (l.expires_at <= clock_timestamp() AND l.tenure = $5 AND l.renewals = $6::bigint \
                          AND {renewed} IS NOT DISTINCT FROM $7::bigint) \
-                   RETURNING l.fence, l.checkpoint, l.checkpoint_fence, l.checkpoint_at), \
+                   RETURNING l.fence, l.checkpoint, l.checkpoint_fence, l.checkpoint_at, \
+                     l.renewals, {} AS micros), \
                  queued AS ( \
                    INSERT INTO {s}.waiter (name, tenure, since, expires_at, holder) \
                    SELECT $1, $2, clock_timestamp(), clock_timestamp() + {ttl}, $4::jsonb \
@@ -191,13 +209,19 @@ impl Sql {
                  unqueued AS ( \
                    DELETE FROM {s}.waiter w WHERE w.name = $1 \
                    AND (w.tenure = $2 OR w.expires_at < clock_timestamp()) \
-                   AND EXISTS (SELECT 1 FROM taken)) \
+                   AND EXISTS (SELECT 1 FROM taken)), \
+                 told AS ( \
+                   SELECT pg_notify('{schema}', format('renewed %s %s %s %s %s', $1, $2, t.renewals, \
+                     t.micros, $3::bigint)) FROM taken t \
+                   WHERE EXISTS (SELECT 1 FROM {s}.waiter w WHERE w.name = $1 \
+                     AND w.tenure <> $2 AND w.expires_at > clock_timestamp())) \
                  SELECT (SELECT fence FROM taken), \
                    (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}, \
                    (SELECT checkpoint FROM taken), (SELECT checkpoint_fence FROM taken), \
                    (SELECT {} FROM taken), \
-                   r.tenure, r.renewals, {}, {} \
+                   r.tenure, r.renewals, {}, {}, (SELECT count(*) FROM told) \
                  FROM (SELECT 1) one LEFT JOIN {s}.lease r ON r.name = $1",
+                micros("l.renewed_at"),
                 left("l.expires_at"),
                 rfc3339("checkpoint_at"),
                 micros("r.renewed_at"),
@@ -231,7 +255,8 @@ impl Sql {
                 micros("c.t")
             ),
             // $1 tenure. One transaction: free our rows, leave every queue,
-            // and wake the waiters. The holder record stays, as the last
+            // and wake the waiters, naming the oldest to take each row
+            // next. The holder record stays, as the last
             // holder's (shards go back to it), shown only while a tenure lives.
             release: format!(
                 "WITH freed AS ( \
@@ -239,7 +264,8 @@ impl Sql {
                      renewed_at = NULL, acquired_at = NULL \
                    WHERE tenure = $1 RETURNING name), \
                  unqueued AS (DELETE FROM {s}.waiter WHERE tenure = $1) \
-                 SELECT pg_notify('{schema}', name) FROM freed"
+                 {}",
+                tell("$1")
             ),
             // $1 lock, $2 tenure: as release, for one lock.
             leave: format!(
@@ -248,7 +274,8 @@ impl Sql {
                      renewed_at = NULL, acquired_at = NULL \
                    WHERE name = $1 AND tenure = $2 RETURNING name), \
                  unqueued AS (DELETE FROM {s}.waiter WHERE name = $1 AND tenure = $2) \
-                 SELECT pg_notify('{schema}', name) FROM freed"
+                 {}",
+                tell("$2")
             ),
             // $1 lock: fence, tenure, holder, ms left (NULL: free), lease
             // TTL in ms, live waiters.
