@@ -113,9 +113,9 @@
 //! The fleet figures ([`fleet`]) run against four stores (etcd, PostgreSQL,
 //! ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks some),
 //! each on a server started for the figure, whose own counters tell its
-//! requests (etcd's gRPC messages, PostgreSQL's transactions, ZooKeeper's
-//! packets, the API server's requests) and whose processes in /proc its
-//! CPU. `ELECT_BENCH_HOLD=SECS` sets their hold.
+//! requests (etcd's gRPC messages, the statements of PostgreSQL's elect
+//! role, ZooKeeper's packets, the API server's requests) and whose
+//! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold.
 //!
 //! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full), each
 //!   holding a lock of its own at the default TTL for a hold (2 minutes
