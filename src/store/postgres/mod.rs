@@ -28,8 +28,8 @@
 //!   notification (once a release named another waiter, only after
 //!   [`crate::store::observed::NAMED_FIRST`], by when its take, told as a
 //!   renewal is, has mostly been heard: a release costs one take, not one
-//!   try by every waiter); otherwise sleep until the holder's `expires_at` as the
-//!   database reports it (a crashed holder sends nothing). Behind a
+//!   try by every waiter); otherwise sleep until the holder's `expires_at`
+//!   as the database reports it (a crashed holder sends nothing). Behind a
 //!   transaction pooler, where LISTEN cannot work (found out by a probe, or
 //!   `?listen=off`), poll every [`POLL_EVERY`].
 //!
