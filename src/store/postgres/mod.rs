@@ -923,7 +923,9 @@ impl Postgres {
     }
 
     /// A statement that only reads or removes records: without the table
-    /// there are none, and nothing is created.
+    /// there are none, and nothing is created. A table there once the
+    /// statement failed was created meanwhile (an elect writes the first
+    /// record): the statement is sent once more.
     async fn off_records(
         &self,
         statement: &str,
@@ -931,6 +933,7 @@ impl Postgres {
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         match self.query(statement, params).await {
             Err(_) if self.record_table_missing().await => Ok(Vec::new()),
+            Err(_) => self.query(statement, params).await,
             rows => rows,
         }
     }
