@@ -762,6 +762,20 @@ fn a_cycle_costs_few_requests() {
     }
 }
 
+/// The waiter records in `namespace`, as the API server lists them.
+fn waiter_records(kube: &Kube, namespace: &str) -> Result<Vec<serde_json::Value>, String> {
+    let (_, body) = kube.request(
+        "GET",
+        &format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases?labelSelector=elect%2Fwaiters-of"
+        ),
+        None,
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
 /// Waiters take the Lease in the order they came: each release names the
 /// oldest waiter, and the others let it take the Lease first, so that a
 /// handover is one take, not a PUT of every waiter and a read and a watch
@@ -781,13 +795,7 @@ fn waiters_take_the_lease_in_the_order_they_came() {
     for n in 1..=4 {
         waiters.push(Running::spawn(elect_run(url, "job", &[], script)));
         support::eventually(&format!("{n} waiters' records"), 10 * SECOND, || {
-            let (_, body) = kube.request(
-                "GET",
-                "/apis/coordination.k8s.io/v1/namespaces/order/leases?labelSelector=elect%2Fwaiters-of",
-                None,
-            );
-            let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-            let found = list["items"].as_array().map_or(0, Vec::len);
+            let found = waiter_records(&kube, "order")?.len();
             (found == n).then_some(()).ok_or(format!("{found} records"))
         });
     }
@@ -828,16 +836,12 @@ fn a_waiter_renews_its_record_once_a_ttl() {
     holder.expect_line("held", 20 * SECOND);
     let mut waiter = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
     let record = support::eventually("the waiter's record", 10 * SECOND, || {
-        let (_, body) = kube.request(
-            "GET",
-            "/apis/coordination.k8s.io/v1/namespaces/cost/leases?labelSelector=elect%2Fwaiters-of",
-            None,
-        );
-        let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        list["items"][0]["metadata"]["name"]
-            .as_str()
+        let records = waiter_records(&kube, "cost")?;
+        records
+            .first()
+            .and_then(|r| r["metadata"]["name"].as_str())
             .map(String::from)
-            .ok_or(body)
+            .ok_or_else(|| "no waiter record yet".to_string())
     });
     let from = Kube::requests_of_elect(&dir).len();
     // A window measured: three TTLs.

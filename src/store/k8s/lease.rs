@@ -159,6 +159,12 @@ pub fn records_label(name: &str) -> String {
     format!("r-{}", hash8(name))
 }
 
+/// The label selector, as a query's value, of the waiter records of the
+/// lock whose object is `name`.
+pub fn waiters_selector(name: &str) -> String {
+    format!("{WAITERS_OF}%3D{}", records_label(name))
+}
+
 /// The time now as a MicroTime, as the API writes it.
 pub fn now_micro() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()

@@ -198,8 +198,7 @@ impl Kube {
 
     /// How many wait for `lock`, by their records that live.
     async fn waiting(&self, lock: &str) -> Result<usize, StoreError> {
-        let label = lease::records_label(&lease::object_name(lock));
-        let selector = format!("{}%3D{label}", lease::WAITERS_OF);
+        let selector = lease::waiters_selector(&lease::object_name(lock));
         let found = self.all(Some(&selector)).await?;
         Ok(found
             .iter()

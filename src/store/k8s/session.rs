@@ -271,10 +271,10 @@ impl Shared {
     /// never decides who holds the lock. `None` when nobody waits or the
     /// list is not answered: then every waiter may take it at once.
     async fn next_of(&self, object: &str, lock: &str) -> Option<String> {
-        let selector = format!("{}%3D{}", lease::WAITERS_OF, lease::records_label(object));
         let path = format!(
-            "{}?labelSelector={selector}&resourceVersion=0",
-            lease::leases(self.ns())
+            "{}?labelSelector={}&resourceVersion=0",
+            lease::leases(self.ns()),
+            lease::waiters_selector(object)
         );
         let listed = match self.api.request("GET", &path, None).await {
             Ok(reply) if reply.status == 200 => reply.body,

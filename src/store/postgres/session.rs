@@ -438,10 +438,10 @@ impl PgLock<'_> {
                         News::Next(_) => named_other = None,
                         // Let go to another: look once it has had its time,
                         // unless its take is heard first.
-                        News::Released if named_other.is_some_and(|t| !t.remaining().is_zero()) => {
-                            wake = named_other.map_or(wake, |t| wake.min(t));
-                        }
-                        News::Released => break,
+                        News::Released => match named_other.filter(|t| !t.remaining().is_zero()) {
+                            Some(until) => wake = wake.min(until),
+                            None => break,
+                        },
                         News::Closed => {
                             notices = None;
                             break;
