@@ -60,13 +60,13 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigHandler, SigSet, Signal, killpg, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
 
+use super::deadline::ring_at;
 use super::launch::{Launch, Went};
 use super::protocol::{Message, Orders, SIZE};
 use super::sentinel::Sentinel;
@@ -275,7 +275,7 @@ impl Guard {
     fn start(
         mut socket: UnixStream,
         orders: Orders,
-        lock: HandedOver,
+        mut lock: HandedOver,
         launch: std::io::Result<Launch>,
         sentinel: nix::Result<Sentinel>,
         elect: Pid,
@@ -305,6 +305,9 @@ impl Guard {
         };
         for event in read_latest_orders(&socket, &mut inbox) {
             (state, _) = rules.step(state, event, Instant::now());
+        }
+        if let Some(at) = lock.told.moved() {
+            (state, _) = rules.step(state, Event::Renewed(at), Instant::now());
         }
         let sentinel = match sentinel {
             Ok(sentinel) => sentinel,
@@ -371,28 +374,38 @@ impl Guard {
         })
     }
 
-    /// The watch: look at the clock, set the timer for the next instant the
-    /// state needs, wait for the timer, the command or elect, and hand
-    /// each event to the machine; the exit code.
+    /// The watch: read the deadline as renewals moved it, look at the
+    /// clock, set the timers for the next instant the state needs, wait for
+    /// a timer, the command or elect, and hand each event to the machine;
+    /// the exit code.
     fn run(&mut self) -> i32 {
         loop {
+            if let Some(at) = self.lock.told.moved()
+                && let Some(code) = self.handle(Event::Renewed(at))
+            {
+                return code;
+            }
             if let Some(code) = self.handle(Event::Clock) {
                 return code;
             }
-            if let Some(at) = self.state.alarm(&self.rules) {
-                let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
-                // Re-arming also clears an expiry we have acted on.
-                if let Err(e) = self.timer.set(
-                    Expiration::OneShot(when),
-                    TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-                ) {
-                    eprintln!("elect: guard: timerfd_settime: {e}");
-                    if let Some(code) = self.handle(Event::Blind) {
-                        return code;
-                    }
-                }
-            } else if let Err(e) = self.timer.unset() {
+            // The running command's deadline on the lease timer, which
+            // renewals move on; any other instant on ours alone.
+            let alarm = self.state.alarm(&self.rules);
+            let (lease, own) = match self.state {
+                State::Running { .. } => (alarm, None),
+                _ => (None, alarm),
+            };
+            let set = |timer: &TimerFd, at: Option<Instant>| match at {
+                // Setting it also clears an expiry we have acted on.
+                Some(at) => ring_at(timer, at),
+                None => timer.unset(),
+            };
+            let set = set(self.lock.told.timer(), lease).and_then(|()| set(&self.timer, own));
+            if let Err(e) = set {
                 eprintln!("elect: guard: timerfd_settime: {e}");
+                if let Some(code) = self.handle(Event::Blind) {
+                    return code;
+                }
             }
             let (socket_ready, child_ready) = match self.wait_for_something() {
                 Ok(ready) => ready,
@@ -498,6 +511,7 @@ impl Guard {
             PollFd::new(self.socket.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.timer.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.lock.told.timer().as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}

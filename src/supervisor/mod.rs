@@ -10,6 +10,7 @@
 //! ends the command by the deadline: the guard on its timer, elect with
 //! [`kill_group`] if the guard is stopped or dead.
 
+mod deadline;
 mod group;
 pub mod guard;
 mod launch;
@@ -38,6 +39,8 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 use crate::clock::Instant;
+use crate::log;
+use deadline::Teller;
 pub use protocol::Stop;
 use protocol::{Message, SIZE};
 
@@ -80,7 +83,12 @@ impl Preparing {
     pub async fn ready(self) -> Result<Prepared, SpawnError> {
         match self {
             Preparing::Forked(forked) => {
-                let Forked { socket, pid, pidfd } = forked?;
+                let Forked {
+                    socket,
+                    pid,
+                    pidfd,
+                    grace,
+                } = forked?;
                 socket.set_nonblocking(true).map_err(SpawnError::Guard)?;
                 // SAFETY: an OwnedFd: open, and the same descriptor for as
                 // long as the AsyncFd owns it.
@@ -93,6 +101,7 @@ impl Preparing {
                         exited,
                         status: None,
                     },
+                    grace,
                 })
             }
             Preparing::Spawning(thread) => thread
@@ -108,6 +117,7 @@ pub struct Forked {
     socket: StdUnixStream,
     pid: Pid,
     pidfd: OwnedFd,
+    grace: Duration,
 }
 
 /// The guard's process.
@@ -197,6 +207,8 @@ pub struct Supervisor {
     socket: UnixStream,
     inbox: Vec<u8>,
     guard: GuardProcess,
+    /// How later deadlines reach the guard without waking it.
+    teller: Teller,
     pid: i32,
     group: i32,
 }
@@ -207,6 +219,8 @@ pub struct Supervisor {
 pub struct Prepared {
     socket: UnixStream,
     guard: GuardProcess,
+    /// The guard's grace: its lease timer rings this long before a deadline.
+    grace: Duration,
 }
 
 impl Supervisor {
@@ -269,6 +283,7 @@ impl Supervisor {
                         socket: StdUnixStream::from(ours),
                         pid: child,
                         pidfd: pidfd_open(child).map_err(SpawnError::Guard)?,
+                        grace: plan.grace,
                     })
                 }
             }
@@ -327,6 +342,7 @@ impl Supervisor {
         Ok(Prepared {
             socket,
             guard: GuardProcess::Spawned(guard),
+            grace: plan.grace,
         })
     }
 }
@@ -343,11 +359,17 @@ impl Prepared {
         deadline: Instant,
         handover: Handover<'_>,
     ) -> Result<Supervisor, SpawnError> {
-        let Prepared { socket, guard } = self;
+        let Prepared {
+            socket,
+            guard,
+            grace,
+        } = self;
+        let teller = Teller::new(deadline, grace).map_err(SpawnError::Guard)?;
         let mut supervisor = Supervisor {
             socket,
             inbox: Vec::new(),
             guard,
+            teller,
             pid: 0,
             group: 0,
         };
@@ -364,9 +386,13 @@ impl Prepared {
                 .send_bytes(Message::Order(order.len() as u64), &order)
                 .await;
         }
-        supervisor
-            .send(Message::Deadline(deadline.as_nanos()))
-            .await;
+        let shared = supervisor.teller.shared().map(|fd| fd.as_raw_fd());
+        if let Err(e) = supervisor
+            .send_with_raw_fds(Message::Deadline(deadline.as_nanos()), &shared)
+            .await
+        {
+            return Err(SpawnError::Guard(e));
+        }
         if let Err(e) = supervisor
             .send_with_fds(Message::Token(token), handover.held)
             .await
@@ -405,9 +431,16 @@ impl Supervisor {
         self.group
     }
 
-    /// A renewal made the lease safe until `deadline`.
+    /// A renewal made the lease safe until `deadline`: the guard reads it
+    /// when it wakes, and its timer is set for it, without waking it
+    /// ([`deadline`]); by a message, which wakes it, only if that fails.
     pub async fn extend(&mut self, deadline: Instant) {
-        self.send(Message::Deadline(deadline.as_nanos())).await;
+        if let Err(e) = self.teller.tell(deadline) {
+            log::verbose(format_args!(
+                "the guard is told the deadline by a message: {e}"
+            ));
+            self.send(Message::Deadline(deadline.as_nanos())).await;
+        }
     }
 
     /// The lease is lost: signal the group now, SIGKILL after `grace` (at
@@ -464,12 +497,17 @@ impl Supervisor {
     /// files, so the guard shares their locks.
     async fn send_with_fds(&mut self, message: Message, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        self.send_with_raw_fds(message, &raw).await
+    }
+
+    /// The same, with descriptors that stay open while it runs.
+    async fn send_with_raw_fds(&mut self, message: Message, raw: &[i32]) -> io::Result<()> {
         let record = message.encode();
         loop {
             self.socket.writable().await?;
             let sent = self.socket.try_io(Interest::WRITABLE, || {
                 let iov = [io::IoSlice::new(&record)];
-                let rights = [ControlMessage::ScmRights(&raw)];
+                let rights = [ControlMessage::ScmRights(raw)];
                 let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
                 sendmsg::<()>(
                     self.socket.as_raw_fd(),

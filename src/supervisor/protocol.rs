@@ -32,7 +32,10 @@ pub const MAX_HELD: usize = 4;
 /// elect → guard and guard → elect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Message {
-    /// elect: a renewal made the lease safe until this boot-clock instant (ns).
+    /// elect: a renewal made the lease safe until this boot-clock instant
+    /// (ns). With the handover, it carries the two descriptors that later
+    /// deadlines come by ([`super::deadline`]); after it, it is sent only
+    /// when those fail.
     Deadline(u64),
     /// elect: the lease is lost; stop the child now, with SIGKILL after at
     /// most this grace (ns).

@@ -1,7 +1,8 @@
 //! What elect says to its guard over their socket: the handover of the
-//! lock (the deadline, the order that ends the session, the holder's
-//! variables, then the token with the descriptors that hold the lock), and
-//! after it the orders that the guard's machine takes as events.
+//! lock (the deadline with the descriptors that later deadlines come by,
+//! the order that ends the session, the holder's variables, then the token
+//! with the descriptors that hold the lock), and after it the orders that
+//! the guard's machine takes as events.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -14,6 +15,7 @@ use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::machine::Event;
 use crate::clock::Instant;
+use crate::supervisor::deadline::Told;
 use crate::supervisor::protocol::{MAX_HELD, Message, SIZE};
 
 /// The lock, as elect hands it over.
@@ -21,6 +23,8 @@ pub(super) struct HandedOver {
     /// As of the handover; renewals move it on in the guard's
     /// [`State`](super::machine::State).
     pub(super) deadline: Instant,
+    /// How renewals move it on, without a message.
+    pub(super) told: Told,
     pub(super) token: u64,
     /// Descriptors that hold the lock (a file store's lock file), kept open
     /// until the guard exits, after the command's group is dead; received
@@ -39,6 +43,7 @@ pub(super) struct HandedOver {
 /// closes the socket first.
 pub(super) fn wait_for_the_lock(socket: &UnixStream) -> Option<HandedOver> {
     let mut deadline = None;
+    let mut told = None;
     let mut release_order = None;
     let mut env = Vec::new();
     let bytes = |len: u64| {
@@ -49,12 +54,17 @@ pub(super) fn wait_for_the_lock(socket: &UnixStream) -> Option<HandedOver> {
     loop {
         let (record, held) = receive_with_fds(socket)?;
         match Message::decode(&record)? {
-            Message::Deadline(ns) => deadline = Some(Instant::from_nanos(ns)),
+            Message::Deadline(ns) => {
+                let at = Instant::from_nanos(ns);
+                deadline = Some(at);
+                told = Told::new(held, at);
+            }
             Message::Order(len) => release_order = Some(bytes(len)?),
             Message::Env(len) => env = bytes(len)?,
             Message::Token(token) => {
                 return Some(HandedOver {
                     deadline: deadline?,
+                    told: told?,
                     token,
                     held,
                     release_order,
