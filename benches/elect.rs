@@ -58,7 +58,8 @@
 //! - `idle`: one holder of each tool (TTL 15 s) with an idle command, over a
 //!   window (20 s quick, 60 s full): peak resident memory (VmHWM at the end)
 //!   and proportional memory (Pss, pages shared counted in parts),
-//!   CPU time and wake-ups (voluntary plus involuntary context switches) per
+//!   CPU time and wake-ups (voluntary context switches: a preemption is no
+//!   wake-up) per
 //!   minute, from /proc, summed over threads. elect is two processes, `elect`
 //!   and its guard `lease-guard`; both are counted, and the target
 //!   (peak memory under 8 MiB) applies to their sum. A third holder, elect
@@ -858,7 +859,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
         target: "-".into(),
         verdict: Verdict::Info,
     });
-    let wakeups = |u: &Usage| format!("{:.0}/min", u.switches as f64 * per_minute);
+    let wakeups = |u: &Usage| format!("{:.0}/min", u.wakeups as f64 * per_minute);
     table.row(Row {
         figure: format!(
             "idle wake-ups, TTL {ttl} s, over {:?} (elect + guard)",
@@ -871,7 +872,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
             wakeups(&used[1])
         ),
         reference: format!("{}: {}", pair.reference.name, wakeups(&theirs)),
-        ratio: ratio(ours.switches as f64, theirs.switches as f64),
+        ratio: ratio(ours.wakeups as f64, theirs.wakeups as f64),
         target: "-".into(),
         verdict: Verdict::Info,
     });
@@ -895,7 +896,7 @@ fn idle(mode: &Mode, pair: &Pair, table: &mut Table) {
             wakeups(&used[3])
         ),
         reference: format!("endpoint off: {}", wakeups(&ours)),
-        ratio: ratio(on.switches as f64, ours.switches as f64),
+        ratio: ratio(on.wakeups as f64, ours.wakeups as f64),
         target: "-".into(),
         verdict: Verdict::Info,
     });

@@ -151,19 +151,20 @@ impl Growth {
         let mut out = String::new();
         if !self.holders.is_empty() {
             out.push_str(
-                "| store | holders | lost | requests/s (floor) | store CPU | PSS/holder | wake-ups/holder/min |\n\
-                 |---|---:|---:|---:|---:|---:|---:|\n",
+                "| store | holders | lost | requests/s (floor) | store CPU | PSS/holder | wake-ups/holder/min | preempted/holder/min |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|\n",
             );
             for (store, o) in &self.holders {
                 out.push_str(&format!(
-                    "| {store} | {} | {} | {:.1} ({:.1}) | {:.1}% | {:.2} MiB | {:.1} |\n",
+                    "| {store} | {} | {} | {:.1} ({:.1}) | {:.1}% | {:.2} MiB | {:.1} | {:.1} |\n",
                     o.n,
                     o.lost,
                     o.requests,
                     o.floor,
                     o.cpu * 100.0,
                     o.pss_mib,
-                    o.wakeups
+                    o.wakeups,
+                    o.preempted
                 ));
             }
         }

@@ -10,10 +10,13 @@ use std::time::Duration;
 pub struct Usage {
     /// Time on a CPU, user and system, summed over the live threads.
     pub cpu: Duration,
-    /// Voluntary and involuntary context switches of the live threads: each
-    /// one is the process going to sleep or being preempted, that is, a
-    /// wake-up afterwards.
-    pub switches: u64,
+    /// Voluntary context switches of the live threads: each one is the
+    /// process going to sleep, that is, a wake-up afterwards.
+    pub wakeups: u64,
+    /// Involuntary ones: the process preempted while it ran (by a store
+    /// server on the same machine that its request woke, say); no sleep,
+    /// and no wake-up of its own.
+    pub preempted: u64,
     /// Peak resident set size (VmHWM), KiB.
     pub peak_rss_kib: u64,
     /// Proportional set size now, KiB: each page shared with other
@@ -31,7 +34,7 @@ impl Usage {
             "Pss:",
         )?;
         let mut cpu = Duration::ZERO;
-        let mut switches = 0;
+        let (mut wakeups, mut preempted) = (0, 0);
         for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
             let dir = task.path();
             // schedstat: time on CPU in ns, time waiting, timeslices.
@@ -40,13 +43,14 @@ impl Usage {
                 cpu += Duration::from_nanos(ns);
             }
             if let Ok(s) = fs::read_to_string(dir.join("status")) {
-                switches += field(&s, "voluntary_ctxt_switches:").unwrap_or(0)
-                    + field(&s, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+                wakeups += field(&s, "voluntary_ctxt_switches:").unwrap_or(0);
+                preempted += field(&s, "nonvoluntary_ctxt_switches:").unwrap_or(0);
             }
         }
         Some(Usage {
             cpu,
-            switches,
+            wakeups,
+            preempted,
             peak_rss_kib,
             pss_kib,
         })
@@ -57,7 +61,8 @@ impl Usage {
     pub fn until(self, later: Usage) -> Usage {
         Usage {
             cpu: later.cpu.saturating_sub(self.cpu),
-            switches: later.switches.saturating_sub(self.switches),
+            wakeups: later.wakeups.saturating_sub(self.wakeups),
+            preempted: later.preempted.saturating_sub(self.preempted),
             peak_rss_kib: later.peak_rss_kib,
             pss_kib: later.pss_kib,
         }
@@ -66,7 +71,8 @@ impl Usage {
     pub fn plus(self, other: Usage) -> Usage {
         Usage {
             cpu: self.cpu + other.cpu,
-            switches: self.switches + other.switches,
+            wakeups: self.wakeups + other.wakeups,
+            preempted: self.preempted + other.preempted,
             peak_rss_kib: self.peak_rss_kib + other.peak_rss_kib,
             pss_kib: self.pss_kib + other.pss_kib,
         }

@@ -29,9 +29,14 @@ pub(super) const RETRY: Duration = Duration::from_millis(100);
 /// long without a frame from etcd. etcd's gRPC server allows one every 5 s
 /// (`--grpc-keepalive-min-time`), and none without an open stream; a client
 /// that pings more often gets GOAWAY "too_many_pings" and loses the
-/// connection with every stream on it. (gRPC's own clients never ping more
-/// often than every 10 s either.)
-const PING_EVERY: Duration = Duration::from_secs(10);
+/// connection with every stream on it. The ping's timer is a tokio timer,
+/// moved on only when it fires: at 10 s, with a renewal's answer every 5 s,
+/// it fired every 5 s, and its way down tokio's timer wheel woke an idle
+/// holder twice more each time (48 wake-ups a minute where the renewals
+/// need 24). At 30 s, as the Kubernetes API server pings etcd, it fires
+/// about twice a minute; a watch on a connection that died silently is
+/// given up 30 s after its last frame, plus the ping's timeout.
+const PING_EVERY: Duration = Duration::from_secs(30);
 
 /// A client of the cluster, with how long to keep retrying its requests.
 #[derive(Clone)]
