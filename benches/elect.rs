@@ -116,7 +116,8 @@
 //! each on a server started for the figure, whose own counters tell its
 //! requests (etcd's gRPC messages, the statements of PostgreSQL's elect
 //! role, ZooKeeper's packets, the API server's requests) and whose
-//! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold.
+//! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold,
+//! `ELECT_BENCH_FLEET=10,100,1000` the counts of holders and of waiters.
 //!
 //! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full), each
 //!   holding a lock of its own at the default TTL for a hold (2 minutes
@@ -249,6 +250,19 @@ impl Mode {
             });
             Duration::from_secs(secs)
         };
+        // ELECT_BENCH_FLEET: the counts of holders and of waiters, for a
+        // quick run that reaches a full run's counts.
+        let fleet = |default: Vec<usize>| {
+            std::env::var("ELECT_BENCH_FLEET").map_or(default, |v| {
+                v.split(',')
+                    .map(|n| {
+                        n.trim().parse().unwrap_or_else(|_| {
+                            panic!("ELECT_BENCH_FLEET={v:?} is not a list of counts, such as 10,100,1000")
+                        })
+                    })
+                    .collect()
+            })
+        };
         if quick {
             Mode {
                 name: "quick (ELECT_BENCH_QUICK=1)",
@@ -265,8 +279,8 @@ impl Mode {
                 contention_rounds: 1,
                 scale: vec![10, 50],
                 etcdctl_scale_max: 100,
-                holders: vec![10, 100],
-                waiters: vec![10, 100],
+                holders: fleet(vec![10, 100]),
+                waiters: fleet(vec![10, 100]),
                 fleet_hold: hold(120),
                 short_ttls: vec![1, 2, 3, 5],
                 short_hold: hold(120),
@@ -288,8 +302,8 @@ impl Mode {
                 contention_rounds: 3,
                 scale: vec![10, 100, 500],
                 etcdctl_scale_max: 100,
-                holders: vec![10, 100, 1000],
-                waiters: vec![10, 100, 1000, 10000],
+                holders: fleet(vec![10, 100, 1000]),
+                waiters: fleet(vec![10, 100, 1000, 10000]),
                 fleet_hold: hold(600),
                 short_ttls: vec![1, 2, 3, 5],
                 short_hold: hold(1800),

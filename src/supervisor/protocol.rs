@@ -26,7 +26,8 @@ pub struct Orders {
 
 pub const SIZE: usize = 16;
 
-/// The most descriptors that hold one lock (sent with [`Message::Token`]).
+/// The most descriptors that hold one lock (sent with [`Message::Token`]),
+/// and the most any message carries (the handover's deadline carries 2).
 pub const MAX_HELD: usize = 4;
 
 /// elect → guard and guard → elect.
