@@ -2,16 +2,37 @@
 //! named by an environment variable), failing loudly with the Debian
 //! package to install, and free loopback ports.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 
-/// A port nothing listens on right now.
+/// A loopback port nothing listens on right now, given to no other test of
+/// this process, and below the kernel's range of ephemeral ports: a server
+/// stopped and started again on it (a member killed and brought back) finds
+/// it free still, taken neither by another test's server nor by the local
+/// end of a client's connection, as a port the kernel picked could be.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    // The ephemeral range starts at 32768 unless set otherwise.
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(2048);
+    let span = u64::from(ephemeral - 1024);
+    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+    // Each process starts elsewhere in the span, so that two test runs at
+    // once seldom try the same ports.
+    let start = u64::from(std::process::id()) * 7919;
+    for i in 0..span {
+        let port = 1024 + u16::try_from((start + i) % span).unwrap_or(0);
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port below {ephemeral}")
 }
 
 /// `name` on the PATH.
