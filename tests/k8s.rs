@@ -692,6 +692,50 @@ fn a_preferred_holder_of_another_is_a_request_to_let_go() {
     );
 }
 
+/// The holder's watch selects the label `elect break` writes, so that its
+/// own renewals bring it nothing: a break, asked and then forced, still
+/// reaches a holder at once, 10 s before its next renewal would find it.
+#[test]
+fn a_break_reaches_the_holder_at_once_by_its_label() {
+    let store = KubeStore::start("break-label");
+    let url = store.url();
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/job",
+        store.namespace
+    );
+    for force in [false, true] {
+        let mut holder = Running::spawn(elect_run(
+            &url,
+            "job",
+            &["--ttl", "30s"],
+            r#"trap 'echo term; exit 0' TERM; echo held; while :; do sleep 0.01; done"#,
+        ));
+        holder.expect_line("held", 30 * SECOND);
+        let mut args = vec!["break", "--store", &url, "--lock", "job", "--yes"];
+        if force {
+            args.push("--force");
+        }
+        let asked = std::time::Instant::now();
+        let mut breaking = support::elect();
+        breaking.args(&args);
+        let mut breaking = Running::spawn(breaking);
+        holder.expect_line("term", 3 * SECOND);
+        let took = asked.elapsed();
+        eprintln!("force {force}: the holder's command got TERM {took:?} after the break began");
+        assert!(took < 3 * SECOND, "{took:?}: by a renewal, not the watch");
+        holder.wait(10 * SECOND);
+        breaking.wait(20 * SECOND);
+        // The next holder's take removes the label, and so did the release.
+        let (_, body) = store.kube().request("GET", &path, None);
+        let lease: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let label = &lease["metadata"]["labels"]["elect/break"];
+        match force {
+            false => assert!(label.is_null(), "{lease}"),
+            true => assert_eq!(label, "forced", "{lease}"),
+        }
+    }
+}
+
 /// In a pod: nothing but the service account's files (token, CA,
 /// namespace) at their path and `KUBERNETES_SERVICE_HOST`/`PORT`. The
 /// files are put there in a mount namespace of elect's own (a tmpfs over

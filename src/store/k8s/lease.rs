@@ -22,7 +22,9 @@ pub const HOLDER: &str = "elect/holder";
 /// recorded by the first write after that one (the Lease's own
 /// `resourceVersion` is the token until then).
 pub const TOKEN: &str = "elect/token";
-/// `elect break`'s request to let go.
+/// `elect break`'s request to let go: an annotation (who asked), and a
+/// label (`asked`, or `forced` by `--force`) that the holder's watch
+/// selects, so that it is not woken by each of its own renewals.
 pub const BREAK: &str = "elect/break";
 /// The lock's checkpoint, as JSON.
 pub const CHECKPOINT: &str = "elect/checkpoint";
@@ -78,6 +80,17 @@ pub fn watch(namespace: &str, name: &str, version: &str) -> String {
     format!(
         "{}?watch=1&fieldSelector=metadata.name%3D{name}&resourceVersion={version}&timeoutSeconds=300",
         leases(namespace)
+    )
+}
+
+/// A watch on the one Lease `name`, from `version`, that tells only of it
+/// with the label [`BREAK`] (a break asked or forced) and of its deletion
+/// with it: its holder's watch, which its own renewals would otherwise
+/// wake once each.
+pub fn watch_broken(namespace: &str, name: &str, version: &str) -> String {
+    format!(
+        "{}&labelSelector=elect%2Fbreak",
+        watch(namespace, name, version)
     )
 }
 
@@ -277,6 +290,22 @@ impl Lease {
             .unwrap_or_default()
     }
 
+    pub fn remove_label(&mut self, key: &str) {
+        if let Some(map) = self.0["metadata"]["labels"].as_object_mut() {
+            map.remove(key);
+        }
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.0["metadata"]["labels"][key].as_str()
+    }
+
+    /// `elect break` (`who` asked) asks its holder to let go.
+    pub fn ask_to_let_go(&mut self, who: &str) {
+        self.set_annotation(BREAK, who);
+        self.set_label(BREAK, "asked");
+    }
+
     pub fn set_annotation(&mut self, key: &str, value: &str) {
         if let Some(map) = self.annotations() {
             map.insert(key.into(), value.into());
@@ -313,6 +342,7 @@ impl Lease {
         }
         self.remove_annotation(TOKEN);
         self.remove_annotation(BREAK);
+        self.remove_label(BREAK);
         self.remove_annotation(NEXT);
     }
 
@@ -340,6 +370,7 @@ impl Lease {
         for key in [HOLDER, TOKEN, BREAK] {
             self.remove_annotation(key);
         }
+        self.remove_label(BREAK);
     }
 
     /// A new Lease of `lock`, named `name`, held by `holder`.

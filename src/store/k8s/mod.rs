@@ -404,6 +404,8 @@ impl Breaking for KubeBreaking<'_> {
                         l.let_go();
                         l.take(&lock, lease::BROKEN, 1, "");
                         l.remove_annotation(lease::HOLDER);
+                        // For the holder's watch, which selects it.
+                        l.set_label(lease::BREAK, "forced");
                     },
                 )
                 .await
@@ -472,7 +474,7 @@ impl Store for Kube {
                 let name = lease.name().to_string();
                 let asked = self
                     .write_while(&name, lease, &|l| l.holder() == identity, &|l| {
-                        l.set_annotation(lease::BREAK, &request)
+                        l.ask_to_let_go(&request)
                     })
                     .await?;
                 if !asked {

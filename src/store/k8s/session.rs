@@ -691,7 +691,10 @@ impl KubeLock {
                 return std::future::pending().await;
             };
             loop {
-                let path = lease::watch(self.ns(), &self.name, &version);
+                // Only a Lease labelled by `elect break`: a renewal of ours
+                // brings no event. A takeover or a deletion by another
+                // tool, which no elect labels, is found by the next renewal.
+                let path = lease::watch_broken(self.ns(), &self.name, &version);
                 let mut watch = match self.api().watch(&path).await {
                     Ok(watch) => watch,
                     Err(e) => {
@@ -704,10 +707,15 @@ impl KubeLock {
                     let kind = event["type"].as_str().unwrap_or("");
                     let lease = Lease(event["object"].clone());
                     match kind {
-                        "DELETED" => {
+                        // Deleted with the label; without it, the label was
+                        // taken off, by a take or a release.
+                        "DELETED" if lease.label(lease::BREAK).is_some() => {
                             return Loss::Gone(format!("the Lease {} was deleted", self.name));
                         }
-                        "ADDED" | "MODIFIED" => {
+                        "DELETED" if lease.holder() == self.shared.identity => {
+                            version = lease.version().to_string();
+                        }
+                        "ADDED" | "MODIFIED" | "DELETED" => {
                             if lease.holder() != self.shared.identity {
                                 return Loss::Gone(format!(
                                     "the Lease {} was taken over by {}",
