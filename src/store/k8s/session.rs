@@ -13,7 +13,9 @@
 //! take the Lease next ([`lease::NEXT`], the oldest by the waiters'
 //! records), and the others let it for [`NAMED_FIRST`]: without, every
 //! waiter PUT at each release, one won, and the rest read and watched
-//! again, in no order.
+//! again, in no order. A holder watches its Lease only for the label
+//! `elect break` writes ([`lease::BREAK`]): a watch of every change would
+//! wake it once for each of its own renewals.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
