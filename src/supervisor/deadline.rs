@@ -75,11 +75,9 @@ impl Teller {
     /// must be told otherwise (it still reads what was added, and sets its
     /// timer again when it wakes).
     pub(super) fn tell(&mut self, deadline: Instant) -> io::Result<()> {
-        let Some(moved) = deadline.as_nanos().checked_sub(self.told.as_nanos()) else {
-            // Not later: the guard keeps the later deadline it has.
-            return Ok(());
-        };
+        let moved = deadline.as_nanos().saturating_sub(self.told.as_nanos());
         if moved == 0 {
+            // Not later: the guard keeps the later deadline it has.
             return Ok(());
         }
         self.added.write(moved)?;

@@ -290,7 +290,7 @@ impl Lease {
             .unwrap_or_default()
     }
 
-    pub fn remove_label(&mut self, key: &str) {
+    fn remove_label(&mut self, key: &str) {
         if let Some(map) = self.0["metadata"]["labels"].as_object_mut() {
             map.remove(key);
         }
@@ -304,6 +304,12 @@ impl Lease {
     pub fn ask_to_let_go(&mut self, who: &str) {
         self.set_annotation(BREAK, who);
         self.set_label(BREAK, "asked");
+    }
+
+    /// No request to let go, asked or forced, is left.
+    fn unask(&mut self) {
+        self.remove_annotation(BREAK);
+        self.remove_label(BREAK);
     }
 
     pub fn set_annotation(&mut self, key: &str, value: &str) {
@@ -341,8 +347,7 @@ impl Lease {
             self.set_annotation(LAST, &identity);
         }
         self.remove_annotation(TOKEN);
-        self.remove_annotation(BREAK);
-        self.remove_label(BREAK);
+        self.unask();
         self.remove_annotation(NEXT);
     }
 
@@ -367,10 +372,10 @@ impl Lease {
         spec["leaseDurationSeconds"] = 1.into();
         spec["acquireTime"] = now.clone().into();
         spec["renewTime"] = now.into();
-        for key in [HOLDER, TOKEN, BREAK] {
+        for key in [HOLDER, TOKEN] {
             self.remove_annotation(key);
         }
-        self.remove_label(BREAK);
+        self.unask();
     }
 
     /// A new Lease of `lock`, named `name`, held by `holder`.

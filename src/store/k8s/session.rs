@@ -710,12 +710,9 @@ impl KubeLock {
                     let lease = Lease(event["object"].clone());
                     match kind {
                         // Deleted with the label; without it, the label was
-                        // taken off, by a take or a release.
+                        // taken off (by a take or a release): judged as a change.
                         "DELETED" if lease.label(lease::BREAK).is_some() => {
                             return Loss::Gone(format!("the Lease {} was deleted", self.name));
-                        }
-                        "DELETED" if lease.holder() == self.shared.identity => {
-                            version = lease.version().to_string();
                         }
                         "ADDED" | "MODIFIED" | "DELETED" => {
                             if lease.holder() != self.shared.identity {
