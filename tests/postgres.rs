@@ -17,12 +17,12 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::postgres::{PASSWORD, READER_PASSWORD, psql_url};
+use support::postgres::{PASSWORD, READER_PASSWORD, listen_url, psql_url};
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive, group_members};
 use support::{
     PgBouncer, Postgres, Running, SECOND, TempDir, assert_outcome, elect, elect_run, find_child,
-    ms, now_ns,
+    ms, now_ns, until,
 };
 
 /// `elect run` on PostgreSQL, with the role's password in PGPASSWORD.
@@ -694,6 +694,53 @@ fn an_idle_holder_and_a_listening_waiter_cost_one_statement_a_third_of_a_ttl() {
     assert_eq!(a.wait_code(10 * SECOND), 0);
     b.expect_line("ran", 10 * SECOND);
     assert_eq!(b.wait_code(10 * SECOND), 0);
+}
+
+/// An elect's first listener checks that notifications reach it with a
+/// probe on a channel of its own: on the schema's, every elect listening
+/// there would wake for each elect that starts, and a thousand holders
+/// starting on one server would wake each of them a thousand times.
+#[test]
+fn the_listen_probe_wakes_no_other_listener() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let listener = {
+        let url = pg.url_as("elect", PASSWORD);
+        std::thread::spawn(move || listen_url(&url, "elect", 5))
+    };
+    let sleeping = "SELECT count(*) FROM pg_stat_activity \
+                    WHERE query = 'SELECT pg_sleep(5)' AND state = 'active'";
+    until("psql listens on the schema's channel", 10 * SECOND, || {
+        pg.psql(sleeping) == "1"
+    });
+    pg.psql("ALTER ROLE elect SET log_statement = 'all'");
+    let mut holder = Running::spawn(pg_run(&url, "probe", &[], "echo held; read _line"));
+    holder.expect_line("held", 10 * SECOND);
+    // The probe's statement is done once the same connection has sent
+    // the next (the server logs each statement as it starts).
+    support::eventually("the holder's probe was answered", 5 * SECOND, || {
+        let log = pg.log_text();
+        let mut lines = log.lines().filter(|l| l.contains("LOG:  execute"));
+        let probe = lines
+            .by_ref()
+            .find(|l| l.contains("SELECT pg_notify("))
+            .ok_or("no probe in the log yet")?;
+        let backend = probe.split_once("] ").map(|(p, _)| p).unwrap_or(probe);
+        let backend = backend.rsplit_once(" [").map_or(backend, |(_, p)| p);
+        match lines.any(|l| l.contains(&format!("[{backend}] "))) {
+            true => Ok(()),
+            false => Err(format!("nothing after the probe on backend {backend}")),
+        }
+    });
+    assert_eq!(pg.psql(sleeping), "1", "psql stopped listening too soon");
+    let printed = listener.join().unwrap().unwrap();
+    assert!(printed.ends_with("slept"), "psql printed: {printed}");
+    assert!(
+        !printed.contains("notification"),
+        "a listener on the schema's channel heard another elect's probe: {printed}"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
 }
 
 /// Waiters take the row in the order they came: a release names the oldest

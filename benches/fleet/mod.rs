@@ -170,13 +170,13 @@ impl Growth {
         }
         if !self.waiters.is_empty() {
             out.push_str(
-                "\n| store | waiters | handover | requests/handover | PSS/waiter |\n\
-                 |---|---:|---:|---:|---:|\n",
+                "\n| store | waiters | handover | requests/handover | PSS/waiter | store PSS/waiter |\n\
+                 |---|---:|---:|---:|---:|---:|\n",
             );
             for (store, o) in &self.waiters {
                 out.push_str(&format!(
-                    "| {store} | {} | {:.1} ms | {:.1} | {:.2} MiB |\n",
-                    o.n, o.handover_ms, o.requests, o.pss_mib
+                    "| {store} | {} | {:.1} ms | {:.1} | {:.2} MiB | {:.2} MiB |\n",
+                    o.n, o.handover_ms, o.requests, o.pss_mib, o.store_pss_mib
                 ));
             }
         }

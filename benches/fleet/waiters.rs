@@ -4,7 +4,11 @@
 //! chain ends at the one whose command stays, with the rest still queued.
 //! The time per handover, the store's requests per handover (its counter
 //! over the chain, less what the queue's renewals cost over as long a
-//! while just before), and a queued waiter's proportional memory.
+//! while just before), and a queued waiter's proportional memory, elect's
+//! and the store's servers'. The queue fills in waves of [`WAVE`], each
+//! queued before the next starts. A queue that would not fit in the
+//! memory available, reckoned from the last one's cost per waiter, is not
+//! started: its row says what it would take.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,6 +21,9 @@ use crate::harness::report::{Row, Table, Verdict, ratio};
 use crate::harness::served::{Reading, Served};
 use crate::{Holder, Mode, PATIENCE, SCALE_HANDOVERS, Scratch, release, verdict};
 
+/// How many waiters start at once, while the queue fills.
+const WAVE: usize = 100;
+
 /// What a queue of N came to.
 #[derive(Clone, Copy)]
 pub struct Outcome {
@@ -24,6 +31,26 @@ pub struct Outcome {
     pub handover_ms: f64,
     pub requests: f64,
     pub pss_mib: f64,
+    /// The store's servers' Pss over the queue, per waiter.
+    pub store_pss_mib: f64,
+}
+
+impl Outcome {
+    /// Whether a queue of `n` would fit in the memory available now,
+    /// reckoned from this one's cost per waiter, elect's and the store's.
+    fn room_for(&self, n: usize) -> Result<(), String> {
+        let per_waiter = self.pss_mib + self.store_pss_mib;
+        let needed = per_waiter * n as f64 / 1024.0;
+        let available = procfs::available_kib() as f64 / 1024.0 / 1024.0;
+        match needed <= 0.8 * available {
+            true => Ok(()),
+            false => Err(format!(
+                "not run: {n} waiters would take about {needed:.1} GiB ({:.2} MiB of elect's \
+                 and {:.2} MiB of the store's a waiter, at {}), and {available:.1} GiB is available",
+                self.pss_mib, self.store_pss_mib, self.n
+            )),
+        }
+    }
 }
 
 pub struct Figure<'a> {
@@ -38,8 +65,13 @@ impl OnEvery for Figure<'_> {
         let most = self.mode.waiters.iter().copied().max().unwrap_or(0);
         let store = S::for_fleet("waiters", most);
         let mut per_handover = Vec::new();
+        let mut last: Option<Outcome> = None;
         for &n in &self.mode.waiters {
-            match once(&store, n, self.scratch) {
+            let tried = match last.map(|o| o.room_for(n)) {
+                Some(Err(e)) => Err(e),
+                _ => once(&store, n, self.scratch),
+            };
+            match tried {
                 Ok(o) => {
                     self.table.row(Row {
                         figure: format!(
@@ -47,12 +79,16 @@ impl OnEvery for Figure<'_> {
                             S::NAME
                         ),
                         elect: format!("{:.1} ms, {:.1} req", o.handover_ms, o.requests),
-                        reference: format!("Pss per waiter: {:.2} MiB", o.pss_mib),
+                        reference: format!(
+                            "Pss per waiter: {:.2} MiB, the store's {:.2} MiB",
+                            o.pss_mib, o.store_pss_mib
+                        ),
                         ratio: "-".into(),
                         target: "-".into(),
                         verdict: Verdict::Info,
                     });
                     per_handover.push(o.requests);
+                    last = Some(o);
                     self.growth.waiters.push((S::NAME, o));
                 }
                 Err(e) => self
@@ -97,6 +133,21 @@ fn queued<S: Served>(store: &S, lock: &str, n: usize, within: Duration) -> Resul
     }
 }
 
+/// Which of `waiters` have exited, and how, for a queue that fell short.
+fn exits(waiters: &mut [Quiet]) -> String {
+    let mut codes = std::collections::BTreeMap::new();
+    for w in waiters.iter_mut() {
+        if let Some(status) = w.wait_within(Duration::ZERO) {
+            *codes.entry(status.to_string()).or_insert(0) += 1;
+        }
+    }
+    if codes.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = codes.iter().map(|(how, k)| format!("{k} {how}")).collect();
+    format!("; waiters that exited: {}", shown.join(", "))
+}
+
 fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, String> {
     if n < SCALE_HANDOVERS + 1 {
         return Err(format!(
@@ -119,19 +170,21 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
     let mut last =
         Talking::spawn(locker.command(&lock, None, &["sh", "-c", "echo started; exec sleep 600"]));
     queued(store, &lock, SCALE_HANDOVERS + 1, PATIENCE)?;
+    // The rest arrive in waves, each queued before the next starts: the
+    // figure is a queue of N, not N connecting at once, which a server
+    // with a process per connection takes longer than elect's
+    // `--connect-timeout` to accept.
     let mut rest = Vec::new();
     for k in SCALE_HANDOVERS + 1..=n {
         rest.push(
             Quiet::spawn(locker.command(&lock, None, &["true"]))
                 .map_err(|e| format!("cannot start waiter {k} of {n}: {e}"))?,
         );
+        if k % WAVE == 0 || k == n {
+            queued(store, &lock, k + 1, PATIENCE)
+                .map_err(|e| format!("{e}{}", exits(&mut rest)))?;
+        }
     }
-    queued(
-        store,
-        &lock,
-        n + 1,
-        PATIENCE + Duration::from_millis(100 * n as u64),
-    )?;
     // Every waiter has looked at the queue and set up its watch.
     thread::sleep(Duration::from_secs(1));
     // A queued waiter's memory: elect and whatever it has forked.
@@ -149,6 +202,11 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
         .collect();
     let pss_mib =
         sample.iter().map(|u| u.pss_kib as f64).sum::<f64>() / 1024.0 / sample.len().max(1) as f64;
+    let store_pss_kib: u64 = store
+        .server_pids()
+        .into_iter()
+        .map(|pid| procfs::tree_pss_kib(pid, &family))
+        .sum();
     // The queue's own rate, renewals and all, over a quiet while.
     let window = Duration::from_secs(1).max(S::LAG);
     let quiet = Reading::take(store)?;
@@ -171,5 +229,6 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
         handover_ms: (started - released).as_secs_f64() * 1e3 / handovers,
         requests: chain_requests / handovers,
         pss_mib,
+        store_pss_mib: store_pss_kib as f64 / 1024.0 / n as f64,
     })
 }

@@ -182,3 +182,22 @@ pub fn tree_cpu(root: i32, family: &HashMap<i32, Vec<i32>>) -> Duration {
     }
     cpu
 }
+
+/// Proportional memory of `root` and every process below it, KiB.
+pub fn tree_pss_kib(root: i32, family: &HashMap<i32, Vec<i32>>) -> u64 {
+    let mut pss = 0;
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        pss += Usage::read(pid).map_or(0, |u| u.pss_kib);
+        todo.extend(family.get(&pid).into_iter().flatten());
+    }
+    pss
+}
+
+/// The memory the kernel could give without swapping (MemAvailable), KiB.
+pub fn available_kib() -> u64 {
+    fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| field(&m, "MemAvailable:"))
+        .unwrap_or(0)
+}

@@ -119,6 +119,11 @@ impl Served for Postgres {
 impl Served for ZooKeeper {
     const REQUESTS: &'static str = "packets received (mntr)";
 
+    /// A heap that holds `clients` sessions beside the tests' 96 MiB.
+    fn for_fleet(_figure: &str, clients: usize) -> ZooKeeper {
+        ZooKeeper::start_with_heap(96 + clients / 16)
+    }
+
     /// Every packet, session pings (a session's renewal) included.
     fn requests(&self) -> Result<f64, String> {
         let mntr = self

@@ -237,6 +237,24 @@ pub fn psql_url(url: &str, sql: &str) -> Result<String, String> {
     }
 }
 
+/// psql at `url` LISTENing on `channel` while `SELECT pg_sleep(secs)`
+/// runs, then `SELECT 'slept'`: what it printed, each notification it
+/// heard included (psql prints them after each command).
+pub fn listen_url(url: &str, channel: &str, secs: u32) -> Result<String, String> {
+    let mut c = Command::new(pg_bin("psql"));
+    clean_env(&mut c);
+    c.args(["-X", "-At", "-v", "ON_ERROR_STOP=1", "-d", url])
+        .args(["-c", &format!("LISTEN {channel}")])
+        .args(["-c", &format!("SELECT pg_sleep({secs})")])
+        .args(["-c", "SELECT 'slept'"])
+        .stdin(Stdio::null());
+    let out = run(c);
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+        false => Err(stderr(&out)),
+    }
+}
+
 /// Settings for every test server, on top of initdb's.
 const SETTINGS: &str = "
 # elect's tests
@@ -480,6 +498,11 @@ impl Postgres {
 
     fn log(&self) -> PathBuf {
         self.dir.join("postgres.log")
+    }
+
+    /// The server's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Command {

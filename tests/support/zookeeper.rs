@@ -48,6 +48,9 @@ use super::tools::{free_port, tool};
 const READY_WITHIN: Duration = Duration::from_secs(30);
 /// Starts on other ports when one is taken meanwhile.
 const ATTEMPTS: usize = 5;
+
+/// Each test server's JVM heap, MiB: plenty for a test's few sessions.
+const HEAP_MIB: usize = 96;
 /// How long an inspection may keep trying through lost connections and
 /// elections.
 const INSPECT_WITHIN: Duration = Duration::from_secs(15);
@@ -159,23 +162,31 @@ pub struct ZooKeeper {
     /// The links between servers (ensembles with links only): (from, to,
     /// the proxy `from` reaches `to`'s quorum or election port through).
     links: Vec<(usize, usize, Proxy)>,
+    /// Each server's JVM heap, MiB.
+    heap_mib: usize,
 }
 
 impl ZooKeeper {
     /// One server, standalone.
     pub fn start() -> ZooKeeper {
-        ZooKeeper::start_servers(1, None, false, "")
+        ZooKeeper::start_servers(1, None, false, "", HEAP_MIB)
+    }
+
+    /// One server whose JVM may take `heap_mib` MiB of heap: for thousands
+    /// of sessions.
+    pub fn start_with_heap(heap_mib: usize) -> ZooKeeper {
+        ZooKeeper::start_servers(1, None, false, "", heap_mib)
     }
 
     /// One server with `settings` beside (after, so over) the tests' own:
     /// `tickTime=2000` for ZooKeeper's default tick, say.
     pub fn start_with(settings: &str) -> ZooKeeper {
-        ZooKeeper::start_servers(1, None, false, settings)
+        ZooKeeper::start_servers(1, None, false, settings, HEAP_MIB)
     }
 
     /// `n` servers in a quorum (`n` = 1 is a standalone server).
     pub fn ensemble(n: usize) -> ZooKeeper {
-        ZooKeeper::start_servers(n, None, false, "")
+        ZooKeeper::start_servers(n, None, false, "", HEAP_MIB)
     }
 
     /// `n` servers in a quorum, each reaching the others through proxies
@@ -183,13 +194,13 @@ impl ZooKeeper {
     /// off.
     pub fn ensemble_with_links(n: usize) -> ZooKeeper {
         assert!(n > 1, "links need an ensemble");
-        ZooKeeper::start_servers(n, None, true, "")
+        ZooKeeper::start_servers(n, None, true, "", HEAP_MIB)
     }
 
     /// One server that also serves TLS with `certs`' server certificate,
     /// and requires a client certificate that `certs`' CA signed.
     pub fn start_tls(certs: &super::certs::Certs) -> ZooKeeper {
-        ZooKeeper::start_servers(1, Some(certs), false, "")
+        ZooKeeper::start_servers(1, Some(certs), false, "", HEAP_MIB)
     }
 
     /// `zks://127.0.0.1:PORT`, the TLS port.
@@ -208,6 +219,7 @@ impl ZooKeeper {
         certs: Option<&super::certs::Certs>,
         links: bool,
         settings: &str,
+        heap_mib: usize,
     ) -> ZooKeeper {
         assert!(n > 0, "a ZooKeeper of no servers");
         static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -296,6 +308,7 @@ impl ZooKeeper {
                 dir,
                 inspector: OnceLock::new(),
                 links: proxies,
+                heap_mib,
             };
             for i in 0..n {
                 zk.launch(i);
@@ -321,7 +334,8 @@ impl ZooKeeper {
             .open(s.dir.join("server.log"))
             .unwrap();
         let process = Command::new(&java)
-            .args(["-Xmx96m", "-Xshare:auto", "-XX:TieredStopAtLevel=1"])
+            .arg(format!("-Xmx{}m", self.heap_mib))
+            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1"])
             .args(["-XX:+UseSerialGC", "-cp", &classpath])
             .arg(format!("-Dzookeeper.log.dir={}", s.dir.display()))
             .arg(format!(

@@ -383,10 +383,21 @@ impl Postgres {
             return Some(tx.subscribe());
         }
         let (tx, mut rx) = broadcast::channel(1024);
+        // The probe goes to a channel of this listener's own: on the
+        // schema's, every elect listening there would wake for it.
+        let probe = self
+            .listen_works
+            .get()
+            .is_none()
+            .then(|| format!("elect probe {}", session::tenure_id()));
         let listening = async {
             let client = conn::connect(self.target(), self.within, Some(tx.clone())).await?;
+            let mut listen = format!("LISTEN {}", self.target().schema_sql());
+            if let Some(probe) = &probe {
+                listen.push_str(&format!("; LISTEN \"{probe}\""));
+            }
             client
-                .batch_execute(&format!("LISTEN {}", self.target().schema_sql()))
+                .batch_execute(&listen)
                 .await
                 .map_err(|e| StoreError::unavailable(describe(&e)))?;
             Ok::<_, StoreError>(client)
@@ -398,14 +409,9 @@ impl Postgres {
                 return None;
             }
         };
-        if self.listen_works.get().is_none() {
-            // No lock name has a space: no waiter takes this for a release.
-            let probe = format!("probe {}", session::tenure_id());
+        if let Some(probe) = probe {
             let sent = self
-                .query(
-                    "SELECT pg_notify($1, $2)",
-                    &[(&self.sql.channel, Type::TEXT), (&probe, Type::TEXT)],
-                )
+                .query("SELECT pg_notify($1, $1)", &[(&probe, Type::TEXT)])
                 .await;
             let heard = sent.is_ok()
                 && tokio::time::timeout(Duration::from_secs(1), async {

@@ -95,8 +95,6 @@ pub fn record_grant(s: &str, role: &str) -> String {
 
 /// The statements, for one schema.
 pub struct Sql {
-    /// The LISTEN channel: the schema's name. Payloads are lock names.
-    pub channel: String,
     pub acquire: String,
     pub renew: String,
     pub release: String,
@@ -173,7 +171,6 @@ impl Sql {
         };
         let ttl = "$3::bigint * interval '1 millisecond'";
         Sql {
-            channel: schema.to_string(),
             // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure,
             // $6 renewals and $7 renewal time (µs) of the version of the row
             // that the taker has seen unchanged for its holder's TTL, or
