@@ -35,6 +35,11 @@ pub trait StoreUnderTest: Sized {
     /// How many contenders for `lock`, its holder and its waiters, the store
     /// has, as the store itself (not elect) tells.
     fn contenders(&self, lock: &str) -> usize;
+    /// [`Self::contenders`], or why the store could not say now (a server
+    /// busy with thousands of clients, say).
+    fn try_contenders(&self, lock: &str) -> Result<usize, String> {
+        Ok(self.contenders(lock))
+    }
     /// A write to the store that is none of elect's business.
     fn unrelated_write(&self);
     /// Assert that the store holds nothing at all.
@@ -196,6 +201,10 @@ impl StoreUnderTest for Etcd {
 
     fn contenders(&self, lock: &str) -> usize {
         self.keys(&format!("{lock}/")).len()
+    }
+
+    fn try_contenders(&self, lock: &str) -> Result<usize, String> {
+        self.try_keys(&format!("{lock}/")).map(|keys| keys.len())
     }
 
     fn unrelated_write(&self) {
