@@ -3,8 +3,8 @@
 //! the holder is released, the first waiters' commands are `true`, and the
 //! chain ends at the one whose command stays, with the rest still queued.
 //! The time per handover, the store's requests per handover (its counter
-//! over the chain, less what the queue's renewals cost over as long a
-//! while just before), and a queued waiter's proportional memory, elect's
+//! over whole renewal intervals from the release, less what the queue's
+//! renewals cost over one interval just before, times as many), and a queued waiter's proportional memory, elect's
 //! and the store's servers'. The queue fills in waves of [`WAVE`], each
 //! queued before the next starts. A queue that would not fit in the
 //! memory available, reckoned from the last one's cost per waiter, is not
@@ -20,6 +20,9 @@ use crate::harness::procfs::{self, Usage};
 use crate::harness::report::{Row, Table, Verdict, ratio};
 use crate::harness::served::{Reading, Served};
 use crate::{Holder, Mode, PATIENCE, SCALE_HANDOVERS, Scratch, release, verdict};
+
+/// A queued waiter's renewal interval: a third of the default TTL.
+const RENEWAL: Duration = Duration::from_secs(5);
 
 /// How many waiters start at once, while the queue fills.
 const WAVE: usize = 100;
@@ -211,21 +214,24 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
         .into_iter()
         .map(|pid| procfs::tree_pss_kib(pid, &family))
         .sum();
-    // The queue's own rate, renewals and all, over a quiet while.
-    let window = Duration::from_secs(1).max(S::LAG);
+    // The queue's own requests, renewals and all, over one renewal
+    // interval: each waiter renews once in any such while, whatever its
+    // phase, so the chain's share is what a whole number of them holds
+    // beyond that many times this.
     let quiet = Reading::take(store)?;
-    thread::sleep(window);
+    thread::sleep(RENEWAL);
     let before = Reading::take(store)?;
-    let background = quiet.rates(&before).0;
+    let background = before.requests - quiet.requests;
     let released = release(&holder.fifo);
     let (_, started) = last
         .line("started", PATIENCE)
         .ok_or_else(|| format!("the chain did not reach its end: {}", last.stderr()))?;
     // The last holder's set-up belongs to the chain; the counter may lag.
-    thread::sleep(Duration::from_millis(200) + S::LAG);
+    let needed = started - before.at + Duration::from_millis(200) + S::LAG;
+    let periods = needed.as_secs_f64().div_euclid(RENEWAL.as_secs_f64()) + 1.0;
+    thread::sleep((before.at + RENEWAL.mul_f64(periods)).saturating_duration_since(Instant::now()));
     let after = Reading::take(store)?;
-    let chain_requests =
-        after.requests - before.requests - background * (after.at - before.at).as_secs_f64();
+    let chain_requests = after.requests - before.requests - background * periods;
     let handovers = SCALE_HANDOVERS as f64;
     drop(chain);
     Ok(Outcome {
