@@ -119,16 +119,19 @@
 //! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold,
 //! `ELECT_BENCH_FLEET=10,100,1000` the counts of holders and of waiters.
 //!
-//! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full), each
+//! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full; started
+//!   in waves of 100, each holding before the next starts), each
 //!   holding a lock of its own at the default TTL for a hold (2 minutes
 //!   quick, 10 full): leases lost (target 0), store requests per second
 //!   against the renewal floor of one per holder per TTL/3 (target at most
 //!   1.1x), the server's CPU, Pss per holder (elect + guard; target at most
 //!   2.5 MiB) and wake-ups per holder per minute (target at most 30).
 //! - `waiters`: N waiters on one lock (10 and 100 quick; 10, 100, 1,000,
-//!   10,000 full) and a chain of handovers among them, as `scale`: the
-//!   time and store requests per handover (target: flat as N grows), and a
-//!   waiter's Pss.
+//!   10,000 full; queued in waves of 100) and a chain of handovers among
+//!   them, as `scale`: the time and store requests per handover (target:
+//!   flat as N grows), and the Pss per waiter of elect and of the store's
+//!   servers. A queue the memory available would not hold, reckoned from
+//!   the one before, is not started.
 //! - `short-lease`: a holder at each TTL of 1, 2, 3 and 5 s for a hold
 //!   (2 minutes quick, 30 full) beside a CPU hog, then beside a load on
 //!   the same store: the shortest TTL none lost (target 1 s), and failover

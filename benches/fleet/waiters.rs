@@ -4,7 +4,8 @@
 //! chain ends at the one whose command stays, with the rest still queued.
 //! The time per handover, the store's requests per handover (its counter
 //! over whole renewal intervals from the release, less what the queue's
-//! renewals cost over one interval just before, times as many), and a queued waiter's proportional memory, elect's
+//! renewals cost over one interval just before, times as many, for the
+//! contenders that stay), and a queued waiter's proportional memory, elect's
 //! and the store's servers'. The queue fills in waves of [`WAVE`], each
 //! queued before the next starts. A queue that would not fit in the
 //! memory available, reckoned from the last one's cost per waiter, is not
@@ -231,7 +232,11 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
     let periods = needed.as_secs_f64().div_euclid(RENEWAL.as_secs_f64()) + 1.0;
     thread::sleep((before.at + RENEWAL.mul_f64(periods)).saturating_duration_since(Instant::now()));
     let after = Reading::take(store)?;
-    let chain_requests = after.requests - before.requests - background * periods;
+    // The holder and the chain's waiters renew no more once they are gone,
+    // a moment into the first interval: the queue's own requests after
+    // the chain are those of the ones that stay.
+    let staying = (n + 1 - SCALE_HANDOVERS) as f64 / (n + 1) as f64;
+    let chain_requests = after.requests - before.requests - background * periods * staying;
     let handovers = SCALE_HANDOVERS as f64;
     drop(chain);
     Ok(Outcome {
