@@ -119,9 +119,9 @@ impl Served for Postgres {
 impl Served for ZooKeeper {
     const REQUESTS: &'static str = "packets received (mntr)";
 
-    /// A heap that holds `clients` sessions beside the tests' 96 MiB.
+    /// A heap that holds `clients` sessions beside the tests' own.
     fn for_fleet(_figure: &str, clients: usize) -> ZooKeeper {
-        ZooKeeper::start_with_heap(96 + clients / 16)
+        ZooKeeper::start_with_heap(crate::support::zookeeper::HEAP_MIB + clients / 16)
     }
 
     /// Every packet, session pings (a session's renewal) included.

@@ -230,6 +230,11 @@ pub fn psql_url(url: &str, sql: &str) -> Result<String, String> {
         sql,
     ])
     .stdin(Stdio::null());
+    printed(c)
+}
+
+/// What psql printed, or its complaint.
+fn printed(c: Command) -> Result<String, String> {
     let out = run(c);
     match out.status.success() {
         true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
@@ -248,11 +253,7 @@ pub fn listen_url(url: &str, channel: &str, secs: u32) -> Result<String, String>
         .args(["-c", &format!("SELECT pg_sleep({secs})")])
         .args(["-c", "SELECT 'slept'"])
         .stdin(Stdio::null());
-    let out = run(c);
-    match out.status.success() {
-        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
-        false => Err(stderr(&out)),
-    }
+    printed(c)
 }
 
 /// Settings for every test server, on top of initdb's.

@@ -50,7 +50,7 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 const ATTEMPTS: usize = 5;
 
 /// Each test server's JVM heap, MiB: plenty for a test's few sessions.
-const HEAP_MIB: usize = 96;
+pub const HEAP_MIB: usize = 96;
 /// How long an inspection may keep trying through lost connections and
 /// elections.
 const INSPECT_WITHIN: Duration = Duration::from_secs(15);
