@@ -121,8 +121,9 @@
 //!
 //! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full; started
 //!   in waves of 100, each holding before the next starts), each
-//!   holding a lock of its own at the default TTL for a hold (2 minutes
-//!   quick, 10 full): leases lost (target 0), store requests per second
+//!   holding a lock of its own at the default TTL for a hold (the largest
+//!   N 2 minutes quick, 10 full; the smaller ones 2 minutes at most), the
+//!   four stores' fleets side by side: leases lost (target 0), store requests per second
 //!   against the renewal floor of one per holder per TTL/3 (target at most
 //!   1.1x), the server's CPU, Pss per holder (elect + guard; target at most
 //!   2.5 MiB) and wake-ups per holder per minute (target at most 30).
@@ -134,7 +135,7 @@
 //!   the one before, is not started.
 //! - `short-lease`: a holder at each TTL of 1, 2, 3 and 5 s for a hold
 //!   (2 minutes quick, 30 full) beside a CPU hog, then beside a load on
-//!   the same store: the shortest TTL none lost (target 1 s), and failover
+//!   the same store, the four stores side by side: the shortest TTL none lost (target 1 s), and failover
 //!   at it after SIGKILL of the holder's elect, guard and command (target
 //!   within TTL + 100 ms).
 //!
@@ -154,6 +155,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -1750,11 +1752,11 @@ fn main() {
     }
     let mut growth = fleet::Growth::default();
     if mode.runs("holders") {
-        fleet::on_every(&mut fleet::holders::Figure {
+        fleet::side_by_side(&fleet::holders::Figure {
             mode: &mode,
             scratch: &scratch,
-            table: &mut table,
-            growth: &mut growth,
+            table: Mutex::new(&mut table),
+            growth: Mutex::new(&mut growth),
         });
     }
     if mode.runs("waiters") {
@@ -1766,12 +1768,14 @@ fn main() {
         });
     }
     if mode.runs("short-lease") {
-        fleet::on_every(&mut fleet::short_lease::Figure {
+        fleet::side_by_side(&fleet::short_lease::Figure {
             mode: &mode,
             scratch: &scratch,
-            table: &mut table,
+            table: Mutex::new(&mut table),
+            hog: Mutex::new(None),
         });
     }
+    growth.sort();
     let plot = std::env::var_os("ELECT_BENCH_PLOT").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/scale.svg"),
         PathBuf::from,

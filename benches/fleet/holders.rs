@@ -7,11 +7,17 @@
 //! of elect + guard, per minute; the involuntary ones, preemptions, beside
 //! them). The store's own rates with no holder, read
 //! over a window before, are taken off its requests and CPU.
+//!
+//! The stores run side by side: each starts its N in turn, then all hold
+//! through the same minutes. The largest N holds for the whole hold (10
+//! minutes in a full run), the smaller ones for [`SMALLER_HOLD`] at most:
+//! they give the figures' growth, which are rates.
 
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Growth, OnEvery};
+use super::{Growth, SideBySide, Together, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::Quiet;
 use crate::harness::procfs::{self, Usage};
@@ -28,6 +34,9 @@ const RENEWAL: Duration = Duration::from_secs(5);
 /// ones before hold, not N connecting in the same instant, which a store
 /// on two shared cores answers later than elect's `--connect-timeout`.
 const WAVE: usize = 100;
+
+/// The hold of every N but the largest.
+const SMALLER_HOLD: Duration = Duration::from_secs(120);
 
 /// Goals: per holder, proportional memory and wake-ups per minute.
 const PSS_GOAL_MIB: f64 = 2.5;
@@ -53,23 +62,29 @@ pub struct Outcome {
 pub struct Figure<'a> {
     pub mode: &'a Mode,
     pub scratch: &'a Scratch,
-    pub table: &'a mut Table,
-    pub growth: &'a mut Growth,
+    pub table: Mutex<&'a mut Table>,
+    pub growth: Mutex<&'a mut Growth>,
 }
 
-impl OnEvery for Figure<'_> {
-    fn on<S: Served>(&mut self) {
+impl SideBySide for Figure<'_> {
+    fn on<S: Served>(&self, together: &Together) {
         let most = self.mode.holders.iter().copied().max().unwrap_or(0);
-        let store = S::for_fleet("holders", most);
-        let idle = match idle_rates(&store) {
+        let store = {
+            let _turn = together.turn();
+            S::for_fleet("holders", most)
+        };
+        // Every server is up and none has holders yet.
+        together.meet();
+        let idle = idle_rates(&store);
+        together.meet();
+        let idle = match idle {
             Ok(r) => r,
             Err(e) => {
-                self.table
-                    .note(format!("holders [{}]: no idle reading: {e}", S::NAME));
+                lock(&self.table).note(format!("holders [{}]: no idle reading: {e}", S::NAME));
                 return;
             }
         };
-        self.table.note(format!(
+        lock(&self.table).note(format!(
             "holders [{}]: with no holder, the server serves {:.1} {}/s on {:.1}% of a core; taken off below",
             S::NAME,
             idle.0,
@@ -77,14 +92,16 @@ impl OnEvery for Figure<'_> {
             idle.1 * 100.0
         ));
         for &n in &self.mode.holders {
-            match once(&store, n, self.mode.fleet_hold, self.scratch, idle) {
+            let hold = match n == most {
+                true => self.mode.fleet_hold,
+                false => self.mode.fleet_hold.min(SMALLER_HOLD),
+            };
+            match once(&store, n, hold, self.scratch, idle, together) {
                 Ok(o) => {
-                    rows::<S>(self.table, &o, self.mode.fleet_hold);
-                    self.growth.holders.push((S::NAME, o));
+                    rows::<S>(&mut lock(&self.table), &o, hold);
+                    lock(&self.growth).holders.push((S::NAME, o));
                 }
-                Err(e) => self
-                    .table
-                    .note(format!("holders [{}] {n}: failed: {e}", S::NAME)),
+                Err(e) => lock(&self.table).note(format!("holders [{}] {n}: failed: {e}", S::NAME)),
             }
         }
     }
@@ -142,28 +159,59 @@ fn all_held(marks: &std::path::Path, holders: &mut [Quiet]) -> Result<(), String
     }
 }
 
-/// N holders for `hold`, each on a lock of its own.
+/// N holders for `hold`, each on a lock of its own, started in this
+/// store's turn and holding while the other stores' do.
 fn once<S: Served>(
     store: &S,
     n: usize,
     hold: Duration,
     scratch: &Scratch,
     idle: (f64, f64),
+    together: &Together,
 ) -> Result<Outcome, String> {
+    let mut holders = Vec::with_capacity(n);
+    let started = {
+        let _turn = together.turn();
+        start(store, n, scratch, &mut holders)
+    };
+    together.meet();
+    let counted = started.and_then(|()| count(store, &mut holders, hold, idle));
+    // The holders stay until every store's hold has ended.
+    together.meet();
+    counted
+}
+
+/// Start N holders, each on a lock of its own, until each holds it.
+fn start<S: Served>(
+    store: &S,
+    n: usize,
+    scratch: &Scratch,
+    holders: &mut Vec<Quiet>,
+) -> Result<(), String> {
     let marks = scratch.path(&format!("holders-{}-{n}", S::NAME));
     std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
     let locker = Locker::elect_on(&store.url());
-    let mut holders = Vec::with_capacity(n);
     for i in 0..n {
         // The command marks that it runs, so that the lock is held.
         let script = format!(": > '{}/{i}'; exec sleep 1000000", marks.display());
         let lock = format!("bench-holders-{n}-{i}");
         let command = locker.command(&lock, Some(TTL.as_secs()), &["sh", "-c", &script]);
         holders.push(Quiet::spawn(command).map_err(|e| format!("cannot start holder {i}: {e}"))?);
-        if holders.len() % WAVE == 0 || holders.len() == n {
-            all_held(&marks, &mut holders)?;
+        if holders.len().is_multiple_of(WAVE) || holders.len() == n {
+            all_held(&marks, holders)?;
         }
     }
+    Ok(())
+}
+
+/// What `holders` cost and lost over `hold`.
+fn count<S: Served>(
+    store: &S,
+    holders: &mut [Quiet],
+    hold: Duration,
+    idle: (f64, f64),
+) -> Result<Outcome, String> {
+    let n = holders.len();
     // Past start-up: the first renewal of the last one started, and the
     // server's counter has caught up with the start-up's requests.
     thread::sleep((RENEWAL + Duration::from_secs(1)).max(S::LAG));

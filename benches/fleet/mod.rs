@@ -7,13 +7,20 @@
 //!   and failover at it.
 //!
 //! Each runs against every store of [`stores`], a server started for the
-//! figure; [`Growth`] keeps how each figure grows with N for the plot.
+//! figure: `waiters` on one store after another, since a handover's time is
+//! the figure; `holders` and `short-lease` on all of them side by side
+//! ([`side_by_side`]), each store's fleet holding through the same minutes,
+//! since what they measure is counted per store and per process, and their
+//! holds (10 and 30 minutes) one store after another would take hours.
+//! [`Growth`] keeps how each figure grows with N for the plot.
 
 pub mod holders;
 pub mod short_lease;
 pub mod waiters;
 
 use std::path::Path;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread;
 
 use crate::harness::plot::{self, Panel, Series};
 use crate::harness::served::Served;
@@ -48,13 +55,128 @@ pub trait OnEvery {
 /// Run `figure` on each chosen store in turn.
 pub fn on_every(figure: &mut impl OnEvery) {
     for store in stores() {
-        match store {
-            "etcd" => figure.on::<Etcd>(),
-            "postgres" => figure.on::<Postgres>(),
-            "zookeeper" => figure.on::<ZooKeeper>(),
-            _ => figure.on::<KubeStore>(),
+        on(store, figure);
+    }
+}
+
+/// Run `figure` on the store named `store`, one of [`STORES`].
+fn on(store: &str, figure: &mut impl OnEvery) {
+    match store {
+        "etcd" => figure.on::<Etcd>(),
+        "postgres" => figure.on::<Postgres>(),
+        "zookeeper" => figure.on::<ZooKeeper>(),
+        _ => figure.on::<KubeStore>(),
+    }
+}
+
+/// A figure whose stores run side by side, each in a thread of its own,
+/// meeting at the [`Together`] between phases.
+pub trait SideBySide: Sync {
+    fn on<S: Served>(&self, together: &Together);
+}
+
+/// Run `figure` on each chosen store at once.
+pub fn side_by_side(figure: &impl SideBySide) {
+    let stores = stores();
+    let together = Together::new(stores.len());
+    thread::scope(|scope| {
+        for store in stores {
+            let together = &together;
+            scope.spawn(move || {
+                // A store that fails or panics leaves, so that the rest
+                // do not wait for it at the next meeting.
+                let _leaves = Leaves(together);
+                on(store, &mut Beside(figure, together));
+            });
+        }
+    });
+}
+
+/// A side-by-side figure on one store, in that store's thread.
+struct Beside<'a, F>(&'a F, &'a Together);
+
+impl<F: SideBySide> OnEvery for Beside<'_, F> {
+    fn on<S: Served>(&mut self) {
+        self.0.on::<S>(self.1);
+    }
+}
+
+/// The stores of a side-by-side figure: where they meet between phases,
+/// and whose turn it is to start its fleet (one store at a time, so that
+/// none starts on cores busy with another's start).
+pub struct Together {
+    meeting: Mutex<Meeting>,
+    met: Condvar,
+    turn: Mutex<()>,
+}
+
+struct Meeting {
+    /// Stores still running the figure.
+    members: usize,
+    /// Stores waiting at the meeting.
+    arrived: usize,
+    /// Meetings held so far: a waiter leaves when this moves on.
+    held: u64,
+}
+
+struct Leaves<'a>(&'a Together);
+
+impl Drop for Leaves<'_> {
+    fn drop(&mut self) {
+        let mut m = self.0.lock();
+        m.members -= 1;
+        if m.members > 0 && m.arrived == m.members {
+            // The rest were waiting for this one only.
+            m.arrived = 0;
+            m.held += 1;
+            self.0.met.notify_all();
         }
     }
+}
+
+impl Together {
+    fn new(members: usize) -> Together {
+        Together {
+            meeting: Mutex::new(Meeting {
+                members,
+                arrived: 0,
+                held: 0,
+            }),
+            met: Condvar::new(),
+            turn: Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Meeting> {
+        lock(&self.meeting)
+    }
+
+    /// Wait until every store still running has arrived.
+    pub fn meet(&self) {
+        let mut m = self.lock();
+        m.arrived += 1;
+        if m.arrived == m.members {
+            m.arrived = 0;
+            m.held += 1;
+            self.met.notify_all();
+            return;
+        }
+        let held = m.held;
+        while m.held == held {
+            m = self.met.wait(m).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// This store's turn to start its fleet, until the guard drops.
+    pub fn turn(&self) -> MutexGuard<'_, ()> {
+        lock(&self.turn)
+    }
+}
+
+/// What a side-by-side figure shares (its table, its growth), even after
+/// another store's thread panicked while holding it.
+pub fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What each fleet figure came to at each N, on each store: the plot's data.
@@ -65,6 +187,14 @@ pub struct Growth {
 }
 
 impl Growth {
+    /// Each store's rows together, in the order of [`STORES`], by N: the
+    /// side-by-side figures add them as each store finishes.
+    pub fn sort(&mut self) {
+        let at = |store: &str| STORES.iter().position(|s| *s == store);
+        self.holders.sort_by_key(|(store, o)| (at(store), o.n));
+        self.waiters.sort_by_key(|(store, o)| (at(store), o.n));
+    }
+
     fn series<T>(
         rows: &[(&'static str, T)],
         n: impl Fn(&T) -> usize,

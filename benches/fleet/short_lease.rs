@@ -8,13 +8,18 @@
 //! either is the figure; then failover at that TTL: the holder, its guard
 //! and its command killed at once, until the queued waiter's command
 //! starts, less the TTL (goal: within 100 ms).
+//!
+//! The stores run side by side: their holders hold through the same
+//! minutes, beside one CPU hog, then each beside the load on its own store
+//! while the other stores are loaded too. Failovers are timed one store
+//! at a time.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::OnEvery;
+use super::{SideBySide, Together, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::{Quiet, Talking};
 use crate::harness::procfs;
@@ -28,7 +33,7 @@ const TTL_GOAL: u64 = 1;
 const FAILOVER_GOAL_MS: f64 = 100.0;
 
 /// What saturates the cores while the holders hold.
-enum Load {
+pub enum Load {
     Hog(Vec<Quiet>),
     Store {
         stop: Arc<AtomicBool>,
@@ -108,23 +113,32 @@ impl Load {
 pub struct Figure<'a> {
     pub mode: &'a Mode,
     pub scratch: &'a Scratch,
-    pub table: &'a mut Table,
+    pub table: Mutex<&'a mut Table>,
+    /// The CPU hog every store's holders hold beside, while it runs.
+    pub hog: Mutex<Option<Load>>,
 }
 
-impl OnEvery for Figure<'_> {
-    fn on<S: Served>(&mut self) {
-        let store = S::for_fleet("short-lease", 2 * cores() + self.mode.short_ttls.len());
+/// The loads, in the order the holders meet them.
+const LOADS: [&str; 2] = ["CPU hog", "store load"];
+
+impl SideBySide for Figure<'_> {
+    fn on<S: Served>(&self, together: &Together) {
+        let store = {
+            let _turn = together.turn();
+            S::for_fleet("short-lease", 2 * cores() + self.mode.short_ttls.len())
+        };
         let ttls = &self.mode.short_ttls;
         let mut lost = vec![0usize; ttls.len()];
-        for (round, load) in ["CPU hog", "store load"].into_iter().enumerate() {
-            match hold::<S>(&store, self.mode, self.scratch, round, load) {
+        let mut failed = false;
+        for (round, load) in LOADS.into_iter().enumerate() {
+            match self.round(&store, together, round) {
                 Ok((losses, what)) => {
                     let shown: Vec<String> = ttls
                         .iter()
                         .zip(&losses)
                         .map(|(t, l)| format!("{t} s: {l}"))
                         .collect();
-                    self.table.row(Row {
+                    lock(&self.table).row(Row {
                         figure: format!(
                             "short lease [{}]: leases lost in {} s beside a {load}, by TTL",
                             S::NAME,
@@ -141,18 +155,21 @@ impl OnEvery for Figure<'_> {
                     }
                 }
                 Err(e) => {
-                    self.table
+                    lock(&self.table)
                         .note(format!("short lease [{}] {load}: failed: {e}", S::NAME));
-                    return;
+                    failed = true;
                 }
             }
+        }
+        if failed {
+            return;
         }
         let safe = ttls
             .iter()
             .zip(&lost)
             .find(|(_, l)| **l == 0)
             .map(|(t, _)| *t);
-        self.table.row(Row {
+        lock(&self.table).row(Row {
             figure: format!(
                 "short lease [{}]: shortest TTL kept beside both loads",
                 S::NAME
@@ -164,8 +181,13 @@ impl OnEvery for Figure<'_> {
             verdict: verdict(safe == Some(TTL_GOAL)),
         });
         let Some(ttl) = safe else { return };
-        match failovers(&store, ttl, self.mode.short_failovers) {
-            Ok(late) => self.table.row(Row {
+        // Timed alone: one store's failovers at a time.
+        let late = {
+            let _turn = together.turn();
+            failovers(&store, ttl, self.mode.short_failovers)
+        };
+        match late {
+            Ok(late) => lock(&self.table).row(Row {
                 figure: format!(
                     "short lease [{}]: failover after SIGKILL of elect, guard and command - TTL ({ttl} s), median / max, n={}",
                     S::NAME,
@@ -177,26 +199,68 @@ impl OnEvery for Figure<'_> {
                 target: format!("max <= +{FAILOVER_GOAL_MS} ms"),
                 verdict: verdict(late.max() <= FAILOVER_GOAL_MS),
             }),
-            Err(e) => self
-                .table
+            Err(e) => lock(&self.table)
                 .note(format!("short lease [{}] failover: failed: {e}", S::NAME)),
         }
     }
 }
 
-/// A holder at each TTL of the ladder, for the hold, beside `load`: how
-/// many of each lost the lease, and what the load was.
-fn hold<S: Served>(
+impl Figure<'_> {
+    /// Round `round`: a holder at each TTL of the ladder, started in this
+    /// store's turn, for the hold beside the round's load: how many of
+    /// each lost the lease, and what the load was. Every store meets the
+    /// others before the load starts and before it ends, whatever failed.
+    fn round<S: Served>(
+        &self,
+        store: &S,
+        together: &Together,
+        round: usize,
+    ) -> Result<(Vec<usize>, String), String> {
+        let mut holders = Vec::new();
+        let started = {
+            let _turn = together.turn();
+            start(store, self.mode, self.scratch, round, &mut holders)
+        };
+        together.meet();
+        let own = match LOADS[round] {
+            "CPU hog" => {
+                lock(&self.hog).get_or_insert_with(Load::hog);
+                None
+            }
+            _ => Some(Load::store(&store.url())),
+        };
+        if started.is_ok() {
+            thread::sleep(self.mode.short_hold);
+        }
+        let lost = holders
+            .iter_mut()
+            .map(|h| usize::from(h.wait_within(Duration::ZERO).is_some()))
+            .collect();
+        together.meet();
+        let what = match own {
+            Some(load) => load.end(),
+            None => {
+                if let Some(hog) = lock(&self.hog).take() {
+                    hog.end();
+                }
+                format!("{} busy loops", cores())
+            }
+        };
+        started.map(|()| (lost, what))
+    }
+}
+
+/// A holder at each TTL of the ladder, each until it holds its lock.
+fn start<S: Served>(
     store: &S,
     mode: &Mode,
     scratch: &Scratch,
     round: usize,
-    load: &str,
-) -> Result<(Vec<usize>, String), String> {
+    holders: &mut Vec<Quiet>,
+) -> Result<(), String> {
     let marks = scratch.path(&format!("short-{}-{round}", S::NAME));
     std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
     let locker = Locker::elect_on(&store.url());
-    let mut holders = Vec::new();
     for &ttl in &mode.short_ttls {
         let script = format!(": > '{}/{ttl}'; exec sleep 1000000", marks.display());
         let lock = format!("bench-short-{round}-{ttl}");
@@ -210,16 +274,7 @@ fn hold<S: Served>(
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let load = match load {
-        "CPU hog" => Load::hog(),
-        _ => Load::store(&store.url()),
-    };
-    thread::sleep(mode.short_hold);
-    let lost = holders
-        .iter_mut()
-        .map(|h| usize::from(h.wait_within(Duration::ZERO).is_some()))
-        .collect();
-    Ok((lost, load.end()))
+    Ok(())
 }
 
 /// Failovers at `ttl`: SIGKILL of the holder's elect, guard and command
