@@ -13,11 +13,12 @@
 //! minutes in a full run), the smaller ones for [`SMALLER_HOLD`] at most:
 //! they give the figures' growth, which are rates.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Growth, SideBySide, Together, lock};
+use super::{Growth, Seat, SideBySide, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::Quiet;
 use crate::harness::procfs::{self, Usage};
@@ -67,16 +68,16 @@ pub struct Figure<'a> {
 }
 
 impl SideBySide for Figure<'_> {
-    fn on<S: Served>(&self, together: &Together) {
+    fn on<S: Served>(&self, seat: &Seat) {
         let most = self.mode.holders.iter().copied().max().unwrap_or(0);
         let store = {
-            let _turn = together.turn();
+            let _turn = seat.turn();
             S::for_fleet("holders", most)
         };
         // Every server is up and none has holders yet.
-        together.meet();
+        seat.meet();
         let idle = idle_rates(&store);
-        together.meet();
+        seat.meet();
         let idle = match idle {
             Ok(r) => r,
             Err(e) => {
@@ -96,8 +97,11 @@ impl SideBySide for Figure<'_> {
                 true => self.mode.fleet_hold,
                 false => self.mode.fleet_hold.min(SMALLER_HOLD),
             };
-            match once(&store, n, hold, self.scratch, idle, together) {
-                Ok(o) => {
+            match once(&store, n, hold, self.scratch, idle, seat) {
+                Ok((o, why)) => {
+                    if let Some(why) = why {
+                        lock(&self.table).note(format!("holders [{}] {n}: {why}", S::NAME));
+                    }
                     rows::<S>(&mut lock(&self.table), &o, hold);
                     lock(&self.growth).holders.push((S::NAME, o));
                 }
@@ -135,7 +139,7 @@ fn usage(pids: &[i32]) -> Usage {
 
 /// Until each of `holders` holds its lock (its command has left its mark
 /// in `marks`): an error if one exits first, or if they take too long.
-fn all_held(marks: &std::path::Path, holders: &mut [Quiet]) -> Result<(), String> {
+fn all_held(marks: &Path, holders: &mut [Quiet]) -> Result<(), String> {
     let n = holders.len();
     let give_up = Instant::now() + PATIENCE;
     loop {
@@ -167,41 +171,81 @@ fn once<S: Served>(
     hold: Duration,
     scratch: &Scratch,
     idle: (f64, f64),
-    together: &Together,
-) -> Result<Outcome, String> {
+    seat: &Seat,
+) -> Result<(Outcome, Option<String>), String> {
     let mut holders = Vec::with_capacity(n);
+    let marks = scratch.path(&format!("holders-{}-{n}", S::NAME));
     let started = {
-        let _turn = together.turn();
-        start(store, n, scratch, &mut holders)
+        let _turn = seat.turn();
+        start(store, n, &marks, &mut holders)
     };
-    together.meet();
-    let counted = started.and_then(|()| count(store, &mut holders, hold, idle));
+    seat.meet();
+    let counted = started
+        .and_then(|()| count(store, &mut holders, hold, idle))
+        .map(|o| {
+            let why = (o.lost > 0).then(|| why_lost(&marks, &mut holders));
+            (o, why)
+        });
     // The holders stay until every store's hold has ended.
-    together.meet();
+    seat.meet();
     counted
 }
 
-/// Start N holders, each on a lock of its own, until each holds it.
+/// Start N holders, each on a lock of its own, until each holds it: each
+/// command leaves a mark in `marks` once it runs, and each elect's stderr
+/// is kept beside them.
 fn start<S: Served>(
     store: &S,
     n: usize,
-    scratch: &Scratch,
+    marks: &Path,
     holders: &mut Vec<Quiet>,
 ) -> Result<(), String> {
-    let marks = scratch.path(&format!("holders-{}-{n}", S::NAME));
-    std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(marks).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(stderr_dir(marks)).map_err(|e| e.to_string())?;
     let locker = Locker::elect_on(&store.url());
     for i in 0..n {
         // The command marks that it runs, so that the lock is held.
         let script = format!(": > '{}/{i}'; exec sleep 1000000", marks.display());
         let lock = format!("bench-holders-{n}-{i}");
         let command = locker.command(&lock, Some(TTL.as_secs()), &["sh", "-c", &script]);
-        holders.push(Quiet::spawn(command).map_err(|e| format!("cannot start holder {i}: {e}"))?);
+        let stderr = std::fs::File::create(stderr_dir(marks).join(i.to_string()))
+            .map_err(|e| e.to_string())?;
+        holders.push(
+            Quiet::spawn_with_stderr(command, stderr)
+                .map_err(|e| format!("cannot start holder {i}: {e}"))?,
+        );
         if holders.len().is_multiple_of(WAVE) || holders.len() == n {
-            all_held(&marks, holders)?;
+            all_held(marks, holders).map_err(|e| format!("{e}; {}", why_lost(marks, holders)))?;
         }
     }
     Ok(())
+}
+
+fn stderr_dir(marks: &Path) -> PathBuf {
+    marks.with_extension("stderr")
+}
+
+/// How the holders that exited did, and the last line of the first one's
+/// stderr: why a fleet lost leases.
+fn why_lost(marks: &Path, holders: &mut [Quiet]) -> String {
+    let mut how = std::collections::BTreeMap::new();
+    let mut first = None;
+    for (i, h) in holders.iter_mut().enumerate() {
+        if let Some(status) = h.wait_within(Duration::ZERO) {
+            *how.entry(status.to_string()).or_insert(0) += 1;
+            first.get_or_insert(i);
+        }
+    }
+    let shown: Vec<String> = how.iter().map(|(s, k)| format!("{k} {s}")).collect();
+    let said = first.map_or(String::new(), |i| {
+        let text =
+            std::fs::read_to_string(stderr_dir(marks).join(i.to_string())).unwrap_or_default();
+        format!(
+            "; holder {i} said: {}",
+            text.lines().last().unwrap_or("nothing")
+        )
+    });
+    format!("holders that exited: {}{said}", shown.join(", "))
 }
 
 /// What `holders` cost and lost over `hold`.

@@ -70,9 +70,9 @@ fn on(store: &str, figure: &mut impl OnEvery) {
 }
 
 /// A figure whose stores run side by side, each in a thread of its own,
-/// meeting at the [`Together`] between phases.
+/// with a [`Seat`] at the table they meet at between phases.
 pub trait SideBySide: Sync {
-    fn on<S: Served>(&self, together: &Together);
+    fn on<S: Served>(&self, seat: &Seat);
 }
 
 /// Run `figure` on each chosen store at once.
@@ -80,20 +80,20 @@ pub fn side_by_side(figure: &impl SideBySide) {
     let stores = stores();
     let together = Together::new(stores.len());
     thread::scope(|scope| {
-        for store in stores {
+        for (index, store) in stores.into_iter().enumerate() {
             let together = &together;
             scope.spawn(move || {
-                // A store that fails or panics leaves, so that the rest
-                // do not wait for it at the next meeting.
-                let _leaves = Leaves(together);
-                on(store, &mut Beside(figure, together));
+                // A store that fails or panics leaves its seat, so that
+                // the rest do not wait for it.
+                let seat = Seat { together, index };
+                on(store, &mut Beside(figure, &seat));
             });
         }
     });
 }
 
 /// A side-by-side figure on one store, in that store's thread.
-struct Beside<'a, F>(&'a F, &'a Together);
+struct Beside<'a, F>(&'a F, &'a Seat<'a>);
 
 impl<F: SideBySide> OnEvery for Beside<'_, F> {
     fn on<S: Served>(&mut self) {
@@ -101,75 +101,110 @@ impl<F: SideBySide> OnEvery for Beside<'_, F> {
     }
 }
 
-/// The stores of a side-by-side figure: where they meet between phases,
-/// and whose turn it is to start its fleet (one store at a time, so that
-/// none starts on cores busy with another's start).
-pub struct Together {
-    meeting: Mutex<Meeting>,
-    met: Condvar,
-    turn: Mutex<()>,
+/// Where the stores of a side-by-side figure meet between phases, and
+/// whose turn it is to start its fleet: one store at a time, so that none
+/// starts on cores busy with another's start, and in the order of
+/// [`STORES`], so that the Kubernetes fleet (the costliest to start and to
+/// serve) starts last, while the others only hold.
+struct Together {
+    state: Mutex<State>,
+    changed: Condvar,
 }
 
-struct Meeting {
+struct State {
     /// Stores still running the figure.
     members: usize,
     /// Stores waiting at the meeting.
     arrived: usize,
-    /// Meetings held so far: a waiter leaves when this moves on.
+    /// Meetings held so far: a store waiting leaves when this moves on.
     held: u64,
-}
-
-struct Leaves<'a>(&'a Together);
-
-impl Drop for Leaves<'_> {
-    fn drop(&mut self) {
-        let mut m = self.0.lock();
-        m.members -= 1;
-        if m.members > 0 && m.arrived == m.members {
-            // The rest were waiting for this one only.
-            m.arrived = 0;
-            m.held += 1;
-            self.0.met.notify_all();
-        }
-    }
+    /// Turns each store has had, and whether it has left.
+    turns: Vec<usize>,
+    left: Vec<bool>,
+    /// Whether a store is having its turn.
+    busy: bool,
 }
 
 impl Together {
     fn new(members: usize) -> Together {
         Together {
-            meeting: Mutex::new(Meeting {
+            state: Mutex::new(State {
                 members,
                 arrived: 0,
                 held: 0,
+                turns: vec![0; members],
+                left: vec![false; members],
+                busy: false,
             }),
-            met: Condvar::new(),
-            turn: Mutex::new(()),
+            changed: Condvar::new(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Meeting> {
-        lock(&self.meeting)
+    fn wait<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
     }
+}
 
+/// One store's place at the [`Together`].
+pub struct Seat<'a> {
+    together: &'a Together,
+    index: usize,
+}
+
+impl Seat<'_> {
     /// Wait until every store still running has arrived.
     pub fn meet(&self) {
-        let mut m = self.lock();
-        m.arrived += 1;
-        if m.arrived == m.members {
-            m.arrived = 0;
-            m.held += 1;
-            self.met.notify_all();
+        let mut s = lock(&self.together.state);
+        s.arrived += 1;
+        if s.arrived == s.members {
+            s.arrived = 0;
+            s.held += 1;
+            self.together.changed.notify_all();
             return;
         }
-        let held = m.held;
-        while m.held == held {
-            m = self.met.wait(m).unwrap_or_else(|e| e.into_inner());
+        let held = s.held;
+        while s.held == held {
+            s = self.together.wait(s);
         }
     }
 
-    /// This store's turn to start its fleet, until the guard drops.
-    pub fn turn(&self) -> MutexGuard<'_, ()> {
-        lock(&self.turn)
+    /// This store's turn, until the guard drops: once no other store has
+    /// its turn, and each store before it has had as many turns as this
+    /// one will have had, or has left.
+    pub fn turn(&self) -> Turn<'_> {
+        let mut s = lock(&self.together.state);
+        let mine = s.turns[self.index];
+        while s.busy || (0..self.index).any(|j| !s.left[j] && s.turns[j] <= mine) {
+            s = self.together.wait(s);
+        }
+        s.busy = true;
+        Turn(self)
+    }
+}
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.together.state);
+        s.members -= 1;
+        s.left[self.index] = true;
+        if s.members > 0 && s.arrived == s.members {
+            // The rest were waiting for this one only.
+            s.arrived = 0;
+            s.held += 1;
+        }
+        self.together.changed.notify_all();
+    }
+}
+
+/// A store's turn, which ends when this drops.
+pub struct Turn<'a>(&'a Seat<'a>);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.0.together.state);
+        s.busy = false;
+        s.turns[self.0.index] += 1;
+        self.0.together.changed.notify_all();
     }
 }
 

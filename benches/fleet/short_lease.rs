@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{SideBySide, Together, lock};
+use super::{Seat, SideBySide, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::{Quiet, Talking};
 use crate::harness::procfs;
@@ -122,16 +122,16 @@ pub struct Figure<'a> {
 const LOADS: [&str; 2] = ["CPU hog", "store load"];
 
 impl SideBySide for Figure<'_> {
-    fn on<S: Served>(&self, together: &Together) {
+    fn on<S: Served>(&self, seat: &Seat) {
         let store = {
-            let _turn = together.turn();
+            let _turn = seat.turn();
             S::for_fleet("short-lease", 2 * cores() + self.mode.short_ttls.len())
         };
         let ttls = &self.mode.short_ttls;
         let mut lost = vec![0usize; ttls.len()];
         let mut failed = false;
         for (round, load) in LOADS.into_iter().enumerate() {
-            match self.round(&store, together, round) {
+            match self.round(&store, seat, round) {
                 Ok((losses, what)) => {
                     let shown: Vec<String> = ttls
                         .iter()
@@ -183,7 +183,7 @@ impl SideBySide for Figure<'_> {
         let Some(ttl) = safe else { return };
         // Timed alone: one store's failovers at a time.
         let late = {
-            let _turn = together.turn();
+            let _turn = seat.turn();
             failovers(&store, ttl, self.mode.short_failovers)
         };
         match late {
@@ -213,15 +213,15 @@ impl Figure<'_> {
     fn round<S: Served>(
         &self,
         store: &S,
-        together: &Together,
+        seat: &Seat,
         round: usize,
     ) -> Result<(Vec<usize>, String), String> {
         let mut holders = Vec::new();
         let started = {
-            let _turn = together.turn();
+            let _turn = seat.turn();
             start(store, self.mode, self.scratch, round, &mut holders)
         };
-        together.meet();
+        seat.meet();
         let own = match LOADS[round] {
             "CPU hog" => {
                 lock(&self.hog).get_or_insert_with(Load::hog);
@@ -236,7 +236,7 @@ impl Figure<'_> {
             .iter_mut()
             .map(|h| usize::from(h.wait_within(Duration::ZERO).is_some()))
             .collect();
-        together.meet();
+        seat.meet();
         let what = match own {
             Some(load) => load.end(),
             None => {

@@ -37,6 +37,9 @@ pub struct Outcome {
     pub pss_mib: f64,
     /// The store's servers' Pss over the queue, per waiter.
     pub store_pss_mib: f64,
+    /// The machine's 1-minute load average and processes, queue and all,
+    /// before the release.
+    pub load: (f64, usize),
 }
 
 impl Outcome {
@@ -84,8 +87,8 @@ impl OnEvery for Figure<'_> {
                         ),
                         elect: format!("{:.1} ms, {:.1} req", o.handover_ms, o.requests),
                         reference: format!(
-                            "Pss per waiter: {:.2} MiB, the store's {:.2} MiB",
-                            o.pss_mib, o.store_pss_mib
+                            "Pss per waiter: {:.2} MiB, the store's {:.2} MiB; load {:.1}, {} processes",
+                            o.pss_mib, o.store_pss_mib, o.load.0, o.load.1
                         ),
                         ratio: "-".into(),
                         target: "-".into(),
@@ -219,6 +222,7 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
     // interval: each waiter renews once in any such while, whatever its
     // phase, so the chain's share is what a whole number of them holds
     // beyond that many times this.
+    let load = procfs::machine_load();
     let quiet = Reading::take(store)?;
     thread::sleep(RENEWAL);
     let before = Reading::take(store)?;
@@ -245,5 +249,6 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
         requests: chain_requests / handovers,
         pss_mib,
         store_pss_mib: store_pss_kib as f64 / 1024.0 / n as f64,
+        load,
     })
 }

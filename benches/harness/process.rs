@@ -79,11 +79,17 @@ pub struct Quiet {
 }
 
 impl Quiet {
-    pub fn spawn(mut command: Command) -> io::Result<Quiet> {
+    pub fn spawn(command: Command) -> io::Result<Quiet> {
+        Quiet::spawn_with_stderr(command, Stdio::null())
+    }
+
+    /// As [`Quiet::spawn`], its stderr to `stderr` (a file that says why
+    /// it exited, if it does).
+    pub fn spawn_with_stderr(mut command: Command, stderr: impl Into<Stdio>) -> io::Result<Quiet> {
         let child = own_group(&mut command)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()?;
         let pid = child.id() as i32;
         register(pid);

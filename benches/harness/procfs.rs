@@ -201,3 +201,18 @@ pub fn available_kib() -> u64 {
         .and_then(|m| field(&m, "MemAvailable:"))
         .unwrap_or(0)
 }
+
+/// The 1-minute load average, and how many processes there are: what
+/// else the machine was doing while a figure was read.
+pub fn machine_load() -> (f64, usize) {
+    let load = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    let processes = fs::read_dir("/proc").map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .count()
+    });
+    (load, processes)
+}
