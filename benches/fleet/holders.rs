@@ -13,12 +13,12 @@
 //! minutes in a full run), the smaller ones for [`SMALLER_HOLD`] at most:
 //! they give the figures' growth, which are rates.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Growth, Seat, SideBySide, lock};
+use super::{Growth, Seat, SideBySide, Stderrs, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::Quiet;
 use crate::harness::procfs::{self, Usage};
@@ -183,7 +183,7 @@ fn once<S: Served>(
     let counted = started
         .and_then(|()| count(store, &mut holders, hold, idle))
         .map(|o| {
-            let why = (o.lost > 0).then(|| why_lost(&marks, &mut holders));
+            let why = (o.lost > 0).then(|| Stderrs::of(&marks).why(&mut holders));
             (o, why)
         });
     // The holders stay until every store's hold has ended.
@@ -201,51 +201,23 @@ fn start<S: Served>(
     holders: &mut Vec<Quiet>,
 ) -> Result<(), String> {
     std::fs::create_dir_all(marks).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(stderr_dir(marks)).map_err(|e| e.to_string())?;
+    let stderrs = Stderrs::new(marks)?;
     let locker = Locker::elect_on(&store.url());
     for i in 0..n {
         // The command marks that it runs, so that the lock is held.
         let script = format!(": > '{}/{i}'; exec sleep 1000000", marks.display());
         let lock = format!("bench-holders-{n}-{i}");
         let command = locker.command(&lock, Some(TTL.as_secs()), &["sh", "-c", &script]);
-        let stderr = std::fs::File::create(stderr_dir(marks).join(i.to_string()))
-            .map_err(|e| e.to_string())?;
+        let stderr = stderrs.file(i)?;
         holders.push(
             Quiet::spawn_with_stderr(command, stderr)
                 .map_err(|e| format!("cannot start holder {i}: {e}"))?,
         );
         if holders.len().is_multiple_of(WAVE) || holders.len() == n {
-            all_held(marks, holders).map_err(|e| format!("{e}; {}", why_lost(marks, holders)))?;
+            all_held(marks, holders).map_err(|e| format!("{e}; {}", stderrs.why(holders)))?;
         }
     }
     Ok(())
-}
-
-fn stderr_dir(marks: &Path) -> PathBuf {
-    marks.with_extension("stderr")
-}
-
-/// How the holders that exited did, and the last line of the first one's
-/// stderr: why a fleet lost leases.
-fn why_lost(marks: &Path, holders: &mut [Quiet]) -> String {
-    let mut how = std::collections::BTreeMap::new();
-    let mut first = None;
-    for (i, h) in holders.iter_mut().enumerate() {
-        if let Some(status) = h.wait_within(Duration::ZERO) {
-            *how.entry(status.to_string()).or_insert(0) += 1;
-            first.get_or_insert(i);
-        }
-    }
-    let shown: Vec<String> = how.iter().map(|(s, k)| format!("{k} {s}")).collect();
-    let said = first.map_or(String::new(), |i| {
-        let text =
-            std::fs::read_to_string(stderr_dir(marks).join(i.to_string())).unwrap_or_default();
-        format!(
-            "; holder {i} said: {}",
-            text.lines().last().unwrap_or("nothing")
-        )
-    });
-    format!("holders that exited: {}{said}", shown.join(", "))
 }
 
 /// What `holders` cost and lost over `hold`.

@@ -18,11 +18,12 @@ pub mod holders;
 pub mod short_lease;
 pub mod waiters;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread;
 
 use crate::harness::plot::{self, Panel, Series};
+use crate::harness::process::Quiet;
 use crate::harness::served::Served;
 use crate::support::stores::KubeStore;
 use crate::support::{Etcd, Postgres, ZooKeeper};
@@ -205,6 +206,60 @@ impl Drop for Turn<'_> {
         s.busy = false;
         s.turns[self.0.index] += 1;
         self.0.together.changed.notify_all();
+    }
+}
+
+/// Where a fleet's elects write their stderr, one file each by its index
+/// in the fleet, beside the directory of the marks its commands leave:
+/// what says why a holder exited.
+pub struct Stderrs(PathBuf);
+
+impl Stderrs {
+    /// The stderrs of the fleet whose marks go to `marks`.
+    pub fn of(marks: &Path) -> Stderrs {
+        Stderrs(marks.with_extension("stderr"))
+    }
+
+    /// [`Stderrs::of`], its directory made.
+    pub fn new(marks: &Path) -> Result<Stderrs, String> {
+        let stderrs = Stderrs::of(marks);
+        std::fs::create_dir_all(&stderrs.0).map_err(|e| format!("{}: {e}", stderrs.0.display()))?;
+        Ok(stderrs)
+    }
+
+    /// The file for the stderr of elect `i`.
+    pub fn file(&self, i: usize) -> Result<std::fs::File, String> {
+        let path = self.0.join(i.to_string());
+        std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// How the ones of `fleet` that exited did, and the last line of the
+    /// first one's stderr.
+    pub fn why(&self, fleet: &mut [Quiet]) -> String {
+        let mut how = std::collections::BTreeMap::new();
+        let mut first = None;
+        for (i, elect) in fleet.iter_mut().enumerate() {
+            if let Some(status) = elect.wait_within(std::time::Duration::ZERO) {
+                *how.entry(status.to_string()).or_insert(0) += 1;
+                first.get_or_insert(i);
+            }
+        }
+        let shown: Vec<String> = how.iter().map(|(s, k)| format!("{k} {s}")).collect();
+        let said = first.map_or(String::new(), |i| {
+            let path = self.0.join(i.to_string());
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // Its last write is about when it exited.
+            let when = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .map_or(String::new(), |t| {
+                    format!(" (at {})", humantime::format_rfc3339_seconds(t))
+                });
+            format!(
+                "; elect {i} said{when}: {}",
+                text.lines().last().unwrap_or("nothing")
+            )
+        });
+        format!("exited: {}{said}", shown.join(", "))
     }
 }
 

@@ -14,12 +14,13 @@
 //! while the other stores are loaded too. Failovers are timed one store
 //! at a time.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Seat, SideBySide, lock};
+use super::{Seat, SideBySide, Stderrs, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::{Quiet, Talking};
 use crate::harness::procfs;
@@ -217,9 +218,10 @@ impl Figure<'_> {
         round: usize,
     ) -> Result<(Vec<usize>, String), String> {
         let mut holders = Vec::new();
+        let marks = self.scratch.path(&format!("short-{}-{round}", S::NAME));
         let started = {
             let _turn = seat.turn();
-            start(store, self.mode, self.scratch, round, &mut holders)
+            start(store, self.mode, &marks, &mut holders)
         };
         seat.meet();
         let own = match LOADS[round] {
@@ -232,10 +234,14 @@ impl Figure<'_> {
         if started.is_ok() {
             thread::sleep(self.mode.short_hold);
         }
-        let lost = holders
+        let lost: Vec<usize> = holders
             .iter_mut()
             .map(|h| usize::from(h.wait_within(Duration::ZERO).is_some()))
             .collect();
+        let why = match lost.iter().sum::<usize>() {
+            0 => String::new(),
+            _ => format!("; {}", Stderrs::of(&marks).why(&mut holders)),
+        };
         seat.meet();
         let what = match own {
             Some(load) => load.end(),
@@ -246,7 +252,7 @@ impl Figure<'_> {
                 format!("{} busy loops", cores())
             }
         };
-        started.map(|()| (lost, what))
+        started.map(|()| (lost, format!("{what}{why}")))
     }
 }
 
@@ -254,21 +260,26 @@ impl Figure<'_> {
 fn start<S: Served>(
     store: &S,
     mode: &Mode,
-    scratch: &Scratch,
-    round: usize,
+    marks: &Path,
     holders: &mut Vec<Quiet>,
 ) -> Result<(), String> {
-    let marks = scratch.path(&format!("short-{}-{round}", S::NAME));
-    std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(marks).map_err(|e| e.to_string())?;
+    let stderrs = Stderrs::new(marks)?;
     let locker = Locker::elect_on(&store.url());
-    for &ttl in &mode.short_ttls {
+    for (i, &ttl) in mode.short_ttls.iter().enumerate() {
         let script = format!(": > '{}/{ttl}'; exec sleep 1000000", marks.display());
-        let lock = format!("bench-short-{round}-{ttl}");
+        let lock = format!(
+            "bench-{}-{ttl}",
+            marks.file_name().unwrap_or_default().to_string_lossy()
+        );
         let command = locker.command(&lock, Some(ttl), &["sh", "-c", &script]);
-        holders.push(Quiet::spawn(command).map_err(|e| format!("cannot start a holder: {e}"))?);
+        holders.push(
+            Quiet::spawn_with_stderr(command, stderrs.file(i)?)
+                .map_err(|e| format!("cannot start a holder: {e}"))?,
+        );
     }
     let give_up = Instant::now() + PATIENCE;
-    while std::fs::read_dir(&marks).map_or(0, |d| d.count()) < holders.len() {
+    while std::fs::read_dir(marks).map_or(0, |d| d.count()) < holders.len() {
         if Instant::now() >= give_up {
             return Err("the holders did not all hold their lock in time".into());
         }
