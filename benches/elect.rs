@@ -122,8 +122,8 @@
 //! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full; started
 //!   in waves of 100, each holding before the next starts), each
 //!   holding a lock of its own at the default TTL for a hold (the largest
-//!   N 2 minutes quick, 10 full; the smaller ones 2 minutes at most), the
-//!   four stores' fleets side by side: leases lost (target 0), store requests per second
+//!   N 2 minutes quick, 10 full; the smaller ones 2 minutes at most):
+//!   leases lost (target 0), store requests per second
 //!   against the renewal floor of one per holder per TTL/3 (target at most
 //!   1.1x), the server's CPU, Pss per holder (elect + guard; target at most
 //!   2.5 MiB) and wake-ups per holder per minute (target at most 30).
@@ -135,7 +135,8 @@
 //!   the one before, is not started.
 //! - `short-lease`: a holder at each TTL of 1, 2, 3 and 5 s for a hold
 //!   (2 minutes quick, 30 full) beside a CPU hog, then beside a load on
-//!   the same store, the four stores side by side: the shortest TTL none lost (target 1 s), and failover
+//!   the same store (two contenders per core in all, shared among the
+//!   stores), the four stores side by side: the shortest TTL none lost (target 1 s), and failover
 //!   at it after SIGKILL of the holder's elect, guard and command (target
 //!   within TTL + 100 ms).
 //!
@@ -1752,11 +1753,11 @@ fn main() {
     }
     let mut growth = fleet::Growth::default();
     if mode.runs("holders") {
-        fleet::side_by_side(&fleet::holders::Figure {
+        fleet::on_every(&mut fleet::holders::Figure {
             mode: &mode,
             scratch: &scratch,
-            table: Mutex::new(&mut table),
-            growth: Mutex::new(&mut growth),
+            table: &mut table,
+            growth: &mut growth,
         });
     }
     if mode.runs("waiters") {

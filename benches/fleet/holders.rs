@@ -8,17 +8,18 @@
 //! them). The store's own rates with no holder, read
 //! over a window before, are taken off its requests and CPU.
 //!
-//! The stores run side by side: each starts its N in turn, then all hold
-//! through the same minutes. The largest N holds for the whole hold (10
-//! minutes in a full run), the smaller ones for [`SMALLER_HOLD`] at most:
-//! they give the figures' growth, which are rates.
+//! The largest N holds for the whole hold (10 minutes in a full run), the
+//! smaller ones for [`SMALLER_HOLD`] at most: they give the figures'
+//! growth, which are rates. One store after another: with the four
+//! stores' fleets side by side on two cores, a fleet starting starved the
+//! renewals of one holding (all 1,000 etcd holders lost their leases, no
+//! renewal confirmed for 10 s, while PostgreSQL's 1,000 started).
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Growth, Seat, SideBySide, Stderrs, lock};
+use super::{Growth, OnEvery, Stderrs};
 use crate::harness::locker::Locker;
 use crate::harness::process::Quiet;
 use crate::harness::procfs::{self, Usage};
@@ -63,29 +64,23 @@ pub struct Outcome {
 pub struct Figure<'a> {
     pub mode: &'a Mode,
     pub scratch: &'a Scratch,
-    pub table: Mutex<&'a mut Table>,
-    pub growth: Mutex<&'a mut Growth>,
+    pub table: &'a mut Table,
+    pub growth: &'a mut Growth,
 }
 
-impl SideBySide for Figure<'_> {
-    fn on<S: Served>(&self, seat: &Seat) {
+impl OnEvery for Figure<'_> {
+    fn on<S: Served>(&mut self) {
         let most = self.mode.holders.iter().copied().max().unwrap_or(0);
-        let store = {
-            let _turn = seat.turn();
-            S::for_fleet("holders", most)
-        };
-        // Every server is up and none has holders yet.
-        seat.meet();
-        let idle = idle_rates(&store);
-        seat.meet();
-        let idle = match idle {
+        let store = S::for_fleet("holders", most);
+        let idle = match idle_rates(&store) {
             Ok(r) => r,
             Err(e) => {
-                lock(&self.table).note(format!("holders [{}]: no idle reading: {e}", S::NAME));
+                self.table
+                    .note(format!("holders [{}]: no idle reading: {e}", S::NAME));
                 return;
             }
         };
-        lock(&self.table).note(format!(
+        self.table.note(format!(
             "holders [{}]: with no holder, the server serves {:.1} {}/s on {:.1}% of a core; taken off below",
             S::NAME,
             idle.0,
@@ -97,15 +92,17 @@ impl SideBySide for Figure<'_> {
                 true => self.mode.fleet_hold,
                 false => self.mode.fleet_hold.min(SMALLER_HOLD),
             };
-            match once(&store, n, hold, self.scratch, idle, seat) {
+            match once(&store, n, hold, self.scratch, idle) {
                 Ok((o, why)) => {
                     if let Some(why) = why {
-                        lock(&self.table).note(format!("holders [{}] {n}: {why}", S::NAME));
+                        self.table.note(format!("holders [{}] {n}: {why}", S::NAME));
                     }
-                    rows::<S>(&mut lock(&self.table), &o, hold);
-                    lock(&self.growth).holders.push((S::NAME, o));
+                    rows::<S>(self.table, &o, hold);
+                    self.growth.holders.push((S::NAME, o));
                 }
-                Err(e) => lock(&self.table).note(format!("holders [{}] {n}: failed: {e}", S::NAME)),
+                Err(e) => self
+                    .table
+                    .note(format!("holders [{}] {n}: failed: {e}", S::NAME)),
             }
         }
     }
@@ -163,32 +160,20 @@ fn all_held(marks: &Path, holders: &mut [Quiet]) -> Result<(), String> {
     }
 }
 
-/// N holders for `hold`, each on a lock of its own, started in this
-/// store's turn and holding while the other stores' do.
+/// N holders for `hold`, each on a lock of its own.
 fn once<S: Served>(
     store: &S,
     n: usize,
     hold: Duration,
     scratch: &Scratch,
     idle: (f64, f64),
-    seat: &Seat,
 ) -> Result<(Outcome, Option<String>), String> {
     let mut holders = Vec::with_capacity(n);
     let marks = scratch.path(&format!("holders-{}-{n}", S::NAME));
-    let started = {
-        let _turn = seat.turn();
-        start(store, n, &marks, &mut holders)
-    };
-    seat.meet();
-    let counted = started
-        .and_then(|()| count(store, &mut holders, hold, idle))
-        .map(|o| {
-            let why = (o.lost > 0).then(|| Stderrs::of(&marks).why(&mut holders));
-            (o, why)
-        });
-    // The holders stay until every store's hold has ended.
-    seat.meet();
-    counted
+    start(store, n, &marks, &mut holders)?;
+    let o = count(store, &mut holders, hold, idle)?;
+    let why = (o.lost > 0).then(|| Stderrs::of(&marks).why(&mut holders));
+    Ok((o, why))
 }
 
 /// Start N holders, each on a lock of its own, until each holds it: each

@@ -7,11 +7,12 @@
 //!   and failover at it.
 //!
 //! Each runs against every store of [`stores`], a server started for the
-//! figure: `waiters` on one store after another, since a handover's time is
-//! the figure; `holders` and `short-lease` on all of them side by side
-//! ([`side_by_side`]), each store's fleet holding through the same minutes,
-//! since what they measure is counted per store and per process, and their
-//! holds (10 and 30 minutes) one store after another would take hours.
+//! figure: `holders` and `waiters` on one store after another, since a
+//! fleet starting starves the renewals of another holding on the same two
+//! cores, and a handover's time is the figure; `short-lease` on all of them
+//! side by side ([`side_by_side`]), a few holders on each through the same
+//! 30 minutes, since its loads saturate the cores anyway and its holds one
+//! store after another would take four hours.
 //! [`Growth`] keeps how each figure grows with N for the plot.
 
 pub mod holders;
@@ -103,10 +104,10 @@ impl<F: SideBySide> OnEvery for Beside<'_, F> {
 }
 
 /// Where the stores of a side-by-side figure meet between phases, and
-/// whose turn it is to start its fleet: one store at a time, so that none
-/// starts on cores busy with another's start, and in the order of
-/// [`STORES`], so that the Kubernetes fleet (the costliest to start and to
-/// serve) starts last, while the others only hold.
+/// whose turn it is to start its server or its holders, or to time its
+/// failovers: one store at a time, so that none does on cores busy with
+/// another's, and in the order of [`STORES`], so that a run is the same
+/// run each time.
 struct Together {
     state: Mutex<State>,
     changed: Condvar,
@@ -233,8 +234,9 @@ impl Stderrs {
         std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// How the ones of `fleet` that exited did, and the last line of the
-    /// first one's stderr.
+    /// How the ones of `fleet` that exited did, and the first line of the
+    /// first one's stderr (its reason; a warning about its history may
+    /// follow).
     pub fn why(&self, fleet: &mut [Quiet]) -> String {
         let mut how = std::collections::BTreeMap::new();
         let mut first = None;
@@ -256,7 +258,7 @@ impl Stderrs {
                 });
             format!(
                 "; elect {i} said{when}: {}",
-                text.lines().last().unwrap_or("nothing")
+                text.lines().next().unwrap_or("nothing")
             )
         });
         format!("exited: {}{said}", shown.join(", "))

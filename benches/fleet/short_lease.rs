@@ -2,8 +2,9 @@
 //! lease with both cores saturated, on each store. One holder at each TTL
 //! of the ladder holds a lock of its own, side by side, for the hold;
 //! twice: beside a CPU hog (a busy loop per core, at normal priority), and
-//! beside a load on the same store (two contenders per core looping
-//! `elect run -- true` on locks of their own, which also fills the cores).
+//! beside a load on the same store (contenders looping `elect run -- true`
+//! on locks of their own, two per core in all, shared among the stores,
+//! which also fills the cores).
 //! A holder that exits lost its lease. The shortest TTL no holder lost in
 //! either is the figure; then failover at that TTL: the holder, its guard
 //! and its command killed at once, until the queued waiter's command
@@ -60,10 +61,11 @@ impl Load {
         Load::Hog(hogs)
     }
 
-    fn store(url: &str) -> Load {
+    /// `contenders` looping on the store at `url`.
+    fn store(url: &str, contenders: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let cycles = Arc::new(AtomicUsize::new(0));
-        let workers = (0..2 * cores())
+        let workers = (0..contenders)
             .map(|k| {
                 let (stop, cycles) = (stop.clone(), cycles.clone());
                 let locker = Locker::elect_on(url);
@@ -229,7 +231,12 @@ impl Figure<'_> {
                 lock(&self.hog).get_or_insert_with(Load::hog);
                 None
             }
-            _ => Some(Load::store(&store.url())),
+            // Two contenders per core in all, as many on each store: the
+            // cores saturated as beside one store alone, not four times over.
+            _ => Some(Load::store(
+                &store.url(),
+                (2 * cores()).div_ceil(super::stores().len()),
+            )),
         };
         if started.is_ok() {
             thread::sleep(self.mode.short_hold);
