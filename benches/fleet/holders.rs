@@ -17,16 +17,16 @@
 
 use std::path::Path;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Growth, OnEvery, Stderrs};
+use super::{Growth, OnEvery, Stderrs, all_held};
 use crate::harness::locker::Locker;
 use crate::harness::process::Quiet;
 use crate::harness::procfs::{self, Usage};
 use crate::harness::report::{Row, Table, ratio};
 use crate::harness::served::{Reading, Served};
 use crate::support::GUARD;
-use crate::{Mode, PATIENCE, Scratch, verdict};
+use crate::{Mode, Scratch, verdict};
 
 /// elect's default TTL, and its renewal interval (TTL/3).
 const TTL: Duration = Duration::from_secs(15);
@@ -132,32 +132,6 @@ fn usage(pids: &[i32]) -> Usage {
     pids.iter()
         .filter_map(|&pid| Usage::read(pid))
         .fold(Usage::default(), Usage::plus)
-}
-
-/// Until each of `holders` holds its lock (its command has left its mark
-/// in `marks`): an error if one exits first, or if they take too long.
-fn all_held(marks: &Path, holders: &mut [Quiet]) -> Result<(), String> {
-    let n = holders.len();
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        let held = std::fs::read_dir(marks).map_or(0, |d| d.count());
-        if held == n {
-            return Ok(());
-        }
-        if let Some((i, status)) = holders
-            .iter_mut()
-            .enumerate()
-            .find_map(|(i, h)| Some((i, h.wait_within(Duration::ZERO)?)))
-        {
-            return Err(format!(
-                "holder {i} exited before it held its lock: {status}"
-            ));
-        }
-        if Instant::now() >= give_up {
-            return Err(format!("{held} of {n} holders held their lock in time"));
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// N holders for `hold`, each on a lock of its own.

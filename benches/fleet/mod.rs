@@ -22,6 +22,7 @@ pub mod waiters;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::harness::plot::{self, Panel, Series};
 use crate::harness::process::Quiet;
@@ -238,15 +239,7 @@ impl Stderrs {
     /// first one's stderr (its reason; a warning about its history may
     /// follow).
     pub fn why(&self, fleet: &mut [Quiet]) -> String {
-        let mut how = std::collections::BTreeMap::new();
-        let mut first = None;
-        for (i, elect) in fleet.iter_mut().enumerate() {
-            if let Some(status) = elect.wait_within(std::time::Duration::ZERO) {
-                *how.entry(status.to_string()).or_insert(0) += 1;
-                first.get_or_insert(i);
-            }
-        }
-        let shown: Vec<String> = how.iter().map(|(s, k)| format!("{k} {s}")).collect();
+        let (how, first) = exits(fleet);
         let said = first.map_or(String::new(), |i| {
             let path = self.0.join(i.to_string());
             let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -261,7 +254,48 @@ impl Stderrs {
                 text.lines().next().unwrap_or("nothing")
             )
         });
-        format!("exited: {}{said}", shown.join(", "))
+        format!("exited: {how}{said}")
+    }
+}
+
+/// Which of `fleet` have exited, how many each way ("3 exit status: 69"),
+/// and the first of them; empty and `None` if none has.
+pub fn exits(fleet: &mut [Quiet]) -> (String, Option<usize>) {
+    let mut how = std::collections::BTreeMap::new();
+    let mut first = None;
+    for (i, elect) in fleet.iter_mut().enumerate() {
+        if let Some(status) = elect.wait_within(Duration::ZERO) {
+            *how.entry(status.to_string()).or_insert(0) += 1;
+            first.get_or_insert(i);
+        }
+    }
+    let shown: Vec<String> = how.iter().map(|(s, k)| format!("{k} {s}")).collect();
+    (shown.join(", "), first)
+}
+
+/// Until each of `holders` holds its lock (its command has left its mark
+/// in `marks`): an error if one exits first, or if they take too long.
+pub fn all_held(marks: &Path, holders: &mut [Quiet]) -> Result<(), String> {
+    let n = holders.len();
+    let give_up = Instant::now() + crate::PATIENCE;
+    loop {
+        let held = std::fs::read_dir(marks).map_or(0, |d| d.count());
+        if held == n {
+            return Ok(());
+        }
+        if let Some((i, status)) = holders
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, h)| Some((i, h.wait_within(Duration::ZERO)?)))
+        {
+            return Err(format!(
+                "holder {i} exited before it held its lock: {status}"
+            ));
+        }
+        if Instant::now() >= give_up {
+            return Err(format!("{held} of {n} holders held their lock in time"));
+        }
+        thread::sleep(Duration::from_millis(100));
     }
 }
 

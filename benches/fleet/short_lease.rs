@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Seat, SideBySide, Stderrs, lock};
+use super::{Seat, SideBySide, Stderrs, all_held, lock};
 use crate::harness::locker::Locker;
 use crate::harness::process::{Quiet, Talking};
 use crate::harness::procfs;
@@ -50,6 +50,9 @@ fn cores() -> usize {
 }
 
 impl Load {
+    /// What the hog is, for the report.
+    const HOG: &str = "a busy loop per core";
+
     fn hog() -> Load {
         let hogs = (0..cores())
             .map(|_| {
@@ -94,7 +97,10 @@ impl Load {
     /// End the load; what it was, for the report.
     fn end(self) -> String {
         match self {
-            Load::Hog(hogs) => format!("{} busy loops", hogs.len()),
+            Load::Hog(hogs) => {
+                drop(hogs);
+                Load::HOG.to_string()
+            }
             Load::Store {
                 stop,
                 cycles,
@@ -256,7 +262,7 @@ impl Figure<'_> {
                 if let Some(hog) = lock(&self.hog).take() {
                     hog.end();
                 }
-                format!("{} busy loops", cores())
+                Load::HOG.to_string()
             }
         };
         started.map(|()| (lost, format!("{what}{why}")))
@@ -285,14 +291,7 @@ fn start<S: Served>(
                 .map_err(|e| format!("cannot start a holder: {e}"))?,
         );
     }
-    let give_up = Instant::now() + PATIENCE;
-    while std::fs::read_dir(marks).map_or(0, |d| d.count()) < holders.len() {
-        if Instant::now() >= give_up {
-            return Err("the holders did not all hold their lock in time".into());
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    all_held(marks, holders).map_err(|e| format!("{e}; {}", stderrs.why(holders)))
 }
 
 /// Failovers at `ttl`: SIGKILL of the holder's elect, guard and command

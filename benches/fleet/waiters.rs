@@ -14,7 +14,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Growth, OnEvery};
+use super::{Growth, OnEvery, exits};
 use crate::harness::locker::Locker;
 use crate::harness::process::{Quiet, Talking};
 use crate::harness::procfs::{self, Usage};
@@ -145,18 +145,11 @@ fn queued<S: Served>(store: &S, lock: &str, n: usize, within: Duration) -> Resul
 }
 
 /// Which of `waiters` have exited, and how, for a queue that fell short.
-fn exits(waiters: &mut [Quiet]) -> String {
-    let mut codes = std::collections::BTreeMap::new();
-    for w in waiters.iter_mut() {
-        if let Some(status) = w.wait_within(Duration::ZERO) {
-            *codes.entry(status.to_string()).or_insert(0) += 1;
-        }
+fn exited(waiters: &mut [Quiet]) -> String {
+    match exits(waiters) {
+        (_, None) => String::new(),
+        (how, Some(_)) => format!("; waiters that exited: {how}"),
     }
-    if codes.is_empty() {
-        return String::new();
-    }
-    let shown: Vec<String> = codes.iter().map(|(how, k)| format!("{k} {how}")).collect();
-    format!("; waiters that exited: {}", shown.join(", "))
 }
 
 fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, String> {
@@ -193,7 +186,7 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Outcome, St
         );
         if k % WAVE == 0 || k == n {
             queued(store, &lock, k + 1, PATIENCE)
-                .map_err(|e| format!("{e}{}", exits(&mut rest)))?;
+                .map_err(|e| format!("{e}{}", exited(&mut rest)))?;
         }
     }
     // Every waiter has looked at the queue and set up its watch.
