@@ -137,8 +137,8 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "elect",
         &[
             (
-                "Run a nightly job on whichever of several hosts takes the lock first; the others give up at once (exit 75):",
-                "elect run --store etcd://etcd-1:2379 --no-wait --lock nightly-report -- /opt/report/run.sh",
+                "Run a nightly job once a night, on whichever of several hosts takes the lock first: a host that finds it held gives up at once (exit 75), one that finds it done within 20 hours exits 0 without running it:",
+                "elect run --store etcd://etcd-1:2379 --no-wait --once-per 20h --lock nightly-report -- /opt/report/run.sh",
             ),
             (
                 "Who holds it, since when, with which token:",
@@ -154,9 +154,9 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "run",
         &[
             (
-                "A crontab line on each of several hosts against a shared etcd: the job runs once a night, on whichever host gets the lock first; -n makes the others give up at once (exit 75) and -q keeps them quiet, so cron mails only when something went wrong. cron's PATH is /usr/bin:/bin, where the Debian package puts elect; installed elsewhere, give its full path.",
+                "A crontab line on each of several hosts against a shared etcd: the job runs once a night, on whichever host gets the lock first. --once-per 20h makes a host that comes after the night's run has ended exit 0 without running it (without it, that host would find the lock free and run the job again); -n makes a host that finds it held give up at once (exit 75) and -q keeps them quiet, so cron mails only when something went wrong. cron's PATH is /usr/bin:/bin, where the Debian package puts elect; installed elsewhere, give its full path.",
                 "ELECT_STORE=etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379\n\
-                 15 2 * * * /usr/bin/elect run -n -q --lock nightly-report -- /opt/report/run.sh",
+                 15 2 * * * /usr/bin/elect run -n -q --once-per 20h --lock nightly-report -- /opt/report/run.sh",
             ),
             (
                 "On one host, a job that must not overlap itself, on the single-host store:",
@@ -649,11 +649,28 @@ fn every_example_parses_and_run_shows_cron_systemd_and_a_container() {
         );
     }
     // cron's PATH is /usr/bin:/bin: a crontab line calls elect by a path
-    // that the package installs.
+    // that the package installs. A line meant for several hosts' crontabs
+    // runs the job once only with --once-per: without it a host whose cron
+    // starts after the first host's run ended takes the free lock and runs
+    // the job again.
     for (_, examples) in EXAMPLES {
         for (_, lines) in *examples {
             for line in lines.lines().filter(|l| l.contains("* * ")) {
                 assert!(line.contains(" /usr/bin/elect "), "{line}");
+                let one_host = line.contains("--store file ");
+                assert!(
+                    one_host || line.contains("--once-per ") || line.contains("--slot "),
+                    "a crontab line for several hosts without --once-per runs the job on each: {line}"
+                );
+            }
+        }
+    }
+    // Every example that runs a nightly job on one of several hosts says how
+    // it stays once a night.
+    for (_, examples) in EXAMPLES {
+        for (what, lines) in *examples {
+            if what.contains("nightly") && lines.contains("elect run") {
+                assert!(lines.contains("--once-per "), "{what}: {lines}");
             }
         }
     }
