@@ -50,7 +50,7 @@ pub const TABLE: &[(&str, &str)] = &[
         "76, or `--lost-exit-code`",
     ),
     (
-        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`)",
+        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`), or gone back to an older state while waiting (one `--ttl` after it was seen)",
         "69",
     ),
     ("usage error", "64"),

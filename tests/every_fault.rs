@@ -514,6 +514,257 @@ fn break_force_on_a_command_ignoring_term<S: StoreUnderTest>() {
     broken::<S>("break-force", &["--force"], S::forced_break_overlap(TTL));
 }
 
+/// A holding and B waiting, each listening for news of the lock on a
+/// connection of its own; then every such connection ended by the server
+/// (as a restart, `pg_terminate_backend` from an idle-session reaper, or
+/// `idle_session_timeout` ends it), the renewals' connections left alone.
+fn listening<S: StoreUnderTest>(scenario: &str, fault: &str, ignore_term: bool) -> Run<S> {
+    assert!(S::NOTIFIES);
+    let run = start::<S>(scenario, fault, false, ignore_term);
+    let give_up = Instant::now() + 10 * SECOND;
+    while run.store.notification_connections() < 2 {
+        assert!(
+            Instant::now() < give_up,
+            "{}, {fault}: A and B are not both listening",
+            S::NAME
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = run.store.end_notification_connections();
+    assert!(ended >= 2, "{}, {fault}: ended {ended} listeners", S::NAME);
+    run
+}
+
+/// The listeners ended, then `elect break --force` of A: A must hear of it
+/// as soon as it listens again, within the bound `--force` promises.
+fn listener_ended_then_a_forced_break<S: StoreUnderTest>() {
+    let fault = "listeners ended, then break --force on a command ignoring TERM";
+    let run = listening::<S>("listener-force", fault, true);
+    let began = monotonic_ns();
+    let out = elect()
+        .args([
+            "break",
+            "--store",
+            &run.store.url(),
+            "--lock",
+            LOCK,
+            "--yes",
+            "--force",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}, {fault}: {said}", S::NAME);
+    let allowed = S::forced_break_overlap(TTL).as_secs_f64() * 1e3;
+    run.judge(Tenure::Ended, began, began, allowed);
+}
+
+/// The listeners ended, then A let go: B must hear of the release as soon
+/// as it listens again, and start within milliseconds, not at its next
+/// look at the row.
+fn listener_ended_then_a_release<S: StoreUnderTest>() {
+    let fault = "listeners ended, then A let go";
+    let mut run = listening::<S>("listener-release", fault, false);
+    // Both listen again first: the release is heard, not found by a look.
+    let give_up = Instant::now() + 5 * SECOND;
+    while run.store.notification_connections() < 2 {
+        assert!(
+            Instant::now() < give_up,
+            "{}, {fault}: A and B did not listen again within 5 s\n{}",
+            S::NAME,
+            run.said()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(run.a_elect, libc::SIGTERM);
+    let first_b = run.ticks.first("B", HOLDER_AGAIN_WITHIN);
+    let last_a = run.ticks.last("A").expect("A ticked");
+    let handover = ms(first_b - last_a);
+    eprintln!(
+        "{}, {fault}: B's first tick {handover:.0} ms after A's last",
+        S::NAME
+    );
+    assert!(
+        handover < 400.0,
+        "{}, {fault}: B started {handover:.0} ms after A's command ended\n{}",
+        S::NAME,
+        run.said()
+    );
+    run.a.wait(10 * SECOND);
+    run.b.signal(libc::SIGTERM);
+    run.b.wait(10 * SECOND);
+}
+
+/// Every commit waits for a synchronous standby that is gone (named in
+/// `synchronous_standby_names`, never connected): a take never commits.
+/// `elect run -n` must end within its `--connect-timeout` (plus the second
+/// it takes to ask the server why), exit 69 naming the cause in one line,
+/// never run its command, and leave no session waiting on the server.
+fn commits_wait_for_a_standby_that_is_gone<S: StoreUnderTest>() {
+    assert!(S::WAITS_FOR_A_STANDBY);
+    let store = S::start("standby-gone");
+    store.lose_the_synchronous_standby();
+    let dir = TempDir::new(&format!("every-fault-{}-standby-gone", S::NAME));
+    let ran = dir.0.join("ran");
+    let mut command = elect_run(
+        &store.url(),
+        LOCK,
+        &["-n", "--connect-timeout", "3s"],
+        &format!("touch {}", ran.display()),
+    );
+    command.stdin(Stdio::null());
+    let started = Instant::now();
+    let mut run = Running::spawn(command);
+    let name = S::NAME;
+    let code = loop {
+        if let Some(code) = run.try_wait_code() {
+            break code;
+        }
+        if started.elapsed() > 10 * SECOND {
+            let said = run.drain_stderr();
+            run.signal(libc::SIGKILL);
+            panic!(
+                "{name}: elect run -n --connect-timeout 3s did not end within 10 s \
+                 ({} sessions wait for the standby)\n{said}",
+                store.waiting_for_the_standby()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = started.elapsed();
+    let said = run.drain_stderr();
+    eprintln!("{name}, a synchronous standby gone: exit {code} after {took:?}: {said}");
+    assert_eq!(code, 69, "{name}: {said}");
+    assert!(
+        took < Duration::from_millis(5500),
+        "{name}: ended after {took:?}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{name}: {said}");
+    assert!(said.contains("synchronous standby"), "{name}: {said}");
+    assert!(!ran.exists(), "{name}: the command ran");
+    // The cancel is sent before elect exits: nothing waits on after it.
+    let waiting = store.waiting_for_the_standby();
+    assert_eq!(
+        waiting, 0,
+        "{name}: {waiting} sessions still wait for the standby"
+    );
+}
+
+/// The store restored from a backup saved before A took the lock, as in a
+/// disaster recovery: its revision goes back below A's token.
+///
+/// Restored as the store's tools do by default, what the store says of the
+/// lock is the past's: A's key is gone while A's command runs, and a key
+/// put now gets a token below A's. A must stop its command at once (a
+/// contender that never saw A's token may take the lock as soon as the
+/// store serves), and B, which saw A's token, must take none at or below
+/// it: it ends with 69, naming the rewind, once a TTL has passed (by then
+/// any holder of the old state is stopped). A contender started afresh
+/// then holds the lock: nothing is left stuck.
+fn restored_from_an_older_backup<S: StoreUnderTest>() {
+    assert!(S::RESTORES);
+    let began = Instant::now();
+    let fault = "restored from a backup older than A's tenure";
+    let store = S::start("restored");
+    store.save_state();
+    // Others' writes since the backup: the store's counter is well past
+    // the backup's when A takes the lock, as in a store in use.
+    for _ in 0..10 {
+        store.unrelated_write();
+    }
+    let mut run = start_on(store, began, "restored", fault, Via::Direct, false, |_| {});
+    let restore = monotonic_ns();
+    run.store.restore_state(false);
+    let serving = monotonic_ns();
+    let name = S::NAME;
+    // B: no token at or below A's, and an end that names the rewind.
+    let (ticks, b) = (&run.ticks, &mut run.b);
+    wait_until(serving + ns(TTL + 10 * SECOND), || {
+        ticks.last("B").is_some() || b.try_wait_code().is_some()
+    });
+    if let Some(b_first) = run.ticks.earliest("B") {
+        let b_token = run.b.expect_line("token", SECOND);
+        let overlap = run.ticks.overlap_ms("A", run.a_group, "B");
+        let said = run.said();
+        panic!(
+            "{name}, {fault}: B took the lock with token {b_token} (A's: {}), its first tick \
+             {:.0} ms after the store served again; overlap {overlap:.0} ms\n{said}",
+            run.a_token,
+            ms(b_first - serving),
+        );
+    }
+    let b_code = run.b.wait_code(SECOND);
+    let b_said = run.b.drain_stderr();
+    let a_code = run.a.wait_code(10 * SECOND);
+    let a_said = run.a.drain_stderr();
+    let a_last = run.ticks.last("A").expect("A ticked");
+    eprintln!(
+        "{name}, {fault}: A's command ran on {:.0} ms after the store served again (restore \
+         took {:.0} ms); A exited {a_code}, B {b_code}: {}",
+        ms(a_last - serving),
+        ms(serving - restore),
+        b_said.lines().last().unwrap_or_default()
+    );
+    assert_eq!(
+        b_code, 69,
+        "{name}, {fault}: B's exit code\nB said:\n  {b_said}"
+    );
+    assert!(
+        b_said.contains("went back from"),
+        "{name}, {fault}: B did not say the store went back\nB said:\n  {b_said}"
+    );
+    assert_eq!(
+        a_code, 76,
+        "{name}, {fault}: A's exit code\nA said:\n  {a_said}"
+    );
+    let left = group_members(run.a_group);
+    assert!(
+        left.is_empty(),
+        "{name}, {fault}: A's command group outlived its tenure: {left:?}"
+    );
+    // A fresh contender would have found the lock free as soon as the store
+    // served: A's command must have been gone by then, or a few ms after.
+    assert!(
+        a_last - serving < ns(Duration::from_millis(300)),
+        "{name}, {fault}: A's command ran on {:.0} ms after the store served again\nA said:\n  \
+         {a_said}",
+        ms(a_last - serving)
+    );
+    let mut c = contender(&run.store.url(), "C", &run.ticks, false);
+    run.ticks.first("C", HOLDER_AGAIN_WITHIN);
+    c.signal(libc::SIGTERM);
+    c.wait(10 * SECOND);
+}
+
+/// As [`restored_from_an_older_backup`], restored the way the store's
+/// tools keep its counters above those handed out since the backup (etcd:
+/// `--bump-revision`, from 3.5 on): then a restore is a loss like any
+/// other, and B takes the lock after A's command is gone, with a higher
+/// token.
+fn restored_with_the_revision_bumped<S: StoreUnderTest>() {
+    assert!(S::RESTORES);
+    let began = Instant::now();
+    let fault = "restored from a backup older than A's tenure, the revision bumped";
+    let store = S::start("restored-bumped");
+    store.save_state();
+    for _ in 0..10 {
+        store.unrelated_write();
+    }
+    let mut run = start_on(
+        store,
+        began,
+        "restored-bumped",
+        fault,
+        Via::Direct,
+        false,
+        |_| {},
+    );
+    let restore = monotonic_ns();
+    run.store.restore_state(true);
+    run.judge(Tenure::Ended, restore, monotonic_ns(), 0.0);
+}
+
 /// The store's wall clock stepped to `offset` just after one of A's
 /// renewals, with B queued before the step, or started after it: A renews
 /// on and keeps the lock for 2 TTL, which a lease judged by the stepped
@@ -788,6 +1039,24 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         S::NAME
     );
     assert_eq!(
+        groups.contains(&"standby"),
+        S::WAITS_FOR_A_STANDBY,
+        "{}: standby",
+        S::NAME
+    );
+    assert_eq!(
+        groups.contains(&"notify"),
+        S::NOTIFIES,
+        "{}: notify",
+        S::NAME
+    );
+    assert_eq!(
+        groups.contains(&"restore"),
+        S::RESTORES,
+        "{}: restore",
+        S::NAME
+    );
+    assert_eq!(
         groups.contains(&"replicated"),
         S::REPLICAS > 1,
         "{}: replicated",
@@ -809,7 +1078,7 @@ macro_rules! tests {
 /// The scenarios of each group: `every` store's, `force` (the overlap a
 /// `--force` leaves, bounded per store), `pkill` (elect and its guard killed together), those
 /// of a store with a `link`, those of a store with a `server`, those of a
-/// store that judges expiry by its own `clock`, those of a `replicated`
+/// store that judges expiry by its own `clock`, those of a store restored from a backup of its own (`restore`), those of a `replicated`
 /// store's members.
 macro_rules! group {
     ($type:ty, every) => {
@@ -873,6 +1142,27 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, standby) => {
+        tests!($type, [commits_wait_for_a_standby_that_is_gone]);
+    };
+    ($type:ty, notify) => {
+        tests!(
+            $type,
+            [
+                listener_ended_then_a_forced_break,
+                listener_ended_then_a_release
+            ]
+        );
+    };
+    ($type:ty, restore) => {
+        tests!(
+            $type,
+            [
+                restored_from_an_older_backup,
+                restored_with_the_revision_bumped
+            ]
+        );
+    };
     ($type:ty, server) => {
         tests!(
             $type,
@@ -903,13 +1193,13 @@ macro_rules! stores {
 }
 
 stores! {
-    etcd: Etcd => [every, force, pkill, link, server],
+    etcd: Etcd => [every, force, pkill, link, server, restore],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
     k8s: KubeStore => [every, force, pkill, link, server],
     mariadb: MariaDb => [every, force, pkill, link, server, clock],
-    pgbouncer: Pooled => [every, force, pkill, link, server, clock],
-    postgres: Postgres => [every, force, pkill, link, server, clock],
+    pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
+    postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby],
     zookeeper: ZooKeeper => [every, force, pkill, link, server],
     zookeeper_ensemble: Ensemble => [every, force, pkill, replicated],
 }

@@ -302,6 +302,24 @@ impl Job {
         })
     }
 
+    /// The store went back in time ([`crate::store::rewind`]): no token
+    /// is taken from it. A holder of what it said before may run its
+    /// command until its own deadline, within a TTL of now (its renewals
+    /// are no longer confirmed): that is waited out before elect ends, so
+    /// that a supervisor starting elect again at once cannot start a
+    /// command beside it.
+    async fn rewound(&self, e: StoreError, signals: &mut Signals) -> Outcome {
+        log::verbose(format_args!(
+            "{}; ending in {}, once any holder of its earlier state is stopped",
+            e.message,
+            show(self.timing.ttl())
+        ));
+        tokio::select! {
+            () = tokio::time::sleep(self.timing.ttl()) => self.store_failed(e),
+            sig = signals.terminating() => Outcome::Raise(sig),
+        }
+    }
+
     fn store_failed(&self, e: StoreError) -> Outcome {
         Failure::from(e)
             .about(format_args!("lock {}", self.lock))
@@ -346,6 +364,9 @@ impl Job {
             Ok(value) => return Ok(value),
             Err(e) => e,
         };
+        if e.kind == ErrorKind::Rewound {
+            return Err(Some(self.rewound(e, signals).await));
+        }
         let Some(pause) = reach.try_again(&e) else {
             return Err(Some(self.store_failed(e)));
         };
@@ -852,6 +873,7 @@ impl Job {
             }),
             Ok((_, Turn::Busy)) => Queued::Busy(self.busy(store).await),
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
+            Err(e) if e.kind == ErrorKind::Rewound => Queued::Done(self.rewound(e, signals).await),
             Err(e) => Queued::Done(self.store_failed(e)),
         }
     }

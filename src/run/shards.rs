@@ -58,6 +58,7 @@ impl Job {
                 Queued::Busy(Outcome::Exit(self.busy_code))
             }
             Err(e) if e.kind == ErrorKind::Gone => Queued::Again(e.message),
+            Err(e) if e.kind == ErrorKind::Rewound => Queued::Done(self.rewound(e, signals).await),
             Err(e) => Queued::Done(self.store_failed(e)),
         }
     }

@@ -291,6 +291,9 @@ pub enum ErrorKind {
     /// a permission it lacks. Asking again would not help; the operator
     /// must fix the credentials or grant the permission.
     Denied,
+    /// The store went back in time ([`super::rewind`]): a token taken now
+    /// could be at or below one already handed out.
+    Rewound,
 }
 
 #[derive(Clone, Debug)]
@@ -318,6 +321,12 @@ impl StoreError {
             message: message.into(),
         }
     }
+    pub fn rewound(message: impl Into<String>) -> Self {
+        StoreError {
+            kind: ErrorKind::Rewound,
+            message: message.into(),
+        }
+    }
     pub fn gone(message: impl Into<String>) -> Self {
         StoreError {
             kind: ErrorKind::Gone,
@@ -330,7 +339,9 @@ impl From<StoreError> for crate::exit::Failure {
     fn from(e: StoreError) -> Self {
         let code = match e.kind {
             ErrorKind::Config | ErrorKind::Denied => crate::exit::Code::Config,
-            ErrorKind::Unavailable | ErrorKind::Gone => crate::exit::Code::Unavailable,
+            ErrorKind::Unavailable | ErrorKind::Gone | ErrorKind::Rewound => {
+                crate::exit::Code::Unavailable
+            }
         };
         crate::exit::Failure::new(code, e.message)
     }

@@ -25,6 +25,7 @@ pub mod postgres;
 pub mod probe;
 pub mod records;
 mod retry;
+pub mod rewind;
 mod secret;
 pub use secret::Secret;
 mod tls;

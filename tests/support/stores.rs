@@ -66,6 +66,46 @@ pub trait StoreUnderTest: Sized {
     // What the store can suffer, and how (tests/every_fault.rs); a
     // replicated store's members' faults at the end.
 
+    /// The store can be restored from an older state of its own, as from
+    /// an operator's backup: [`Self::save_state`], then
+    /// [`Self::restore_state`].
+    const RESTORES: bool = false;
+    /// Save the store's state, as an operator's backup does.
+    fn save_state(&self) {
+        panic!("{}: no restore", Self::NAME)
+    }
+    /// Put back the state saved, as an operator restores a backup; with
+    /// `bump`, the way the store's own tools keep its counters above those
+    /// handed out since (etcd's `--bump-revision`). Waits until it serves.
+    fn restore_state(&mut self, _bump: bool) {
+        panic!("{}: no restore", Self::NAME)
+    }
+
+    /// Its elects hear of a lock's changes on a connection of their own
+    /// (PostgreSQL's LISTEN), which can be lost while the renewals' is not.
+    const NOTIFIES: bool = false;
+    /// How many of those connections the server has now.
+    fn notification_connections(&self) -> usize {
+        panic!("{}: no notification connections", Self::NAME)
+    }
+    /// End every one of them on the server's side, as a DBA's idle-session
+    /// reaper does; how many it ended.
+    fn end_notification_connections(&self) -> usize {
+        panic!("{}: no notification connections", Self::NAME)
+    }
+
+    /// Its commits can be made to wait for a replica that never confirms
+    /// them (PostgreSQL's synchronous standby, named but gone).
+    const WAITS_FOR_A_STANDBY: bool = false;
+    /// Name a synchronous standby that is not there: every commit waits.
+    fn lose_the_synchronous_standby(&self) {
+        panic!("{}: no synchronous standby", Self::NAME)
+    }
+    /// How many sessions wait on the server for that standby now.
+    fn waiting_for_the_standby(&self) -> usize {
+        panic!("{}: no synchronous standby", Self::NAME)
+    }
+
     /// A holder reaches the store over TCP, a link a fault proxy can cut,
     /// slow down or make lossy.
     const HAS_LINK: bool;
@@ -290,6 +330,16 @@ impl StoreUnderTest for Etcd {
     /// busy machine or through a follower.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(150)
+    }
+
+    const RESTORES: bool = true;
+
+    fn save_state(&self) {
+        self.save_snapshot();
+    }
+
+    fn restore_state(&mut self, bump: bool) {
+        self.restore_snapshot(bump);
     }
 
     const SPEAKS: &'static str = "etcd";
@@ -520,6 +570,43 @@ impl StoreUnderTest for Postgres {
     /// did not wait listens from 200 ms into its tenure, and looks then.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(300)
+    }
+
+    const WAITS_FOR_A_STANDBY: bool = true;
+
+    fn lose_the_synchronous_standby(&self) {
+        self.psql("ALTER SYSTEM SET synchronous_standby_names = 'gone'");
+        self.psql("SELECT pg_reload_conf()");
+        // The reload reaches every backend at its next statement; this
+        // session's own setting says it was read.
+        let give_up = Instant::now() + 5 * SECOND;
+        while self.psql("SHOW synchronous_standby_names").trim() != "gone" {
+            assert!(Instant::now() < give_up, "the reload did not take");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn waiting_for_the_standby(&self) -> usize {
+        let n = self.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+        n.trim().parse().unwrap()
+    }
+
+    const NOTIFIES: bool = true;
+
+    fn notification_connections(&self) -> usize {
+        let n = self.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' \
+             AND pid <> pg_backend_pid()",
+        );
+        n.trim().parse().unwrap()
+    }
+
+    fn end_notification_connections(&self) -> usize {
+        let n = self.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
+        );
+        n.trim().parse().unwrap()
     }
 
     const SPEAKS: &'static str = "PostgreSQL";
@@ -850,6 +937,16 @@ impl StoreUnderTest for Pooled {
             bouncer: PgBouncer::start(&pg, "transaction"),
             pg,
         }
+    }
+
+    const WAITS_FOR_A_STANDBY: bool = true;
+
+    fn lose_the_synchronous_standby(&self) {
+        self.pg.lose_the_synchronous_standby();
+    }
+
+    fn waiting_for_the_standby(&self) -> usize {
+        self.pg.waiting_for_the_standby()
     }
 
     /// Through the bouncer, the password in the URL.

@@ -89,6 +89,11 @@ impl Ticks {
         }
     }
 
+    /// `label`'s first tick, if it ticked.
+    pub fn earliest(&self, label: &str) -> Option<i128> {
+        self.of(label).first().copied()
+    }
+
     pub fn last(&self, label: &str) -> Option<i128> {
         self.of(label).last().copied()
     }

@@ -20,7 +20,15 @@ use super::EtcdTarget;
 use crate::log;
 use crate::store::StoreError;
 use crate::store::retry::{self, GaveUp};
+use crate::store::rewind::Mark;
 use crate::store::tls;
+
+/// How etcd's counter is named in messages.
+pub(super) const REVISION: &str = "etcd's revision";
+
+/// How to restore etcd without going back, for a waiter that found it went back.
+pub(super) const BUMP: &str = "restore with `etcdutl snapshot restore --bump-revision \
+     1000000000 --mark-compacted` (etcd 3.5 and later) to keep tokens rising";
 
 /// Pause between retries of a failed read or watch while waiting.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
@@ -43,6 +51,9 @@ const PING_EVERY: Duration = Duration::from_secs(30);
 pub(super) struct Cluster {
     pub(super) client: Client,
     pub(super) patience: Patience,
+    /// The highest revision this process has seen of the cluster
+    /// ([`crate::store::rewind`]).
+    pub(super) mark: Mark,
 }
 
 impl Cluster {
@@ -113,7 +124,12 @@ impl Cluster {
             clients: Vec::new(),
             turn: Arc::new(AtomicUsize::new(0)),
         };
-        Ok((Cluster { client, patience }, members))
+        let cluster = Cluster {
+            client,
+            patience,
+            mark: Mark::default(),
+        };
+        Ok((cluster, members))
     }
 
     /// The same cluster, with another patience.
@@ -121,6 +137,7 @@ impl Cluster {
         Cluster {
             client: self.client.clone(),
             patience: self.patience.for_(within),
+            mark: self.mark.clone(),
         }
     }
 

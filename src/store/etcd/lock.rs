@@ -9,13 +9,13 @@ use etcd_client::{
 };
 use tokio::time::sleep;
 
-use super::client::{Failed, RETRY, read_at};
+use super::client::{BUMP, Failed, RETRY, REVISION, read_at};
 use super::records::{self, checkpoint_key, last_key};
 use super::session::EtcdSession;
 use super::watch::{deleted, until_gone};
 use crate::clock::Instant;
 use crate::log;
-use crate::store::{Boxed, Checkpoint, HolderRecord, Lock, Loss, StoreError, Turn};
+use crate::store::{Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, StoreError, Turn};
 
 pub struct EtcdLock<'a> {
     pub(super) session: &'a EtcdSession,
@@ -109,9 +109,14 @@ impl EtcdLock<'_> {
                 TxnOp::get(checkpoint_key(lock), None),
             ])
         };
+        let mark = &cluster.mark;
+        let floor = mark.floor();
         let gets = |reply: Result<TxnResponse, Failed>| {
             let reply = reply.map_err(Failed::plain)?;
             let revision = reply.header().map_or(0, |h| h.revision());
+            // A waiter takes no token below one handed out before.
+            mark.read(floor, revision.max(0).unsigned_abs())
+                .map_err(|rewound| rewound.error(REVISION, lock, BUMP))?;
             match (read_at(&reply, 0), read_at(&reply, 1)) {
                 (Some(queue), Some(checkpoint)) => Ok((queue, checkpoint, revision)),
                 _ => Err(StoreError::unavailable(format!(
@@ -148,6 +153,7 @@ impl EtcdLock<'_> {
             // own recipe reports success anyway), and who is just ahead of us.
             let (reply, revision, checkpoint) = match self.newest_up_to(mine).await {
                 Ok(found) => found,
+                Err(e) if e.kind == ErrorKind::Rewound => return Err(e),
                 Err(e) => {
                     log::verbose(format_args!("reading the queue of {lock} failed: {e}"));
                     sleep(RETRY).await;
@@ -172,6 +178,10 @@ impl EtcdLock<'_> {
                     taken: None,
                 });
             };
+            self.session
+                .cluster
+                .mark
+                .saw(ahead.create_revision().max(0).unsigned_abs());
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
             }
@@ -204,11 +214,12 @@ impl EtcdLock<'_> {
             Some(Loss::Asked(format!("{request} asked it to let go")))
         };
         match until_gone(&self.session.cluster, self.key.as_bytes(), after, asked).await {
-            Some(asked) => asked,
-            None => Loss::Gone(format!(
+            Ok(Some(asked)) => asked,
+            Ok(None) => Loss::Gone(format!(
                 "{} was deleted from etcd (lease revoked or expired)",
                 self.key
             )),
+            Err(rewound) => Loss::Gone(rewound.said(REVISION)),
         }
     }
 
@@ -233,7 +244,7 @@ impl EtcdLock<'_> {
     }
 
     /// Leave the queue but keep the session: delete our key, if it is still ours.
-    async fn delete_own_key(&self) -> Result<(), StoreError> {
+    pub(super) async fn delete_own_key(&self) -> Result<(), StoreError> {
         let txn = Txn::new()
             .when([Compare::create_revision(
                 self.key.as_str(),

@@ -9,7 +9,7 @@ use etcd_client::{
     PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 
-use super::client::{Cluster, Failed, Members, describe, read_at};
+use super::client::{BUMP, Cluster, Failed, Members, REVISION, describe, read_at};
 use super::lock::EtcdLock;
 use super::records::checkpoint_key;
 use crate::clock::Instant;
@@ -193,6 +193,7 @@ impl EtcdSession {
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
         let cluster = &self.cluster;
+        let floor = cluster.mark.floor();
         // Beside the grant, and ahead of it on the wire: the grant's task
         // runs only when this one waits. etcd handles each request in a
         // goroutine of its own, and Go tends to run the one made last
@@ -239,10 +240,8 @@ impl EtcdSession {
                 .first()
                 .and_then(|kv| Checkpoint::from_json(kv.value()))
         });
-        log::verbose(format_args!(
-            "queued for lock {lock} as {key} (token {token})"
-        ));
-        Ok(EtcdLock {
+        let rewound = cluster.mark.token(floor, token.unsigned_abs());
+        let placed = EtcdLock {
             session: self,
             lock,
             key,
@@ -250,7 +249,17 @@ impl EtcdSession {
             record: record.clone(),
             first: std::cell::Cell::new(first),
             checkpoint: std::cell::RefCell::new(checkpoint),
-        })
+        };
+        if let Err(rewound) = rewound {
+            // No place under a token handed out before.
+            let _ = placed.delete_own_key().await;
+            return Err(rewound.error(REVISION, &placed.lock, BUMP));
+        }
+        log::verbose(format_args!(
+            "queued for lock {} as {} (token {token})",
+            placed.lock, placed.key
+        ));
+        Ok(placed)
     }
 
     async fn revoke(&self) -> Result<(), StoreError> {

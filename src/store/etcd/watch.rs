@@ -2,7 +2,10 @@
 //!
 //! A watch can end without a deletion (a compaction, a broken stream), so
 //! each wait here ends by looking whether the key is still there, and
-//! watches on from the revision of that look if it is.
+//! watches on from the revision of that look if it is. A watch opened from
+//! a revision the cluster has not reached (it went back: a restore from an
+//! older snapshot) would wait for that revision before reporting anything,
+//! so it ends at once, and the look, a linearizable read, judges.
 
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use tokio::time::sleep;
@@ -10,26 +13,30 @@ use tokio::time::sleep;
 use super::client::{Cluster, Failed, RETRY, describe};
 use crate::log;
 use crate::store::StoreError;
+use crate::store::rewind::Rewound;
 
-/// Return once `key` no longer exists, looking from revision `after` on.
+/// Return once `key` no longer exists, looking from revision `after` on
+/// (or the cluster went back to before it).
 pub(super) async fn gone(cluster: &Cluster, key: &[u8], after: i64) {
-    let _: Option<()> = until_gone(cluster, key, after, |_| None).await;
+    let _: Result<Option<()>, Rewound> = until_gone(cluster, key, after, |_| None).await;
 }
 
-/// Watch `key` from revision `after` on until it no longer exists (`None`),
-/// or until a value it is put with makes `put` say what it means.
+/// Watch `key` from revision `after` on until it no longer exists
+/// (`Ok(None)`), until a value it is put with makes `put` say what it
+/// means, or until a look finds the cluster went back below what this
+/// process has seen of it.
 pub(super) async fn until_gone<T>(
     cluster: &Cluster,
     key: &[u8],
     mut after: i64,
     mut put: impl FnMut(&[u8]) -> Option<T>,
-) -> Option<T> {
+) -> Result<Option<T>, Rewound> {
     let key = String::from_utf8_lossy(key).into_owned();
     loop {
         match changed(&cluster.client, key.as_bytes(), after).await {
             Ok(Some((value, revision))) => {
                 if let Some(meant) = put(&value) {
-                    return Some(meant);
+                    return Ok(Some(meant));
                 }
                 // A put that means nothing (the holder recording when it
                 // got the lock): watch on from there.
@@ -42,10 +49,12 @@ pub(super) async fn until_gone<T>(
                 sleep(RETRY).await;
             }
         }
-        // The watch ended: a deletion, a compaction or a broken stream. Look.
+        // The watch ended: a deletion, a compaction, a broken stream, or a
+        // cluster behind the watch's start. Look.
         match key_exists(cluster, &key).await {
-            Ok(None) => return None,
-            Ok(Some(revision)) => after = revision,
+            Ok(Looked::Rewound(rewound)) => return Err(rewound),
+            Ok(Looked::Absent) => return Ok(None),
+            Ok(Looked::There(revision)) => after = revision,
             Err(e) => {
                 log::verbose(format_args!("checking {key} failed: {e}"));
                 sleep(RETRY).await;
@@ -85,6 +94,12 @@ async fn changed(
     loop {
         match stream.message().await {
             Ok(Some(reply)) if reply.canceled() => return Ok(None),
+            // A cluster behind the start: the caller looks.
+            Ok(Some(reply))
+                if reply.created() && reply.header().is_some_and(|h| h.revision() < after) =>
+            {
+                return Ok(None);
+            }
             Ok(Some(reply)) => {
                 if let Some(event) = reply.events().first() {
                     return Ok(match (event.event_type(), event.kv()) {
@@ -101,12 +116,28 @@ async fn changed(
     }
 }
 
-/// The revision at which `key` was seen to exist, or `None` if it does not.
-async fn key_exists(cluster: &Cluster, key: &str) -> Result<Option<i64>, StoreError> {
+/// What a look at one key found.
+enum Looked {
+    /// It exists, as of this revision.
+    There(i64),
+    Absent,
+    /// The cluster answered below what this process had seen of it.
+    Rewound(Rewound),
+}
+
+/// Whether `key` exists, by a linearizable read.
+async fn key_exists(cluster: &Cluster, key: &str) -> Result<Looked, StoreError> {
+    let floor = cluster.mark.floor();
     let reply = cluster
         .get(key, Some(GetOptions::new().with_keys_only()))
         .await
         .map_err(Failed::plain)?;
     let revision = reply.header().map_or(0, |h| h.revision());
-    Ok(reply.kvs().first().map(|_| revision))
+    if let Err(rewound) = cluster.mark.read(floor, revision.max(0).unsigned_abs()) {
+        return Ok(Looked::Rewound(rewound));
+    }
+    Ok(match reply.kvs().first() {
+        Some(_) => Looked::There(revision),
+        None => Looked::Absent,
+    })
 }

@@ -74,6 +74,66 @@ impl Link {
     pub fn reset(&self) {
         self.client.borrow_mut().take();
     }
+
+    /// Give up on the connection, whose statement went unanswered: that
+    /// statement is cancelled on the server first ([`cancelling`]).
+    pub async fn abandon(&self) {
+        let client = self.client.borrow_mut().take();
+        if let Some(client) = client {
+            cancelling(&self.target, &client).await;
+        }
+    }
+
+    /// Cancel the statement the connection runs, without waiting for the
+    /// cancel to be sent; the connection is kept (a clone of this link may
+    /// share it).
+    pub fn cancel_later(&self) {
+        if let Some(client) = self.client.borrow().as_ref() {
+            tokio::spawn(cancelling(&self.target, client));
+        }
+    }
+}
+
+/// How long a cancel request may take to send.
+const CANCEL_WITHIN: Duration = Duration::from_secs(1);
+
+/// Cancel the statement `client` may still run on the server. A statement
+/// given up on runs on there after its connection is dropped, past elect's
+/// end: a commit that waits for a synchronous standby that is gone waits
+/// for ever (only a cancel ends that wait; the commit stays applied on the
+/// primary), and every retry would leave one more.
+pub fn cancelling(
+    target: &PgTarget,
+    client: &Client,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let token = client.cancel_token();
+    let closed = client.is_closed();
+    let tls = match tls_wanted(target) {
+        true => Some(tls_connector(target)),
+        false => None,
+    };
+    async move {
+        if closed {
+            return;
+        }
+        let sent = async {
+            match tls {
+                None => token.cancel_query(NoTls).await.map_err(|e| describe(&e)),
+                Some(Ok(tls)) => token.cancel_query(tls).await.map_err(|e| describe(&e)),
+                Some(Err(e)) => Err(e.message),
+            }
+        };
+        match tokio::time::timeout(CANCEL_WITHIN, sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => crate::log::verbose(format_args!(
+                "could not cancel a statement given up on ({e})"
+            )),
+            Err(_) => crate::log::verbose(format_args!(
+                "could not cancel a statement given up on (no answer within {})",
+                crate::clock::show(CANCEL_WITHIN)
+            )),
+        }
+    }
 }
 
 /// Connect to `target`, retrying what may pass (nothing listens yet, a

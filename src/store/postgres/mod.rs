@@ -69,6 +69,10 @@ use crate::store::{
 use conn::{Cells, Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
 
+/// How long elect asks the server why a statement went unanswered (before
+/// it cancels that statement, [`conn::cancelling`]).
+const ASK_WITHIN: Duration = Duration::from_millis(500);
+
 /// How often a waiter looks at a busy lock when it cannot LISTEN.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 
@@ -85,8 +89,11 @@ pub struct Postgres {
     sql: Rc<sql::Sql>,
     within: Duration,
     /// The LISTEN connection and where its notifications go, once a waiter
-    /// needed it.
-    listener: RefCell<Option<(Client, broadcast::Sender<String>)>>,
+    /// needed it. The sender is weak: the connection's task holds the only
+    /// strong one, so that when the connection ends (a server restart, a
+    /// backend terminated, an idle timeout) every receiver hears it closed
+    /// and listens again.
+    listener: RefCell<Option<(Client, broadcast::WeakSender<String>)>>,
     /// Whether notifications reach us here; `None` until probed.
     listen_works: Cell<Option<bool>>,
 }
@@ -144,12 +151,14 @@ impl Postgres {
                 Ok(Err(e)) => return Err(self.failed(&e).await),
                 Err(_) if tries < 2 => {
                     log::verbose(format_args!("no answer; connecting again"));
-                    self.link.reset();
+                    self.link.abandon().await;
                 }
                 Err(_) => {
-                    self.link.reset();
+                    // Asked before the cancel, which ends the wait it would see.
+                    let why = self.why_unanswered().await;
+                    self.link.abandon().await;
                     return Err(StoreError::unavailable(format!(
-                        "{} did not answer within {}",
+                        "{} did not answer within {}{why}",
                         self.target(),
                         crate::clock::show(self.within)
                     )));
@@ -362,11 +371,11 @@ impl Postgres {
     }
 
     /// Whether a listener is connected already (a waiter's).
-    fn listening(&self) -> bool {
+    pub(super) fn listening(&self) -> bool {
         self.listener
             .borrow()
             .as_ref()
-            .is_some_and(|(client, _)| !client.is_closed())
+            .is_some_and(|(client, tx)| !client.is_closed() && tx.strong_count() > 0)
     }
 
     /// Notifications of released locks, if LISTEN works here: connect the
@@ -379,6 +388,7 @@ impl Postgres {
         }
         if let Some((client, tx)) = self.listener.borrow().as_ref()
             && !client.is_closed()
+            && let Some(tx) = tx.upgrade()
         {
             return Some(tx.subscribe());
         }
@@ -436,8 +446,14 @@ impl Postgres {
             }
         }
         let rx = tx.subscribe();
-        *self.listener.borrow_mut() = Some((client, tx));
+        *self.listener.borrow_mut() = Some((client, tx.downgrade()));
         Some(rx)
+    }
+
+    /// Whether notifications may come here (a listener can be made again
+    /// once lost): not behind a transaction pooler, nor with `?listen=off`.
+    pub(super) fn may_listen(&self) -> bool {
+        self.target().listen && self.listen_works.get() != Some(false)
     }
 
     /// Lock statuses from rows of [`sql::Sql::status`] or [`sql::Sql::list`].
@@ -468,6 +484,43 @@ impl Postgres {
                 })
             })
             .collect()
+    }
+
+    /// Why a statement of ours may go unanswered, as the server tells on
+    /// a connection of its own, within [`ASK_WITHIN`]: `; ...` for the message
+    /// that gives up, or nothing.
+    pub(super) async fn why_unanswered(&self) -> String {
+        const SQL: &str = "SELECT wait_event_type, wait_event, \
+             current_setting('synchronous_standby_names') FROM pg_stat_activity \
+             WHERE usename = current_user AND application_name = $1 AND state = 'active' \
+             AND pid <> pg_backend_pid() AND wait_event IS NOT NULL \
+             ORDER BY wait_event = 'SyncRep' DESC, query_start LIMIT 1";
+        let link = self.link.fresh();
+        let name = self.target().application_name.clone();
+        let asked = async {
+            let client = link.client().await.ok()?;
+            let rows = client.query_typed(SQL, &[(&name, Type::TEXT)]).await.ok()?;
+            let row = rows.first()?;
+            let kind: Option<String> = row.cell(0).ok()?;
+            let event: Option<String> = row.cell(1).ok()?;
+            let standbys: String = row.cell(2).ok()?;
+            Some(match event.as_deref() {
+                Some("SyncRep") => format!(
+                    ": its commits wait for a synchronous standby that does not confirm them \
+                     (synchronous_standby_names = '{standbys}'); elect cancelled its statement"
+                ),
+                _ => format!(
+                    ": elect's statement waited on {} {}, and was cancelled",
+                    kind.unwrap_or_default(),
+                    event.unwrap_or_default()
+                ),
+            })
+        };
+        tokio::time::timeout(ASK_WITHIN, asked)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
     }
 
     /// Rows of a read; none if elect's tables do not exist yet.

@@ -116,6 +116,7 @@ impl Session for PgSession<'_> {
             shared: self.shared.clone(),
             link: self.store.link.clone(),
             statement: self.store.sql.renew.clone(),
+            in_flight: false,
         })
     }
 
@@ -157,6 +158,8 @@ struct PgRenewer {
     shared: Rc<Shared>,
     link: Link,
     statement: String,
+    /// A renewal was sent and not answered (yet).
+    in_flight: bool,
 }
 
 impl Renewer for PgRenewer {
@@ -165,13 +168,15 @@ impl Renewer for PgRenewer {
             let held = self.shared.held.borrow().clone();
             let client = self.link.client().await?;
             let ttl_ms = self.shared.ttl.as_millis() as i64;
+            self.in_flight = true;
             let rows = client
                 .query_typed(
                     &self.statement,
                     &[(&self.shared.tenure, Type::TEXT), (&ttl_ms, Type::INT8)],
                 )
-                .await
-                .map_err(|e| StoreError::unavailable(describe(&e)))?;
+                .await;
+            self.in_flight = false;
+            let rows = rows.map_err(|e| StoreError::unavailable(describe(&e)))?;
             let mut renewed = BTreeSet::new();
             for row in rows {
                 let lock: String = row.cell(0)?;
@@ -198,6 +203,11 @@ impl Renewer for PgRenewer {
     }
 
     fn reset(&mut self) {
+        // A renewal given up on may still wait on the server (for a
+        // synchronous standby that is gone): cancelled there.
+        if std::mem::take(&mut self.in_flight) {
+            self.link.cancel_later();
+        }
         self.link = self.link.fresh();
     }
 }
@@ -350,8 +360,17 @@ impl PgLock<'_> {
         let mut set_up = false;
         let mut read_only_once = false;
         let mut backoff = Backoff::STORE;
+        // Until the server first answers an attempt, the wait is bounded by
+        // --connect-timeout, as every call before we are queued; after,
+        // attempts go on until the lock is ours.
+        let unanswered_until = Instant::now() + store.within;
+        let mut answered = false;
         loop {
-            let left = match tokio::time::timeout(patience, self.attempt()).await {
+            let bound = match answered {
+                true => patience,
+                false => patience.min(unanswered_until.remaining()),
+            };
+            let left = match tokio::time::timeout(bound, self.attempt()).await {
                 // The statement that answered sets the row's expiry, also
                 // where an earlier one, unanswered, had taken it.
                 Ok(Ok(Attempt::Ours(token, sent))) => {
@@ -387,23 +406,47 @@ impl PgLock<'_> {
                         Failed::Statement(e) => describe(&e),
                         Failed::Store(e) => e.message,
                     };
+                    if !answered && unanswered_until.remaining().is_zero() {
+                        return Err(StoreError::unavailable(format!(
+                            "could not try for lock {} within {}: {why}",
+                            self.lock,
+                            crate::clock::show(store.within)
+                        )));
+                    }
                     log::verbose(format_args!("could not try for lock {}: {why}", self.lock));
                     store.link.reset();
-                    self.pause(backoff.pause(), until).await;
-                    if until.is_some_and(|at| at.remaining().is_zero()) {
+                    // Busy only as last seen: a lock never seen is not
+                    // called held (`-n` tries until --connect-timeout).
+                    match answered {
+                        true => self.pause(backoff.pause(), until).await,
+                        false => self.pause(backoff.pause(), Some(unanswered_until)).await,
+                    }
+                    if answered && until.is_some_and(|at| at.remaining().is_zero()) {
                         return Ok(Turn::Busy);
                     }
                     continue;
                 }
+                Err(_) if !answered && unanswered_until.remaining().is_zero() => {
+                    // Asked before the cancel, which ends the wait it would see.
+                    let why = store.why_unanswered().await;
+                    store.link.abandon().await;
+                    return Err(StoreError::unavailable(format!(
+                        "{} did not answer the take of lock {} within {}{why}",
+                        store.target(),
+                        self.lock,
+                        crate::clock::show(store.within)
+                    )));
+                }
                 Err(_) => {
                     log::verbose(format_args!(
                         "no answer within {}; connecting again",
-                        crate::clock::show(patience)
+                        crate::clock::show(bound)
                     ));
-                    store.link.reset();
+                    store.link.abandon().await;
                     continue;
                 }
             };
+            answered = true;
             backoff.reset();
             if until.is_some_and(|at| at.remaining().is_zero()) {
                 return Ok(Turn::Busy);
@@ -442,6 +485,7 @@ impl PgLock<'_> {
                             Some(until) => wake = wake.min(until),
                             None => break,
                         },
+                        // The listener was lost: look, and listen again.
                         News::Closed => {
                             notices = None;
                             break;
@@ -464,10 +508,11 @@ impl PgLock<'_> {
                         // Listening now, or never here: either way look again,
                         // as a release before this went unheard.
                         notices = listened;
-                        if notices.is_none() {
-                            // Not here (a pooler), or not now (try again later).
+                        if notices.is_none() && !store.may_listen() {
+                            // Not here (a pooler): never.
                             listening = Some(Box::pin(std::future::pending()));
                         }
+                        // Not now: again after the next look.
                         break;
                     }
                     () = sleep_until(wake) => break,
@@ -495,7 +540,10 @@ impl PgLock<'_> {
 
     /// While we hold the lock: a break request or the end of our row, as
     /// soon as a notification about the lock comes (`elect break` sends
-    /// one), else as a renewal finds it.
+    /// one), else as a renewal finds it. A listener lost (a server
+    /// restarted, its backend terminated, an idle timeout) is made again at
+    /// once, then after growing pauses; until it is, the renewals judge the
+    /// row, as behind a pooler.
     async fn watch(&self) -> Loss {
         let store = self.store();
         // A command that ends at once costs the database no second
@@ -503,19 +551,40 @@ impl PgLock<'_> {
         if !store.listening() {
             tokio::time::sleep(LISTEN_AFTER).await;
         }
-        let mut notices = store.notifications().await;
-        // News before we listened was not heard (a `break --force` in the
-        // tenure's first moments): look once, now that we listen.
-        if notices.is_some()
-            && let Some(loss) = self.look().await
-        {
-            return loss;
-        }
+        let mut notices = None;
+        let mut pause = Duration::ZERO;
+        let mut backoff = Backoff::STORE;
         loop {
+            let listen = async {
+                tokio::time::sleep(pause).await;
+                store.notifications().await
+            };
             tokio::select! {
                 loss = self.asked() => return loss,
+                listened = listen, if notices.is_none() && store.may_listen() => {
+                    notices = listened;
+                    if notices.is_none() {
+                        pause = backoff.pause();
+                        continue;
+                    }
+                    backoff.reset();
+                    // News before we listened was not heard (a `break
+                    // --force` in the tenure's first moments, or while the
+                    // listener was lost): look once, now that we listen.
+                    if let Some(loss) = self.look().await {
+                        return loss;
+                    }
+                }
                 news = heard(notices.as_mut(), &self.lock) => match news {
-                    News::Closed => notices = None,
+                    News::Closed => {
+                        log::verbose(format_args!(
+                            "the connection that listens for news of lock {} ended; \
+                             listening again",
+                            self.lock
+                        ));
+                        notices = None;
+                        pause = Duration::ZERO;
+                    }
                     News::Renewed(..) | News::Next(_) => {}
                     News::Released => {
                         if let Some(loss) = self.look().await {
