@@ -14,8 +14,11 @@ pub enum Code {
     Unavailable = 69,
     /// elect itself failed (EX_SOFTWARE).
     Software = 70,
-    /// The guard process died; elect killed the command's group itself (EX_OSERR).
-    GuardLost = 71,
+    /// The operating system failed elect (EX_OSERR): the guard process
+    /// died (elect killed the command's group itself), or the open-file
+    /// limit, or the system's table of open files, left elect too few
+    /// descriptors.
+    OsError = 71,
     /// The lock was not acquired within `--wait` (EX_TEMPFAIL; `--busy-exit-code`).
     Busy = 75,
     /// The lease was lost and elect stopped the child (EX_PROTOCOL; `--lost-exit-code`).
@@ -62,6 +65,10 @@ pub const TABLE: &[(&str, &str)] = &[
     ("elect's own failure", "70"),
     (
         "the guard process died (elect killed the command's group, then released the lock)",
+        "71",
+    ),
+    (
+        "the open-file limit (`ulimit -n`, systemd `LimitNOFILE=`) is too low for elect, even raised as far as its hard limit allows, or the system's table of open files is full (at once)",
         "71",
     ),
 ];
@@ -124,6 +131,10 @@ pub const COMMON: &[(&str, &str)] = &[
         "78",
     ),
     ("elect's own failure", "70"),
+    (
+        "the open-file limit (`ulimit -n`, systemd `LimitNOFILE=`) is too low for elect, even raised as far as its hard limit allows, or the system's table of open files is full (at once)",
+        "71",
+    ),
 ];
 
 /// Each inspection command with its own codes; [`COMMON`] apply to all.
@@ -200,7 +211,7 @@ mod tests {
             Code::Usage,
             Code::Unavailable,
             Code::Software,
-            Code::GuardLost,
+            Code::OsError,
             Code::Busy,
             Code::Lost,
             Code::Config,
@@ -212,7 +223,7 @@ mod tests {
                 Code::Usage
                 | Code::Unavailable
                 | Code::Software
-                | Code::GuardLost
+                | Code::OsError
                 | Code::Busy
                 | Code::Lost
                 | Code::Config
@@ -255,7 +266,13 @@ mod tests {
         ] {
             assert!(mentions(&codes(command), code), "{command} {code}");
         }
-        for code in [Code::Usage, Code::Unavailable, Code::Config, Code::Software] {
+        for code in [
+            Code::Usage,
+            Code::Unavailable,
+            Code::Config,
+            Code::Software,
+            Code::OsError,
+        ] {
             assert!(mentions(COMMON, code.value()), "{code:?}");
         }
         assert!(mentions(ELECT, Code::Usage.value()));

@@ -15,6 +15,7 @@ mod cli;
 mod clock;
 #[cfg(test)]
 mod completions;
+mod descriptors;
 #[cfg(test)]
 mod docs;
 mod exit;
@@ -76,6 +77,15 @@ pub fn main() -> ! {
         _ => log::Level::Normal,
     };
     log::set(level, cli.log_format == cli::LogFormat::Json);
+    // Before anything opens a descriptor: too few, and the runtime or a
+    // client library would abort where elect can say why.
+    let listening = match &cli.command {
+        Command::Run(run) if run.listen.is_some() => run::endpoint::MAX_OPEN as u64,
+        _ => 0,
+    };
+    if let Err(failure) = descriptors::ensure(listening) {
+        Outcome::from(failure).finish();
+    }
     if let Command::Run(run) = &cli.command
         && !reaped
         && supervisor::reaper::needed(run.subreaper)
@@ -114,7 +124,8 @@ pub fn main() -> ! {
     {
         Ok(rt) => rt,
         Err(e) => {
-            Outcome::from(Failure::software(format!("cannot start: {e}"))).finish();
+            let failure = descriptors::or(&e, || Failure::software(format!("cannot start: {e}")));
+            Outcome::from(failure).finish();
         }
     };
     let outcome = runtime.block_on(async {

@@ -193,6 +193,9 @@ impl Reach {
 
     /// The probe's findings as the one line.
     fn told(&self, found: &Findings) -> StoreError {
+        if let Some(errno) = found.local() {
+            return StoreError::out_of_descriptors(errno);
+        }
         let other = found
             .heard
             .iter()

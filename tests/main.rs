@@ -19,6 +19,7 @@ mod inspect;
 mod k8s;
 mod kube;
 mod mariadb;
+mod open_files;
 mod overlap;
 mod package;
 mod postgres;

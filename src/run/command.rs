@@ -64,6 +64,10 @@ pub fn check_command(command: &OsStr) -> Result<(), Failure> {
 
 /// Why exec failed, as the shell would say it: 127 not found, 126 cannot execute.
 pub fn exec_failure(command: &OsStr, errno: i32) -> Failure {
+    // The command's process could not be had at all.
+    if crate::descriptors::ran_out(errno) {
+        return crate::descriptors::failure(errno);
+    }
     let name = command.to_string_lossy();
     let error = std::io::Error::from_raw_os_error(errno);
     let code = if errno == libc::ENOENT {

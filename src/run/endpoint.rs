@@ -86,10 +86,12 @@ impl Endpoint {
     /// configuration error, before anything touches the store.
     pub fn bind(addr: SocketAddr) -> Result<Endpoint, Failure> {
         let fail = |e: std::io::Error| {
-            Failure::new(
-                Code::Config,
-                format!("cannot listen on {addr} (--listen): {e}"),
-            )
+            crate::descriptors::or(&e, || {
+                Failure::new(
+                    Code::Config,
+                    format!("cannot listen on {addr} (--listen): {e}"),
+                )
+            })
         };
         // std's listener is made close-on-exec: the command never has it.
         let listener = std::net::TcpListener::bind(addr).map_err(fail)?;

@@ -261,7 +261,12 @@ impl Job {
         trimming: &mut Option<Boxed<'_, ()>>,
     ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
-        let spawned = |e| Failure::software(format!("cannot start the guard: {e}"));
+        let spawned = |e: SpawnError| match e {
+            SpawnError::Guard(e) => crate::descriptors::or(&e, || {
+                Failure::software(format!("cannot start the guard: {e}"))
+            }),
+            e => Failure::software(format!("cannot start the guard: {e}")),
+        };
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
         // beside the guard's start, and so is the record of work done.
@@ -315,9 +320,9 @@ impl Job {
         let held = match lock.hold_fds() {
             Ok(held) => held,
             Err(e) => {
-                return failed(Failure::software(format!(
-                    "cannot hand the lock to the guard: {e}"
-                )));
+                return failed(crate::descriptors::or(&e, || {
+                    Failure::software(format!("cannot hand the lock to the guard: {e}"))
+                }));
             }
         };
         let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
@@ -419,6 +424,9 @@ impl Job {
     fn spawn_failure(&self, e: SpawnError) -> Failure {
         match e {
             SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
+            SpawnError::Guard(e) => crate::descriptors::or(&e, || {
+                Failure::software(format!("cannot start the command: {e}"))
+            }),
             e => Failure::software(format!("cannot start the command: {e}")),
         }
     }
@@ -510,12 +518,12 @@ impl Job {
             None => "ended".to_string(),
         };
         let failure = Failure::new(
-            Code::GuardLost,
+            Code::OsError,
             format!(
                 "the guard process {how}; killed the command's process group {pgid} \
                  and released lock {}; exiting {}",
                 self.lock,
-                Code::GuardLost.value()
+                Code::OsError.value()
             ),
         );
         TurnEnd::Done(Outcome::from(failure))

@@ -194,7 +194,10 @@ impl Job {
         let mut guard = Some(guard);
         let mut signals = match Signals::new() {
             Ok(s) => s,
-            Err(e) => return Failure::software(format!("cannot handle signals: {e}")).into(),
+            Err(e) => {
+                let other = || Failure::software(format!("cannot handle signals: {e}"));
+                return crate::descriptors::or(&e, other).into();
+            }
         };
         let mut reach = Reach::new(&job.location, job.connect_timeout);
         let open = job
@@ -269,9 +272,11 @@ impl Job {
         log::context("lock", args.lock.clone());
         log::context("identity", identity.clone());
         let inner = inner::for_the_command(&settings, &location).map_err(|e| {
-            Failure::software(format!(
-                "cannot hand the store's settings to the command: {e}"
-            ))
+            crate::descriptors::or(&e, || {
+                Failure::software(format!(
+                    "cannot hand the store's settings to the command: {e}"
+                ))
+            })
         })?;
         let standing = Standing::new(&args.lock, args.shards);
         Ok(Job {

@@ -294,6 +294,10 @@ pub enum ErrorKind {
     /// The store went back in time ([`super::rewind`]): a token taken now
     /// could be at or below one already handed out.
     Rewound,
+    /// This machine could not give elect what the request needed: a
+    /// descriptor, the open-file limit being reached. Not the store's
+    /// doing, and asking again would not help.
+    Local,
 }
 
 #[derive(Clone, Debug)]
@@ -315,6 +319,14 @@ impl StoreError {
             message: message.into(),
         }
     }
+    /// [`StoreError::config`] about the I/O error `e` (a file that cannot
+    /// be read or written), unless `e` says a descriptor could not be had.
+    pub fn config_io(e: &std::io::Error, message: impl Into<String>) -> Self {
+        match crate::descriptors::of_io(e) {
+            Some(errno) => StoreError::out_of_descriptors(errno),
+            None => StoreError::config(message),
+        }
+    }
     pub fn denied(message: impl Into<String>) -> Self {
         StoreError {
             kind: ErrorKind::Denied,
@@ -326,6 +338,18 @@ impl StoreError {
             kind: ErrorKind::Rewound,
             message: message.into(),
         }
+    }
+    /// A descriptor could not be had (`errno` EMFILE or ENFILE).
+    pub fn out_of_descriptors(errno: i32) -> Self {
+        StoreError {
+            kind: ErrorKind::Local,
+            message: crate::descriptors::message(errno),
+        }
+    }
+    /// [`StoreError::out_of_descriptors`], if that is what `e` or one of
+    /// its sources says.
+    pub fn descriptors_in(e: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        crate::descriptors::in_chain(e).map(StoreError::out_of_descriptors)
     }
     pub fn gone(message: impl Into<String>) -> Self {
         StoreError {
@@ -342,6 +366,7 @@ impl From<StoreError> for crate::exit::Failure {
             ErrorKind::Unavailable | ErrorKind::Gone | ErrorKind::Rewound => {
                 crate::exit::Code::Unavailable
             }
+            ErrorKind::Local => crate::exit::Code::OsError,
         };
         crate::exit::Failure::new(code, e.message)
     }

@@ -91,6 +91,9 @@ pub enum Heard {
     Like(Server),
     /// It answered, in no protocol elect knows.
     Garbage,
+    /// No descriptor could be had here to look (this errno, EMFILE or
+    /// ENFILE): this machine's limit, not the address's doing.
+    Local(i32),
 }
 
 impl Heard {
@@ -98,7 +101,11 @@ impl Heard {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            Heard::Refused | Heard::Unresolved(_) | Heard::Like(_) | Heard::Garbage
+            Heard::Refused
+                | Heard::Unresolved(_)
+                | Heard::Like(_)
+                | Heard::Garbage
+                | Heard::Local(_)
         )
     }
 }
@@ -113,9 +120,19 @@ pub struct Findings {
 }
 
 impl Findings {
-    /// Whether every address has an answer that waiting cannot change.
+    /// Whether every address has an answer that waiting cannot change, or
+    /// one says that this machine gives elect no descriptor to look with.
     pub fn is_final(&self) -> bool {
-        !self.heard.is_empty() && self.heard.iter().all(|(_, h)| h.is_final())
+        self.local().is_some()
+            || (!self.heard.is_empty() && self.heard.iter().all(|(_, h)| h.is_final()))
+    }
+
+    /// The errno of a descriptor that could not be had for some address.
+    pub fn local(&self) -> Option<i32> {
+        self.heard.iter().find_map(|(_, h)| match h {
+            Heard::Local(errno) => Some(*errno),
+            _ => None,
+        })
     }
 
     /// Whether the probe has anything to say beyond the store's own error:
@@ -141,6 +158,7 @@ impl Findings {
             Heard::Garbage => {
                 format!("this is not {expects}: it answered in no protocol elect knows")
             }
+            Heard::Local(errno) => crate::descriptors::message(*errno),
         }
     }
 }
@@ -232,6 +250,8 @@ impl Greeting {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Reply {
     Refused,
+    /// No descriptor could be had to connect with (this errno).
+    Local(i32),
     Unresolved(String),
     Unreachable(String),
     /// Connected, and nothing came back before the time was up.
@@ -274,6 +294,7 @@ async fn look(contact: &Contact, address: &str, until: Instant) -> Heard {
                 if greeting == first {
                     match &reply {
                         Reply::Refused => return Heard::Refused,
+                        Reply::Local(errno) => return Heard::Local(*errno),
                         Reply::Unresolved(why) => return Heard::Unresolved(why.clone()),
                         Reply::Unreachable(why) => return Heard::Unreachable(why.clone()),
                         // A TLS server need not answer plain text at all,
@@ -380,6 +401,7 @@ fn judge(contact: &Contact, replies: &[(Greeting, Reply)]) -> Heard {
     } else {
         match replies.first().map(|(_, r)| r) {
             Some(Reply::Refused) => Heard::Refused,
+            Some(Reply::Local(errno)) => Heard::Local(*errno),
             Some(Reply::Unresolved(why)) => Heard::Unresolved(why.clone()),
             Some(Reply::Unreachable(why)) => Heard::Unreachable(why.clone()),
             _ => Heard::Silent,
@@ -493,14 +515,20 @@ async fn greet(address: &str, greeting: Greeting, until: Instant) -> Reply {
 async fn connect(address: &str) -> Result<TcpStream, Reply> {
     let resolved: Vec<_> = match tokio::net::lookup_host(address).await {
         Ok(all) => all.collect(),
-        Err(e) => return Err(unresolved(&e)),
+        Err(e) => match crate::descriptors::of_io(&e) {
+            Some(errno) => return Err(Reply::Local(errno)),
+            None => return Err(unresolved(&e)),
+        },
     };
     let mut last = Reply::Unresolved("no address".into());
     for at in resolved {
         match TcpStream::connect(at).await {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => last = Reply::Refused,
-            Err(e) => last = Reply::Unreachable(e.to_string()),
+            Err(e) => match crate::descriptors::of_io(&e) {
+                Some(errno) => return Err(Reply::Local(errno)),
+                None => last = Reply::Unreachable(e.to_string()),
+            },
         }
     }
     Err(last)

@@ -131,6 +131,9 @@ pub struct ConnectFailure {
     pub config: bool,
     /// The account's credentials or rights refused.
     pub refused: bool,
+    /// A descriptor could not be had on this machine (the errno, EMFILE or
+    /// ENFILE): never passing, and not the store's doing.
+    pub local: Option<i32>,
 }
 
 impl ConnectFailure {
@@ -151,6 +154,9 @@ impl ConnectFailure {
                 ));
             }
         };
+        if let Some(errno) = failure.local {
+            return StoreError::out_of_descriptors(errno);
+        }
         if let Some(refused) = &failure.tls {
             return refused.error(shown);
         }

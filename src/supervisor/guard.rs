@@ -107,13 +107,17 @@ const IGNORED: [Signal; 10] = [
     Signal::SIGTTOU,
 ];
 
-/// `__lease-guard FD SIGNAL GRACE_NS -- COMMAND...`
+/// `__lease-guard FD SIGNAL GRACE_NS NOFILE -- COMMAND...`, where NOFILE
+/// is the soft open-file limit elect was started with, for the command,
+/// if elect raised its own (else `-`: see [`crate::descriptors`]).
 pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
+    let given = crate::descriptors::given().map_or_else(|| "-".to_string(), |n| n.to_string());
     [
         ARG.to_string(),
         socket.to_string(),
         (signal as i32).to_string(),
         grace.as_nanos().to_string(),
+        given,
         "--".to_string(),
     ]
     .into_iter()
@@ -121,29 +125,36 @@ pub fn args(socket: RawFd, signal: Signal, grace: Duration) -> Vec<OsString> {
     .collect()
 }
 
-fn parse(args: &[OsString]) -> Option<(RawFd, Orders)> {
+/// The socket, the orders, and the open-file limit elect was given.
+fn parse(args: &[OsString]) -> Option<(RawFd, Orders, Option<u64>)> {
     let text = |i: usize| args.get(i)?.to_str();
-    if text(0)? != ARG || text(4)? != "--" || args.len() < 6 {
+    if text(0)? != ARG || text(5)? != "--" || args.len() < 7 {
         return None;
     }
     let orders = Orders {
         signal: Signal::try_from(text(2)?.parse::<i32>().ok()?).ok()?,
         grace: Duration::from_nanos(text(3)?.parse().ok()?),
-        command: args[5..].to_vec(),
+        command: args[6..].to_vec(),
         set_env: Vec::new(),
         remove_env: Vec::new(),
     };
-    Some((text(1)?.parse().ok()?, orders))
+    let given = match text(4)? {
+        "-" => None,
+        n => Some(n.parse().ok()?),
+    };
+    Some((text(1)?.parse().ok()?, orders, given))
 }
 
 /// Run as the guard started by exec; `args` start with [`ARG`]. Never returns.
 pub fn main(args: &[OsString]) -> ! {
     // Started as /proc/self/exe; be recognisable in ps and top.
     set_name(NAME);
-    let Some((socket, orders)) = parse(args) else {
+    let Some((socket, orders, given)) = parse(args) else {
         eprintln!("elect: {ARG} is for elect's own use");
         std::process::exit(crate::exit::Code::Software.value().into());
     };
+    // For the command, which gets the limit elect was started with.
+    crate::descriptors::set_given(given);
     retitle();
     // SAFETY: elect passed us this descriptor and nothing else owns it.
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
@@ -699,12 +710,14 @@ mod tests {
         let mut a = args(7, Signal::SIGINT, Duration::from_millis(1500));
         a.push("sh".into());
         a.push("-c".into());
-        let (socket, o) = parse(&a).unwrap();
+        let (socket, o, given) = parse(&a).unwrap();
         assert_eq!(
-            (socket, o.signal, o.grace),
-            (7, Signal::SIGINT, Duration::from_millis(1500))
+            (socket, o.signal, o.grace, given),
+            (7, Signal::SIGINT, Duration::from_millis(1500), None)
         );
         assert_eq!(o.command, vec![OsString::from("sh"), OsString::from("-c")]);
-        assert!(parse(&a[..5]).is_none(), "a command is required");
+        assert!(parse(&a[..6]).is_none(), "a command is required");
+        a[4] = "8".into();
+        assert_eq!(parse(&a).unwrap().2, Some(8));
     }
 }

@@ -252,6 +252,11 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
     if let Err(e) = SigSet::empty().thread_set_mask() {
         return failed("sigprocmask", e);
     }
+    // The open-file limit elect was started with, had it raised its own.
+    if let Err(e) = crate::descriptors::restore() {
+        eprintln!("elect: guard: setrlimit failed in the command's process: {e}");
+        return Waited::Failed(e);
+    }
     let mut command = Command::new(&orders.command[0]);
     command.args(&orders.command[1..]);
     for name in &orders.remove_env {

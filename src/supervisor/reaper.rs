@@ -74,14 +74,22 @@ pub fn main(args: &[OsString]) -> ! {
     }
     let mut command = Command::new("/proc/self/exe");
     command.arg0("elect").arg(ARG).args(args);
-    // SAFETY: between fork and exec only pthread_sigmask, which is
-    // async-signal-safe; its failure fails the spawn.
+    // SAFETY: between fork and exec only pthread_sigmask, an atomic load,
+    // getrlimit and setrlimit, which are async-signal-safe; their failure
+    // fails the spawn. The copy starts with the open-file limit elect was
+    // started with, and raises its own as this process did.
     unsafe {
-        command.pre_exec(|| Ok(SigSet::empty().thread_set_mask()?));
+        command.pre_exec(|| {
+            SigSet::empty().thread_set_mask()?;
+            crate::descriptors::restore()
+        });
     }
     let copy = match command.spawn() {
         Ok(child) => Pid::from_raw(child.id() as i32),
-        Err(e) => fail(format_args!("cannot start: {e}")),
+        Err(e) => Outcome::from(crate::descriptors::or(&e, || {
+            Failure::software(format!("cannot start: {e}"))
+        }))
+        .finish(),
     };
     loop {
         let sig = match handled.wait() {

@@ -308,10 +308,13 @@ where
                 Ok(value) => return Ok(value),
                 Err(e) => e,
             };
+            let text = describe(&e);
+            if let Some(errno) = out_of_descriptors(&e) {
+                return Err((Some(Why::Local(errno)), text));
+            }
             if let Some(refused) = tls_refusal(&e) {
                 return Err((Some(Why::Tls), refused.to_string()));
             }
-            let text = describe(&e);
             if let Some(why) = refusal(&e) {
                 return Err((Some(why), text));
             }
@@ -408,6 +411,8 @@ enum Why {
     Tls,
     /// Nothing listens at any endpoint.
     NothingListens,
+    /// A descriptor could not be had on this machine (this errno).
+    Local(i32),
     /// No answer within the patience.
     GaveUp,
 }
@@ -441,6 +446,7 @@ impl Failed {
     pub(super) fn error(&self, message: String) -> StoreError {
         match self.why {
             Why::Denied => StoreError::denied(message),
+            Why::Local(errno) => StoreError::out_of_descriptors(errno),
             _ => StoreError::unavailable(message),
         }
     }
@@ -461,7 +467,7 @@ impl From<Failed> for StoreError {
             Why::Denied | Why::Refused => {
                 format!("{shown} refused the request: {f}{}", f.users_hint())
             }
-            Why::Tls => format!("{shown}: {f}"),
+            Why::Tls | Why::Local(_) => format!("{shown}: {f}"),
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
@@ -494,6 +500,16 @@ pub(super) fn describe(e: &etcd_client::Error) -> String {
         other => other.to_string(),
     };
     crate::store::with_causes(text, e)
+}
+
+/// A descriptor that could not be had (its errno), from the I/O error
+/// under the gRPC status or transport error, or their words.
+fn out_of_descriptors(e: &etcd_client::Error) -> Option<i32> {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => crate::descriptors::in_chain(status),
+        etcd_client::Error::TransportError(transport) => crate::descriptors::in_chain(transport),
+        other => crate::descriptors::in_chain(other),
+    }
 }
 
 /// A refused TLS handshake, from the TLS library's error under the gRPC

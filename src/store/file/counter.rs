@@ -109,7 +109,7 @@ impl Dir {
     pub(super) fn next_token(&self, stem: &str) -> Result<u64, StoreError> {
         let path = self.path(stem, ".token");
         let fail = |e: std::io::Error| {
-            StoreError::config(format!("token counter {}: {e}", path.display()))
+            StoreError::config_io(&e, format!("token counter {}: {e}", path.display()))
         };
         let open = || {
             std::fs::OpenOptions::new()
@@ -152,7 +152,7 @@ impl Dir {
     pub(super) fn locked_counter(&self, stem: &str) -> Result<Option<(File, u64)>, StoreError> {
         let path = self.path(stem, ".token");
         let fail = |e: std::io::Error| {
-            StoreError::config(format!("token counter {}: {e}", path.display()))
+            StoreError::config_io(&e, format!("token counter {}: {e}", path.display()))
         };
         let mut counter = loop {
             let file = match open_nofollow(&path) {
@@ -192,10 +192,10 @@ impl Dir {
                 ))),
             },
             Err(e) if e.kind() == IoKind::NotFound => Ok(0),
-            Err(e) => Err(StoreError::config(format!(
-                "token counter {}: {e}",
-                path.display()
-            ))),
+            Err(e) => Err(StoreError::config_io(
+                &e,
+                format!("token counter {}: {e}", path.display()),
+            )),
         }
     }
 }

@@ -25,8 +25,9 @@ pub(super) const BREAK_REQUEST: &str = "elect break";
 impl FileStore {
     pub(super) fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
         let dir = self.existing()?;
-        let entries = std::fs::read_dir(&dir.0)
-            .map_err(|e| StoreError::config(format!("cannot list {}: {e}", dir.0.display())))?;
+        let entries = std::fs::read_dir(&dir.0).map_err(|e| {
+            StoreError::config_io(&e, format!("cannot list {}: {e}", dir.0.display()))
+        })?;
         let mut locks: Vec<String> = entries
             .flatten()
             .filter_map(|e| {
@@ -81,8 +82,9 @@ impl FileStore {
         }
         let stem = stem(lock);
         let path = dir.path(&stem, ".lock");
-        let fail =
-            |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", path.display()));
+        let fail = |e: std::io::Error| {
+            StoreError::config_io(&e, format!("cannot break {}: {e}", path.display()))
+        };
         let old = open_nofollow(&path).map_err(fail)?;
         let fresh = dir.path(&stem, ".lock.new");
         let _ = std::fs::remove_file(&fresh);
@@ -125,8 +127,9 @@ impl Breaking for FileBreaking {
     /// move on to the new one.
     fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let fail =
-                |e: std::io::Error| StoreError::config(format!("cannot break {}: {e}", self.shown));
+            let fail = |e: std::io::Error| {
+                StoreError::config_io(&e, format!("cannot break {}: {e}", self.shown))
+            };
             let old = self.old.try_clone().map_err(fail)?;
             lock::lock_blocking(old).await.map_err(fail)?;
             let _ = std::fs::remove_file(&self.holder_record);
@@ -158,10 +161,10 @@ impl Dir {
             Ok(file) => file,
             Err(e) if e.kind() == IoKind::NotFound => return Ok(free),
             Err(e) => {
-                return Err(StoreError::config(format!(
-                    "lock file {}: {e}",
-                    path.display()
-                )));
+                return Err(StoreError::config_io(
+                    &e,
+                    format!("lock file {}: {e}", path.display()),
+                ));
             }
         };
         let waiting = probe

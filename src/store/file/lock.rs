@@ -112,7 +112,10 @@ impl FileLock {
         let stem = stem(lock);
         let path = dir.path(&stem, ".lock");
         let file = dir.open_lock(&path).map_err(|e| {
-            StoreError::config(format!("cannot open the lock file {}: {e}", path.display()))
+            StoreError::config_io(
+                &e,
+                format!("cannot open the lock file {}: {e}", path.display()),
+            )
         })?;
         Ok(FileLock {
             dir: dir.clone(),
@@ -145,7 +148,7 @@ impl FileLock {
 
     async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
         let locked =
-            |e: std::io::Error| StoreError::config(format!("cannot lock {}: {e}", self.key));
+            |e: std::io::Error| StoreError::config_io(&e, format!("cannot lock {}: {e}", self.key));
         loop {
             let ours = match self.file.borrow().try_lock() {
                 Ok(()) => true,

@@ -34,10 +34,10 @@ impl Dir {
                     StoreError::config(format!("checkpoint {} is corrupt", path.display()))
                 }),
             Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::config(format!(
-                "checkpoint {}: {e}",
-                path.display()
-            ))),
+            Err(e) => Err(StoreError::config_io(
+                &e,
+                format!("checkpoint {}: {e}", path.display()),
+            )),
         }
     }
 
@@ -58,7 +58,10 @@ impl Dir {
                 value,
             })),
             Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::config(format!("{}: {e}", path.display()))),
+            Err(e) => Err(StoreError::config_io(
+                &e,
+                format!("{}: {e}", path.display()),
+            )),
         }
     }
 
@@ -107,7 +110,7 @@ impl Dir {
         }
         self.replace(&stem, &suffix, value.as_bytes(), durable)
             .map_err(|e| {
-                StoreError::config(format!("{}: {e}", self.path(&stem, &suffix).display()))
+                StoreError::config_io(&e, format!("{}: {e}", self.path(&stem, &suffix).display()))
             })?;
         Ok(Put::Stored)
     }
@@ -123,7 +126,8 @@ impl Dir {
         durable: bool,
     ) -> Result<Put, StoreError> {
         let path = self.path(stem, suffix);
-        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", path.display()));
+        let fail =
+            |e: std::io::Error| StoreError::config_io(&e, format!("{}: {e}", path.display()));
         let tmp = self.path(stem, &format!("{suffix}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let mut file = self.create_new(&tmp).map_err(fail)?;
@@ -146,9 +150,10 @@ impl Dir {
     pub(super) fn delete_record(&self, lock: &str, record: Record<'_>) -> Result<(), StoreError> {
         let path = self.path(&stem(lock), &Dir::record_suffix(record));
         match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != IoKind::NotFound => {
-                Err(StoreError::config(format!("{}: {e}", path.display())))
-            }
+            Err(e) if e.kind() != IoKind::NotFound => Err(StoreError::config_io(
+                &e,
+                format!("{}: {e}", path.display()),
+            )),
             _ => Ok(()),
         }
     }
@@ -159,7 +164,8 @@ impl Dir {
         values: bool,
     ) -> Result<Vec<(String, String)>, StoreError> {
         let prefix = format!("{}{}", stem(lock), HISTORY.replace('/', "%2F"));
-        let fail = |e: std::io::Error| StoreError::config(format!("{}: {e}", self.0.display()));
+        let fail =
+            |e: std::io::Error| StoreError::config_io(&e, format!("{}: {e}", self.0.display()));
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&self.0).map_err(fail)? {
             let name = entry.map_err(fail)?.file_name();

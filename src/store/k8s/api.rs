@@ -128,6 +128,9 @@ impl Api {
             .await
             .map_err(|e| {
                 self.settled.set(true);
+                if let Some(errno) = crate::descriptors::of_io(&e) {
+                    return StoreError::out_of_descriptors(errno);
+                }
                 StoreError::unavailable(format!(
                     "{}: cannot resolve the host name {host} ({e})",
                     self.shown()
@@ -184,6 +187,9 @@ impl Api {
     }
 
     fn failed(&self, what: &str, e: &(dyn std::error::Error + 'static)) -> StoreError {
+        if let Some(local) = StoreError::descriptors_in(e) {
+            return local;
+        }
         StoreError::unavailable(with_causes(format!("{}: {what}: {e}", self.shown()), e))
     }
 

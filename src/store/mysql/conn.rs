@@ -336,9 +336,11 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         code,
         Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
     );
+    let local = crate::descriptors::in_chain(e);
     let passing = !config
         && tls.is_none()
         && !refused
+        && local.is_none()
         && match code {
             None => !matches!(e, mysql_async::Error::Driver(_)),
             Some(c) => matches!(c, code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN),
@@ -355,6 +357,7 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         tls,
         config,
         refused,
+        local,
     }
 }
 

@@ -362,9 +362,11 @@ fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
         Some(c) if *c == SqlState::INVALID_PASSWORD
             || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
     ) || lower.contains("password missing");
+    let local = crate::descriptors::in_chain(e);
     let passing = !config
         && tls.is_none()
         && !refused
+        && local.is_none()
         && (code.is_none()
             || code == Some(&SqlState::CANNOT_CONNECT_NOW)
             || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
@@ -382,6 +384,7 @@ fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
         tls,
         config,
         refused,
+        local,
     }
 }
 

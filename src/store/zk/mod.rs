@@ -340,6 +340,8 @@ async fn connect(
     };
     let worth_retrying = |e: &ZkError| match e {
         ZkError::AuthFailed | ZkError::NoAuth => false,
+        // The client keeps only the words of the I/O error it met.
+        e if crate::descriptors::in_text(&e.to_string()).is_some() => false,
         // A certificate refused is not going to pass. The client keeps the
         // TLS library's error to itself (a failed handshake is a lost
         // connection to it): only its words, where it has any, say so.
@@ -370,6 +372,9 @@ async fn connect(
             )));
         }
     };
+    if let Some(errno) = crate::descriptors::in_text(&error.to_string()) {
+        return Err(StoreError::out_of_descriptors(errno));
+    }
     match error {
         ZkError::AuthFailed | ZkError::NoAuth => Err(StoreError::denied(format!(
             "{shown} refused us: authentication failed for user {}",
