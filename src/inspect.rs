@@ -503,7 +503,11 @@ fn report_break(
             ));
             Outcome::Exit(YES)
         }
-        Ok(Broken::Forced { holder, why }) => {
+        Ok(Broken::Forced {
+            holder,
+            why,
+            kept_out,
+        }) => {
             let waited = match why {
                 Forced::ForceFlag => Duration::ZERO,
                 Forced::NoAnswer(waited) => waited,
@@ -511,7 +515,7 @@ fn report_break(
             broken_json(args, location, "revoked", Some(&holder), Some(waited));
             log::notice(format_args!(
                 "ended the lease of {holder} on lock {lock} {}",
-                forced(&holder, why)
+                forced(&holder, why, kept_out)
             ));
             Outcome::Exit(YES)
         }
@@ -532,7 +536,7 @@ fn report_break(
 }
 
 /// When and how a lease was ended by force, and what may still run.
-fn forced(holder: &Holder, why: Forced) -> String {
+fn forced(holder: &Holder, why: Forced, kept_out: Option<Duration>) -> String {
     let when = match why {
         Forced::ForceFlag => "at once".to_string(),
         Forced::NoAnswer(waited) => format!(
@@ -546,7 +550,14 @@ fn forced(holder: &Holder, why: Forced) -> String {
              may still run while the next holder starts",
             crate::clock::show(crate::run::GONE_GRACE)
         ),
-        None => "its command may still run while the next holder starts".to_string(),
+        None => match kept_out {
+            Some(kept) => format!(
+                "it may run on until it sees that and stops, so the next holder is kept \
+                 out for {}, its lease's duration",
+                crate::clock::show(kept)
+            ),
+            None => "its command may still run while the next holder starts".to_string(),
+        },
     };
     format!("{when}; {running}")
 }

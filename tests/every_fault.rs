@@ -109,11 +109,29 @@ impl<S: StoreUnderTest> Drop for Run<S> {
 }
 
 /// A contender whose command ticks as `label`; its elect leads a process
-/// group of its own, as a shell's job.
-fn contender(url: &str, label: &str, ticks: &Ticks, ignore_term: bool) -> Running {
-    let mut command = elect_run(url, LOCK, &TIMING, &ticks.script(label, ignore_term));
+/// group of its own, as a shell's job. `ttl`: its `--ttl`, if not [`TTL`].
+fn contender(
+    url: &str,
+    label: &str,
+    ticks: &Ticks,
+    ignore_term: bool,
+    ttl: Option<&str>,
+) -> Running {
+    let mut timing = TIMING.to_vec();
+    if let Some(ttl) = ttl {
+        timing[1] = ttl;
+    }
+    let mut command = elect_run(url, LOCK, &timing, &ticks.script(label, ignore_term));
     command.process_group(0);
     Running::spawn(command)
+}
+
+/// How A holds: whether its command ignores SIGTERM, and its `--ttl` if
+/// not [`TTL`].
+#[derive(Clone, Copy, Default)]
+struct Holding {
+    ignore_term: bool,
+    ttl: Option<&'static str>,
 }
 
 /// A new store for `scenario`; A holding, through a fault proxy if
@@ -130,7 +148,11 @@ fn start<S: StoreUnderTest>(
         true => Via::Proxy,
         false => Via::Direct,
     };
-    start_on(store, began, scenario, fault, via, ignore_term, |_| {})
+    let a = Holding {
+        ignore_term,
+        ttl: None,
+    };
+    start_on(store, began, scenario, fault, via, a, |_| {})
 }
 
 /// How A and B reach the store: directly, A through a fault proxy, or
@@ -141,15 +163,15 @@ enum Via {
     Urls(String, String),
 }
 
-/// [`start`] on `store`, started at `began`; `before_b` is done to it once
-/// A holds, before B starts.
+/// [`start`] on `store`, started at `began`, A holding as `holding` says;
+/// `before_b` is done to the store once A holds, before B starts.
 fn start_on<S: StoreUnderTest>(
     store: S,
     began: Instant,
     scenario: &str,
     fault: &str,
     via: Via,
-    ignore_term: bool,
+    holding: Holding,
     before_b: impl FnOnce(&S),
 ) -> Run<S> {
     let dir = TempDir::new(&format!("every-fault-{}-{scenario}", S::NAME));
@@ -160,12 +182,12 @@ fn start_on<S: StoreUnderTest>(
         (_, Some(proxy)) => (store.url_through(proxy.port), store.url()),
         (_, None) => (store.url(), store.url()),
     };
-    let mut a = contender(&a_url, "A", &ticks, ignore_term);
+    let mut a = contender(&a_url, "A", &ticks, holding.ignore_term, holding.ttl);
     let a_token = a.expect_line("token", 20 * SECOND).parse().unwrap();
     let a_group = a.expect_line("pgid", 5 * SECOND).parse().unwrap();
     ticks.first("A", 5 * SECOND);
     before_b(&store);
-    let mut b = contender(&b_url, "B", &ticks, false);
+    let mut b = contender(&b_url, "B", &ticks, false, None);
     let give_up = Instant::now() + 10 * SECOND;
     while store.contenders(LOCK) != 2 || ticks.last("B").is_some() {
         if Instant::now() > give_up || ticks.last("B").is_some() {
@@ -673,7 +695,15 @@ fn restored_from_an_older_backup<S: StoreUnderTest>() {
     for _ in 0..10 {
         store.unrelated_write();
     }
-    let mut run = start_on(store, began, "restored", fault, Via::Direct, false, |_| {});
+    let mut run = start_on(
+        store,
+        began,
+        "restored",
+        fault,
+        Via::Direct,
+        Holding::default(),
+        |_| {},
+    );
     let restore = monotonic_ns();
     run.store.restore_state(false);
     let serving = monotonic_ns();
@@ -731,7 +761,7 @@ fn restored_from_an_older_backup<S: StoreUnderTest>() {
          {a_said}",
         ms(a_last - serving)
     );
-    let mut c = contender(&run.store.url(), "C", &run.ticks, false);
+    let mut c = contender(&run.store.url(), "C", &run.ticks, false, None);
     run.ticks.first("C", HOLDER_AGAIN_WITHIN);
     c.signal(libc::SIGTERM);
     c.wait(10 * SECOND);
@@ -757,7 +787,7 @@ fn restored_with_the_revision_bumped<S: StoreUnderTest>() {
         "restored-bumped",
         fault,
         Via::Direct,
-        false,
+        Holding::default(),
         |_| {},
     );
     let restore = monotonic_ns();
@@ -787,7 +817,7 @@ fn clock_stepped<S: StoreUnderTest>(scenario: &str, offset: &str, b_after: bool)
         scenario,
         &fault,
         Via::Direct,
-        false,
+        Holding::default(),
         |store| {
             if b_after {
                 store.step_clock(LOCK, offset);
@@ -827,6 +857,54 @@ fn clock_stepped_a_day_back_b_queued<S: StoreUnderTest>() {
     clock_stepped::<S>("clock-day-back-queued", "-1d", false);
 }
 
+/// Another writer deletes the holder's record, as an administrator's tool
+/// would, just after one of A's renewals. B takes the lock at once; A's
+/// command, which ignores SIGTERM, must be stopped within what the store
+/// promises for a lease ended from outside (as for `break --force`), not
+/// at A's next renewal.
+fn the_holders_record_deleted_by_another_writer<S: StoreUnderTest>() {
+    assert!(S::HAS_FOREIGN_WRITERS);
+    let run = start::<S>(
+        "foreign-delete",
+        "the holder's record deleted by another writer",
+        false,
+        true,
+    );
+    run.store.delete_record(LOCK);
+    let deleted = monotonic_ns();
+    let allowed_ms = S::forced_break_overlap(TTL).as_secs_f64() * 1e3;
+    run.judge(Tenure::Ended, deleted, deleted, allowed_ms);
+}
+
+/// Another writer shortens the lease the holder's record gives it (a hand
+/// edit, a GitOps sync), the holder still named, just after one of A's
+/// renewals. A holds with a 6 s TTL, so that its renewals (each TTL/3)
+/// come further apart than the shortened lease: a waiter that counts the
+/// record's lease could take it between two. A must keep the lock, and B
+/// never start while A's command runs, for a TTL and more.
+fn the_holders_lease_duration_edited_by_another_writer<S: StoreUnderTest>() {
+    assert!(S::HAS_FOREIGN_WRITERS);
+    let began = Instant::now();
+    let store = S::start("foreign-shorten");
+    let a = Holding {
+        ignore_term: false,
+        ttl: Some("6s"),
+    };
+    let run = start_on(
+        store,
+        began,
+        "foreign-shorten",
+        "the holder's lease duration edited by another writer",
+        Via::Direct,
+        a,
+        |_| {},
+    );
+    run.store.shorten_record(LOCK);
+    let edited = monotonic_ns();
+    std::thread::sleep(TTL);
+    run.judge(Tenure::Kept, edited, monotonic_ns(), 0.0);
+}
+
 /// A new replicated store for `scenario`; A holding through the members
 /// `a_members` picks, its command ignoring SIGTERM if `ignore_term`; B
 /// waiting through those `b_members` picks (each given the store, with its
@@ -852,7 +930,10 @@ fn start_replicated<S: StoreUnderTest>(
         scenario,
         fault,
         Via::Urls(a_url, b_url),
-        ignore_term,
+        Holding {
+            ignore_term,
+            ttl: None,
+        },
         |_| {},
     )
 }
@@ -1057,6 +1138,12 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         S::NAME
     );
     assert_eq!(
+        groups.contains(&"foreign"),
+        S::HAS_FOREIGN_WRITERS,
+        "{}: foreign",
+        S::NAME
+    );
+    assert_eq!(
         groups.contains(&"replicated"),
         S::REPLICAS > 1,
         "{}: replicated",
@@ -1078,8 +1165,11 @@ macro_rules! tests {
 /// The scenarios of each group: `every` store's, `force` (the overlap a
 /// `--force` leaves, bounded per store), `pkill` (elect and its guard killed together), those
 /// of a store with a `link`, those of a store with a `server`, those of a
-/// store that judges expiry by its own `clock`, those of a store restored from a backup of its own (`restore`), those of a `replicated`
-/// store's members.
+/// store that judges expiry by its own `clock`, those of a store whose
+/// elects listen for news on a connection of its own (`notify`), whose
+/// commits can wait for a synchronous `standby`, restored from a backup of
+/// its own (`restore`), those of a `replicated` store's members, those of a
+/// store that `foreign` writers may edit.
 macro_rules! group {
     ($type:ty, every) => {
         tests!(
@@ -1163,6 +1253,15 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, foreign) => {
+        tests!(
+            $type,
+            [
+                the_holders_record_deleted_by_another_writer,
+                the_holders_lease_duration_edited_by_another_writer,
+            ]
+        );
+    };
     ($type:ty, server) => {
         tests!(
             $type,
@@ -1196,7 +1295,7 @@ stores! {
     etcd: Etcd => [every, force, pkill, link, server, restore],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
-    k8s: KubeStore => [every, force, pkill, link, server],
+    k8s: KubeStore => [every, force, pkill, link, server, foreign],
     mariadb: MariaDb => [every, force, pkill, link, server, clock],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby],

@@ -692,9 +692,9 @@ fn a_preferred_holder_of_another_is_a_request_to_let_go() {
     );
 }
 
-/// The holder's watch selects the label `elect break` writes, so that its
-/// own renewals bring it nothing: a break, asked and then forced, still
-/// reaches a holder at once, 10 s before its next renewal would find it.
+/// A break, asked and then forced, reaches a holder at once through its
+/// watch of its Lease, 10 s before its next renewal would find it; the
+/// label `elect break` writes beside its request stays on a forced break.
 #[test]
 fn a_break_reaches_the_holder_at_once_by_its_label() {
     let store = KubeStore::start("break-label");
@@ -734,6 +734,55 @@ fn a_break_reaches_the_holder_at_once_by_its_label() {
             true => assert_eq!(label, "forced", "{lease}"),
         }
     }
+}
+
+/// `break --force` on a client-go holder: client-go finds the Lease
+/// another's on its next renewal, but stops leading only once its renewals
+/// have failed for its RenewDeadline. The break writes a holder of no one
+/// for the Lease's own duration (client-go's LeaseDuration, which client-go
+/// keeps above RenewDeadline), so the elect waiting takes the Lease only
+/// after seeing that unchanged for it: after client-go has stopped.
+#[test]
+fn a_forced_break_of_a_client_go_holder_hands_over_only_once_it_stopped() {
+    let store = KubeStore::start("break-client-go");
+    let dir = TempDir::new("k8s-break-client-go");
+    let ticks = Ticks::new(&dir.0);
+    const MS: i128 = 1_000_000;
+    let timing = [
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ];
+    let mut go = contender_with(&store, "job", "client-go-1", "G", &ticks, &timing);
+    go.expect_line("leading", 20 * SECOND);
+    ticks.first("G", 5 * SECOND);
+    let (mut waiter, ()) = elect_holder_waiting(&store, "job", "E", &ticks);
+    let broke = support::ticker::monotonic_ns();
+    let out = support::elect()
+        .args(["break", "--store", &store.url(), "--lock", "job"])
+        .args(["--yes", "--force"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    go.expect_line("cancelled", 20 * SECOND);
+    go.wait(10 * SECOND);
+    let taken = ticks.first("E", 20 * SECOND);
+    let cancelled = ticks.last("G:cancelled").unwrap();
+    eprintln!(
+        "after the break: client-go's work cancelled at {:.0} ms, elect's first tick {:.0} ms",
+        (cancelled - broke) as f64 / 1e6,
+        (taken - broke) as f64 / 1e6
+    );
+    assert_after(&ticks, "G", "E");
+    // Held for the Lease's 4 s, by elect's own clock.
+    assert!(taken - broke > 4000 * MS, "{said}");
+    waiter.signal(libc::SIGTERM);
+    waiter.wait(10 * SECOND);
 }
 
 /// In a pod: nothing but the service account's files (token, CA,

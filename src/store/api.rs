@@ -124,6 +124,12 @@ pub trait Breaking {
     /// End the holder's tenure now, so that the next in line may go ahead
     /// (its command may still run until its elect notices).
     fn end(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// After [`Self::end`]: how long the store keeps the next in line out,
+    /// for a holder that takes that long to stop once it sees its tenure
+    /// ended (`None`: the next may go ahead at once).
+    fn keeps_next_out(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A lease, renewed by its [`Renewer`]s, under which locks are queued for.

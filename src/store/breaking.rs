@@ -47,20 +47,24 @@ pub async fn break_lock(
             match force {
                 true => {
                     breaking.end().await?;
-                    Err(Forced::ForceFlag)
+                    Err((Forced::ForceFlag, breaking.keeps_next_out()))
                 }
                 false => match tokio::time::timeout(wait, breaking.ended()).await {
                     Ok(ended) => Ok(ended.map(|()| asked.elapsed())?),
                     Err(_) => {
                         breaking.end().await?;
-                        Err(Forced::NoAnswer(wait))
+                        Err((Forced::NoAnswer(wait), breaking.keeps_next_out()))
                     }
                 },
             }
         };
         return Ok(match ended {
             Ok(after) => Broken::Stopped { holder, after },
-            Err(why) => Broken::Forced { holder, why },
+            Err((why, kept_out)) => Broken::Forced {
+                holder,
+                why,
+                kept_out,
+            },
         });
     }
     Err(StoreError::unavailable(format!(

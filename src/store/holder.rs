@@ -365,8 +365,13 @@ impl Check {
 pub enum Broken {
     /// The holder stopped its command and let go, this long after it was asked.
     Stopped { holder: Holder, after: Duration },
-    /// The holder's lease was ended while its command may still run.
-    Forced { holder: Holder, why: Forced },
+    /// The holder's lease was ended while its command may still run; the
+    /// next in line kept out this long, if the store does.
+    Forced {
+        holder: Holder,
+        why: Forced,
+        kept_out: Option<Duration>,
+    },
     /// Nobody held the lock.
     Free,
     /// The holder is not the one with the expected token.

@@ -166,6 +166,25 @@ pub trait StoreUnderTest: Sized {
         false
     }
 
+    /// Others than elect may write a lock's record with the rights elect
+    /// needs (an administrator's tool, a GitOps sync):
+    /// [`Self::delete_record`] and [`Self::shorten_record`] do it.
+    const HAS_FOREIGN_WRITERS: bool = false;
+
+    /// Just after one of the renewals of `lock`'s holder (the longest time
+    /// until its next), delete the lock's record as another writer would,
+    /// with no lease of its own revoked.
+    fn delete_record(&self, _lock: &str) {
+        panic!("{}: not a fault of this store", Self::NAME)
+    }
+
+    /// Just after one of the renewals of `lock`'s holder, set the lease
+    /// its record gives the holder to the least the store takes, the holder
+    /// still named, as another writer would.
+    fn shorten_record(&self, _lock: &str) {
+        panic!("{}: not a fault of this store", Self::NAME)
+    }
+
     /// A new store for `scenario` whose wall clock [`Self::step_clock`]
     /// can step while it runs.
     fn start_with_a_steppable_clock(_scenario: &str) -> Self {
@@ -1431,6 +1450,20 @@ impl KubeStore {
         !holder.is_empty() && renewed + Duration::from_secs(secs) > std::time::SystemTime::now()
     }
 
+    /// The Lease of `lock` as a renewal of its holder's left it, read as
+    /// soon as one was seen (its `renewTime` moved on).
+    fn after_a_renewal(&self, lock: &str) -> serde_json::Value {
+        let renewed = |l: &serde_json::Value| l["spec"]["renewTime"].clone();
+        let before = renewed(&self.lease(lock).expect("a Lease held"));
+        super::eventually("a renewal of the Lease", 10 * SECOND, || {
+            let lease = self.lease(lock).ok_or("no Lease")?;
+            match renewed(&lease) == before {
+                true => Err(format!("renewTime still {before}")),
+                false => Ok(lease),
+            }
+        })
+    }
+
     /// PUT `change` of `lock`'s Lease, from its current version.
     fn change_lease(&self, lock: &str, change: impl Fn(&mut serde_json::Value)) {
         super::eventually(&format!("the Lease of {lock} changed"), 10 * SECOND, || {
@@ -1606,6 +1639,36 @@ impl StoreUnderTest for KubeStore {
     /// Its elect sees the Lease taken at once, by its watch.
     fn forced_break_overlap(_ttl: Duration) -> Duration {
         Duration::from_millis(300)
+    }
+
+    /// Anyone with `update` or `delete` on Leases.
+    const HAS_FOREIGN_WRITERS: bool = true;
+
+    /// `kubectl delete lease`.
+    fn delete_record(&self, lock: &str) {
+        let lease = self.after_a_renewal(lock);
+        let name = lease["metadata"]["name"].as_str().unwrap();
+        let (code, body) =
+            self.kube()
+                .request("DELETE", &format!("{}/{name}", self.leases()), None);
+        assert_eq!(code, 200, "{body}");
+    }
+
+    /// `kubectl edit lease`: `leaseDurationSeconds` 1, the rest as read.
+    fn shorten_record(&self, lock: &str) {
+        super::eventually("the Lease shortened", 10 * SECOND, || {
+            let mut lease = self.after_a_renewal(lock);
+            lease["spec"]["leaseDurationSeconds"] = 1.into();
+            let name = lease["metadata"]["name"].as_str().unwrap().to_string();
+            match self.kube().request(
+                "PUT",
+                &format!("{}/{name}", self.leases()),
+                Some(&lease.to_string()),
+            ) {
+                (200, _) => Ok(()),
+                (_, body) => Err(body),
+            }
+        })
     }
 
     const SPEAKS: &'static str = "Kubernetes";

@@ -5,7 +5,9 @@
 //! `resourceVersion` the precondition, with only the fields a step changes
 //! set: `strategy`, `preferredHolder`, labels and others' annotations are
 //! kept. A holder is taken with `acquireTime` and `renewTime` now and
-//! `leaseTransitions` one more; renewed with `renewTime` now; let go as
+//! `leaseTransitions` one more; renewed with its holder's whole spec
+//! (`holderIdentity`, `leaseDurationSeconds`, `renewTime` now), as client-go
+//! renews, so that a duration someone else edited is put back; let go as
 //! client-go lets go: no `holderIdentity`, `leaseDurationSeconds` 1, and
 //! for elect's waiters the one to take it next ([`NEXT`]).
 //! Nothing of elect's is ever deleted but a history record.
@@ -23,8 +25,7 @@ pub const HOLDER: &str = "elect/holder";
 /// `resourceVersion` is the token until then).
 pub const TOKEN: &str = "elect/token";
 /// `elect break`'s request to let go: an annotation (who asked), and a
-/// label (`asked`, or `forced` by `--force`) that the holder's watch
-/// selects, so that it is not woken by each of its own renewals.
+/// label (`asked`, or `forced` by `--force`), for `kubectl get -l`.
 pub const BREAK: &str = "elect/break";
 /// The lock's checkpoint, as JSON.
 pub const CHECKPOINT: &str = "elect/checkpoint";
@@ -63,8 +64,11 @@ pub const WAITERS_OF: &str = "elect/waiters-of";
 /// The record name of a waiter, before its tenure.
 pub const WAITER: &str = "waiter/";
 
-/// The holder `elect break --force` writes: no one, for a second, so that
-/// a client-go holder finds the Lease another's on its next renewal.
+/// The holder `elect break --force` writes: no one, for a second after an
+/// elect holder (which sees it at once), for the Lease's own duration after
+/// any other, so that a client-go holder, which finds the Lease another's
+/// on its next renewal but stops leading only after its `RenewDeadline`
+/// (less than that duration), has stopped before anyone takes it.
 pub const BROKEN: &str = "elect-break";
 
 pub fn leases(namespace: &str) -> String {
@@ -80,17 +84,6 @@ pub fn watch(namespace: &str, name: &str, version: &str) -> String {
     format!(
         "{}?watch=1&fieldSelector=metadata.name%3D{name}&resourceVersion={version}&timeoutSeconds=300",
         leases(namespace)
-    )
-}
-
-/// A watch on the one Lease `name`, from `version`, that tells only of it
-/// with the label [`BREAK`] (a break asked or forced) and of its deletion
-/// with it: its holder's watch, which its own renewals would otherwise
-/// wake once each.
-pub fn watch_broken(namespace: &str, name: &str, version: &str) -> String {
-    format!(
-        "{}&labelSelector=elect%2Fbreak",
-        watch(namespace, name, version)
     )
 }
 
@@ -296,10 +289,6 @@ impl Lease {
         }
     }
 
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.0["metadata"]["labels"][key].as_str()
-    }
-
     /// `elect break` (`who` asked) asks its holder to let go.
     pub fn ask_to_let_go(&mut self, who: &str) {
         self.set_annotation(BREAK, who);
@@ -353,6 +342,22 @@ impl Lease {
 
     pub fn renew(&mut self) {
         self.spec()["renewTime"] = now_micro().into();
+    }
+
+    /// Renewed by `holder` for `seconds`: its whole spec written again, as
+    /// client-go writes it on every renewal, whatever someone else made of
+    /// `leaseDurationSeconds` meanwhile.
+    pub fn renew_as(&mut self, holder: &str, seconds: u64) {
+        let spec = self.spec();
+        spec["holderIdentity"] = holder.into();
+        spec["leaseDurationSeconds"] = seconds.into();
+        self.renew();
+    }
+
+    /// Whether elect took it: a holder record beside a holder identity of
+    /// elect's form (`<host>_<tenure>`).
+    pub fn held_by_elect(&self) -> bool {
+        self.annotation(HOLDER).is_some() && super::session::tenure_of(self.holder()).is_some()
     }
 
     /// Let go as client-go does.

@@ -364,6 +364,8 @@ struct KubeBreaking<'a> {
     store: &'a Kube,
     lock: &'a str,
     identity: String,
+    /// How long the holder [`Self::end`] wrote keeps the Lease.
+    kept_out: std::cell::Cell<Option<Duration>>,
 }
 
 impl Breaking for KubeBreaking<'_> {
@@ -384,9 +386,14 @@ impl Breaking for KubeBreaking<'_> {
         })
     }
 
-    /// Write a holder that is no one's for a second: elect's holder sees
-    /// its Lease taken over at once, a client-go holder on its next
-    /// renewal, and the next in line takes it a second later.
+    /// Write a holder that is no one's ([`lease::BROKEN`]). elect's holder
+    /// sees its Lease taken over at once, through its watch, so the next in
+    /// line may take it a second later. Any other holder (a client-go
+    /// program) sees it on its next renewal, but stops leading only once
+    /// its renewals have failed for its `RenewDeadline`, which client-go
+    /// keeps below its `LeaseDuration`: that is the Lease's duration, so
+    /// the holder written keeps it that long, and the next in line takes it
+    /// only after seeing it unchanged for it.
     fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let Some(lease) = self.store.read(self.lock).await? else {
@@ -394,23 +401,36 @@ impl Breaking for KubeBreaking<'_> {
             };
             let name = lease.name().to_string();
             let identity = self.identity.clone();
-            self.store
+            let written = self
+                .store
                 .write_while(
                     &name,
                     lease,
                     &|l| l.holder() == identity,
                     &|l: &mut Lease| {
                         let lock = l.lock().to_string();
+                        let seconds = match l.held_by_elect() {
+                            true => 1,
+                            false => l.seconds(),
+                        };
+                        self.kept_out
+                            .set((seconds > 1).then(|| Duration::from_secs(seconds)));
                         l.let_go();
-                        l.take(&lock, lease::BROKEN, 1, "");
+                        l.take(&lock, lease::BROKEN, seconds, "");
                         l.remove_annotation(lease::HOLDER);
-                        // For the holder's watch, which selects it.
                         l.set_label(lease::BREAK, "forced");
                     },
                 )
-                .await
-                .map(drop)
+                .await?;
+            if !written {
+                self.kept_out.set(None);
+            }
+            Ok(())
         })
+    }
+
+    fn keeps_next_out(&self) -> Option<Duration> {
+        self.kept_out.get()
     }
 }
 
@@ -485,6 +505,7 @@ impl Store for Kube {
                 store: self,
                 lock,
                 identity,
+                kept_out: std::cell::Cell::new(None),
             });
             Ok(Some(breaking))
         })

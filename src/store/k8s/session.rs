@@ -13,9 +13,16 @@
 //! take the Lease next ([`lease::NEXT`], the oldest by the waiters'
 //! records), and the others let it for [`NAMED_FIRST`]: without, every
 //! waiter PUT at each release, one won, and the rest read and watched
-//! again, in no order. A holder watches its Lease only for the label
-//! `elect break` writes ([`lease::BREAK`]): a watch of every change would
-//! wake it once for each of its own renewals.
+//! again, in no order.
+//!
+//! A holder owns its Lease: it watches every change of it, and tells its
+//! own writes by the `resourceVersion` their answers gave (an event of one
+//! costs it nothing more). Anyone else's write is judged at once: a
+//! deletion, or another `holderIdentity`, ends the tenure as a revoked
+//! lease does; a break request asks it to let go; a `leaseDurationSeconds`
+//! not its own (an edit by hand, a GitOps sync) is written back at once by a
+//! renewal, before a waiter counting the shorter duration could take it.
+//! Every renewal writes the holder's whole spec, as client-go's do.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -97,6 +104,34 @@ impl Shared {
             )),
             _ => None,
         }
+    }
+
+    /// Keep `lease`, as one of our writes answered, for the Lease `name`
+    /// we hold: unless let go meanwhile, or a later write of ours (a
+    /// renewal and a re-assertion may cross) is kept already.
+    fn keep(&self, name: &str, lease: Lease) {
+        let mut held = self.held.borrow_mut();
+        let Some(kept) = held.get(name) else {
+            return;
+        };
+        let newer = match (
+            lease::parse_version(lease.version()),
+            lease::parse_version(kept.version()),
+        ) {
+            (Ok(new), Ok(old)) => new > old,
+            _ => true,
+        };
+        if newer {
+            held.insert(name.to_string(), lease);
+        }
+    }
+
+    /// A renewal of the Lease `name`, held as `lease`: its whole spec, ours.
+    /// `Ok(None)`: not ours any more.
+    async fn renew_one(&self, name: &str, lease: Lease) -> Result<Option<Lease>, StoreError> {
+        let (identity, seconds) = (self.identity.clone(), self.seconds);
+        let renew = move |l: &mut Lease| l.renew_as(&identity, seconds);
+        self.write_ours(name, lease, &renew).await
     }
 
     /// PUT `lease`, our holder's, with its version; on a conflict read it
@@ -414,10 +449,9 @@ impl Renewer for KubeRenewer {
             // waiter record's write is, or else a read.
             let wrote = !held.is_empty();
             for (name, lease) in held {
-                let written = shared.write_ours(&name, lease, &Lease::renew).await?;
-                let mut still = shared.held.borrow_mut();
+                let written = shared.renew_one(&name, lease).await?;
                 // Let go meanwhile: not ours to judge.
-                if !still.contains_key(&name) {
+                if !shared.held.borrow().contains_key(&name) {
                     continue;
                 }
                 match written {
@@ -426,7 +460,7 @@ impl Renewer for KubeRenewer {
                             shared.asked.borrow_mut().insert(name.clone(), why);
                             shared.news.notify_waiters();
                         }
-                        still.insert(name, lease);
+                        shared.keep(&name, lease);
                     }
                     None => {
                         return Ok(Renewal::Gone(format!(
@@ -671,7 +705,7 @@ impl KubeLock {
     }
 
     /// While we hold the Lease: a break request or its end, as the watch
-    /// tells it or a renewal finds it.
+    /// of every change of it tells it or a renewal finds it.
     async fn watch_ours(&self) -> Loss {
         let asked = async {
             loop {
@@ -693,10 +727,7 @@ impl KubeLock {
                 return std::future::pending().await;
             };
             loop {
-                // Only a Lease labelled by `elect break`: a renewal of ours
-                // brings no event. A takeover or a deletion by another
-                // tool, which no elect labels, is found by the next renewal.
-                let path = lease::watch_broken(self.ns(), &self.name, &version);
+                let path = lease::watch(self.ns(), &self.name, &version);
                 let mut watch = match self.api().watch(&path).await {
                     Ok(watch) => watch,
                     Err(e) => {
@@ -706,37 +737,38 @@ impl KubeLock {
                     }
                 };
                 while let Some(event) = watch.next().await {
-                    let kind = event["type"].as_str().unwrap_or("");
-                    let lease = Lease(event["object"].clone());
-                    match kind {
-                        // Deleted with the label; without it, the label was
-                        // taken off (by a take or a release): judged as a change.
-                        "DELETED" if lease.label(lease::BREAK).is_some() => {
-                            return Loss::Gone(format!("the Lease {} was deleted", self.name));
-                        }
-                        "ADDED" | "MODIFIED" | "DELETED" => {
-                            if lease.holder() != self.shared.identity {
-                                return Loss::Gone(format!(
-                                    "the Lease {} was taken over by {}",
-                                    self.name,
-                                    match lease.holder() {
-                                        "" => "no one (let go from outside)",
-                                        other => other,
-                                    }
-                                ));
-                            }
-                            if let Some(why) = self.shared.asks(&lease) {
-                                return Loss::Asked(why);
-                            }
-                            version = lease.version().to_string();
-                        }
-                        // Too old a version: from what we hold now.
+                    let seen = match event["type"].as_str().unwrap_or("") {
+                        "ADDED" | "MODIFIED" => Some(Lease(event["object"].clone())),
+                        "DELETED" => None,
+                        // Too old a version: a look, and a watch from it.
                         "ERROR" => {
-                            if let Some(held) = self.shared.held.borrow().get(&self.name) {
-                                version = held.version().to_string();
+                            let path = lease::path(self.ns(), &self.name);
+                            match self.api().request("GET", &path, None).await {
+                                Ok(r) if r.status == 200 => Some(Lease(r.body)),
+                                Ok(r) if r.status == 404 => None,
+                                Ok(r) => {
+                                    let e = self.api().refusal("get", &self.name, &r);
+                                    log::verbose(format_args!(
+                                        "looking at lock {}: {e}",
+                                        self.lock
+                                    ));
+                                    break;
+                                }
+                                Err(e) => {
+                                    log::verbose(format_args!(
+                                        "looking at lock {}: {e}",
+                                        self.lock
+                                    ));
+                                    break;
+                                }
                             }
                         }
-                        _ => {}
+                        // A bookmark.
+                        _ => continue,
+                    };
+                    match self.judge(seen).await {
+                        Ok(seen) => version = seen,
+                        Err(loss) => return loss,
                     }
                 }
                 // Ended by the server (its timeout) or broken: again, soon.
@@ -746,6 +778,74 @@ impl KubeLock {
         tokio::select! {
             loss = asked => loss,
             loss = watched => loss,
+        }
+    }
+
+    /// The Lease we hold as its watch or a look found it (`None`: deleted).
+    /// A write of our own (its version the one our write's answer gave) is
+    /// let be; anyone else's that deleted it or named another holder ends
+    /// the tenure, one that asks us to let go asks, and one that left it
+    /// ours with a `leaseDurationSeconds` not ours is written back at once.
+    /// `Ok`: the version to watch from.
+    async fn judge(&self, seen: Option<Lease>) -> Result<String, Loss> {
+        let Some(lease) = seen else {
+            return Err(Loss::Gone(format!(
+                "the Lease {} was deleted by another writer",
+                self.name
+            )));
+        };
+        let version = lease.version().to_string();
+        let ours = self
+            .shared
+            .held
+            .borrow()
+            .get(&self.name)
+            .map(|held| held.version() == version);
+        // Let go meanwhile, or our own write: nothing to judge.
+        if ours != Some(false) {
+            return Ok(version);
+        }
+        if lease.holder() != self.shared.identity {
+            return Err(Loss::Gone(format!(
+                "the Lease {} was taken over by {}",
+                self.name,
+                match lease.holder() {
+                    "" => "no one (let go from outside)",
+                    other => other,
+                }
+            )));
+        }
+        if let Some(why) = self.shared.asks(&lease) {
+            return Err(Loss::Asked(why));
+        }
+        let seconds = lease.0["spec"]["leaseDurationSeconds"].as_u64();
+        if seconds == Some(self.shared.seconds) {
+            return Ok(version);
+        }
+        let shown = seconds.map_or_else(|| "none".to_string(), |s| format!("{s} s"));
+        match self.shared.renew_one(&self.name, lease).await {
+            Ok(Some(written)) => {
+                log::warn(format_args!(
+                    "another writer set the Lease {}'s leaseDurationSeconds to {shown}: \
+                     written back to its holder's {} s",
+                    self.name, self.shared.seconds
+                ));
+                let version = written.version().to_string();
+                self.shared.keep(&self.name, written);
+                Ok(version)
+            }
+            Ok(None) => Err(Loss::Gone(format!(
+                "the Lease {} was taken over or deleted",
+                self.name
+            ))),
+            // The renewals go on, and find it as it is.
+            Err(e) => {
+                log::verbose(format_args!(
+                    "writing back the Lease {}'s leaseDurationSeconds: {e}",
+                    self.name
+                ));
+                Ok(version)
+            }
         }
     }
 }
