@@ -80,6 +80,15 @@ pub trait StoreUnderTest: Sized {
     fn restore_state(&mut self, _bump: bool) {
         panic!("{}: no restore", Self::NAME)
     }
+    /// The store's tools can restore it with its counters above those
+    /// handed out since the backup.
+    const RESTORES_ABOVE: bool = false;
+    /// How long after a restored store serves again its holder's command
+    /// may run on, at this TTL: until the holder's deadline, unless it
+    /// learns sooner.
+    fn restore_noticed_within(ttl: Duration) -> Duration {
+        ttl
+    }
 
     /// Its elects hear of a lock's changes on a connection of their own
     /// (PostgreSQL's LISTEN), which can be lost while the renewals' is not.
@@ -352,6 +361,13 @@ impl StoreUnderTest for Etcd {
     }
 
     const RESTORES: bool = true;
+    const RESTORES_ABOVE: bool = true;
+
+    /// Its key's watch breaks with the server, and the look that follows
+    /// finds the key gone (or the revision gone back) once etcd serves.
+    fn restore_noticed_within(_ttl: Duration) -> Duration {
+        Duration::from_millis(300)
+    }
 
     fn save_state(&self) {
         self.save_snapshot();
@@ -891,6 +907,20 @@ impl StoreUnderTest for ZooKeeper {
     }
 
     /// `fast`: SIGTERM, the JVM's orderly exit; `immediate`: SIGKILL.
+    const RESTORES: bool = true;
+
+    fn save_state(&self) {
+        self.back_up();
+    }
+
+    /// From an older data directory; ZooKeeper has no way to restore above.
+    /// (Its holder learns its session is gone when its client connects
+    /// again, which may come after its deadline: the default bound, the TTL.)
+    fn restore_state(&mut self, bump: bool) {
+        assert!(!bump, "ZooKeeper restores only as it was");
+        self.restore_backup();
+    }
+
     fn restart_server(&mut self, how: &str) {
         if how == "fast" {
             terminate(self.pid(0));

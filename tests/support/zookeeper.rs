@@ -427,6 +427,26 @@ impl ZooKeeper {
         }
     }
 
+    /// A copy of the single server's data directory, as an operator's
+    /// backup keeps it, beside it.
+    pub fn back_up(&self) {
+        assert_eq!(self.servers.len(), 1, "a backup of a single server");
+        let dir = &self.servers[0].dir;
+        copy_tree(&dir.join("data"), &dir.join("backup"));
+    }
+
+    /// The single server killed, its data directory replaced by the
+    /// backup, and started again; waits until it serves.
+    pub fn restore_backup(&mut self) {
+        assert_eq!(self.servers.len(), 1, "a restore of a single server");
+        self.kill(0);
+        let dir = self.servers[0].dir.clone();
+        std::fs::remove_dir_all(dir.join("data")).unwrap();
+        copy_tree(&dir.join("backup"), &dir.join("data"));
+        self.restart(0);
+        self.wait_ready();
+    }
+
     /// Start server `i` again on its old configuration, data and ports; do
     /// not wait (see [`ZooKeeper::wait_ready`]).
     pub fn restart(&mut self, i: usize) {
@@ -850,4 +870,21 @@ pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<I
         false
     };
     (Box::new(cutter), told)
+}
+
+/// `cp -a` of `from` to `to`, keeping the transaction log's holes.
+fn copy_tree(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .args(["-a", "--sparse=always"])
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cp -a {} {}: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -39,6 +39,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 
 use crate::log;
 use crate::store::retry::{self, GaveUp};
+use crate::store::rewind::Mark;
 use crate::store::tls;
 use crate::store::{
     Boxed, Breaking, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session, Store,
@@ -63,6 +64,9 @@ pub struct ZooKeeper {
     target: ZkTarget,
     within: Duration,
     client: RefCell<Option<Client>>,
+    /// The highest zxid this process has seen handed out as a token
+    /// ([`crate::store::rewind`]), for every session.
+    mark: Mark,
 }
 
 impl ZooKeeper {
@@ -71,6 +75,7 @@ impl ZooKeeper {
             target,
             within,
             client: RefCell::new(None),
+            mark: Mark::default(),
         }
     }
 

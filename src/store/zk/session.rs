@@ -11,9 +11,18 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, EventType, Se
 use super::{ZooKeeper, ensure_parent, failed, lock_path, queue};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::rewind::Mark;
 use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
 };
+
+/// How ZooKeeper's counter is named in messages.
+const ZXID: &str = "ZooKeeper's zxid";
+
+/// What a restore of ZooKeeper means for the tokens, for a waiter that
+/// found it went back: ZooKeeper has no way to restore above them.
+const RESTORE: &str = "an elect started now takes the lock with a lower token, which a \
+     resource that keeps the highest token it has seen refuses";
 
 pub struct ZkSession {
     client: Client,
@@ -30,6 +39,8 @@ pub struct ZkSession {
     /// protected prefix): one given up, by a signal say, may have made a
     /// node that only its prefix finds.
     creating: RefCell<Vec<(String, String)>>,
+    /// The store's [`Mark`]: the highest czxid seen handed out.
+    mark: Mark,
 }
 
 impl ZkSession {
@@ -78,6 +89,7 @@ impl ZkSession {
             })),
             nodes: RefCell::default(),
             creating: RefCell::default(),
+            mark: store.mark.clone(),
         })
     }
 }
@@ -436,9 +448,16 @@ impl<'s> ZkLock<'s> {
             .creating
             .borrow_mut()
             .push((path.clone(), prefix.clone()));
+        let floor = session.mark.floor();
         let made = Self::try_create(session, lock, record, &path, &prefix).await;
         session.creating.borrow_mut().retain(|(_, p)| p != &prefix);
-        made
+        let made = made?;
+        // No place under a token at or below one handed out before.
+        if let Err(rewound) = session.mark.token(floor, made.czxid.max(0).unsigned_abs()) {
+            let _ = Lock::leave(&made).await;
+            return Err(rewound.error(ZXID, &made.lock, RESTORE));
+        }
+        Ok(made)
     }
 
     /// [`ZkLock::create`]'s attempts.
@@ -574,7 +593,10 @@ impl<'s> ZkLock<'s> {
             let ahead = format!("{}/{}", self.path, nodes[at - 1].0);
             let watcher = match client.check_and_watch_stat(&ahead).await {
                 Ok((None, _)) => continue,
-                Ok((Some(_), watcher)) => watcher,
+                Ok((Some(stat), watcher)) => {
+                    self.session.mark.saw(stat.czxid.max(0).unsigned_abs());
+                    watcher
+                }
                 Err(e) if !definite(&e) => {
                     self.pause(until).await;
                     continue;
