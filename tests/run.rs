@@ -939,3 +939,38 @@ fn an_on_end_hook_that_hangs_is_killed_within_its_bound() {
         "{stderr}"
     );
 }
+
+/// An etcd whose database reached its quota refuses every write at once
+/// (the NOSPACE alarm): elect says so at once, with what to do, and exits
+/// 69, rather than retrying for its whole --connect-timeout and then
+/// blaming the link.
+#[test]
+fn a_full_etcd_is_said_at_once() {
+    let etcd = Etcd::start_with(EtcdOptions {
+        args: vec!["--quota-backend-bytes".into(), "1048576".into()],
+        ..EtcdOptions::default()
+    });
+    // Under the kernel's limit of one argument (128 KiB).
+    let value = "x".repeat(100 * 1024);
+    let mut full = false;
+    for k in 0..60 {
+        let out = etcd.etcdctl(&["put", &format!("fill/{k}"), &value]);
+        if String::from_utf8_lossy(&out.stderr).contains("database space exceeded") {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "etcd's quota of 1 MiB was never reached");
+    let started = Instant::now();
+    let out = elect_run(
+        &etcd.url(),
+        "full",
+        &["--connect-timeout", "10s"],
+        "echo ran",
+    )
+    .output()
+    .unwrap();
+    let took = started.elapsed();
+    support::assert_outcome("a full etcd", &out, 69, "etcdctl alarm disarm");
+    assert!(took < 3 * SECOND, "a full etcd was said after {took:?}");
+}

@@ -413,6 +413,9 @@ enum Why {
     NothingListens,
     /// A descriptor could not be had on this machine (this errno).
     Local(i32),
+    /// Its database reached its quota: the NOSPACE alarm refuses every
+    /// write until an operator frees space and disarms it.
+    OutOfSpace,
     /// No answer within the patience.
     GaveUp,
 }
@@ -468,6 +471,11 @@ impl From<Failed> for StoreError {
                 format!("{shown} refused the request: {f}{}", f.users_hint())
             }
             Why::Tls | Why::Local(_) => format!("{shown}: {f}"),
+            Why::OutOfSpace => format!(
+                "{shown} refused the request: {f}: its database is full (the NOSPACE \
+                 alarm); compact and defragment it (etcdctl compact, etcdctl defrag), then \
+                 `etcdctl alarm disarm`"
+            ),
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
@@ -548,6 +556,9 @@ fn refusal(e: &etcd_client::Error) -> Option<Why> {
             e,
             etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_)
         );
+    if says(&["database space exceeded"]) {
+        return Some(Why::OutOfSpace);
+    }
     match (denied, refused) {
         (true, _) => Some(Why::Denied),
         (false, true) => Some(Why::Refused),
