@@ -1372,3 +1372,62 @@ fn elect_inside_the_command_reaches_the_database_as_its_elect_did() {
         PASSWORD,
     );
 }
+
+/// An asynchronous standby promoted after the primary died, the holder's
+/// take not yet replicated to it (its link to the primary blackholed): the promoted
+/// server's row does not have that take. A newcomer takes the lock there
+/// with a token above the holder's, since the promotion began a new
+/// timeline; the holder, reaching the new primary through the multi-host
+/// URL, finds its row not its own at its next renewal and stops. Its
+/// command may run that long beside the newcomer's: measured and printed,
+/// bounded here by a TTL.
+#[test]
+fn a_standby_promoted_without_the_last_take_hands_out_a_higher_token() {
+    let primary = Postgres::start();
+    let standby = primary.start_standby();
+    let dir = TempDir::new("pg-promoted");
+    let ticks = Ticks::new(&dir.0);
+    // The lock's row exists on both, with a holder before A.
+    let mut before = ticking(
+        &primary.url(),
+        "promoted",
+        "before",
+        &["--ttl", "3s"],
+        &ticks,
+    );
+    let before_token = token_of(&mut before);
+    before.signal(libc::SIGTERM);
+    before.wait(10 * SECOND);
+    let link = standby.stream_through_a_proxy(&primary);
+    standby.catch_up(&primary);
+    link.set(Mode::Blackhole);
+    let both = format!(
+        "postgres://elect@127.0.0.1:{},127.0.0.1:{}/elect?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let mut a = ticking(&both, "promoted", "A", &["--ttl", "3s"], &ticks);
+    let a_token = token_of(&mut a);
+    let a_group: i32 = a.expect_line("pgid", 5 * SECOND).parse().unwrap();
+    ticks.first("A", 5 * SECOND);
+    primary.stop("immediate");
+    standby.promote();
+    let mut c = ticking(&both, "promoted", "C", &["--ttl", "3s"], &ticks);
+    let c_token = token_of(&mut c);
+    let overlap = ticks.overlap_ms("A", a_group, "C");
+    eprintln!(
+        "an asynchronous standby promoted: tokens {before_token} (before), {a_token} (A, lost \
+         with the old primary), {c_token} (C, on the new one); A's command ran {overlap:.0} ms \
+         beside C's"
+    );
+    assert!(
+        c_token > a_token,
+        "C's token {c_token} is not above A's {a_token}, handed out by the old primary"
+    );
+    assert!(overlap < 3000.0, "A ran {overlap:.0} ms beside C");
+    assert!(group_members(a_group).is_empty(), "A's group outlived it");
+    assert!(!group_alive(a_group));
+    a.wait(10 * SECOND);
+    c.signal(libc::SIGTERM);
+    c.wait(10 * SECOND);
+}

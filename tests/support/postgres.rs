@@ -756,6 +756,49 @@ ssl_ca_file = 'ca.crt'
         }
     }
 
+    /// Make this standby stream the primary's WAL over TCP through a
+    /// fault proxy (returned), which a test can blackhole: then nothing the
+    /// primary writes reaches the standby, as with a lagging asynchronous
+    /// standby. Returns once the standby streams through it.
+    pub fn stream_through_a_proxy(&self, primary: &Postgres) -> super::proxy::Proxy {
+        let hba = primary.data().join("pg_hba.conf");
+        let rest = std::fs::read_to_string(&hba).unwrap();
+        if !rest.contains("host replication all 127.0.0.1/32 trust") {
+            write_for_server(
+                &hba,
+                &format!("{rest}host replication all 127.0.0.1/32 trust\n"),
+            );
+            primary.psql("SELECT pg_reload_conf()");
+        }
+        let proxy = super::proxy::Proxy::start(&format!("127.0.0.1:{}", primary.port));
+        self.psql(&format!(
+            "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres'",
+            proxy.port
+        ));
+        self.psql("SELECT pg_reload_conf()");
+        let give_up = Instant::now() + READY_WITHIN;
+        let through = format!("{}", proxy.port);
+        while self.psql("SELECT sender_port FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+            != through
+        {
+            assert!(
+                Instant::now() < give_up,
+                "the standby does not stream through the proxy:\n{}",
+                tail(&self.log())
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        proxy
+    }
+
+    /// Promote this standby (`pg_ctl promote`): it starts a new timeline
+    /// and takes writes. Returns when it does.
+    pub fn promote(&self) {
+        let out = run(self.pg_ctl(&["promote"]));
+        assert!(out.status.success(), "pg_ctl promote: {}", stderr(&out));
+        assert_eq!(self.psql("SELECT pg_is_in_recovery()"), "f");
+    }
+
     /// [`Self::stop`] with `mode`, then [`Self::start_again`].
     pub fn restart(&self, mode: &str) {
         self.stop(mode);

@@ -43,6 +43,17 @@ pub const LAYOUT: &[(&str, &str, &str)] = &[
 /// holder counts.
 const DURABLE: &str = "set_config('synchronous_commit', 'on', true)";
 
+/// The least fence of the server's timeline: 0 on the first, and from
+/// the second on (timeline - 1) × 2^40, above every fence an earlier
+/// timeline can have handed out (up to 2^40 takes of a lock). A promoted
+/// standby, or a server recovered to a point in time, starts a new
+/// timeline; with asynchronous replication it may lack the last takes of
+/// the old primary, and their fences: a take's fence is at least this, so
+/// tokens still rise across a failover. The timeline is the first 8 hex
+/// digits of the current WAL file's name, which any role may read.
+const EPOCH: &str =
+    "((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 40)";
+
 /// The tables, as created (also what an administrator runs by hand).
 pub fn create_tables(s: &str) -> String {
     format!(
@@ -186,9 +197,10 @@ impl Sql {
                 "WITH c AS (SELECT clock_timestamp() AS t), \
                  taken AS ( \
                    INSERT INTO {s}.lease AS l (name, tenure, fence, expires_at, renewed_at, acquired_at, holder) \
-                   SELECT $1, $2, 1, c.t + {ttl}, c.t, c.t, $4::jsonb FROM c \
+                   SELECT $1, $2, greatest(1, {EPOCH}), c.t + {ttl}, c.t, c.t, $4::jsonb FROM c \
                    ON CONFLICT (name) DO UPDATE SET \
-                     fence = CASE WHEN l.tenure = excluded.tenure THEN l.fence ELSE l.fence + 1 END, \
+                     fence = CASE WHEN l.tenure = excluded.tenure THEN l.fence \
+                       ELSE greatest(l.fence + 1, {EPOCH}) END, \
                      acquired_at = CASE WHEN l.tenure = excluded.tenure THEN l.acquired_at ELSE excluded.acquired_at END, \
                      holder = CASE WHEN l.tenure = excluded.tenure THEN l.holder ELSE excluded.holder END, \
                      tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at, \
