@@ -324,3 +324,56 @@ fn a_kill_at_any_step_never_hands_out_a_token_twice() {
     }
     assert!(seen.len() > killed.len(), "tokens seen: {seen:?}");
 }
+
+/// A full disk (a tmpfs of 64 KiB, in a mount namespace of the test's
+/// own), with room for no page, one or two: every write elect makes there
+/// (the token counter, the holder record, a checkpoint, the history)
+/// either lands whole or fails, and a failed one leaves no half-written
+/// file behind; a run that cannot take the lock says why in one line.
+#[test]
+fn a_full_disk_leaves_nothing_half_written() {
+    let elect = support::elect().get_program().to_owned();
+    for room in [0, 1, 2] {
+        let dir = TempDir::new(&format!("file-full-{room}"));
+        let store = dir.0.join("locks");
+        std::fs::create_dir(&store).unwrap();
+        let s = store.display();
+        let e = elect.display();
+        // The pages left free: fill the disk, then remove `room` pages.
+        let script = format!(
+            "mount -t tmpfs -o size=64k,mode=0700 none {s} || exit 99; \
+             for i in 1 2; do head -c 4096 /dev/zero > {s}/room$i; done; \
+             head -c 1048576 /dev/zero > {s}/fill 2>/dev/null; \
+             for i in $(seq 1 {room}); do rm {s}/room$i; done; \
+             {e} run --store file:{s} --lock full -- {e} checkpoint put x; \
+             echo \"run $?\" >&2; \
+             {e} run --store file:{s} --lock full -- true; echo \"again $?\" >&2; \
+             ls -a {s} >&2"
+        );
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!("{room} pages free:\n{said}");
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        let listed: Vec<&str> = said
+            .lines()
+            .skip_while(|l| !l.starts_with("again "))
+            .skip(1)
+            .collect();
+        assert!(!listed.is_empty(), "{said}");
+        for name in &listed {
+            assert!(!name.ends_with(".tmp"), "{name} left behind:\n{said}");
+        }
+        // With no room at all, the run fails at its first write, in one line.
+        if room == 0 {
+            let first: Vec<&str> = said
+                .lines()
+                .take_while(|l| !l.starts_with("run "))
+                .collect();
+            assert_eq!(first.len(), 1, "{said}");
+            assert!(first[0].contains("No space left on device"), "{said}");
+        }
+    }
+}

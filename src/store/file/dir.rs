@@ -166,11 +166,18 @@ impl Dir {
             _ => {}
         }
         let mut file = self.create_new(&tmp)?;
-        file.write_all(content)?;
-        if durable {
-            file.sync_all()?;
+        let written = (|| {
+            file.write_all(content)?;
+            if durable {
+                file.sync_all()?;
+            }
+            std::fs::rename(&tmp, &target)
+        })();
+        if let Err(e) = written {
+            // A full disk, say: nothing half-written is left behind.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
-        std::fs::rename(&tmp, &target)?;
         if durable {
             File::open(&self.0)?.sync_all()?;
         }

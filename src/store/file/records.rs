@@ -131,9 +131,16 @@ impl Dir {
         let tmp = self.path(stem, &format!("{suffix}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let mut file = self.create_new(&tmp).map_err(fail)?;
-        file.write_all(value.as_bytes()).map_err(fail)?;
-        if durable {
-            file.sync_all().map_err(fail)?;
+        let written = file
+            .write_all(value.as_bytes())
+            .and_then(|()| match durable {
+                true => file.sync_all(),
+                false => Ok(()),
+            });
+        if let Err(e) = written {
+            // A full disk, say: nothing half-written is left behind.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail(e));
         }
         let linked = std::fs::hard_link(&tmp, &path);
         let _ = std::fs::remove_file(&tmp);
