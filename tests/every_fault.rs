@@ -688,7 +688,7 @@ fn restored_from_an_older_backup<S: StoreUnderTest>() {
     assert!(S::RESTORES);
     let began = Instant::now();
     let fault = "restored from a backup older than A's tenure";
-    let store = S::start("restored");
+    let mut store = S::start("restored");
     store.save_state();
     // Others' writes since the backup: the store's counter is well past
     // the backup's when A takes the lock, as in a store in use.
@@ -777,7 +777,7 @@ fn restored_with_the_revision_bumped<S: StoreUnderTest>() {
     assert!(S::RESTORES);
     let began = Instant::now();
     let fault = "restored from a backup older than A's tenure, the revision bumped";
-    let store = S::start("restored-bumped");
+    let mut store = S::start("restored-bumped");
     store.save_state();
     for _ in 0..10 {
         store.unrelated_write();
@@ -1300,7 +1300,7 @@ stores! {
     etcd: Etcd => [every, force, pkill, link, server, restore, bump],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
-    k8s: KubeStore => [every, force, pkill, link, server, foreign],
+    k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
     mariadb: MariaDb => [every, force, pkill, link, server, clock],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby],

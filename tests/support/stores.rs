@@ -71,7 +71,7 @@ pub trait StoreUnderTest: Sized {
     /// [`Self::restore_state`].
     const RESTORES: bool = false;
     /// Save the store's state, as an operator's backup does.
-    fn save_state(&self) {
+    fn save_state(&mut self) {
         panic!("{}: no restore", Self::NAME)
     }
     /// Put back the state saved, as an operator restores a backup; with
@@ -369,7 +369,7 @@ impl StoreUnderTest for Etcd {
         Duration::from_millis(300)
     }
 
-    fn save_state(&self) {
+    fn save_state(&mut self) {
         self.save_snapshot();
     }
 
@@ -909,7 +909,7 @@ impl StoreUnderTest for ZooKeeper {
     /// `fast`: SIGTERM, the JVM's orderly exit; `immediate`: SIGKILL.
     const RESTORES: bool = true;
 
-    fn save_state(&self) {
+    fn save_state(&mut self) {
         self.back_up();
     }
 
@@ -1516,7 +1516,13 @@ impl KubeStore {
 /// The scenarios that stop or restart the server, and the one that runs 24
 /// elects at once ("shards", whose load made the shared server answer the
 /// other tests' requests late): each gets one of its own.
-const KUBE_OF_ITS_OWN: &[&str] = &["checkpoint-kept", "server-", "restart-", "shards"];
+const KUBE_OF_ITS_OWN: &[&str] = &[
+    "checkpoint-kept",
+    "server-",
+    "restart-",
+    "shards",
+    "restored",
+];
 
 impl StoreUnderTest for KubeStore {
     /// Each waiter watches every shard's Lease and renews a record beside
@@ -1564,6 +1570,26 @@ impl StoreUnderTest for KubeStore {
         };
         store.kube().create_namespace(&store.namespace);
         store
+    }
+
+    const RESTORES: bool = true;
+
+    /// A snapshot of the API server's etcd.
+    fn save_state(&mut self) {
+        self.own().etcd().save_snapshot();
+    }
+
+    /// The API server's etcd restored as `etcdutl snapshot restore` does by
+    /// default, then the API server started again, as Kubernetes' restore
+    /// guide has it.
+    fn restore_state(&mut self, bump: bool) {
+        assert!(
+            !bump,
+            "the API server's etcd is restored here only as it was"
+        );
+        let kube = self.own();
+        kube.etcd().restore_snapshot(false);
+        kube.restart("immediate");
     }
 
     fn url(&self) -> String {

@@ -150,6 +150,9 @@ impl Target for KubeTarget {
 /// A connected Kubernetes store: the API server, one namespace.
 pub struct Kube {
     api: Rc<Api>,
+    /// The highest resource version this process has seen of its Leases
+    /// ([`crate::store::rewind`]), for every session.
+    mark: crate::store::rewind::Mark,
     /// The history records this store made: written over by a PUT. Any
     /// other is created at once, and read and written over only if there.
     made: RefCell<std::collections::BTreeSet<String>>,
@@ -160,6 +163,7 @@ impl Kube {
     fn new(conn: Conn, within: Duration) -> Result<Kube, StoreError> {
         Ok(Kube {
             api: Rc::new(Api::new(conn, within)?),
+            mark: crate::store::rewind::Mark::default(),
             made: RefCell::default(),
         })
     }
@@ -441,8 +445,11 @@ impl Store for Kube {
         _within: Duration,
     ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
         Box::pin(async move {
-            let session: Box<dyn Session + '_> =
-                Box::new(session::KubeSession::new(self.api.clone(), ttl));
+            let session: Box<dyn Session + '_> = Box::new(session::KubeSession::new(
+                self.api.clone(),
+                self.mark.clone(),
+                ttl,
+            ));
             Ok(session)
         })
     }

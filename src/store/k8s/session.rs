@@ -38,6 +38,7 @@ use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::Backoff;
+use crate::store::rewind::{Floor, Mark};
 use crate::store::{
     Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
     Turn,
@@ -86,6 +87,9 @@ pub struct Shared {
     /// Requests to let go seen by renewals, by object name.
     asked: RefCell<BTreeMap<String, String>>,
     news: Notify,
+    /// The store's [`Mark`]: the highest resource version seen of its
+    /// Leases. A take's version, the token, must lie above it.
+    mark: Mark,
 }
 
 impl Shared {
@@ -340,7 +344,7 @@ pub struct KubeSession {
 }
 
 impl KubeSession {
-    pub fn new(api: Rc<Api>, ttl: Duration) -> KubeSession {
+    pub fn new(api: Rc<Api>, mark: Mark, ttl: Duration) -> KubeSession {
         // Whole seconds, at least what was asked; elect's own deadline
         // counts from the smaller of the two.
         let seconds = (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1);
@@ -355,6 +359,7 @@ impl KubeSession {
                 waiting: RefCell::default(),
                 asked: RefCell::default(),
                 news: Notify::new(),
+                mark,
             }),
             granted_at: Instant::now(),
         }
@@ -485,6 +490,13 @@ impl Renewer for KubeRenewer {
     }
 }
 
+/// How the API server's counter is named in messages.
+const VERSION: &str = "the API server's resource version";
+
+/// How to restore the API server's etcd without going back.
+const BUMP: &str = "restore its etcd with `etcdutl snapshot restore --bump-revision 1000000000 \
+     --mark-compacted`, as Kubernetes' own restore guide asks, to keep tokens rising";
+
 /// A contender for one Lease.
 struct KubeLock {
     shared: Rc<Shared>,
@@ -517,13 +529,22 @@ impl KubeLock {
 
     /// Ours now: remember the Lease as written, its token pinned for the
     /// next write to record (a renewal, mostly: no write of its own).
-    fn won(&self, mut lease: Lease, sent: Instant) -> Result<Attempt, StoreError> {
+    ///
+    /// A token at or below a version seen before the take was asked for
+    /// (`floor`) is one the API server's etcd handed out already: it was
+    /// restored from an older snapshot without `--bump-revision`. The
+    /// Lease is kept, as any other held one, until the session ends, and
+    /// the take fails with the rewind.
+    fn won(&self, mut lease: Lease, sent: Instant, floor: Floor) -> Result<Attempt, StoreError> {
         let token = lease.token()?;
         lease.pin_token();
         self.shared
             .held
             .borrow_mut()
             .insert(self.name.clone(), lease);
+        if let Err(rewound) = self.shared.mark.token(floor, token) {
+            return Err(rewound.error(VERSION, &self.lock, BUMP));
+        }
         Ok(Attempt::Ours(token, sent))
     }
 
@@ -544,6 +565,15 @@ impl KubeLock {
         };
         let answered = Instant::now();
         let seconds = self.shared.seconds;
+        // Everything read is in the past of the take that may follow.
+        if read.status == 200
+            && let Some(version) = read.body["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+        {
+            self.shared.mark.saw(version);
+        }
+        let floor = self.shared.mark.floor();
         match read.status {
             404 => {
                 let new = Lease::new(
@@ -559,7 +589,7 @@ impl KubeLock {
                     .request("POST", &lease::leases(self.ns()), Some(&new.0))
                     .await?;
                 match reply.status {
-                    201 | 200 => self.won(Lease(reply.body), sent),
+                    201 | 200 => self.won(Lease(reply.body), sent, floor),
                     409 => Ok(Attempt::Busy(None, None)),
                     _ => Err(self.api().refusal("create", &self.name, &reply)),
                 }
@@ -595,7 +625,7 @@ impl KubeLock {
                 let sent = Instant::now();
                 let reply = self.api().request("PUT", &path, Some(&next.0)).await?;
                 match reply.status {
-                    200 => self.won(Lease(reply.body), sent),
+                    200 => self.won(Lease(reply.body), sent, floor),
                     409 | 404 => Ok(Attempt::Busy(None, None)),
                     _ => Err(self.api().refusal("update", &self.name, &reply)),
                 }
