@@ -120,7 +120,11 @@ pub async fn status(args: StatusArgs) -> Outcome {
         }
         (shards, false) => {
             if let Some(n) = shards {
-                println!("lock {} at {location}: {n} shards, {held} held", args.lock);
+                println!(
+                    "lock {} at {}: {n} shards, {held} held",
+                    args.lock,
+                    location.shown()
+                );
             }
             for (status, checkpoint, last) in &shown {
                 print!("{}", human(status, &location));
@@ -594,6 +598,7 @@ fn record_json(r: &crate::store::HolderRecord) -> Value {
 fn human(status: &LockStatus, location: &Location) -> String {
     let mut out = String::new();
     let lock = &status.lock;
+    let location = location.shown();
     let Some(h) = &status.holder else {
         out.push_str(&format!("lock {lock} at {location}: free\n"));
         if status.waiting > 0 {

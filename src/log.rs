@@ -6,6 +6,7 @@
 //! line carries a timestamp (a cron mail or a container log is read later)
 //! except a usage or configuration error, found before anything started. `--log-format json` makes every line a JSON object.
 
+use std::borrow::Cow;
 use std::fmt::Arguments;
 use std::io::Write;
 use std::sync::Mutex;
@@ -55,11 +56,13 @@ fn emit_with(
     exit_code: Option<u8>,
 ) {
     let now = SystemTime::now();
+    let message = args.to_string();
+    let message = escaped(&message);
     let mut line = if JSON.load(Ordering::Relaxed) {
         let mut object = serde_json::json!({
             "time": humantime::format_rfc3339_millis(now).to_string(),
             "level": level,
-            "message": args.to_string(),
+            "message": message,
         });
         let context = CONTEXT.lock().unwrap_or_else(|e| e.into_inner());
         for (field, value) in context.iter() {
@@ -73,15 +76,33 @@ fn emit_with(
         }
         object.to_string()
     } else if stamp {
-        format!("elect: {} {args}", humantime::format_rfc3339_millis(now))
+        format!("elect: {} {message}", humantime::format_rfc3339_millis(now))
     } else {
-        format!("elect: {args}")
+        format!("elect: {message}")
     };
     line.push('\n');
     // One write(2) per line: many processes share one stderr (cron,
     // systemd, containers), and a line written in pieces gets torn. A pipe
     // keeps writes of up to PIPE_BUF (4096) bytes whole.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// `text` with each control character escaped (`\n`, `\u{1b}`), as
+/// lock names are shown: what a user gave (a store URL, a path) and what a
+/// store or a library said reach the terminal as one line of text, never
+/// as a line break or a terminal's control sequence.
+pub fn escaped(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn emit(level: &str, args: Arguments<'_>, stamp: bool) {

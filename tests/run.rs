@@ -585,6 +585,34 @@ fn usage_errors_say_what_to_type_in_one_line() {
     assert!(columns.windows(2).all(|w| w[0] == w[1]), "{err}");
 }
 
+/// A control character in a store URL (an escape sequence pasted by
+/// mistake) is shown escaped in every line that shows the URL, never
+/// passed raw to the terminal.
+#[test]
+fn control_characters_in_a_store_url_are_shown_escaped() {
+    for store in [
+        "etcd://a\x1b[31mb",
+        "zk://a\x1b[31mb:2181",
+        "file:/tmp/a\x1b[31mb",
+        "postgres://u@a\x1b[31mb/db",
+        "mysql://u@a\x1b[31mb/db",
+        "k8s:a\x1b[31mb",
+    ] {
+        for format in ["text", "json"] {
+            let out = elect()
+                .args(["--log-format", format, "status", "--lock", "x"])
+                .args(["--store", store, "--connect-timeout", "1s"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_ne!(out.status.code(), Some(0), "{store:?}: {err}");
+            assert!(!err.contains('\x1b'), "{store:?}: raw in {err:?}");
+            assert!(err.contains(r"\u{1b}[31mb"), "{store:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{store:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn json_logs_cover_usage_errors_too() {
     for (args, env) in [

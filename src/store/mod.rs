@@ -195,6 +195,15 @@ impl Location {
     }
 }
 
+impl Location {
+    /// The URL as shown to a user: its control characters escaped
+    /// ([`crate::log::escaped`]); `Display` is the URL itself, as the
+    /// command gets it in `ELECT_STORE`.
+    pub fn shown(&self) -> String {
+        crate::log::escaped(&self.to_string()).into_owned()
+    }
+}
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.target.fmt(f)
