@@ -93,7 +93,45 @@ fn settle(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Outcome> {
             "--wait and --no-wait (-n) cannot be used together; give one (see elect run --help)",
         ));
     }
+    if let Some((name, sub)) = matches.subcommand() {
+        blank_store(name, sub)?;
+    }
     Ok(())
+}
+
+/// A store named as nothing: `--store ''`, or `ELECT_STORE` set to nothing
+/// or blanks (which, unlike other variables, does not count as unset). It
+/// would mean the default store, most likely not the one meant (a variable
+/// left unset in a unit file or a script): a lock taken there excludes no
+/// one.
+fn blank_store(name: &str, sub: &ArgMatches) -> Result<(), Outcome> {
+    const VARIABLE: &str = "ELECT_STORE";
+    let Ok(given) = sub.try_get_one::<String>("store") else {
+        return Ok(());
+    };
+    let shown = |value: &str| format!("'{}'", crate::log::escaped(value));
+    let (how, value) = match (given, source(sub, "store")) {
+        (Some(value), Some(ValueSource::CommandLine)) => ("--store", value.clone()),
+        (Some(value), _) => (VARIABLE, value.clone()),
+        // Set but empty: the flag forgot the variable.
+        (None, _) => match std::env::var_os(VARIABLE) {
+            Some(value) => (VARIABLE, value.to_string_lossy().into_owned()),
+            None => return Ok(()),
+        },
+    };
+    if !value.trim().is_empty() {
+        return Ok(());
+    }
+    let typed = match how {
+        "--store" => format!("--store {}", shown(&value)),
+        _ => format!("{VARIABLE}={}", shown(&value)),
+    };
+    Err(usage(&format!(
+        "{typed} names no store: give a store URL, one of {}; or give neither --store nor \
+         {VARIABLE} for {} (see elect {name} --help)",
+        crate::store::forms().join(", "),
+        crate::store::DEFAULT_STORE
+    )))
 }
 
 fn usage(message: &str) -> Outcome {

@@ -585,6 +585,39 @@ fn usage_errors_say_what_to_type_in_one_line() {
     assert!(columns.windows(2).all(|w| w[0] == w[1]), "{err}");
 }
 
+/// A store named as nothing (`--store ''`, `ELECT_STORE` empty or blank)
+/// would be the default store, most likely not the one meant: a usage
+/// error that lists the URL forms, for `run` and the other commands alike.
+#[test]
+fn a_store_named_as_nothing_is_a_usage_error_not_the_default() {
+    let cases: [(&[&str], Option<&str>, &str); 4] = [
+        (&["--store", ""], None, "--store '' names no store"),
+        (&["--store", " "], None, "--store ' ' names no store"),
+        (&[], Some(""), "ELECT_STORE='' names no store"),
+        (&[], Some(" \t"), "ELECT_STORE=' \\t' names no store"),
+    ];
+    for (store, variable, says) in cases {
+        for command in [&["run", "--lock", "x"][..], &["status", "--lock", "x"][..]] {
+            let mut c = elect();
+            c.args(command).args(store);
+            if command[0] == "run" {
+                c.args(["--", "echo", "ran"]);
+            }
+            if let Some(value) = variable {
+                c.env("ELECT_STORE", value);
+            }
+            let out = c.output().unwrap();
+            let what = format!("{command:?} {store:?} ELECT_STORE={variable:?}");
+            support::assert_outcome(&what, &out, 64, says);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("etcd://HOST:PORT") && err.trim_end().ends_with("--help)"),
+                "{what}: {err}"
+            );
+        }
+    }
+}
+
 /// A control character in a store URL (an escape sequence pasted by
 /// mistake) is shown escaped in every line that shows the URL, never
 /// passed raw to the terminal.

@@ -61,6 +61,11 @@ const KINDS: &[&Kind] = &[
 /// environment names one.
 pub const DEFAULT_STORE: &str = "etcd://127.0.0.1:2379";
 
+/// Every store's URL forms, for messages: `etcd://HOST:PORT[,HOST:PORT...]`.
+pub fn forms() -> Vec<&'static str> {
+    KINDS.iter().flat_map(|k| k.forms.iter().copied()).collect()
+}
+
 /// Every kind of store, for what lists them.
 pub fn kinds() -> impl Iterator<Item = &'static Kind> {
     KINDS.iter().copied()
@@ -85,7 +90,9 @@ impl Location {
         settings: &Settings,
         from_env: Option<(&'static str, String)>,
     ) -> Result<Self, StoreError> {
-        if let Some(url) = settings.store.as_deref().filter(|u| !u.trim().is_empty()) {
+        // A blank one is refused as it parses, never taken for the default
+        // (the command line's is refused before: `usage.rs`).
+        if let Some(url) = settings.store.as_deref() {
             return Location::parse(url, settings);
         }
         match from_env {
@@ -100,7 +107,7 @@ impl Location {
         match KINDS.iter().find(|kind| (kind.claims)(url)) {
             Some(kind) => (kind.parse)(url, settings).map(|target| Location { kind, target }),
             None => {
-                let forms: Vec<&str> = KINDS.iter().flat_map(|k| k.forms.iter().copied()).collect();
+                let forms = forms();
                 let what = match url.split_once("://") {
                     Some((scheme, _)) => {
                         format!("unknown store '{scheme}://' in '{}'.", redact(url))
