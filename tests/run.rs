@@ -541,6 +541,19 @@ fn usage_errors_say_what_to_type_in_one_line() {
             78,
             "use disable, prefer, require, verify-ca or verify-full",
         ),
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "etcd://127.0.0.1:2379?x=y",
+                "--",
+                "true",
+            ],
+            78,
+            "unknown option 'x': etcd's URL takes none",
+        ),
     ];
     for (args, code, text) in cases {
         let out = elect()

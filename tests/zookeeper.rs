@@ -437,6 +437,13 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
             "bad port",
         ),
         (
+            "an option in the URL",
+            format!("zk://127.0.0.1:{port}?x=y"),
+            vec![],
+            78,
+            "unknown option 'x': ZooKeeper's URL takes none",
+        ),
+        (
             "a chroot that does not exist",
             format!("zk://127.0.0.1:{port}/no/such/chroot"),
             vec![],

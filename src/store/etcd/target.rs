@@ -120,6 +120,14 @@ impl EtcdTarget {
         {
             return Err("bad user name before '@'".into());
         }
+        if let Some((_, query)) = list.split_once('?') {
+            let first = query.split('&').next().unwrap_or_default();
+            let name = first.split('=').next().unwrap_or_default();
+            return Err(format!(
+                "unknown option '{name}': etcd's URL takes none; its settings are the \
+                 flags --user, --password-file, --cacert, --cert and --key"
+            ));
+        }
         let mut endpoints = Vec::new();
         let mut schemes = (false, false);
         for item in list.split(',') {
@@ -357,6 +365,8 @@ mod tests {
                 .tls
         );
         assert!(EtcdTarget::parse("http://a:1,https://b:2", false).is_err());
+        let err = EtcdTarget::parse("u:p?w@a:1?x=y", false).unwrap_err();
+        assert!(err.starts_with("unknown option 'x'"), "{err}");
         assert!(
             EtcdTarget::parse("http://a:1", true).is_err(),
             "no downgrade inside a TLS URL"

@@ -121,6 +121,14 @@ impl ZkTarget {
             Some((userinfo, rest)) => (Some(userinfo), rest),
             None => (None, rest),
         };
+        if let Some((_, query)) = rest.split_once('?') {
+            let first = query.split('&').next().unwrap_or_default();
+            let name = first.split('=').next().unwrap_or_default();
+            return Err(format!(
+                "unknown option '{name}': ZooKeeper's URL takes none; its settings are the \
+                 flags --user, --password-file, --cacert, --cert and --key"
+            ));
+        }
         let (list, chroot) = match rest.find('/') {
             Some(at) => (&rest[..at], rest[at..].trim_end_matches('/')),
             None => (rest, ""),
@@ -273,6 +281,11 @@ mod tests {
             ("zk://a,,b", "empty"),
             ("zk://a/../x", "chroot"),
             ("zk://u@a", "needs a password"),
+            (
+                "zk://h:2181?x=y",
+                "unknown option 'x': ZooKeeper's URL takes none",
+            ),
+            ("zk://h/jobs?x", "unknown option 'x'"),
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
