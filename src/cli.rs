@@ -363,7 +363,7 @@ pub struct StoreArgs {
         long,
         value_name = "DUR",
         default_value = "10s",
-        value_parser = parse_duration,
+        value_parser = parse_connect_timeout,
         env = "ELECT_CONNECT_TIMEOUT",
         hide_env_values = true
     )]
@@ -849,6 +849,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("a duration longer than a year is surely a typo".into());
     }
     Ok(duration)
+}
+
+/// The bound on reaching a store: 1ms at least. Less (0s, 1ns) is no
+/// bound a store could meet, on any store: a usage error, not a store
+/// that seems unavailable.
+fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    let bound = parse_duration(text)?;
+    if bound < Duration::from_millis(1) {
+        return Err("too short; the shortest --connect-timeout is 1ms".into());
+    }
+    Ok(bound)
 }
 
 /// A lease's time-to-live: 1s to 24h.

@@ -554,6 +554,50 @@ fn usage_errors_say_what_to_type_in_one_line() {
             78,
             "unknown option 'x': etcd's URL takes none",
         ),
+        // Below a millisecond is no bound at all, on any store: as 0s.
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "file:/tmp/elect-test-connect-timeout",
+                "--connect-timeout",
+                "1ns",
+                "--",
+                "true",
+            ],
+            64,
+            "--connect-timeout 1ns: too short; the shortest --connect-timeout is 1ms",
+        ),
+        (
+            &[
+                "run",
+                "--lock",
+                "x",
+                "--store",
+                "file:/tmp/elect-test-connect-timeout",
+                "--connect-timeout",
+                "0s",
+                "--",
+                "true",
+            ],
+            64,
+            "--connect-timeout 0s: too short; the shortest --connect-timeout is 1ms",
+        ),
+        (
+            &[
+                "status",
+                "--lock",
+                "x",
+                "--store",
+                "file:/tmp/elect-test-connect-timeout",
+                "--connect-timeout",
+                "999us",
+            ],
+            64,
+            "--connect-timeout 999us: too short",
+        ),
     ];
     for (args, code, text) in cases {
         let out = elect()

@@ -225,9 +225,6 @@ impl Job {
     fn check(args: RunArgs) -> Result<Job, Failure> {
         let usage = |m: String| Failure::usage(m);
         let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
-        if args.store.connect_timeout.is_zero() {
-            return Err(usage("--connect-timeout must be longer than zero".into()));
-        }
         let wait = args.wait();
         if args
             .identity
