@@ -703,6 +703,29 @@ fn control_characters_in_a_store_url_are_shown_escaped() {
     }
 }
 
+/// A release the store never confirms (it froze just as the command
+/// ended) is not said to be one: `-v` says once that the lease will
+/// expire, and never "released lock".
+#[test]
+fn a_release_the_store_never_confirms_is_not_said_to_be_one() {
+    let etcd = Etcd::start();
+    let (mut holder, _) = hold(&etcd, "unconfirmed", &["-v", "--ttl", "30s"]);
+    etcd.pause(0);
+    holder.send_line("done");
+    let code = holder.wait_code(20 * SECOND);
+    etcd.resume(0);
+    assert_eq!(code, 0);
+    let said = holder.drain_stderr();
+    assert_eq!(
+        said.matches("could not release lock unconfirmed within 2s; its lease will expire")
+            .count(),
+        1,
+        "{said}"
+    );
+    assert_eq!(said.matches("will expire").count(), 1, "{said}");
+    assert!(!said.contains("released lock"), "{said}");
+}
+
 #[test]
 fn json_logs_cover_usage_errors_too() {
     for (args, env) in [

@@ -668,8 +668,8 @@ impl Job {
                     }
                 }
             };
-            tokio::join!(
-                release(&*session, within, reach.was_reached()),
+            let (released, (), ()) = tokio::join!(
+                release(&*session, &self.lock, within, reach.was_reached()),
                 reaped,
                 noted
             );
@@ -677,7 +677,9 @@ impl Job {
             if let Some(tenure) = reported {
                 self.reports.ended(&tenure).await;
             }
-            if reach.was_reached() {
+            // Said only of a release the store confirmed: `release` said
+            // once what became of one it did not.
+            if released && reach.was_reached() {
                 timeline::step("lease released");
                 log::event(
                     log::Level::Verbose,
@@ -1095,24 +1097,28 @@ fn finish(tenure: &mut Tenure, end: &TurnEnd) {
     }
 }
 
-async fn release(session: &dyn Session, within: Duration, reached: bool) {
+/// End the session within `within`: whether the store confirmed it. If
+/// not, says once (with `-v`) that the lease will expire instead.
+async fn release(session: &dyn Session, lock: &str, within: Duration, reached: bool) -> bool {
     if within.is_zero() {
-        return;
+        return false;
     }
     let released = tokio::time::timeout(within, session.release()).await;
     // What is claimed of a lease the store may never have granted.
     match (released, reached) {
-        (Ok(Ok(())), _) => {}
+        (Ok(Ok(())), _) => return true,
         (_, false) => log::verbose(format_args!(
             "the store never answered: a lease it made meanwhile, if any, expires on its own"
         )),
         (Ok(Err(e)), true) => log::verbose(format_args!(
-            "could not revoke the lease ({e}); it will expire"
+            "could not release lock {lock} ({e}); its lease will expire"
         )),
         (Err(_), true) => log::verbose(format_args!(
-            "could not revoke the lease in time; it will expire"
+            "could not release lock {lock} within {}; its lease will expire",
+            show(within)
         )),
     }
+    false
 }
 
 fn hostname() -> String {
