@@ -25,15 +25,19 @@ use crate::store::{
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Choose, check and connect the store; `lock`, if given, is checked for it
-/// (the lock's own name, and that of its shard `shard` if given). The
-/// store's answers, connecting and each look after, are due within
-/// `--connect-timeout` ([`Reach`]).
+/// (the lock's own name, and that of its shard `shard` if given), and so is
+/// a holder's `key`. The store's answers, connecting and each look after,
+/// are due within `--connect-timeout` ([`Reach`]).
 async fn open(
     args: &StoreArgs,
     lock: Option<&str>,
     shard: Option<u32>,
+    key: Option<&str>,
 ) -> Result<(Location, Box<dyn Store>, Reach), Failure> {
     let location = Location::from_settings(&args.settings())?;
+    if let Some(key) = key {
+        location.check_holder_key(key).map_err(Failure::usage)?;
+    }
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
         if let Some(k) = shard {
@@ -49,7 +53,7 @@ async fn open(
 }
 
 pub async fn status(args: StatusArgs) -> Outcome {
-    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), None).await {
+    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), None, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -153,7 +157,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
 }
 
 pub async fn history(args: HistoryArgs) -> Outcome {
-    let (_, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
+    let (_, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -266,7 +270,7 @@ fn age(at: &str) -> String {
 }
 
 pub async fn list(args: ListArgs) -> Outcome {
-    let (location, store, mut reach) = match open(&args.store, None, None).await {
+    let (location, store, mut reach) = match open(&args.store, None, None, None).await {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
@@ -328,10 +332,12 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
 }
 
 pub async fn check(mut args: CheckArgs) -> Outcome {
-    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
-        Ok(o) => o,
-        Err(failure) => return failure.into(),
-    };
+    let key = Some(args.holder_key.as_str());
+    let (location, store, mut reach) =
+        match open(&args.store, Some(&args.lock), args.shard, key).await {
+            Ok(o) => o,
+            Err(failure) => return failure.into(),
+        };
     if let Some(k) = args.shard {
         args.lock = shard_lock(&args.lock, k);
     }
@@ -373,10 +379,11 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
 }
 
 pub async fn break_lock(mut args: BreakArgs) -> Outcome {
-    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
-        Ok(o) => o,
-        Err(failure) => return failure.into(),
-    };
+    let (location, store, mut reach) =
+        match open(&args.store, Some(&args.lock), args.shard, None).await {
+            Ok(o) => o,
+            Err(failure) => return failure.into(),
+        };
     match args.shard {
         Some(k) => args.lock = shard_lock(&args.lock, k),
         None => {
@@ -658,10 +665,12 @@ pub async fn checkpoint(mut args: CheckpointArgs) -> Outcome {
             Err(failure) => return failure.into(),
         },
     };
-    let (location, store, mut reach) = match open(&args.store, Some(&args.lock), args.shard).await {
-        Ok(o) => o,
-        Err(failure) => return failure.into(),
-    };
+    let key = put.as_ref().map(|(key, _)| key.as_str());
+    let (location, store, mut reach) =
+        match open(&args.store, Some(&args.lock), args.shard, key).await {
+            Ok(o) => o,
+            Err(failure) => return failure.into(),
+        };
     if let Some(k) = args.shard {
         args.lock = shard_lock(&args.lock, k);
     }

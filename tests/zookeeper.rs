@@ -480,6 +480,31 @@ fn bad_input_gets_one_line_and_leaves_nothing() {
             .args(["--", "echo", "ran"]);
         assert_outcome(what, &command.output().unwrap(), code, says);
     }
+    // A holder's key that is no node's path (relative, as another store's
+    // keys are): a usage error that says what a key is, before ZooKeeper
+    // is asked, from `checkpoint put` and `check` alike.
+    for key in ["bad/_c_0-lock-0000000000", "/bad//x", "/bad/.."] {
+        for command in [
+            &["checkpoint", "put", "7"][..],
+            &["check", "--token", "1", "--json"][..],
+        ] {
+            let out = elect()
+                .args(command)
+                .args(["--store", &zk.url(), "--lock", "bad", "--holder-key", key])
+                .env("ELECT_TOKEN", "1")
+                .output()
+                .unwrap();
+            assert_outcome(
+                &format!("{command:?} --holder-key {key}"),
+                &out,
+                64,
+                &format!(
+                    "the holder's key '{key}' is no ZooKeeper node: a key is the path of \
+                     the holder's node, /LOCK/_c_UUID-lock-SEQ"
+                ),
+            );
+        }
+    }
     assert_eq!(zk.children("/"), ["zookeeper"], "nothing was created");
 }
 

@@ -84,6 +84,12 @@ pub trait Target: fmt::Display + fmt::Debug {
     fn check_lock_name(&self, _name: &str) -> Result<(), String> {
         Ok(())
     }
+    /// This store's limits on a holder's key as given to `check` and
+    /// `checkpoint put` (`--holder-key`, `ELECT_KEY`): a key that could be
+    /// no holder's on this store is refused before anything is sent.
+    fn check_holder_key(&self, _key: &str) -> Result<(), String> {
+        Ok(())
+    }
     /// The user this store is reached as, wherever it came from (a flag,
     /// the URL, a variable of the store's own tools).
     fn user(&self) -> Option<&str> {

@@ -141,6 +141,11 @@ impl Location {
         self.target.check_lock_name(name)
     }
 
+    /// Check a holder's key (`--holder-key`, `ELECT_KEY`) for this store.
+    pub fn check_holder_key(&self, key: &str) -> Result<(), String> {
+        self.target.check_holder_key(key)
+    }
+
     /// Check that the names of `shards` shards of `lock` fit this store.
     pub fn check_shard_names(&self, lock: &str, shards: u32) -> Result<(), String> {
         // The longest name is the last shard's.

@@ -221,6 +221,30 @@ impl fmt::Display for ZkTarget {
 }
 
 impl Target for ZkTarget {
+    /// A holder's key is its node's path: absolute, as ZooKeeper's paths
+    /// are (a relative one is no node at all, whatever the servers hold).
+    fn check_holder_key(&self, key: &str) -> Result<(), String> {
+        let reserved = |c: char| {
+            c.is_control()
+                || ('\u{e000}'..='\u{f8ff}').contains(&c)
+                || ('\u{fff0}'..='\u{ffff}').contains(&c)
+        };
+        let a_path = key.strip_prefix('/').is_some_and(|rest| {
+            rest.split('/')
+                .all(|segment| !matches!(segment, "" | "." | ".."))
+                && !rest.chars().any(reserved)
+        });
+        match a_path {
+            true => Ok(()),
+            false => Err(format!(
+                "the holder's key '{}' is no ZooKeeper node: a key is the path of the \
+                 holder's node, /LOCK/_c_UUID-lock-SEQ, as elect run gives it in ELECT_KEY \
+                 (--holder-key)",
+                crate::log::escaped(key)
+            )),
+        }
+    }
+
     fn user(&self) -> Option<&str> {
         self.user.as_deref()
     }
