@@ -233,6 +233,42 @@ fn a_missing_right_is_named_in_one_line_and_exits_78() {
     assert!(stderr.contains("update leases"), "{stderr}");
 }
 
+/// A `KUBECONFIG` that names no file that exists is said to, in one line
+/// and 78, by `run` and the other commands, before anything is sent: not
+/// taken for a kubeconfig without a current context.
+#[test]
+fn a_kubeconfig_that_does_not_exist_is_named() {
+    let dir = TempDir::new("k8s-missing");
+    let missing = dir.join("no-such-kubeconfig");
+    let other = dir.join("nor-this-one");
+    let one = missing.display().to_string();
+    let both = format!("{one}:{}", other.display());
+    for (kubeconfig, command, says) in [
+        (
+            &one,
+            &["run", "--store", "k8s:", "--lock", "x", "--", "echo", "ran"][..],
+            format!("the kubeconfig {one} does not exist (KUBECONFIG)"),
+        ),
+        (
+            &one,
+            &["status", "--store", "k8s:?context=c", "--lock", "x"][..],
+            format!("the kubeconfig {one} does not exist (KUBECONFIG)"),
+        ),
+        (
+            &both,
+            &["list", "--store", "k8s:"][..],
+            format!("none of the kubeconfigs {both} exists (KUBECONFIG)"),
+        ),
+    ] {
+        let out = support::elect()
+            .env("KUBECONFIG", kubeconfig)
+            .args(command)
+            .output()
+            .unwrap();
+        support::assert_outcome(&format!("{command:?}"), &out, 78, &says);
+    }
+}
+
 /// A kubeconfig for `kube`, with `cluster` and `user` as YAML lines.
 fn kubeconfig(
     dir: &TempDir,

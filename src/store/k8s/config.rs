@@ -204,11 +204,12 @@ struct Merged {
 }
 
 impl Merged {
-    fn add(&mut self, file: &Path) -> Result<(), StoreError> {
+    /// Merge `file` in; whether it exists.
+    fn add(&mut self, file: &Path) -> Result<bool, StoreError> {
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             // kubectl skips a file of the list that does not exist.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => {
                 return Err(StoreError::config(format!(
                     "cannot read the kubeconfig {}: {e}",
@@ -217,7 +218,7 @@ impl Merged {
             }
         };
         if text.trim().is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let doc: Value = serde_saphyr::from_str(&text).map_err(|e| {
             let e = e.to_string().replace('\n', " ");
@@ -256,7 +257,7 @@ impl Merged {
                 ));
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -266,11 +267,23 @@ fn find<'a>(list: &'a [(String, Entry)], name: &str) -> Option<&'a Entry> {
 
 fn from_kubeconfig(url: &Url, files: &[PathBuf], shown: String) -> Result<Conn, StoreError> {
     let mut merged = Merged::default();
+    let mut found = false;
     for file in files {
-        merged.add(file)?;
+        found |= merged.add(file)?;
     }
     let named: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let named = named.join(":");
+    // Skipped one by one, as kubectl does; but with none there is nothing
+    // to say of a context, only that the files are not there.
+    if !found {
+        return Err(StoreError::config(match files {
+            [file] => format!(
+                "{shown}: the kubeconfig {} does not exist (KUBECONFIG)",
+                file.display()
+            ),
+            _ => format!("{shown}: none of the kubeconfigs {named} exists (KUBECONFIG)"),
+        }));
+    }
     let context_name = url
         .context
         .clone()
