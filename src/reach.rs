@@ -9,8 +9,9 @@
 //!
 //! When the first contact has gone unanswered for a moment, a probe
 //! ([`crate::store::probe`]) looks at what is at the address: a refused
-//! port or a server of another kind is reported at once, a silent one at
-//! the bound, each in one line that names what was found.
+//! port (or a Unix socket that is not there, or refuses) or a server of
+//! another kind is reported at once, a silent one at the bound, each in
+//! one line that names what was found.
 //!
 //! `elect run` also races every such call against a terminating signal
 //! (`run/mod.rs`); the other commands die of one by its default action.

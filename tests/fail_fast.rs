@@ -95,3 +95,56 @@ fn a_user_against_an_etcd_without_users_is_told_at_once() {
     assert!(took < 2000.0, "took {took:.0} ms");
     assert!(said.contains("authentication is not enabled"), "{said}");
 }
+
+/// A Unix socket that is not there, or that nothing listens on (its server
+/// gone, its file left behind), is answered as a refused port is: at once,
+/// naming the socket, by `run` and the other commands.
+#[test]
+fn a_missing_or_dead_unix_socket_is_answered_at_once() {
+    let dir = support::TempDir::new("dead-sockets");
+    // Bound and let go: the file stays, and a connection to it is refused.
+    let dead_postgres = dir.join(".s.PGSQL.5432");
+    drop(std::os::unix::net::UnixListener::bind(&dead_postgres).unwrap());
+    let dead_mysql = dir.join("mysqld.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead_mysql).unwrap());
+    let missing = dir.join("no-such-dir").display().to_string();
+    let dir = dir.0.display();
+    let cases = [
+        (
+            format!("postgres:///db?host={missing}"),
+            format!("the socket {missing}/.s.PGSQL.5432 does not exist; is PostgreSQL running"),
+        ),
+        (
+            format!("postgres:///db?host={dir}"),
+            format!(
+                "nothing listens at the socket {} (connection refused); is PostgreSQL running",
+                dead_postgres.display()
+            ),
+        ),
+        (
+            format!("mysql://u@localhost/db?socket={missing}/mysqld.sock"),
+            format!("the socket {missing}/mysqld.sock does not exist; is MySQL or MariaDB running"),
+        ),
+        (
+            format!("mysql://u@localhost/db?socket={}", dead_mysql.display()),
+            format!(
+                "nothing listens at the socket {} (connection refused); is MySQL or MariaDB running",
+                dead_mysql.display()
+            ),
+        ),
+    ];
+    for (store, says) in &cases {
+        let commands: [&[&str]; 2] = [
+            &["run", "--store", store, "--lock", "x", "--", "true"],
+            &["status", "--store", store, "--lock", "x"],
+        ];
+        for args in commands {
+            let (code, said, took) = timed(args);
+            eprintln!("{store} {}: {took:.0} ms: {said}", args[0]);
+            assert_eq!(code, 69, "{args:?}: {said}");
+            assert!(took < 2000.0, "{args:?} took {took:.0} ms");
+            assert!(said.contains(says.as_str()), "{args:?}: {said}");
+            assert_eq!(said.lines().count(), 1, "one line: {said}");
+        }
+    }
+}

@@ -115,10 +115,10 @@ pub trait Target: fmt::Display + fmt::Debug {
         ping_timeout: Duration,
         connect_timeout: Duration,
     ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>>;
-    /// Where the store is reached over TCP and what should answer there,
-    /// for a look of elect's own when its client gets nowhere
-    /// ([`probe`]); `None` where there is no such address (a directory, a
-    /// Unix socket).
+    /// Where the store is reached, over TCP or a Unix socket, and what
+    /// should answer there, for a look of elect's own when its client gets
+    /// nowhere ([`probe`]); `None` where there is no such address (a
+    /// directory).
     fn contact(&self) -> Option<probe::Contact> {
         None
     }

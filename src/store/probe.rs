@@ -59,14 +59,15 @@ impl fmt::Display for Server {
     }
 }
 
-/// Where a store is reached over TCP, and what should answer there.
+/// Where a store is reached, over TCP or a Unix socket, and what should
+/// answer there.
 #[derive(Clone, Debug)]
 pub struct Contact {
     /// The kind of server the URL names.
     pub expects: Server,
     /// Whether the store is reached over TLS: then a TLS server is expected.
     pub tls: bool,
-    /// Each address, `host:port`.
+    /// Each address: `host:port`, or the path of a Unix socket (`/…`).
     pub addresses: Vec<String>,
 }
 
@@ -78,6 +79,9 @@ pub enum Heard {
     Expected,
     /// Nothing listens there.
     Refused,
+    /// No Unix socket is there (the path, or a directory on it, does not
+    /// exist).
+    NoSocket,
     /// The host name does not resolve, and will not by waiting.
     Unresolved(String),
     /// Connecting failed otherwise (no route, a firewall that drops), or
@@ -102,6 +106,7 @@ impl Heard {
         matches!(
             self,
             Heard::Refused
+                | Heard::NoSocket
                 | Heard::Unresolved(_)
                 | Heard::Like(_)
                 | Heard::Garbage
@@ -141,10 +146,15 @@ impl Findings {
         self.heard.iter().any(|(_, h)| *h != Heard::Expected)
     }
 
-    /// One address's finding, as a sentence about "it".
-    fn describe(&self, heard: &Heard) -> String {
+    /// One address's finding, as a sentence about "it" (a socket's, naming
+    /// its path).
+    fn describe(&self, address: &str, heard: &Heard) -> String {
         let expects = self.expects;
         match heard {
+            Heard::Refused if is_socket(address) => {
+                format!("nothing listens at the socket {address} (connection refused)")
+            }
+            Heard::NoSocket => format!("the socket {address} does not exist"),
             Heard::Expected if self.tls => {
                 "it takes the connection, but did not answer elect's requests over TLS".into()
             }
@@ -167,11 +177,11 @@ impl fmt::Display for Findings {
     /// With one address, what it came to; with several, each by name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.heard.as_slice() {
-            [(_, heard)] => f.write_str(&self.describe(heard)),
+            [(address, heard)] => f.write_str(&self.describe(address, heard)),
             all => {
                 let each: Vec<String> = all
                     .iter()
-                    .map(|(address, heard)| format!("{address}: {}", self.describe(heard)))
+                    .map(|(address, heard)| format!("{address}: {}", self.describe(address, heard)))
                     .collect();
                 f.write_str(&each.join("; "))
             }
@@ -276,6 +286,9 @@ type Greeted<'a> = Pin<Box<dyn Future<Output = (Greeting, Reply)> + Send + 'a>>;
 /// kind answers at once, every other greeting beside it. Done as soon as
 /// an answer settles it.
 async fn look(contact: &Contact, address: &str, until: Instant) -> Heard {
+    if is_socket(address) {
+        return look_at_socket(address, until).await;
+    }
     let first = Greeting::of(contact.expects);
     let send = |g: Greeting| -> Greeted<'_> {
         Box::pin(async move { (g, greet(address, g, until).await) })
@@ -322,6 +335,36 @@ async fn look(contact: &Contact, address: &str, until: Instant) -> Heard {
                     .map(|g| Some(send(g))),
             );
         }
+    }
+}
+
+/// Whether an address is a Unix socket's path.
+fn is_socket(address: &str) -> bool {
+    address.starts_with('/')
+}
+
+/// Look at a Unix socket as at a TCP port: one that is not there
+/// (ENOENT, ENOTDIR) or that nobody listens on (ECONNREFUSED: the server
+/// that made it is gone) is settled at once. What does accept there is
+/// taken for the kind expected: only its server makes a socket there.
+async fn look_at_socket(path: &str, until: Instant) -> Heard {
+    let until = until.min(Instant::now() + ANSWER_WITHIN);
+    let connected = tokio::select! {
+        connected = tokio::net::UnixStream::connect(path) => connected,
+        () = sleep_until(until) => {
+            return Heard::Unreachable("the connection was not accepted in time".into());
+        }
+    };
+    let Err(e) = connected else {
+        return Heard::Expected;
+    };
+    if let Some(errno) = crate::descriptors::of_io(&e) {
+        return Heard::Local(errno);
+    }
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => Heard::NoSocket,
+        Some(libc::ECONNREFUSED) => Heard::Refused,
+        _ => Heard::Unreachable(e.to_string()),
     }
 }
 
@@ -709,5 +752,20 @@ mod tests {
             "a:1: nothing listens there (connection refused); b:2: it accepted the connection and never answered"
         );
         assert!(!two.is_final());
+        // A socket is named: its path is not in the URL as such.
+        let sockets = |heard: Heard| Findings {
+            expects: Server::Postgres,
+            tls: false,
+            heard: vec![("/run/pg/.s.PGSQL.5432".into(), heard)],
+        };
+        assert_eq!(
+            sockets(Heard::NoSocket).to_string(),
+            "the socket /run/pg/.s.PGSQL.5432 does not exist"
+        );
+        assert_eq!(
+            sockets(Heard::Refused).to_string(),
+            "nothing listens at the socket /run/pg/.s.PGSQL.5432 (connection refused)"
+        );
+        assert!(sockets(Heard::NoSocket).is_final() && sockets(Heard::Refused).is_final());
     }
 }

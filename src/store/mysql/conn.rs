@@ -329,7 +329,7 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
     });
     let (code, text) = match e {
         mysql_async::Error::Server(s) => (Some(s.code), s.message.replace('\n', " ")),
-        _ => (None, text),
+        _ => (None, socket_failure(e, target).unwrap_or(text)),
     };
     let config = code == Some(code::BAD_DATABASE);
     let refused = matches!(
@@ -359,6 +359,28 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         refused,
         local,
     }
+}
+
+/// What connecting to the Unix socket came to, naming its path, where the
+/// client says only "Input/output error: No such file or directory".
+fn socket_failure(e: &mysql_async::Error, target: &MyTarget) -> Option<String> {
+    let socket = target.socket.as_deref()?;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return match io.raw_os_error() {
+                Some(libc::ENOENT | libc::ENOTDIR) => {
+                    Some(format!("the socket {socket} does not exist"))
+                }
+                Some(libc::ECONNREFUSED) => Some(format!(
+                    "nothing listens at the socket {socket} (connection refused)"
+                )),
+                _ => None,
+            };
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// A cell of a row as elect's statements make it. A cell of another type

@@ -561,13 +561,19 @@ impl Target for MyTarget {
         })
     }
 
-    /// The server over TCP; none over a Unix socket. TLS begins inside
-    /// MySQL's own protocol, after the server's greeting.
+    /// The server over TCP, or its Unix socket (a path from the root: the
+    /// probe tells one so). TLS begins inside MySQL's own protocol, after
+    /// the server's greeting.
     fn contact(&self) -> Option<crate::store::probe::Contact> {
-        self.socket.is_none().then(|| crate::store::probe::Contact {
+        let address = match &self.socket {
+            Some(socket) if socket.starts_with('/') => socket.clone(),
+            Some(_) => return None,
+            None => self.address(),
+        };
+        Some(crate::store::probe::Contact {
             expects: crate::store::probe::Server::MySql,
             tls: false,
-            addresses: vec![self.address()],
+            addresses: vec![address],
         })
     }
 }

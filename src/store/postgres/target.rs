@@ -751,16 +751,17 @@ impl Target for PgTarget {
 
     /// The servers reached over TCP; none over a Unix socket.
     fn contact(&self) -> Option<crate::store::probe::Contact> {
+        // A socket directory's socket is named by the port, as libpq names it.
         let addresses: Vec<String> = self
             .servers
             .iter()
-            .filter(|s| !s.is_socket())
-            .map(|s| match s.host.contains(':') {
-                true => format!("[{}]:{}", s.host, s.port),
-                false => format!("{}:{}", s.host, s.port),
+            .map(|s| match (s.is_socket(), s.host.contains(':')) {
+                (true, _) => format!("{}/.s.PGSQL.{}", s.host.trim_end_matches('/'), s.port),
+                (false, true) => format!("[{}]:{}", s.host, s.port),
+                (false, false) => format!("{}:{}", s.host, s.port),
             })
             .collect();
-        (addresses.len() == self.servers.len()).then_some(crate::store::probe::Contact {
+        Some(crate::store::probe::Contact {
             expects: crate::store::probe::Server::Postgres,
             tls: false,
             addresses,
