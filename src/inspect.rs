@@ -35,9 +35,7 @@ async fn open(
     key: Option<&str>,
 ) -> Result<(Location, Box<dyn Store>, Reach), Failure> {
     let location = Location::from_settings(&args.settings())?;
-    if let Some(key) = key {
-        location.check_holder_key(key).map_err(Failure::usage)?;
-    }
+    // The lock first: a key is judged against the lock it names.
     if let Some(lock) = lock {
         location.check_lock_name(lock).map_err(Failure::usage)?;
         if let Some(k) = shard {
@@ -45,6 +43,9 @@ async fn open(
                 .check_shard_names(lock, k.saturating_add(1))
                 .map_err(Failure::usage)?;
         }
+    }
+    if let Some(key) = key {
+        location.check_holder_key(key).map_err(Failure::usage)?;
     }
     let mut reach = Reach::new(&location, args.connect_timeout);
     let open = location.open(PING_TIMEOUT, args.connect_timeout);
