@@ -3,9 +3,8 @@
 //! with the credentials of [`super::config::Conn`]; and the server's
 //! answers sorted into what the store makes of them.
 //!
-//! A bearer token from a file is read again once a minute, as client-go
-//! does, and at once after a 401: a projected service-account token
-//! rotates under a long hold.
+//! A token from an exec plugin or a file is [`super::tokens`]'s: fetched
+//! ahead of need, off the way of the requests, and afresh after a 401.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -22,12 +21,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 
 use super::config::{Auth, Conn};
-use crate::clock::Instant;
+use super::tokens::{Source, Tokens};
 use crate::store::tls;
 use crate::store::{Secret, StoreError, with_causes};
-
-/// How often a token file is read again.
-const TOKEN_REREAD: Duration = Duration::from_secs(60);
 
 /// The most connections kept idle for reuse.
 const POOL: usize = 4;
@@ -39,12 +35,8 @@ pub struct Api {
     port: u16,
     server_name: ServerName<'static>,
     tls: Arc<rustls::ClientConfig>,
-    /// The token of a token file, and when it was read.
-    token: RefCell<Option<(Secret, Instant)>>,
-    /// The token an exec plugin gave. Held across the plugin's run, so
-    /// that requests sent together (the first look at a lock and at its
-    /// shard count) wait for one run, as client-go's cache has them do.
-    exec: tokio::sync::Mutex<Option<super::exec::Credential>>,
+    /// The tokens of a token file or an exec plugin.
+    tokens: Option<Tokens>,
     idle: RefCell<Vec<SendRequest<Full<Bytes>>>>,
     /// The GETs on their way, by path: one asked while another of the same
     /// path is unanswered takes its answer (the first look at a lock and
@@ -95,14 +87,18 @@ impl Api {
                 conn.shown
             ));
         }
+        let tokens = match &conn.auth {
+            Auth::Exec(plugin) => Some(Tokens::new(Source::Exec(plugin.clone()))),
+            Auth::TokenFile(path) => Some(Tokens::new(Source::File(path.clone()))),
+            Auth::None | Auth::Token(_) => None,
+        };
         Ok(Api {
             conn,
             host,
             port,
             server_name,
             tls,
-            token: RefCell::new(None),
-            exec: tokio::sync::Mutex::new(None),
+            tokens,
             idle: RefCell::new(Vec::new()),
             reading: RefCell::default(),
             within,
@@ -193,42 +189,13 @@ impl Api {
         StoreError::unavailable(with_causes(format!("{}: {what}: {e}", self.shown()), e))
     }
 
-    /// The bearer token to send now, if any; `fresh`: not the one kept.
-    async fn bearer(&self, fresh: bool) -> Result<Option<Secret>, StoreError> {
-        match &self.conn.auth {
-            Auth::Exec(plugin) => {
-                let mut kept = self.exec.lock().await;
-                if let Some(credential) = &*kept
-                    && !fresh
-                    && credential.fresh()
-                {
-                    return Ok(Some(credential.token.clone()));
-                }
-                let credential = plugin.run().await?;
-                let token = credential.token.clone();
-                *kept = Some(credential);
-                Ok(Some(token))
-            }
-            Auth::None => Ok(None),
-            Auth::Token(token) => Ok(Some(token.clone())),
-            Auth::TokenFile(path) => {
-                let mut cached = self.token.borrow_mut();
-                if let Some((token, read)) = &*cached
-                    && !fresh
-                    && read.elapsed() < TOKEN_REREAD
-                {
-                    return Ok(Some(token.clone()));
-                }
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    StoreError::config(format!(
-                        "cannot read the token file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                let token = Secret(text.trim().to_string());
-                *cached = Some((token.clone(), Instant::now()));
-                Ok(Some(token))
-            }
+    /// The bearer token to send now, if any: one that lives is never
+    /// waited for; without one, a fetch is, for the patience at most.
+    async fn bearer(&self) -> Result<Option<Secret>, StoreError> {
+        match (&self.tokens, &self.conn.auth) {
+            (Some(tokens), _) => tokens.token(self.patience).await.map(Some),
+            (None, Auth::Token(token)) => Ok(Some(token.clone())),
+            (None, _) => Ok(None),
         }
     }
 
@@ -241,6 +208,9 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Reply, StoreError> {
+        // A token waited for outside the bound of each attempt: a plugin
+        // may take seconds, and is not the API server's silence.
+        self.bearer().await?;
         if method != "GET" || body.is_some() {
             return self.patiently(method, path, body).await;
         }
@@ -295,8 +265,9 @@ impl Api {
         }
     }
 
-    /// `method path` with `body`, bounded by [`Api::within`]; a 401 is
-    /// tried once more with a token file read again.
+    /// `method path` with `body`, bounded by [`Api::within`] once a token
+    /// is at hand ([`Api::bearer`]); a 401 on a token kept is tried once
+    /// more with one fetched afresh.
     pub async fn request(
         &self,
         method: &str,
@@ -304,9 +275,11 @@ impl Api {
         body: Option<&Value>,
     ) -> Result<Reply, StoreError> {
         let bound = self.within;
-        let mut reply = self.bounded(bound, method, path, body, false).await?;
-        if reply.status == 401 && matches!(self.conn.auth, Auth::TokenFile(_) | Auth::Exec(_)) {
-            reply = self.bounded(bound, method, path, body, true).await?;
+        let token = self.bearer().await?;
+        let mut reply = self.bounded(bound, method, path, body, &token).await?;
+        if let (401, Some(tokens), Some(refused)) = (reply.status, &self.tokens, &token) {
+            let token = Some(tokens.after_refusal(refused, self.patience).await?);
+            reply = self.bounded(bound, method, path, body, &token).await?;
         }
         Ok(reply)
     }
@@ -317,9 +290,9 @@ impl Api {
         method: &str,
         path: &str,
         body: Option<&Value>,
-        fresh: bool,
+        token: &Option<Secret>,
     ) -> Result<Reply, StoreError> {
-        match tokio::time::timeout(bound, self.once(method, path, body, fresh)).await {
+        match tokio::time::timeout(bound, self.once(method, path, body, token)).await {
             Ok(reply) => reply,
             Err(_) => {
                 self.reset();
@@ -332,12 +305,12 @@ impl Api {
         }
     }
 
-    async fn build(
+    fn build(
         &self,
         method: &str,
         path: &str,
         body: Option<&Value>,
-        fresh: bool,
+        token: &Option<Secret>,
     ) -> Result<hyper::Request<Full<Bytes>>, StoreError> {
         let mut request = hyper::Request::builder()
             .method(method)
@@ -345,7 +318,7 @@ impl Api {
             .header("host", format!("{}:{}", self.host, self.port))
             .header("accept", "application/json")
             .header("user-agent", concat!("elect/", env!("CARGO_PKG_VERSION")));
-        if let Some(token) = self.bearer(fresh).await? {
+        if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {}", token.expose()));
         }
         let bytes = match body {
@@ -382,9 +355,9 @@ impl Api {
         method: &str,
         path: &str,
         body: Option<&Value>,
-        fresh: bool,
+        token: &Option<Secret>,
     ) -> Result<Reply, StoreError> {
-        let request = self.build(method, path, body, fresh).await?;
+        let request = self.build(method, path, body, token)?;
         let mut sender = self.sender().await?;
         let response = sender
             .send_request(request)
@@ -416,8 +389,9 @@ impl Api {
 
     /// Open a watch (`path` with `watch=1`): its events, line by line.
     pub async fn watch(&self, path: &str) -> Result<Watch, StoreError> {
+        let token = self.bearer().await?;
         let open = async {
-            let request = self.build("GET", path, None, false).await?;
+            let request = self.build("GET", path, None, &token)?;
             let mut sender = self.connect().await?;
             let response = sender
                 .send_request(request)

@@ -1,8 +1,7 @@
 //! A kubeconfig's exec credential plugin (`client.authentication.k8s.io`
-//! `ExecCredential`), as EKS, GKE and AKS kubeconfigs use one: run when a
-//! token is first needed, again once its `expirationTimestamp` has passed
-//! or the server answered 401, never on the way of a renewal that has a
-//! token that lives.
+//! `ExecCredential`), as EKS, GKE and AKS kubeconfigs use one: one run,
+//! bounded, in a process group of its own. When it runs is
+//! [`super::tokens`]'s to say.
 //!
 //! Only a bearer token is taken from it: a plugin that gives a client
 //! certificate is refused by name.
@@ -15,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::store::{Secret, StoreError};
 
-/// The most a plugin may take.
-const RUN_WITHIN: Duration = Duration::from_secs(30);
+/// The most a plugin may take: then its process group is killed.
+pub const RUN_WITHIN: Duration = Duration::from_secs(30);
 
 /// A plugin as the kubeconfig names it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,14 +35,6 @@ pub struct Plugin {
 pub struct Credential {
     pub token: Secret,
     pub expires: Option<SystemTime>,
-}
-
-impl Credential {
-    /// Whether it is still good, with a little to spare for the request.
-    pub fn fresh(&self) -> bool {
-        self.expires
-            .is_none_or(|at| SystemTime::now() + Duration::from_secs(10) < at)
-    }
 }
 
 impl Plugin {
@@ -97,7 +88,10 @@ impl Plugin {
         })
     }
 
-    /// Run the plugin: its token.
+    /// Run the plugin: its token. The plugin runs in a process group of
+    /// its own; one that has not ended within [`RUN_WITHIN`] has its whole
+    /// group killed (a shell script's children too) and is reaped, and so
+    /// is one whose run is dropped half-way.
     pub async fn run(&self) -> Result<Credential, StoreError> {
         let shown = self.command.display();
         let failed = |why: String| {
@@ -117,16 +111,47 @@ impl Plugin {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("KUBERNETES_EXEC_INFO", info.to_string())
             .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
-        let out = tokio::time::timeout(RUN_WITHIN, command.output())
-            .await
-            .map_err(|_| {
-                failed(format!(
-                    "did not end within {}",
-                    crate::clock::show(RUN_WITHIN)
-                ))
-            })?
+        let mut child = command
+            .spawn()
             .map_err(|e| failed(format!("cannot run: {e}")))?;
+        let group = Group(child.id().map(|pid| pid as i32));
+        let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+        let collect = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (o, e, status) = tokio::join!(
+                read_all(stdout.as_mut(), &mut out),
+                read_all(stderr.as_mut(), &mut err),
+                child.wait()
+            );
+            o.and(e).and(status).map(|status| (status, out, err))
+        };
+        let ended = tokio::time::timeout(RUN_WITHIN, collect).await;
+        let (status, stdout, stderr) = match ended {
+            Ok(ended) => {
+                group.disarm();
+                ended.map_err(|e| failed(format!("cannot be read: {e}")))?
+            }
+            Err(_) => {
+                group.kill();
+                let _ = child.wait().await;
+                group.disarm();
+                return Err(StoreError::unavailable(format!(
+                    "the kubeconfig {}: the exec plugin {shown} hung: no answer within {}, \
+                     killed",
+                    self.file,
+                    crate::clock::show(RUN_WITHIN)
+                )));
+            }
+        };
+        let out = std::process::Output {
+            status,
+            stdout,
+            stderr,
+        };
         if !out.status.success() {
             let said = String::from_utf8_lossy(&out.stderr);
             let said = said.trim().replace('\n', " ");
@@ -158,5 +183,43 @@ impl Plugin {
             token: Secret(token.to_string()),
             expires,
         })
+    }
+}
+
+/// All of a pipe, into `into`.
+async fn read_all(
+    pipe: Option<&mut (impl tokio::io::AsyncRead + Unpin)>,
+    into: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    match pipe {
+        Some(pipe) => pipe.read_to_end(into).await.map(drop),
+        None => Ok(()),
+    }
+}
+
+/// A plugin's process group (its id is the plugin's pid), killed when
+/// dropped unless disarmed: a run given up, or dropped half-way, leaves
+/// none of its processes behind.
+struct Group(Option<i32>);
+
+impl Group {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -18,6 +18,7 @@ mod config;
 mod exec;
 mod lease;
 mod session;
+mod tokens;
 
 use std::cell::RefCell;
 use std::fmt;
