@@ -318,8 +318,9 @@ fn base64(path: &std::path::Path) -> String {
 
 /// Credentials as kubectl takes them: a client certificate (files and
 /// inline data), an exec plugin's token, insecure-skip-tls-verify with a
-/// warning, a token file that rotates during a hold; and what elect does
-/// not support refused by name.
+/// warning, a token file and an exec plugin's token that rotate during a
+/// hold (a 401, then a token fetched afresh); and what elect does not
+/// support refused by name.
 #[test]
 fn credentials_as_kubectl_takes_them() {
     let mut kube = Kube::start("creds");
@@ -491,6 +492,58 @@ fn credentials_as_kubectl_takes_them() {
     });
     holder.send_line("done");
     assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
+
+    // An exec plugin's token refused during a hold: the plugin is run
+    // again at once, and the renewal sent again with its new token.
+    std::fs::write(&tokens, with("first-exec")).unwrap();
+    kube.restart("immediate");
+    let ran = dir.join("exec-ran");
+    let body = format!(
+        "token=first-exec\n[ -e {ran} ] && token=second-exec\necho ran >> {ran}",
+        ran = ran.display()
+    );
+    let exec = plugin_kubeconfig(&dir, &kube, "exec-rotating", &body, 3600);
+    let mut holder = Running::spawn({
+        let mut c = support::elect();
+        c.env("KUBECONFIG", &exec)
+            .args([
+                "run",
+                "--store",
+                "k8s:",
+                "--lock",
+                "exec-rotating",
+                "--ttl",
+                "30s",
+            ])
+            .args(["--", "sh", "-c", "echo held; read _line"]);
+        c
+    });
+    holder.expect_line("held", 20 * SECOND);
+    std::fs::write(&tokens, with("second-exec")).unwrap();
+    kube.restart("immediate");
+    let restarted = std::time::SystemTime::now();
+    support::eventually("a renewal with the plugin's new token", 15 * SECOND, || {
+        let (_, body) = kube.request(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/creds/leases/exec-rotating",
+            None,
+        );
+        let lease: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let renewed = lease["spec"]["renewTime"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        match renewed {
+            Some(at) if at > restarted => Ok(()),
+            _ => Err(body),
+        }
+    });
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "ran\nran\n",
+        "the plugin ran again after the 401 only"
+    );
 }
 
 /// elect cut off from the API server (its link blackholed) while a
@@ -1002,7 +1055,7 @@ fn a_waiter_renews_its_record_once_a_ttl() {
 }
 
 /// An exec plugin, a shell script that runs `body` and then prints an
-/// ExecCredential with the test's token, expiring `expires_in` seconds
+/// ExecCredential with the test's token (or `$token`, if `body` sets it), expiring `expires_in` seconds
 /// after it printed it; a kubeconfig (namespace creds) whose user runs it.
 fn plugin_kubeconfig(
     dir: &TempDir,
@@ -1015,7 +1068,7 @@ fn plugin_kubeconfig(
     let script =
         "#!/bin/sh\nBODY\nat=$(date -u -d \"@$(( $(date +%s) + EXPIRES ))\" +%Y-%m-%dT%H:%M:%SZ)\n\
          printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\
-         \"status\":{\"token\":\"TOKEN\",\"expirationTimestamp\":\"%s\"}}\\n' \"$at\"\n"
+         \"status\":{\"token\":\"%s\",\"expirationTimestamp\":\"%s\"}}\\n' \"${token:-TOKEN}\" \"$at\"\n"
             .replace("BODY", body)
             .replace("EXPIRES", &expires_in.to_string())
             .replace("TOKEN", &kube.token);

@@ -294,3 +294,41 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refresh_ahead(life: Duration) -> Duration {
+        let plugin = Source::Exec(Plugin {
+            api_version: "client.authentication.k8s.io/v1".into(),
+            command: "p".into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            file: "k".into(),
+        });
+        let expires = SystemTime::now() + life;
+        let kept = Kept::new(
+            Credential {
+                token: Secret("t".into()),
+                expires: Some(expires),
+            },
+            &plugin,
+        );
+        expires.duration_since(kept.refresh_at.unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_plugins_token_is_fetched_again_two_minutes_or_half_its_life_ahead() {
+        let s = Duration::from_secs(1);
+        // EKS: 14 minutes; GKE: an hour.
+        assert_eq!(refresh_ahead(840 * s), 120 * s);
+        assert_eq!(refresh_ahead(3600 * s), 120 * s);
+        // A short life: half of it.
+        let ahead = refresh_ahead(8 * s);
+        assert!(
+            ahead <= 4 * s && ahead > 3900 * Duration::from_millis(1),
+            "{ahead:?}"
+        );
+    }
+}
