@@ -673,6 +673,21 @@ fn commits_wait_for_a_standby_that_is_gone<S: StoreUnderTest>() {
     );
 }
 
+/// A new store backed up, then written to by others (its counter well past
+/// the backup's when A takes the lock, as in a store in use); A holding,
+/// B waiting.
+fn backed_up<S: StoreUnderTest>(scenario: &str, fault: &str) -> Run<S> {
+    assert!(S::RESTORES);
+    let began = Instant::now();
+    let mut store = S::start(scenario);
+    store.save_state();
+    for _ in 0..10 {
+        store.unrelated_write();
+    }
+    let a = Holding::default();
+    start_on(store, began, scenario, fault, Via::Direct, a, |_| {})
+}
+
 /// The store restored from a backup saved before A took the lock, as in a
 /// disaster recovery: its revision goes back below A's token.
 ///
@@ -685,25 +700,8 @@ fn commits_wait_for_a_standby_that_is_gone<S: StoreUnderTest>() {
 /// any holder of the old state is stopped). A contender started afresh
 /// then holds the lock: nothing is left stuck.
 fn restored_from_an_older_backup<S: StoreUnderTest>() {
-    assert!(S::RESTORES);
-    let began = Instant::now();
     let fault = "restored from a backup older than A's tenure";
-    let mut store = S::start("restored");
-    store.save_state();
-    // Others' writes since the backup: the store's counter is well past
-    // the backup's when A takes the lock, as in a store in use.
-    for _ in 0..10 {
-        store.unrelated_write();
-    }
-    let mut run = start_on(
-        store,
-        began,
-        "restored",
-        fault,
-        Via::Direct,
-        Holding::default(),
-        |_| {},
-    );
+    let mut run = backed_up::<S>("restored", fault);
     let restore = monotonic_ns();
     run.store.restore_state(false);
     let serving = monotonic_ns();
@@ -774,23 +772,8 @@ fn restored_from_an_older_backup<S: StoreUnderTest>() {
 /// other, and B takes the lock after A's command is gone, with a higher
 /// token.
 fn restored_with_the_revision_bumped<S: StoreUnderTest>() {
-    assert!(S::RESTORES);
-    let began = Instant::now();
     let fault = "restored from a backup older than A's tenure, the revision bumped";
-    let mut store = S::start("restored-bumped");
-    store.save_state();
-    for _ in 0..10 {
-        store.unrelated_write();
-    }
-    let mut run = start_on(
-        store,
-        began,
-        "restored-bumped",
-        fault,
-        Via::Direct,
-        Holding::default(),
-        |_| {},
-    );
+    let mut run = backed_up::<S>("restored-bumped", fault);
     let restore = monotonic_ns();
     run.store.restore_state(true);
     run.judge(Tenure::Ended, restore, monotonic_ns(), 0.0);
