@@ -64,7 +64,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ("command not found / not executable", "127 / 126"),
     ("elect's own failure", "70"),
     (
-        "the guard process died (elect killed the command's group, then released the lock)",
+        "the guard process died (elect killed the command's group, then let the lock go)",
         "71",
     ),
     (

@@ -521,7 +521,7 @@ impl Job {
             Code::OsError,
             format!(
                 "the guard process {how}; killed the command's process group {pgid} \
-                 and released lock {}; exiting {}",
+                 before letting lock {} go; exiting {}",
                 self.lock,
                 Code::OsError.value()
             ),
