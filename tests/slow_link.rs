@@ -137,7 +137,9 @@ fn the_round_trip_limit_at_a_3s_ttl() {
     let etcd = Etcd::start();
     let proxy = Proxy::start(&etcd.endpoint);
 
-    let under = (LIMIT_AT_3S - Duration::from_millis(90)) / 2;
+    // The proxy adds its own delay (some 75 ms a round trip on two busy
+    // cores) and the renewal may leave a few ms late: 190 ms under.
+    let under = (LIMIT_AT_3S - Duration::from_millis(190)) / 2;
     let (mut holder, mut waiter, since) = slow_holder(&etcd, &proxy, "under", under);
     keeps_renewing(&mut holder, 4, since, 3 * SECOND);
     hand_over(&mut holder, &mut waiter);
