@@ -475,21 +475,7 @@ fn credentials_as_kubectl_takes_them() {
     let restarted = std::time::SystemTime::now();
     // Renewals every 10 s: one with the old token refused, then the new
     // one read; the Lease renewed after the restart proves it.
-    support::eventually("a renewal with the new token", 15 * SECOND, || {
-        let (_, body) = kube.request(
-            "GET",
-            "/apis/coordination.k8s.io/v1/namespaces/creds/leases/rotating",
-            None,
-        );
-        let lease: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        let renewed = lease["spec"]["renewTime"]
-            .as_str()
-            .and_then(|t| humantime::parse_rfc3339(t).ok());
-        match renewed {
-            Some(at) if at > restarted => Ok(()),
-            _ => Err(body),
-        }
-    });
+    renewed_since(&kube, "rotating", restarted, "a renewal with the new token");
     holder.send_line("done");
     assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
 
@@ -522,12 +508,27 @@ fn credentials_as_kubectl_takes_them() {
     std::fs::write(&tokens, with("second-exec")).unwrap();
     kube.restart("immediate");
     let restarted = std::time::SystemTime::now();
-    support::eventually("a renewal with the plugin's new token", 15 * SECOND, || {
-        let (_, body) = kube.request(
-            "GET",
-            "/apis/coordination.k8s.io/v1/namespaces/creds/leases/exec-rotating",
-            None,
-        );
+    renewed_since(
+        &kube,
+        "exec-rotating",
+        restarted,
+        "a renewal with the plugin's new token",
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "ran\nran\n",
+        "the plugin ran again after the 401 only"
+    );
+}
+
+/// Wait until the Lease `name` of namespace `creds` was renewed after
+/// `restarted` (the API server's restart that refused the old token).
+fn renewed_since(kube: &Kube, name: &str, restarted: std::time::SystemTime, what: &str) {
+    support::eventually(what, 15 * SECOND, || {
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/creds/leases/{name}");
+        let (_, body) = kube.request("GET", &path, None);
         let lease: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
         let renewed = lease["spec"]["renewTime"]
             .as_str()
@@ -537,13 +538,6 @@ fn credentials_as_kubectl_takes_them() {
             _ => Err(body),
         }
     });
-    holder.send_line("done");
-    assert_eq!(holder.wait_code(20 * SECOND), 0, "{:?}", holder.stderr_seen);
-    assert_eq!(
-        std::fs::read_to_string(&ran).unwrap(),
-        "ran\nran\n",
-        "the plugin ran again after the 401 only"
-    );
 }
 
 /// elect cut off from the API server (its link blackholed) while a

@@ -172,6 +172,26 @@ impl Running {
         }
     }
 
+    /// Every stderr line to its end (the process and whatever shared its
+    /// stderr gone), at most `within`; all seen so far.
+    pub fn stderr_to_end(&mut self, within: Duration) -> String {
+        let give_up = Instant::now() + within;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => self.stderr_seen.push(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "stderr not closed within {within:?}; saw {:?}",
+                        self.stderr_seen
+                    )
+                }
+            }
+        }
+        self.stderr_seen.join("\n")
+    }
+
     pub fn drain_stderr(&mut self) -> String {
         while let Ok(line) = self.stderr.try_recv() {
             self.stderr_seen.push(line);

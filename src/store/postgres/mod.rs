@@ -153,16 +153,7 @@ impl Postgres {
                     log::verbose(format_args!("no answer; connecting again"));
                     self.link.abandon().await;
                 }
-                Err(_) => {
-                    // Asked before the cancel, which ends the wait it would see.
-                    let why = self.why_unanswered().await;
-                    self.link.abandon().await;
-                    return Err(StoreError::unavailable(format!(
-                        "{} did not answer within {}{why}",
-                        self.target(),
-                        crate::clock::show(self.within)
-                    )));
-                }
+                Err(_) => return Err(self.give_up("").await),
             }
         }
     }
@@ -486,10 +477,24 @@ impl Postgres {
             .collect()
     }
 
+    /// Give up on the statement of the link's connection, unanswered
+    /// within `--connect-timeout`: ask the server why, then cancel it
+    /// there (asked first: the cancel ends the wait the server would show).
+    /// `what` goes after "did not answer" (" the take of lock X").
+    pub(super) async fn give_up(&self, what: &str) -> StoreError {
+        let why = self.why_unanswered().await;
+        self.link.abandon().await;
+        StoreError::unavailable(format!(
+            "{} did not answer{what} within {}{why}",
+            self.target(),
+            crate::clock::show(self.within)
+        ))
+    }
+
     /// Why a statement of ours may go unanswered, as the server tells on
     /// a connection of its own, within [`ASK_WITHIN`]: `; ...` for the message
     /// that gives up, or nothing.
-    pub(super) async fn why_unanswered(&self) -> String {
+    async fn why_unanswered(&self) -> String {
         const SQL: &str = "SELECT wait_event_type, wait_event, \
              current_setting('synchronous_standby_names') FROM pg_stat_activity \
              WHERE usename = current_user AND application_name = $1 AND state = 'active' \

@@ -427,15 +427,9 @@ impl PgLock<'_> {
                     continue;
                 }
                 Err(_) if !answered && unanswered_until.remaining().is_zero() => {
-                    // Asked before the cancel, which ends the wait it would see.
-                    let why = store.why_unanswered().await;
-                    store.link.abandon().await;
-                    return Err(StoreError::unavailable(format!(
-                        "{} did not answer the take of lock {} within {}{why}",
-                        store.target(),
-                        self.lock,
-                        crate::clock::show(store.within)
-                    )));
+                    return Err(store
+                        .give_up(&format!(" the take of lock {}", self.lock))
+                        .await);
                 }
                 Err(_) => {
                     log::verbose(format_args!(
