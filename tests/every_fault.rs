@@ -1086,6 +1086,49 @@ fn the_holder_cut_off_with_its_member<S: StoreUnderTest>() {
     run.judge(Tenure::Ended, began, monotonic_ns(), allowed_ms);
 }
 
+/// The primary crashes and an asynchronous standby is promoted that lacks
+/// A's take (most HA set-ups replicate asynchronously): on the new
+/// primary the lock was let go by the holder before A. A reaches the old
+/// primary alone, as a host cut off in the failover, so it learns nothing
+/// and stops at its deadline; B reaches whichever server takes writes.
+/// B must not start while A's command may run, nor with a token at or
+/// below A's, which the old primary handed out and the new one never saw.
+fn promoted_without_the_last_take<S: StoreUnderTest>() {
+    assert!(S::FAILS_OVER);
+    let fault = "a standby promoted without A's take";
+    let began = Instant::now();
+    let mut store = S::start("promoted");
+    // The lock's row is on both: a holder before A took it and let go.
+    let dir = TempDir::new(&format!("every-fault-{}-promoted-before", S::NAME));
+    let ticks = Ticks::new(&dir.0);
+    let mut before = contender(&store.url(), "before", &ticks, false, None);
+    let before_token: u64 = before.expect_line("token", 20 * SECOND).parse().unwrap();
+    before.signal(libc::SIGTERM);
+    before.wait(10 * SECOND);
+    store.add_a_standby();
+    store.lag_the_standby();
+    let via = Via::Urls(store.url(), store.url_of_both());
+    let mut run = start_on(
+        store,
+        began,
+        "promoted",
+        fault,
+        via,
+        Holding::default(),
+        |_| {},
+    );
+    assert!(run.a_token > before_token);
+    let failed = monotonic_ns();
+    run.store.fail_over();
+    let promoted = monotonic_ns();
+    eprintln!(
+        "{}, {fault}: the standby took writes {:.0} ms after the primary's crash began",
+        S::NAME,
+        ms(promoted - failed)
+    );
+    run.judge(Tenure::Ended, failed, promoted, 0.0);
+}
+
 /// The groups a line of `stores!` names agree with what the store says it
 /// can suffer.
 fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
@@ -1097,6 +1140,7 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         ("server", S::HAS_SERVER),
         ("clock", S::JUDGES_BY_ITS_CLOCK),
         ("standby", S::WAITS_FOR_A_STANDBY),
+        ("failover", S::FAILS_OVER),
         ("notify", S::NOTIFIES),
         ("restore", S::RESTORES),
         ("bump", S::RESTORES_ABOVE),
@@ -1124,7 +1168,8 @@ macro_rules! tests {
 /// of a store with a `link`, those of a store with a `server`, those of a
 /// store that judges expiry by its own `clock`, those of a store whose
 /// elects listen for news on a connection of its own (`notify`), whose
-/// commits can wait for a synchronous `standby`, restored from a backup of
+/// commits can wait for a synchronous `standby`, that can `failover` to an
+/// asynchronous standby, restored from a backup of
 /// its own (`restore`; `bump`: with its counters kept above), those of a
 /// `replicated` store's members, those of a store that `foreign` writers
 /// may edit.
@@ -1202,6 +1247,9 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, failover) => {
+        tests!($type, [promoted_without_the_last_take]);
+    };
     ($type:ty, restore) => {
         tests!($type, [restored_from_an_older_backup]);
     };
@@ -1253,7 +1301,7 @@ stores! {
     k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
     mariadb: MariaDb => [every, force, pkill, link, server, clock],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
-    postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby],
+    postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover],
     zookeeper: ZooKeeper => [every, force, pkill, link, server, restore],
     zookeeper_ensemble: Ensemble => [every, force, pkill, replicated],
 }

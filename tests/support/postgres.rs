@@ -302,6 +302,7 @@ fn template() -> &'static Path {
             dir: dir.clone(),
             env: Vec::new(),
             clock: None,
+            standby: None,
         };
         pg.configure();
         append(&data.join("postgresql.conf"), "listen_addresses = ''\n");
@@ -346,6 +347,9 @@ pub struct Postgres {
     env: Vec<(String, String)>,
     /// The file faketime reads the server's clock offset from, if skewed.
     clock: Option<PathBuf>,
+    /// An asynchronous standby of this server and the proxy its WAL
+    /// streams through ([`Postgres::add_a_standby`]).
+    standby: Option<Box<(Postgres, super::proxy::Proxy)>>,
 }
 
 static CLOCKS: AtomicUsize = AtomicUsize::new(0);
@@ -466,6 +470,7 @@ impl Postgres {
             dir,
             env,
             clock: None,
+            standby: None,
         };
         for attempt in 1..=ATTEMPTS {
             pg.port = free_port();
@@ -717,6 +722,7 @@ ssl_ca_file = 'ca.crt'
             dir,
             env: Vec::new(),
             clock: None,
+            standby: None,
         };
         append(
             &standby.data().join("postgresql.conf"),
@@ -797,6 +803,43 @@ ssl_ca_file = 'ca.crt'
         let out = run(self.pg_ctl(&["promote"]));
         assert!(out.status.success(), "pg_ctl promote: {}", stderr(&out));
         assert_eq!(self.psql("SELECT pg_is_in_recovery()"), "f");
+    }
+
+    /// Give this server an asynchronous standby that has everything it
+    /// has written so far, its WAL streaming through a fault proxy.
+    pub fn add_a_standby(&mut self) {
+        let standby = self.start_standby();
+        let link = standby.stream_through_a_proxy(self);
+        standby.catch_up(self);
+        self.standby = Some(Box::new((standby, link)));
+    }
+
+    fn standby(&self) -> &(Postgres, super::proxy::Proxy) {
+        self.standby.as_deref().expect("a standby: add_a_standby")
+    }
+
+    /// From now on nothing this server writes reaches its standby, as
+    /// with an asynchronous standby that lags.
+    pub fn lag_the_standby(&self) {
+        self.standby().1.set(super::proxy::Mode::Blackhole);
+    }
+
+    /// This server crashes (an immediate stop) and its standby is promoted;
+    /// returns once the standby takes writes.
+    pub fn fail_over(&self) {
+        self.stop("immediate");
+        self.standby().0.promote();
+    }
+
+    /// A URL of this server and its standby, which reaches whichever of
+    /// the two takes writes (as an HA set-up's clients are given).
+    pub fn url_of_both(&self) -> String {
+        format!(
+            "postgres://elect:{PASSWORD}@127.0.0.1:{},127.0.0.1:{}/elect\
+             ?target_session_attrs=read-write",
+            self.port,
+            self.standby().0.port
+        )
     }
 
     /// [`Self::stop`] with `mode`, then [`Self::start_again`].

@@ -115,6 +115,29 @@ pub trait StoreUnderTest: Sized {
         panic!("{}: no synchronous standby", Self::NAME)
     }
 
+    /// The store can fail over to an asynchronous standby that lacks the
+    /// primary's last writes (PostgreSQL's streaming replication, the
+    /// default of most HA set-ups).
+    const FAILS_OVER: bool = false;
+    /// Give the store a standby that has everything written so far.
+    fn add_a_standby(&mut self) {
+        panic!("{}: no standby", Self::NAME)
+    }
+    /// From now on, nothing written reaches the standby.
+    fn lag_the_standby(&self) {
+        panic!("{}: no standby", Self::NAME)
+    }
+    /// The primary crashes and the standby is promoted; returns once it
+    /// takes writes.
+    fn fail_over(&mut self) {
+        panic!("{}: no standby", Self::NAME)
+    }
+    /// A URL of both servers, which reaches whichever takes writes;
+    /// [`Self::url`] reaches the primary alone.
+    fn url_of_both(&self) -> String {
+        panic!("{}: no standby", Self::NAME)
+    }
+
     /// A holder reaches the store over TCP, a link a fault proxy can cut,
     /// slow down or make lossy.
     const HAS_LINK: bool;
@@ -624,6 +647,24 @@ impl StoreUnderTest for Postgres {
     fn waiting_for_the_standby(&self) -> usize {
         let n = self.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
         n.trim().parse().unwrap()
+    }
+
+    const FAILS_OVER: bool = true;
+
+    fn add_a_standby(&mut self) {
+        Postgres::add_a_standby(self);
+    }
+
+    fn lag_the_standby(&self) {
+        Postgres::lag_the_standby(self);
+    }
+
+    fn fail_over(&mut self) {
+        Postgres::fail_over(self);
+    }
+
+    fn url_of_both(&self) -> String {
+        Postgres::url_of_both(self)
     }
 
     const NOTIFIES: bool = true;

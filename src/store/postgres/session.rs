@@ -226,10 +226,12 @@ struct PgLock<'s> {
 
 /// A version of a lease row held by someone: its holder's tenure, its
 /// count of renewals, and the database's time of the last (which moves
-/// also when an earlier elect, counting none, renews).
+/// also when an earlier elect, counting none, renews). No tenure: a row
+/// let go before a failover, which may hide a take that was lost with the
+/// old primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Version {
-    tenure: String,
+    tenure: Option<String>,
     renewals: i64,
     micros: Option<i64>,
 }
@@ -242,7 +244,7 @@ impl Version {
         if words.next()? != "renewed" || words.next()? != lock {
             return None;
         }
-        let tenure = words.next()?.to_string();
+        let tenure = Some(words.next()?.to_string());
         let renewals = words.next()?.parse().ok()?;
         let micros = words.next()?.parse().ok();
         let ttl = Duration::from_millis(words.next()?.parse().ok()?);
@@ -278,6 +280,9 @@ enum Attempt {
     /// by the database's clock and we have seen its row unchanged for its
     /// TTL (`None`: both are so now; a race).
     Busy(Option<Duration>),
+    /// Let go before the server's timeline began, so perhaps taken since
+    /// on the old primary; ours to take once it has stayed so this long.
+    Unsettled(Duration),
 }
 
 impl PgLock<'_> {
@@ -317,10 +322,29 @@ impl PgLock<'_> {
             return Ok(Attempt::Ours(fence as u64, sent));
         }
         let mut observed = self.observed.borrow_mut();
+        let unsettled = row.cell::<Option<bool>>(11)? == Some(true);
         match row.cell::<Option<String>>(6)? {
+            None if unsettled => {
+                let version = Version {
+                    tenure: None,
+                    renewals: row.cell::<Option<i64>>(7)?.unwrap_or(0),
+                    micros: None,
+                };
+                observed.saw(version, shared.ttl, answered);
+                let wait = observed
+                    .ripe_at()
+                    .map_or(Duration::ZERO, Instant::remaining);
+                log::verbose(format_args!(
+                    "lock {} was let go before the server's timeline began (a failover); \
+                     taking it in {}, once no take lost with the old primary can be alive",
+                    self.lock,
+                    crate::clock::show(wait)
+                ));
+                return Ok(Attempt::Unsettled(wait));
+            }
             Some(tenure) => {
                 let version = Version {
-                    tenure,
+                    tenure: Some(tenure),
                     renewals: row.cell::<Option<i64>>(7)?.unwrap_or(0),
                     micros: row.cell(8)?,
                 };
@@ -343,7 +367,11 @@ impl PgLock<'_> {
     /// parameters $5, $6 and $7 (NULLs: none).
     fn ripe(&self) -> (Option<String>, Option<i64>, Option<i64>) {
         match self.observed.borrow().ripe(Instant::now()) {
-            Some(v) => (Some(v.tenure.clone()), Some(v.renewals), v.micros),
+            Some(v) => (
+                Some(v.tenure.clone().unwrap_or_default()),
+                Some(v.renewals),
+                v.micros,
+            ),
             None => (None, None, None),
         }
     }
@@ -380,6 +408,13 @@ impl PgLock<'_> {
                     });
                 }
                 Ok(Ok(Attempt::Busy(left))) => left,
+                // Not held by anyone we can see: no `-n` or `--wait` gives
+                // up on it, the wait is one TTL once a failover.
+                Ok(Ok(Attempt::Unsettled(left))) => {
+                    answered = true;
+                    sleep_until(Instant::now() + left + Duration::from_millis(5)).await;
+                    continue;
+                }
                 Ok(Err(Failed::Statement(e)))
                     if (missing_tables(&e) || missing_column(&e)) && !set_up =>
                 {

@@ -182,13 +182,18 @@ impl Sql {
         };
         let ttl = "$3::bigint * interval '1 millisecond'";
         Sql {
-            // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure,
-            // $6 renewals and $7 renewal time (µs) of the version of the row
-            // that the taker has seen unchanged for its holder's TTL, or
-            // NULLs. Takes a free row, or an expired one still at that
-            // version, with the next fence, or confirms our own with the
-            // same fence (a retry whose reply was lost); else queues us as a
-            // waiter. A take tells the other waiters of the row's version
+            // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure
+            // ('' for none), $6 renewals and $7 renewal time (µs) of the
+            // version of the row that the taker has seen unchanged for its
+            // holder's TTL, or NULLs. Takes a free row, or an expired one
+            // still at that version, with the next fence, or confirms our
+            // own with the same fence (a retry whose reply was lost); else
+            // queues us as a waiter. A row let go on an earlier timeline
+            // (its fence is below this one's least) is not free at once: a
+            // take on the old primary that never reached this server may
+            // still have a live holder, so it is taken as an expired row
+            // is, once seen unchanged for a TTL (a new Chubby master waits
+            // out the old leases); the last column says which. A take tells the other waiters of the row's version
             // as a renewal does, so that those a release did not name sleep
             // on. Returns the fence if the lock is ours, the time left on
             // the holder's lease by the database's clock, the checkpoint,
@@ -205,8 +210,10 @@ impl Sql {
                      holder = CASE WHEN l.tenure = excluded.tenure THEN l.holder ELSE excluded.holder END, \
                      tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at, \
                      renewals = l.renewals + 1 \
-                   WHERE l.tenure IS NULL OR l.tenure = excluded.tenure \
-                     OR (l.expires_at <= clock_timestamp() AND l.tenure = $5 AND l.renewals = $6::bigint \
+                   WHERE l.tenure = excluded.tenure \
+                     OR (l.tenure IS NULL AND l.fence >= {EPOCH}) \
+                     OR ((l.tenure IS NULL OR l.expires_at <= clock_timestamp()) \
+                         AND coalesce(l.tenure, '') = $5 AND l.renewals = $6::bigint \
                          AND {renewed} IS NOT DISTINCT FROM $7::bigint) \
                    RETURNING l.fence, l.checkpoint, l.checkpoint_fence, l.checkpoint_at, \
                      l.renewals, {} AS micros), \
@@ -228,7 +235,8 @@ impl Sql {
                    (SELECT {} FROM {s}.lease l WHERE l.name = $1), {DURABLE}, \
                    (SELECT checkpoint FROM taken), (SELECT checkpoint_fence FROM taken), \
                    (SELECT {} FROM taken), \
-                   r.tenure, r.renewals, {}, {}, (SELECT count(*) FROM told) \
+                   r.tenure, r.renewals, {}, {}, (SELECT count(*) FROM told), \
+                   r.tenure IS NULL AND r.fence < {EPOCH} \
                  FROM (SELECT 1) one LEFT JOIN {s}.lease r ON r.name = $1",
                 micros("l.renewed_at"),
                 left("l.expires_at"),
