@@ -1098,6 +1098,7 @@ fn promoted_without_the_last_take<S: StoreUnderTest>() {
     let fault = "a standby promoted without A's take";
     let began = Instant::now();
     let mut store = S::start("promoted");
+    store.add_a_standby();
     // The lock's row is on both: a holder before A took it and let go.
     let dir = TempDir::new(&format!("every-fault-{}-promoted-before", S::NAME));
     let ticks = Ticks::new(&dir.0);
@@ -1105,7 +1106,6 @@ fn promoted_without_the_last_take<S: StoreUnderTest>() {
     let before_token: u64 = before.expect_line("token", 20 * SECOND).parse().unwrap();
     before.signal(libc::SIGTERM);
     before.wait(10 * SECOND);
-    store.add_a_standby();
     store.lag_the_standby();
     let via = Via::Urls(store.url(), store.url_of_both());
     let mut run = start_on(
@@ -1299,7 +1299,7 @@ stores! {
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
     k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
-    mariadb: MariaDb => [every, force, pkill, link, server, clock],
+    mariadb: MariaDb => [every, force, pkill, link, server, clock, failover],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover],
     zookeeper: ZooKeeper => [every, force, pkill, link, server, restore],

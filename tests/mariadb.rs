@@ -71,7 +71,8 @@ fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
     .output()
     .unwrap();
     assert_outcome("reader, with the tables", &out, 0, "");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran 1");
+    let ran = String::from_utf8_lossy(&out.stdout);
+    assert!(ran.trim().starts_with("ran "), "{ran}");
 }
 
 #[test]

@@ -165,6 +165,7 @@ fn template() -> &'static Path {
             env: Vec::new(),
             clock: None,
             args: Vec::new(),
+            standby: None,
         };
         db.start_on_free_port();
         db.try_sql_in(
@@ -202,7 +203,22 @@ pub struct MariaDb {
     clock: Option<PathBuf>,
     /// Server options beyond [`SETTINGS`] (TLS's).
     args: Vec<String>,
+    /// An asynchronous replica of this server ([`MariaDb::add_a_standby`]).
+    standby: Option<Box<Standby>>,
 }
+
+/// An asynchronous replica, for a failover.
+struct Standby {
+    server: MariaDb,
+    /// Its replication link to the primary, through a fault proxy.
+    link: super::proxy::Proxy,
+    /// The address clients are given (a virtual IP's part), moved to the
+    /// replica in a failover.
+    address: super::proxy::Proxy,
+}
+
+/// The replication account's name and password.
+const REPLICATION: &str = "replication";
 
 impl MariaDb {
     /// A server of the template's, on a free port.
@@ -211,6 +227,11 @@ impl MariaDb {
     }
 
     pub fn start_with(env: Vec<(String, String)>) -> MariaDb {
+        MariaDb::start_with_args(env, Vec::new())
+    }
+
+    /// A server of the template's with `args` beyond [`SETTINGS`].
+    fn start_with_args(env: Vec<(String, String)>, args: Vec<String>) -> MariaDb {
         let template = template();
         let dir = server_dir("mariadb");
         let out = Command::new("cp")
@@ -230,7 +251,8 @@ impl MariaDb {
             process: None,
             env,
             clock: None,
-            args: Vec::new(),
+            args,
+            standby: None,
         };
         db.start_on_free_port();
         db
@@ -468,6 +490,85 @@ impl MariaDb {
         ));
         self.args = args;
         self.restart("fast");
+    }
+
+    /// Give this server an asynchronous replica (GTID replication, its
+    /// link through a fault proxy) and an address for clients that a
+    /// failover moves to the replica. Restarts this server with a binary
+    /// log; call it before anything is written.
+    pub fn add_a_standby(&mut self) {
+        self.stop();
+        self.args.extend(
+            [
+                "--log-bin=mariadb-bin",
+                "--server-id=1",
+                "--binlog-format=ROW",
+            ]
+            .map(String::from),
+        );
+        self.start_again();
+        self.sql(&format!(
+            "CREATE USER '{REPLICATION}'@'%' IDENTIFIED BY '{REPLICATION}'; \
+             GRANT REPLICATION SLAVE ON *.* TO '{REPLICATION}'@'%'"
+        ));
+        let server = MariaDb::start_with_args(Vec::new(), vec!["--server-id=2".to_string()]);
+        let here = format!("127.0.0.1:{}", self.port);
+        let link = super::proxy::Proxy::start(&here);
+        server.sql(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+             MASTER_USER = '{REPLICATION}', MASTER_PASSWORD = '{REPLICATION}', \
+             MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1; START SLAVE",
+            link.port
+        ));
+        let address = super::proxy::Proxy::start(&here);
+        self.standby = Some(Box::new(Standby {
+            server,
+            link,
+            address,
+        }));
+    }
+
+    fn standby(&self) -> &Standby {
+        self.standby.as_deref().expect("a standby: add_a_standby")
+    }
+
+    /// Once the replica has everything written so far, nothing more
+    /// reaches it, as with an asynchronous replica that lags.
+    pub fn lag_the_standby(&self) {
+        let standby = self.standby();
+        let written = self.sql("SELECT @@gtid_binlog_pos");
+        let waited = standby
+            .server
+            .sql(&format!("SELECT MASTER_GTID_WAIT('{written}', 10)"));
+        assert_eq!(
+            waited,
+            "0",
+            "the replica never applied {written}:\n{}",
+            tail(&standby.server.log())
+        );
+        standby.link.set(super::proxy::Mode::Blackhole);
+    }
+
+    /// This server crashes (SIGKILL), its replica is made the primary
+    /// (replication stopped and forgotten), and the clients' address moves
+    /// to it; returns once it takes writes there.
+    pub fn fail_over(&mut self) {
+        self.kill();
+        let standby = self.standby();
+        standby.link.set(super::proxy::Mode::Reset);
+        standby.server.sql("STOP SLAVE; RESET SLAVE ALL");
+        standby
+            .address
+            .retarget(&format!("127.0.0.1:{}", standby.server.port));
+    }
+
+    /// The TCP URL of account `elect` at the clients' address, which
+    /// reaches this server until a failover, its replica after.
+    pub fn url_of_both(&self) -> String {
+        format!(
+            "mysql://elect:{PASSWORD}@127.0.0.1:{}/elect?ssl-mode=DISABLED",
+            self.standby().address.port
+        )
     }
 
     /// The socket URL of account `elect`, which needs no password there.

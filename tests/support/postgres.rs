@@ -805,12 +805,11 @@ ssl_ca_file = 'ca.crt'
         assert_eq!(self.psql("SELECT pg_is_in_recovery()"), "f");
     }
 
-    /// Give this server an asynchronous standby that has everything it
-    /// has written so far, its WAL streaming through a fault proxy.
+    /// Give this server an asynchronous standby, its WAL streaming
+    /// through a fault proxy.
     pub fn add_a_standby(&mut self) {
         let standby = self.start_standby();
         let link = standby.stream_through_a_proxy(self);
-        standby.catch_up(self);
         self.standby = Some(Box::new((standby, link)));
     }
 
@@ -818,10 +817,12 @@ ssl_ca_file = 'ca.crt'
         self.standby.as_deref().expect("a standby: add_a_standby")
     }
 
-    /// From now on nothing this server writes reaches its standby, as
-    /// with an asynchronous standby that lags.
+    /// Once the standby has everything written so far, nothing more
+    /// reaches it, as with an asynchronous standby that lags.
     pub fn lag_the_standby(&self) {
-        self.standby().1.set(super::proxy::Mode::Blackhole);
+        let (standby, link) = self.standby();
+        standby.catch_up(self);
+        link.set(super::proxy::Mode::Blackhole);
     }
 
     /// This server crashes (an immediate stop) and its standby is promoted;

@@ -31,6 +31,8 @@ pub type Cutter = Box<dyn Fn(bool, u64, &[u8]) -> bool + Send + Sync>;
 
 struct Shared {
     mode: Mutex<Mode>,
+    /// Where new connections go.
+    target: Mutex<String>,
     cutter: Option<Cutter>,
     /// Connections cut by the cutter.
     cut: AtomicU64,
@@ -73,6 +75,7 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
             mode: Mutex::new(Mode::Forward),
+            target: Mutex::new(target.to_string()),
             cutter,
             cut: AtomicU64::new(0),
             changed: Condvar::new(),
@@ -80,7 +83,6 @@ impl Proxy {
             accepted: AtomicU64::new(0),
             frozen_below: AtomicU64::new(0),
         });
-        let target = target.to_string();
         let s = shared.clone();
         thread::spawn(move || {
             // A namespace is a thread's own: the sockets this thread
@@ -98,6 +100,7 @@ impl Proxy {
                     reset(&client);
                     continue;
                 }
+                let target = s.target.lock().unwrap().clone();
                 let Ok(server) = TcpStream::connect(&target) else {
                     reset(&client);
                     continue;
@@ -131,6 +134,16 @@ impl Proxy {
     pub fn freeze_open_connections(&self) {
         let open = self.shared.accepted.load(Ordering::SeqCst);
         self.shared.frozen_below.store(open, Ordering::SeqCst);
+    }
+
+    /// Send new connections to `target` from now on, and reset those
+    /// open: an address moved to another server, as a virtual IP is in a
+    /// failover.
+    pub fn retarget(&self, target: &str) {
+        *self.shared.target.lock().unwrap() = target.to_string();
+        for c in self.shared.connections.lock().unwrap().drain(..) {
+            reset(&c);
+        }
     }
 
     pub fn set(&self, mode: Mode) {

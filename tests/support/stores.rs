@@ -119,11 +119,12 @@ pub trait StoreUnderTest: Sized {
     /// primary's last writes (PostgreSQL's streaming replication, the
     /// default of most HA set-ups).
     const FAILS_OVER: bool = false;
-    /// Give the store a standby that has everything written so far.
+    /// Give the store a standby, before anything is written.
     fn add_a_standby(&mut self) {
         panic!("{}: no standby", Self::NAME)
     }
-    /// From now on, nothing written reaches the standby.
+    /// Once the standby has everything written so far, nothing more
+    /// reaches it.
     fn lag_the_standby(&self) {
         panic!("{}: no standby", Self::NAME)
     }
@@ -724,11 +725,30 @@ impl StoreUnderTest for MariaDb {
     /// still its holder's until someone takes it.
     const OUTSIDE_ENDS: &'static [&'static str] =
         &["take over the lease row", "free the lease row"];
-    /// Each new holder gets the row's fence plus one.
-    const CONSECUTIVE_TOKENS: bool = true;
+    /// Each new holder gets the row's fence plus one, or the database's
+    /// clock in ms × 1024 if that is more.
+    const CONSECUTIVE_TOKENS: bool = false;
 
     fn start(_scenario: &str) -> MariaDb {
         MariaDb::start()
+    }
+
+    const FAILS_OVER: bool = true;
+
+    fn add_a_standby(&mut self) {
+        MariaDb::add_a_standby(self);
+    }
+
+    fn lag_the_standby(&self) {
+        MariaDb::lag_the_standby(self);
+    }
+
+    fn fail_over(&mut self) {
+        MariaDb::fail_over(self);
+    }
+
+    fn url_of_both(&self) -> String {
+        MariaDb::url_of_both(self)
     }
 
     fn url(&self) -> String {

@@ -280,8 +280,9 @@ struct MyLock<'s> {
     fence: Cell<Option<i64>>,
 }
 
-/// A version of a lease row held by someone: its holder's tenure, its
-/// count of renewals, and the database's time of the last.
+/// A version of a lease row held by someone: its holder's tenure (empty:
+/// let go on another server, a failover since), its count of renewals,
+/// and the database's time of the last.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Version {
     tenure: String,
@@ -298,6 +299,9 @@ struct Seen {
     /// Time left by the database's clock; `None` once expired.
     left: Option<Duration>,
     checkpoint: Option<Checkpoint>,
+    /// Let go on another server: the take that followed may have been
+    /// lost with the old primary.
+    unsettled: bool,
 }
 
 /// What one acquisition attempt found.
@@ -307,6 +311,9 @@ enum Attempt {
     /// Busy; worth another look in this long (`None`: at once, a race),
     /// and the fence of its holder, whose doorbell tells of a release.
     Busy(Option<Duration>, Option<i64>),
+    /// Let go on another server, so perhaps taken since on the old
+    /// primary; ours to take once it has stayed so this long.
+    Unsettled(Duration),
 }
 
 /// What a waiter heard at a holder's doorbell.
@@ -397,6 +404,7 @@ impl MyLock<'_> {
             ttl: millis(cell(row, 4).map_err(bad)?),
             left: millis(cell(row, 5).map_err(bad)?),
             checkpoint: checkpoint_of(row, 6).map_err(bad)?,
+            unsettled: cell::<Option<i64>>(row, 9).map_err(bad)? == Some(1),
         }))
     }
 
@@ -497,6 +505,20 @@ impl MyLock<'_> {
                 ));
             }
             return Ok(Attempt::Ours(seen.fence as u64, sent));
+        }
+        if seen.tenure.is_none() && seen.unsettled {
+            let mut observed = self.observed.borrow_mut();
+            observed.saw(seen.version, shared.ttl, answered);
+            let wait = observed
+                .ripe_at()
+                .map_or(Duration::ZERO, Instant::remaining);
+            log::verbose(format_args!(
+                "lock {} was let go on another server (a failover); taking it in {}, once no \
+                 take lost with the old primary can be alive",
+                self.lock,
+                crate::clock::show(wait)
+            ));
+            return Ok(Attempt::Unsettled(wait));
         }
         if seen.tenure.is_none() {
             // Let go between the take and the look.
@@ -610,6 +632,12 @@ impl MyLock<'_> {
                     });
                 }
                 Ok(Ok(Attempt::Busy(left, fence))) => (left, fence),
+                // Not held by anyone we can see: no `-n` or `--wait` gives
+                // up on it, the wait is one TTL once a failover.
+                Ok(Ok(Attempt::Unsettled(left))) => {
+                    sleep_until(Instant::now() + left + Duration::from_millis(5)).await;
+                    continue;
+                }
                 Ok(Err(e)) if e.code() == Some(code::NO_SUCH_TABLE) && !set_up => {
                     set_up = true;
                     store.set_up().await?;

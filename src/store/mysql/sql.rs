@@ -25,6 +25,28 @@ const NEVER: &str = "'1000-01-01 00:00:00'";
 /// The database's clock.
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
+/// The least fence a take gets: the database's clock in milliseconds since
+/// 2020 × 1024 (below 2^53 until the year 2298). MySQL has no timeline:
+/// a replica promoted after the primary died may lack the primary's last
+/// takes, and their fences, and its counter alone would hand them out
+/// again. Time has gone on since, so a take on the new primary still gets
+/// a higher token, unless its clock is behind the old primary's by more
+/// than the failover took. A lock taken again within the same millisecond
+/// counts on from the last fence, as it does after a step of the clock
+/// back: a fence is always above the one before.
+const CLOCK_FENCE: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '2020-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 * 1024)";
+
+/// The server a take was made on, named in the holder record: a row let
+/// go on another server (a failover since) may hide a take that was lost
+/// with the old primary, so it is taken only once seen unchanged for a
+/// TTL. Rows from before it was named count as this server's.
+const SAME_SERVER: &str =
+    "COALESCE(JSON_UNQUOTE(JSON_EXTRACT(holder, '$.server_id')), @@server_id) = @@server_id";
+
+/// The holder record `?` of a take, naming this server.
+const HOLDER_HERE: &str = "JSON_SET(?, '$.server_id', @@server_id)";
+
 /// The column types of lock names and tenures: compared byte for byte,
 /// never by a case-insensitive collation.
 const NAME: &str = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
@@ -190,33 +212,36 @@ impl Sql {
         let bell = |lock: &str, fence: &str| bell(&scope, lock, fence);
         Sql {
             // 1-3 tenure, 4 holder record, 5 tenure, 6 ttl µs, 7 lock,
-            // 8 tenure; 9 tenure, 10 renewals and 11 renewal time (µs) of
-            // the version the taker has seen unchanged for its holder's
-            // TTL, or NULLs. Takes a free row, or an expired one still at
-            // that version, with the next fence, or confirms our own with
-            // the same fence (a take sent again); matches no row else.
+            // 8 tenure; 9 tenure ('' for none), 10 renewals and 11 renewal
+            // time (µs) of the version the taker has seen unchanged for its
+            // holder's TTL, or NULLs. Takes a row let go on this server, or
+            // an expired one or one let go on another still at that
+            // version, with the next fence, or confirms our own with the
+            // same fence (a take sent again); matches no row else.
             take: format!(
-                "UPDATE {l} SET fence = IF(tenure <=> ?, fence, fence + 1), \
+                "UPDATE {l} SET fence = IF(tenure <=> ?, fence, GREATEST(fence + 1, {CLOCK_FENCE})), \
                    acquired_at = IF(tenure <=> ?, acquired_at, {NOW}), \
-                   holder = IF(tenure <=> ?, holder, ?), \
+                   holder = IF(tenure <=> ?, holder, {HOLDER_HERE}), \
                    tenure = ?, renewed_at = {NOW}, expires_at = {expiry}, \
                    renewals = renewals + 1 \
-                 WHERE name = ? AND (tenure IS NULL OR tenure = ? \
-                   OR (expires_at <= {NOW} AND tenure = ? AND renewals = ? \
-                       AND {} <=> ?))",
+                 WHERE name = ? AND (tenure = ? OR (tenure IS NULL AND {SAME_SERVER}) \
+                   OR ((tenure IS NULL OR expires_at <= {NOW}) AND COALESCE(tenure, '') = ? \
+                       AND renewals = ? AND {} <=> ?))",
                 micros("renewed_at")
             ),
             // 1 lock, 2 tenure, 3 ttl µs, 4 holder record: the first take
-            // of a lock, fence 1; a duplicate key if the row exists.
+            // of a lock; a duplicate key if the row exists.
             insert: format!(
                 "INSERT INTO {l} (name, tenure, fence, expires_at, renewed_at, acquired_at, \
-                   holder, renewals) VALUES (?, ?, 1, {expiry}, {NOW}, {NOW}, ?, 1)"
+                   holder, renewals) \
+                 VALUES (?, ?, GREATEST(1, {CLOCK_FENCE}), {expiry}, {NOW}, {NOW}, {HOLDER_HERE}, 1)"
             ),
             // 1 lock: its holder's tenure, the fence, the version, the
-            // holder's TTL and time left by the database's clock, and the
-            // checkpoint.
+            // holder's TTL and time left by the database's clock, the
+            // checkpoint, and whether it was let go on another server.
             row: format!(
-                "SELECT tenure, fence, renewals, {}, {}, {}, checkpoint, checkpoint_fence, {} \
+                "SELECT tenure, fence, renewals, {}, {}, {}, checkpoint, checkpoint_fence, {}, \
+                   tenure IS NULL AND NOT ({SAME_SERVER}) \
                  FROM {l} WHERE name = ?",
                 micros("renewed_at"),
                 ttl_of(l),
