@@ -53,7 +53,7 @@ pub const TABLE: &[(&str, &str)] = &[
         "76, or `--lost-exit-code`",
     ),
     (
-        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`), or gone back to an older state while waiting (one `--ttl` after it was seen)",
+        "store unreachable or refused before the lock was held (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else, as at the store's connection limit, after `--connect-timeout`), or gone back to an older state while waiting (one `--ttl` after it was seen)",
         "69",
     ),
     ("usage error", "64"),
@@ -123,7 +123,7 @@ pub const HISTORY: &[(&str, &str)] = &[
 pub const COMMON: &[(&str, &str)] = &[
     ("usage error", "64"),
     (
-        "store unreachable or refused (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else after `--connect-timeout`)",
+        "store unreachable or refused (at once when nothing listens, the host name does not exist, the TLS handshake is refused or another kind of server answers; else, as at the store's connection limit, after `--connect-timeout`)",
         "69",
     ),
     (

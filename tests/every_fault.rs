@@ -673,6 +673,58 @@ fn commits_wait_for_a_standby_that_is_gone<S: StoreUnderTest>() {
     );
 }
 
+/// The store turns elect's connections away at its connection limit (a
+/// herd of clients, a DBA's limit). `elect run -n` keeps trying for its
+/// `--connect-timeout`, then exits 69 in one line that names the limit,
+/// never running its command; one that is still trying when a connection
+/// frees takes the lock.
+fn at_its_connection_limit<S: StoreUnderTest>() {
+    assert!(S::LIMITS_CONNECTIONS);
+    let name = S::NAME;
+    let mut store = S::start("connection-limit");
+    store.reach_the_connection_limit();
+    let dir = TempDir::new(&format!("every-fault-{name}-connection-limit"));
+    let ran = dir.0.join("ran");
+    let mut command = elect_run(
+        &store.url(),
+        LOCK,
+        &["-n", "--connect-timeout", "2s"],
+        &format!("touch {}", ran.display()),
+    );
+    command.stdin(Stdio::null());
+    let started = Instant::now();
+    let mut run = Running::spawn(command);
+    let code = run.wait_code(10 * SECOND);
+    let took = started.elapsed();
+    let said = run.stderr_to_end(SECOND);
+    eprintln!("{name}, at its connection limit: exit {code} after {took:?}: {said}");
+    assert_eq!(code, 69, "{name}: {said}");
+    assert!(
+        took >= 2 * SECOND && took < Duration::from_millis(3500),
+        "{name}: ended after {took:?}, not at its --connect-timeout of 2 s"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{name}: {said}");
+    assert!(said.contains("connection limit"), "{name}: {said}");
+    assert!(!ran.exists(), "{name}: the command ran");
+    // Still trying when a connection frees: it takes the lock.
+    let mut command = elect_run(
+        &store.url(),
+        LOCK,
+        &["-n", "--connect-timeout", "10s"],
+        &format!("touch {}", ran.display()),
+    );
+    command.stdin(Stdio::null());
+    let mut run = Running::spawn(command);
+    // The limit holds for a second of the attempt, then lifts.
+    std::thread::sleep(SECOND);
+    assert!(run.try_wait_code().is_none(), "{name}: gave up at once");
+    store.lift_the_connection_limit();
+    let code = run.wait_code(15 * SECOND);
+    let said = run.stderr_to_end(SECOND);
+    assert_eq!(code, 0, "{name}, the limit lifted: {said}");
+    assert!(ran.exists(), "{name}: the command did not run");
+}
+
 /// A new store backed up, then written to by others (its counter well past
 /// the backup's when A takes the lock, as in a store in use); A holding,
 /// B waiting.
@@ -1141,6 +1193,7 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         ("clock", S::JUDGES_BY_ITS_CLOCK),
         ("standby", S::WAITS_FOR_A_STANDBY),
         ("failover", S::FAILS_OVER),
+        ("limits", S::LIMITS_CONNECTIONS),
         ("notify", S::NOTIFIES),
         ("restore", S::RESTORES),
         ("bump", S::RESTORES_ABOVE),
@@ -1169,7 +1222,7 @@ macro_rules! tests {
 /// store that judges expiry by its own `clock`, those of a store whose
 /// elects listen for news on a connection of its own (`notify`), whose
 /// commits can wait for a synchronous `standby`, that can `failover` to an
-/// asynchronous standby, restored from a backup of
+/// asynchronous standby, that `limits` its connections, restored from a backup of
 /// its own (`restore`; `bump`: with its counters kept above), those of a
 /// `replicated` store's members, those of a store that `foreign` writers
 /// may edit.
@@ -1247,6 +1300,9 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, limits) => {
+        tests!($type, [at_its_connection_limit]);
+    };
     ($type:ty, failover) => {
         tests!($type, [promoted_without_the_last_take]);
     };
@@ -1299,9 +1355,9 @@ stores! {
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill],
     k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
-    mariadb: MariaDb => [every, force, pkill, link, server, clock, failover],
+    mariadb: MariaDb => [every, force, pkill, link, server, clock, failover, limits],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
-    postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover],
+    postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover, limits],
     zookeeper: ZooKeeper => [every, force, pkill, link, server, restore],
     zookeeper_ensemble: Ensemble => [every, force, pkill, replicated],
 }

@@ -125,6 +125,9 @@ pub struct ConnectFailure {
     pub text: String,
     /// May pass if tried again: nothing listens yet, a server starting.
     pub passing: bool,
+    /// Turned away at the server's connection limit (`max_connections`,
+    /// a role's or account's own): passing, and said so at the end.
+    pub crowded: bool,
     /// The TLS handshake refused, as every store says it.
     pub tls: Option<crate::store::tls::Refused>,
     /// The user's to fix: no such database.
@@ -168,6 +171,11 @@ impl ConnectFailure {
             (false, false) => {
                 StoreError::unavailable(format!("{shown} refused us: {}", failure.text))
             }
+            (false, true) if failure.crowded => StoreError::unavailable(format!(
+                "{shown} turned elect's connections away at its connection limit for {}: {}",
+                crate::clock::show(within),
+                failure.text
+            )),
             (false, true) => StoreError::unavailable(format!(
                 "cannot reach {shown} within {}: {}",
                 crate::clock::show(within),

@@ -166,6 +166,7 @@ fn template() -> &'static Path {
             clock: None,
             args: Vec::new(),
             standby: None,
+            crowd: Vec::new(),
         };
         db.start_on_free_port();
         db.try_sql_in(
@@ -205,6 +206,9 @@ pub struct MariaDb {
     args: Vec<String>,
     /// An asynchronous replica of this server ([`MariaDb::add_a_standby`]).
     standby: Option<Box<Standby>>,
+    /// Clients that hold the last connections the server allows
+    /// ([`MariaDb::reach_the_connection_limit`]).
+    crowd: Vec<Child>,
 }
 
 /// An asynchronous replica, for a failover.
@@ -253,6 +257,7 @@ impl MariaDb {
             clock: None,
             args,
             standby: None,
+            crowd: Vec::new(),
         };
         db.start_on_free_port();
         db
@@ -562,6 +567,40 @@ impl MariaDb {
             .retarget(&format!("127.0.0.1:{}", standby.server.port));
     }
 
+    /// Let account `elect` (over the socket) have one connection and
+    /// hold it: every other is turned away with 1226, its
+    /// `MAX_USER_CONNECTIONS` reached, as a DBA's limit does (the server's
+    /// own `max_connections`, 1040, is told alike; MariaDB takes no fewer
+    /// than 10, and root's looks would race for the last).
+    pub fn reach_the_connection_limit(&mut self) {
+        self.sql("ALTER USER 'elect'@'localhost' WITH MAX_USER_CONNECTIONS 1");
+        let member = Command::new(client())
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uelect", "-e", "SELECT SLEEP(3600)"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.crowd.push(member);
+        let give_up = Instant::now() + READY_WITHIN;
+        while self.sql("SELECT count(*) FROM information_schema.processlist WHERE user = 'elect'")
+            != "1"
+        {
+            assert!(Instant::now() < give_up, "the connection was never held");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The limit back as it was, and the crowd gone.
+    pub fn lift_the_connection_limit(&mut self) {
+        self.sql("ALTER USER 'elect'@'localhost' WITH MAX_USER_CONNECTIONS 0");
+        for mut member in self.crowd.drain(..) {
+            let _ = member.kill();
+            let _ = member.wait();
+        }
+    }
+
     /// The TCP URL of account `elect` at the clients' address, which
     /// reaches this server until a failover, its replica after.
     pub fn url_of_both(&self) -> String {
@@ -593,6 +632,10 @@ fn encode(text: &str) -> String {
 
 impl Drop for MariaDb {
     fn drop(&mut self) {
+        for mut member in self.crowd.drain(..) {
+            let _ = member.kill();
+            let _ = member.wait();
+        }
         self.kill();
         if let Some(clock) = &self.clock {
             let _ = std::fs::remove_file(clock);

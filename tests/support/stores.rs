@@ -139,6 +139,18 @@ pub trait StoreUnderTest: Sized {
         panic!("{}: no standby", Self::NAME)
     }
 
+    /// The store turns connections away beyond a limit (PostgreSQL's and
+    /// MySQL's `max_connections`, a role's connection limit).
+    const LIMITS_CONNECTIONS: bool = false;
+    /// Let elect's account open no more connections.
+    fn reach_the_connection_limit(&mut self) {
+        panic!("{}: no connection limit", Self::NAME)
+    }
+    /// Lift the limit.
+    fn lift_the_connection_limit(&mut self) {
+        panic!("{}: no connection limit", Self::NAME)
+    }
+
     /// A holder reaches the store over TCP, a link a fault proxy can cut,
     /// slow down or make lossy.
     const HAS_LINK: bool;
@@ -668,6 +680,18 @@ impl StoreUnderTest for Postgres {
         Postgres::url_of_both(self)
     }
 
+    const LIMITS_CONNECTIONS: bool = true;
+
+    /// A role's limit: the same refusal (53300) as `max_connections`,
+    /// with no connections to hold open.
+    fn reach_the_connection_limit(&mut self) {
+        self.psql("ALTER ROLE elect CONNECTION LIMIT 0");
+    }
+
+    fn lift_the_connection_limit(&mut self) {
+        self.psql("ALTER ROLE elect CONNECTION LIMIT -1");
+    }
+
     const NOTIFIES: bool = true;
 
     fn notification_connections(&self) -> usize {
@@ -749,6 +773,16 @@ impl StoreUnderTest for MariaDb {
 
     fn url_of_both(&self) -> String {
         MariaDb::url_of_both(self)
+    }
+
+    const LIMITS_CONNECTIONS: bool = true;
+
+    fn reach_the_connection_limit(&mut self) {
+        MariaDb::reach_the_connection_limit(self);
+    }
+
+    fn lift_the_connection_limit(&mut self) {
+        MariaDb::lift_the_connection_limit(self);
     }
 
     fn url(&self) -> String {

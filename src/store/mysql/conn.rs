@@ -34,6 +34,8 @@ pub mod code {
     pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
     pub const DEADLOCK: u16 = 1213;
     pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// An account's `MAX_USER_CONNECTIONS` reached.
+    pub const USER_LIMIT_REACHED: u16 = 1226;
     pub const SERVER_SHUTDOWN: u16 = 1053;
     pub const CONNECTION_KILLED: u16 = 1927;
     pub const READ_ONLY: u16 = 1290;
@@ -61,6 +63,7 @@ impl Failed {
                 code::LOCK_WAIT_TIMEOUT
                     | code::DEADLOCK
                     | code::TOO_MANY_CONNECTIONS
+                    | code::USER_LIMIT_REACHED
                     | code::SERVER_SHUTDOWN
                     | code::CONNECTION_KILLED
                     | code::QUERY_INTERRUPTED
@@ -337,13 +340,17 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
     );
     let local = crate::descriptors::in_chain(e);
+    let crowded = matches!(
+        code,
+        Some(code::TOO_MANY_CONNECTIONS | code::USER_LIMIT_REACHED)
+    );
     let passing = !config
         && tls.is_none()
         && !refused
         && local.is_none()
         && match code {
             None => !matches!(e, mysql_async::Error::Driver(_)),
-            Some(c) => matches!(c, code::TOO_MANY_CONNECTIONS | code::SERVER_SHUTDOWN),
+            Some(c) => crowded || c == code::SERVER_SHUTDOWN,
         };
     let text = match (refused, &target.password) {
         (true, None) => format!(
@@ -354,6 +361,7 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
     Failure {
         text,
         passing,
+        crowded,
         tls,
         config,
         refused,

@@ -363,6 +363,7 @@ fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
             || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
     ) || lower.contains("password missing");
     let local = crate::descriptors::in_chain(e);
+    let crowded = code == Some(&SqlState::TOO_MANY_CONNECTIONS);
     let passing = !config
         && tls.is_none()
         && !refused
@@ -381,6 +382,7 @@ fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
     Failure {
         text,
         passing,
+        crowded,
         tls,
         config,
         refused,
