@@ -37,6 +37,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::limits;
 use support::loss::Loss;
 use support::mariadb::MariaDb;
 use support::proxy::{Mode, Proxy};
@@ -725,6 +726,82 @@ fn at_its_connection_limit<S: StoreUnderTest>() {
     assert!(ran.exists(), "{name}: the command did not run");
 }
 
+/// Under a low open-file limit (a tight container, systemd's
+/// `LimitNOFILE=`), `run` and `status` exit 71 at once in one line that
+/// names the limit: never an abort, never the store's fault (69), never a
+/// wait for `--connect-timeout`; at the limit elect needs, a run runs, and
+/// the lock is left free.
+fn a_low_open_file_limit<S: StoreUnderTest>() {
+    let name = S::NAME;
+    let store = S::start("open-files");
+    let url = store.url();
+    for n in [3, 8, 9, 12, 16, 24, limits::NEEDED - 1] {
+        let args = ["run", "--store", &url, "--lock", LOCK, "--", "true"];
+        let (out, took) = limits::run_limited(&args, n, n);
+        limits::assert_too_low(&format!("{name}, ulimit -n {n}"), &out, took, n);
+        let args = ["status", "--store", &url, "--lock", LOCK];
+        let (out, took) = limits::run_limited(&args, n, n);
+        limits::assert_too_low(&format!("{name} status, ulimit -n {n}"), &out, took, n);
+    }
+    for n in [limits::NEEDED, 40] {
+        let args = ["run", "--store", &url, "--lock", LOCK, "--", "true"];
+        let (out, _) = limits::run_limited(&args, n, n);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}, ulimit -n {n}: {said}");
+    }
+    let out = elect_run(&url, LOCK, &["--wait", "0"], "echo ran")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\n",
+        "{name}: the lock is not free: {said}"
+    );
+}
+
+/// A waiter whose descriptors are taken from it while it waits (its limit
+/// lowered to 0 under it, as `prlimit` does) ends with 71 in one line when
+/// the lock is let go, at once, and never runs its command.
+fn descriptors_taken_from_a_waiter<S: StoreUnderTest>() {
+    let mut run = start::<S>(
+        "descriptors-taken",
+        "descriptors taken from B",
+        false,
+        false,
+    );
+    let name = S::NAME;
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reads the struct given and writes none.
+    let set = unsafe {
+        libc::prlimit(
+            run.b.pid(),
+            libc::RLIMIT_NOFILE,
+            &none,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    let released = Instant::now();
+    signal(run.a_elect, libc::SIGTERM);
+    run.a.wait(10 * SECOND);
+    let code = run.b.wait_code(10 * SECOND);
+    let took = released.elapsed();
+    let said = run.b.drain_stderr();
+    eprintln!("{name}, descriptors taken from B: exit {code} {took:?} after A's end: {said}");
+    assert_eq!(code, 71, "{name}: {said}");
+    assert!(took < 3 * SECOND, "{name}: took {took:?}");
+    // B runs with -v; its last line says why it ended.
+    let last = said.trim().lines().last().unwrap_or_default();
+    assert!(last.contains("LimitNOFILE="), "{name}: {said}");
+    assert!(!said.contains("panicked"), "{name}: {said}");
+    assert!(run.ticks.last("B").is_none(), "{name}: B's command ran");
+}
+
 /// A new store backed up, then written to by others (its counter well past
 /// the backup's when A takes the lock, as in a store in use); A holding,
 /// B waiting.
@@ -1235,6 +1312,8 @@ macro_rules! group {
                 sigkill_of_elect,
                 sigkill_of_the_guard,
                 break_on_a_command_ignoring_term,
+                a_low_open_file_limit,
+                descriptors_taken_from_a_waiter,
             ]
         );
     };

@@ -32,6 +32,7 @@ pub mod eventually;
 pub mod history;
 pub mod inspect;
 pub mod kube;
+pub mod limits;
 pub mod loss;
 pub mod mariadb;
 pub mod nemesis;
