@@ -567,6 +567,21 @@ impl MariaDb {
             .retarget(&format!("127.0.0.1:{}", standby.server.port));
     }
 
+    /// Make every commit wait for a semi-synchronous replica's
+    /// acknowledgement, for an hour, with none connected: the server
+    /// restarted with a binary log (which semi-sync needs).
+    pub fn lose_the_semi_synchronous_replica(&mut self) {
+        self.stop();
+        self.args
+            .extend(["--log-bin=mariadb-bin", "--server-id=1"].map(String::from));
+        self.start_again();
+        self.sql(
+            "SET GLOBAL rpl_semi_sync_master_enabled = ON; \
+             SET GLOBAL rpl_semi_sync_master_timeout = 3600000; \
+             SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON",
+        );
+    }
+
     /// Let account `elect` (over the socket) have one connection and
     /// hold it: every other is turned away with 1226, its
     /// `MAX_USER_CONNECTIONS` reached, as a DBA's limit does (the server's

@@ -107,7 +107,7 @@ pub trait StoreUnderTest: Sized {
     /// them (PostgreSQL's synchronous standby, named but gone).
     const WAITS_FOR_A_STANDBY: bool = false;
     /// Name a synchronous standby that is not there: every commit waits.
-    fn lose_the_synchronous_standby(&self) {
+    fn lose_the_synchronous_standby(&mut self) {
         panic!("{}: no synchronous standby", Self::NAME)
     }
     /// How many sessions wait on the server for that standby now.
@@ -645,7 +645,7 @@ impl StoreUnderTest for Postgres {
 
     const WAITS_FOR_A_STANDBY: bool = true;
 
-    fn lose_the_synchronous_standby(&self) {
+    fn lose_the_synchronous_standby(&mut self) {
         self.psql("ALTER SYSTEM SET synchronous_standby_names = 'gone'");
         self.psql("SELECT pg_reload_conf()");
         // The reload reaches every backend at its next statement; this
@@ -773,6 +773,22 @@ impl StoreUnderTest for MariaDb {
 
     fn url_of_both(&self) -> String {
         MariaDb::url_of_both(self)
+    }
+
+    /// Semi-synchronous replication (built into MariaDB), with no replica
+    /// to acknowledge.
+    const WAITS_FOR_A_STANDBY: bool = true;
+
+    fn lose_the_synchronous_standby(&mut self) {
+        MariaDb::lose_the_semi_synchronous_replica(self);
+    }
+
+    fn waiting_for_the_standby(&self) -> usize {
+        let n = self.sql(
+            "SELECT count(*) FROM information_schema.processlist \
+             WHERE state LIKE '%semi-sync%'",
+        );
+        n.trim().parse().unwrap()
     }
 
     const LIMITS_CONNECTIONS: bool = true;
@@ -1085,7 +1101,7 @@ impl StoreUnderTest for Pooled {
 
     const WAITS_FOR_A_STANDBY: bool = true;
 
-    fn lose_the_synchronous_standby(&self) {
+    fn lose_the_synchronous_standby(&mut self) {
         self.pg.lose_the_synchronous_standby();
     }
 

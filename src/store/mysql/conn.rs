@@ -117,6 +117,31 @@ pub struct Link {
     conn: Rc<RefCell<Option<Conn>>>,
     /// How long a connection attempt may take, and a statement.
     within: Duration,
+    /// The server's ids of connections whose statement was given up
+    /// unanswered: the server may still run it (a commit waiting for a
+    /// semi-synchronous replica), so [`Link::cancel_unanswered`] kills it.
+    unanswered: Rc<RefCell<Vec<u32>>>,
+}
+
+/// How long elect asks the server about a statement it gave up on, and
+/// has it killed.
+const ASK_WITHIN: Duration = Duration::from_millis(500);
+
+/// A statement on its way: the connection's id goes to
+/// [`Link::unanswered`] unless it is answered (its future may be dropped
+/// by a timeout of the caller's, too).
+struct InFlight {
+    id: u32,
+    unanswered: Rc<RefCell<Vec<u32>>>,
+    answered: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.unanswered.borrow_mut().push(self.id);
+        }
+    }
 }
 
 impl Link {
@@ -125,6 +150,7 @@ impl Link {
             target,
             conn: Rc::default(),
             within,
+            unanswered: Rc::default(),
         }
     }
 
@@ -149,6 +175,47 @@ impl Link {
     /// Drop the connection: the next use makes a new one.
     pub fn reset(&self) {
         self.conn.borrow_mut().take();
+    }
+
+    fn in_flight(&self, conn: &Conn) -> InFlight {
+        InFlight {
+            id: conn.id(),
+            unanswered: self.unanswered.clone(),
+            answered: false,
+        }
+    }
+
+    /// Kill, on a connection of its own, every statement given up
+    /// unanswered, so that none waits on in the server after elect gave
+    /// up on it; what the server said the first was doing (its
+    /// processlist state), if it said.
+    pub async fn cancel_unanswered(&self) -> Option<String> {
+        let ids: Vec<u32> = std::mem::take(&mut *self.unanswered.borrow_mut());
+        if ids.is_empty() {
+            return None;
+        }
+        let link = Link::new(self.target.clone(), ASK_WITHIN);
+        let ask = async {
+            let mut state = None;
+            for id in ids {
+                let look = "SELECT state FROM information_schema.processlist WHERE id = ?";
+                if state.is_none()
+                    && let Ok((rows, _)) = link.exec(look, vec![Value::from(id)], ASK_WITHIN).await
+                {
+                    state = rows
+                        .first()
+                        .and_then(|row| row.get_opt::<Option<String>, _>(0)?.ok())
+                        .flatten();
+                }
+                // Gone already: nothing to kill (1094, no such thread).
+                let _ = link.run(&format!("KILL QUERY {id}")).await;
+            }
+            state
+        };
+        tokio::time::timeout(ASK_WITHIN * 2, ask)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The connection, taken out for a statement; a new one if there is
@@ -186,11 +253,14 @@ impl Link {
             true => Params::Empty,
             false => Params::Positional(params),
         };
+        let mut flight = self.in_flight(&conn);
         let run = async {
             let rows: Vec<Row> = conn.exec(statement, params).await?;
             Ok::<_, mysql_async::Error>((rows, conn.affected_rows()))
         };
         let answer = tokio::time::timeout(patience, run).await;
+        flight.answered = answer.is_ok();
+        drop(flight);
         match answer {
             Ok(Ok(answer)) => {
                 self.put_back(conn);
@@ -219,7 +289,10 @@ impl Link {
     /// always prepare).
     pub async fn run(&self, statement: &str) -> Result<(), Failed> {
         let mut conn = self.take().await?;
+        let mut flight = self.in_flight(&conn);
         let answer = tokio::time::timeout(self.within, conn.query_drop(statement)).await;
+        flight.answered = answer.is_ok();
+        drop(flight);
         match answer {
             Ok(Ok(())) => {
                 self.put_back(conn);

@@ -63,6 +63,10 @@ struct ReleaseOrder {
     tenure: String,
 }
 
+/// How long a release may take here: within `elect run`'s bound for it,
+/// with room to cancel what the server did not answer.
+const RELEASE_WITHIN: Duration = Duration::from_millis(1200);
+
 /// A connected MySQL or MariaDB store.
 pub struct MySql {
     link: Link,
@@ -98,9 +102,23 @@ impl MySql {
 
     /// Free every row of `tenure` and leave its queues.
     async fn release(&self, tenure: &str) -> Result<(), StoreError> {
-        self.query(&self.sql.release, vec![p(tenure)]).await?;
-        self.query(&self.sql.unqueue, vec![p(tenure)]).await?;
-        Ok(())
+        let both = async {
+            self.query(&self.sql.release, vec![p(tenure)]).await?;
+            self.query(&self.sql.unqueue, vec![p(tenure)]).await?;
+            Ok(())
+        };
+        // Within the bound elect gives a release, with time left to kill a
+        // statement the server keeps (a commit that waits for a
+        // semi-synchronous replica), so that none waits on after elect.
+        match tokio::time::timeout(RELEASE_WITHIN, both).await {
+            Ok(released) => released,
+            Err(_) => Err(StoreError::unavailable(format!(
+                "{} did not answer the release within {}{}",
+                self.target(),
+                crate::clock::show(RELEASE_WITHIN),
+                self.cancel_unanswered().await
+            ))),
+        }
     }
 
     /// Run one statement on the main connection; a transient failure
@@ -140,7 +158,9 @@ impl MySql {
     async fn failed(&self, e: &Failed) -> StoreError {
         let shown = self.target().to_string();
         if let Failed::Link(e) = e {
-            return e.clone();
+            let mut e = e.clone();
+            e.message.push_str(&self.cancel_unanswered().await);
+            return e;
         }
         if e.is_read_only() {
             return StoreError::config(format!(
@@ -159,6 +179,33 @@ impl MySql {
         match e.is_transient() {
             true => StoreError::unavailable(format!("{shown}: {}", e.text())),
             false => StoreError::unavailable(format!("{shown} refused a statement: {}", e.text())),
+        }
+    }
+
+    /// Give up on `what`, unanswered within --connect-timeout: one line
+    /// saying why, as the server tells, once the statement is killed.
+    pub(super) async fn give_up(&self, what: &str) -> StoreError {
+        let why = self.cancel_unanswered().await;
+        StoreError::unavailable(format!(
+            "{} did not answer{what} within {}{why}",
+            self.target(),
+            crate::clock::show(self.within)
+        ))
+    }
+
+    /// Kill the statements given up unanswered, so that none waits on in
+    /// the server after elect: `; ...` saying what they waited for, as the
+    /// server tells, or nothing.
+    async fn cancel_unanswered(&self) -> String {
+        match self.link.cancel_unanswered().await {
+            Some(state) if state.to_ascii_lowercase().contains("semi-sync") => format!(
+                "; its commits wait for a semi-synchronous replica that does not acknowledge \
+                 them ({state}; rpl_semi_sync_master_enabled is on): elect cancelled its statement"
+            ),
+            Some(state) if !state.is_empty() => {
+                format!("; elect's statement was waiting ({state}), and was cancelled")
+            }
+            _ => String::new(),
         }
     }
 

@@ -623,8 +623,17 @@ impl MyLock<'_> {
         let mut look_first = false;
         let mut backoff = Backoff::STORE;
         let mut gap = None;
+        // Until the server first answers an attempt, the wait is bounded by
+        // --connect-timeout, as every call before we are queued; after,
+        // attempts go on until the lock is ours.
+        let unanswered_until = Instant::now() + store.within;
+        let mut answered = false;
         loop {
-            let left = match tokio::time::timeout(patience, self.attempt(look_first)).await {
+            let bound = match answered {
+                true => patience,
+                false => patience.min(unanswered_until.remaining()),
+            };
+            let left = match tokio::time::timeout(bound, self.attempt(look_first)).await {
                 Ok(Ok(Attempt::Ours(token, sent))) => {
                     return Ok(Turn::First {
                         token,
@@ -635,6 +644,7 @@ impl MyLock<'_> {
                 // Not held by anyone we can see: no `-n` or `--wait` gives
                 // up on it, the wait is one TTL once a failover.
                 Ok(Ok(Attempt::Unsettled(left))) => {
+                    answered = true;
                     sleep_until(Instant::now() + left + Duration::from_millis(5)).await;
                     continue;
                 }
@@ -644,6 +654,9 @@ impl MyLock<'_> {
                     continue;
                 }
                 Ok(Err(e)) if !e.is_transient() => return Err(store.failed(&e).await),
+                Ok(Err(e)) if !answered && unanswered_until.remaining().is_zero() => {
+                    return Err(store.failed(&e).await);
+                }
                 Ok(Err(e)) => {
                     log::verbose(format_args!(
                         "could not try for lock {}: {}",
@@ -651,22 +664,36 @@ impl MyLock<'_> {
                         e.text()
                     ));
                     store.link.reset();
+                    store.link.cancel_unanswered().await;
+                    // Busy only as last seen: a lock never seen is not
+                    // called held (`-n` tries until --connect-timeout).
                     let wake = Instant::now() + backoff.pause();
-                    sleep_until(until.map_or(wake, |at| at.min(wake))).await;
-                    if until.is_some_and(|at| at.remaining().is_zero()) {
+                    match answered {
+                        true => sleep_until(until.map_or(wake, |at| at.min(wake))).await,
+                        false => sleep_until(wake.min(unanswered_until)).await,
+                    }
+                    if answered && until.is_some_and(|at| at.remaining().is_zero()) {
                         return Ok(Turn::Busy);
                     }
                     continue;
                 }
+                Err(_) if !answered && unanswered_until.remaining().is_zero() => {
+                    store.link.reset();
+                    return Err(store
+                        .give_up(&format!(" the take of lock {}", self.lock))
+                        .await);
+                }
                 Err(_) => {
                     log::verbose(format_args!(
                         "no answer within {}; connecting again",
-                        crate::clock::show(patience)
+                        crate::clock::show(bound)
                     ));
                     store.link.reset();
+                    store.link.cancel_unanswered().await;
                     continue;
                 }
             };
+            answered = true;
             let (left, fence) = left;
             backoff.reset();
             look_first = left.is_some();
