@@ -1432,7 +1432,7 @@ macro_rules! stores {
 stores! {
     etcd: Etcd => [every, force, pkill, link, server, restore, bump],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
-    file: FileStore => [every, force, pkill],
+    file: FileStore => [every, force, pkill, restore],
     k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
     mariadb: MariaDb => [every, force, pkill, link, server, clock, standby, failover, limits],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],

@@ -427,6 +427,19 @@ impl FileStore {
     pub fn lock_file(&self, lock: &str) -> PathBuf {
         self.0.join(&format!("{}.lock", lock.replace('/', "%2F")))
     }
+
+    /// Where [`StoreUnderTest::save_state`] keeps its copy.
+    fn backup(&self) -> PathBuf {
+        let mut name = self.0.0.clone().into_os_string();
+        name.push(".backup");
+        PathBuf::from(name)
+    }
+}
+
+impl Drop for FileStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.backup());
+    }
 }
 
 impl StoreUnderTest for FileStore {
@@ -500,6 +513,41 @@ impl StoreUnderTest for FileStore {
     }
 
     fn restart(&mut self) {}
+
+    /// A copy of the directory, as a backup (`cp -a`).
+    const RESTORES: bool = true;
+
+    fn save_state(&mut self) {
+        let backup = self.backup();
+        let _ = std::fs::remove_dir_all(&backup);
+        let out = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&self.0.0)
+            .arg(&backup)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cp: {out:?}");
+    }
+
+    /// Every file removed and the backup's copied in, as a restore into
+    /// an emptied directory does: new files, the counters the backup's.
+    fn restore_state(&mut self, _bump: bool) {
+        for entry in std::fs::read_dir(&self.0.0).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        let out = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", self.backup().display()))
+            .arg(&self.0.0)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cp: {out:?}");
+    }
+
+    /// The holder looks at its lock file once a second.
+    fn restore_noticed_within(_ttl: Duration) -> Duration {
+        Duration::from_millis(1500)
+    }
 
     const HAS_LINK: bool = false;
     const HAS_SERVER: bool = false;

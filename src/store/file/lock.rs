@@ -19,9 +19,14 @@ use super::inspect::BREAK_REQUEST;
 use super::records::FileHolder;
 use crate::clock::Instant;
 use crate::log;
+use crate::store::rewind::Mark;
 use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
 };
+
+/// What a waiter that found its token counter gone back is told to do.
+const KEEP_COUNTERS: &str = "put a backup of the directory back only with the live `.token` \
+     files kept (a counter must never go back), or remove nothing but the `.lock` files";
 
 /// How often a held lock file is looked at: someone may remove or replace
 /// it (`elect break` does). A stat each second costs nothing; an inotify
@@ -102,9 +107,13 @@ pub struct FileLock {
     file: RefCell<File>,
     path: PathBuf,
     key: String,
+    lock: String,
     stem: String,
     record: HolderRecord,
     held: Cell<bool>,
+    /// The highest token this waiter has seen the counter at: a directory
+    /// put back from a backup takes its counter back with it.
+    mark: Mark,
 }
 
 impl FileLock {
@@ -122,9 +131,11 @@ impl FileLock {
             file: RefCell::new(file),
             key: path.display().to_string(),
             path,
+            lock: lock.to_string(),
             stem,
             record,
             held: Cell::new(false),
+            mark: Mark::default(),
         })
     }
 
@@ -159,6 +170,10 @@ impl FileLock {
                 if until.is_some_and(|at| at.remaining().is_zero()) {
                     return Ok(Turn::Busy);
                 }
+                // The holder's token, or one above: ours must be higher.
+                if let Ok(last) = self.dir.counter(&self.stem) {
+                    self.mark.saw(last);
+                }
                 log::verbose(format_args!("waiting for the lock on {}", self.key));
                 let file = self.file.borrow().try_clone().map_err(locked)?;
                 let forever = crate::lease::NEVER;
@@ -191,7 +206,17 @@ impl FileLock {
                 *self.file.borrow_mut() = file;
                 continue;
             }
+            let floor = self.mark.floor();
             let token = self.dir.next_token(&self.stem)?;
+            // The counter as it was before this take: below what was seen.
+            if let Err(rewound) = self.mark.read(floor, token - 1) {
+                let _ = self.file.borrow().unlock();
+                let counter = format!(
+                    "the token counter {}",
+                    self.dir.path(&self.stem, ".token").display()
+                );
+                return Err(rewound.error(&counter, &self.lock, KEEP_COUNTERS));
+            }
             let holder = crate::store::to_json(&FileHolder {
                 record: self.record.acquired_now(),
                 token,
