@@ -4,7 +4,9 @@
 use crate::support;
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+const MS: Duration = Duration::from_millis(1);
 
 use support::certs::{self, Certs};
 use support::{Etcd, EtcdOptions, Running, SECOND, TempDir, elect};
@@ -173,13 +175,37 @@ fn tls_failures_are_refused_at_once_and_never_retried_in_the_clear() {
         assert!(out.is_empty(), "{what}: the command ran");
         assert!(err.contains(text), "{what}: {err:?} lacks {text:?}");
         assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
-        eprintln!("{what}: exit {got}: {}", err.trim());
-        if text == "certificate" {
+        eprintln!(
+            "{what}: exit {got} after {:?}: {}",
+            started.elapsed(),
+            err.trim()
+        );
+        if text == "certificate" || what == "plain text to a TLS server" {
             assert!(
-                started.elapsed() < 3 * SECOND,
+                started.elapsed() < 1500 * MS,
                 "{what}: a refusal is not retried until the timeout"
             );
         }
+    }
+    // A TLS port behind every store's plain URL: said at once.
+    let port = plain.rsplit(':').next().unwrap();
+    for store in [
+        format!("etcd://127.0.0.1:{port}"),
+        format!("postgres://elect@127.0.0.1:{port}/elect?sslmode=disable"),
+        format!("mysql://elect@127.0.0.1:{port}/elect?ssl-mode=DISABLED"),
+        format!("zk://127.0.0.1:{port}"),
+    ] {
+        let started = Instant::now();
+        let (got, _, err) = run(&store, "refused", &["--connect-timeout", "5s"], "echo ran");
+        let took = started.elapsed();
+        eprintln!("{store}: exit {got} after {took:?}: {}", err.trim());
+        assert_eq!(got, 69, "{store}: {err}");
+        assert!(
+            err.contains("speaks TLS from its first byte"),
+            "{store}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{store}: one line: {err}");
+        assert!(took < 1500 * MS, "{store}: took {took:?}");
     }
     let leases = etcd.etcdctl(&["lease", "list"]);
     assert_eq!(

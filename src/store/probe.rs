@@ -164,6 +164,10 @@ impl Findings {
             Heard::Unreachable(why) => format!("cannot connect ({why})"),
             Heard::Silent => "it accepted the connection and never answered".into(),
             Heard::Closed => "it closed the connection without a word".into(),
+            Heard::Like(Server::Tls) => format!(
+                "it speaks TLS from its first byte, which the URL does not: {}",
+                tls_hint(expects)
+            ),
             Heard::Like(other) => format!("this is not {expects}: it answered like {other}"),
             Heard::Garbage => {
                 format!("this is not {expects}: it answered in no protocol elect knows")
@@ -186,6 +190,23 @@ impl fmt::Display for Findings {
                 f.write_str(&each.join("; "))
             }
         }
+    }
+}
+
+/// How to reach a server of kind `expects` that speaks TLS at once.
+fn tls_hint(expects: Server) -> &'static str {
+    match expects {
+        Server::Etcd => "use etcds:// (with --cacert)",
+        Server::ZooKeeper => "if it is ZooKeeper's secureClientPort, use zks:// (with --cacert)",
+        // Both start TLS inside their own protocol, after a plain request:
+        // TLS at the first byte is something in front of them.
+        Server::Postgres => {
+            "PostgreSQL starts TLS inside its own protocol (sslmode): give its own port, not a TLS proxy's"
+        }
+        Server::MySql => {
+            "MySQL starts TLS inside its own protocol (ssl-mode): give its own port, not a TLS proxy's"
+        }
+        _ => "reach it over TLS",
     }
 }
 
@@ -213,16 +234,21 @@ enum Greeting {
     GetVersion,
     /// HTTP/2's connection preface and an empty SETTINGS frame.
     Preface,
+    /// A TLS ClientHello: a server that speaks TLS from its first byte
+    /// answers it in TLS (its ServerHello, or an alert), where plain text
+    /// may get no answer at all (etcd's TLS port).
+    ClientHello,
     /// Nothing: MySQL greets first.
     Nothing,
 }
 
 impl Greeting {
-    const ALL: [Greeting; 4] = [
+    const ALL: [Greeting; 5] = [
         Greeting::SslRequest,
         Greeting::Srvr,
         Greeting::GetVersion,
         Greeting::Preface,
+        Greeting::ClientHello,
     ];
 
     /// The greeting that a server of this kind answers.
@@ -252,8 +278,57 @@ impl Greeting {
                 bytes.extend([0, 0, 0, 4, 0, 0, 0, 0, 0]);
                 bytes
             }
+            Greeting::ClientHello => client_hello(),
         }
     }
+}
+
+/// A TLS 1.2 ClientHello (RFC 5246 7.4.1.2) that also offers TLS 1.3, with
+/// the suites and groups every server has: enough for a ServerHello, a
+/// HelloRetryRequest or an alert, each a TLS record. Nothing is ever
+/// encrypted: the probe reads the first record and hangs up.
+fn client_hello() -> Vec<u8> {
+    fn with_len(width: usize, body: &[u8]) -> Vec<u8> {
+        let len = body.len().to_be_bytes();
+        let mut out = len[len.len() - width..].to_vec();
+        out.extend_from_slice(body);
+        out
+    }
+    fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
+        let mut out = kind.to_be_bytes().to_vec();
+        out.extend(with_len(2, body));
+        out
+    }
+    let u16s =
+        |values: &[u16]| -> Vec<u8> { values.iter().flat_map(|v| v.to_be_bytes()).collect() };
+    // TLS 1.3's three suites, then ECDHE with AES-GCM and ChaCha20.
+    let suites = u16s(&[
+        0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8,
+    ]);
+    let mut extensions = Vec::new();
+    // supported_groups: x25519, secp256r1, secp384r1.
+    extensions.extend(extension(
+        10,
+        &with_len(2, &u16s(&[0x001d, 0x0017, 0x0018])),
+    ));
+    // ec_point_formats: uncompressed.
+    extensions.extend(extension(11, &[1, 0]));
+    // signature_algorithms: ECDSA, RSA-PSS and RSA PKCS#1 with SHA-256/384.
+    let schemes = u16s(&[0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501]);
+    extensions.extend(extension(13, &with_len(2, &schemes)));
+    // supported_versions: TLS 1.3 and 1.2.
+    extensions.extend(extension(43, &with_len(1, &u16s(&[0x0304, 0x0303]))));
+    let mut hello = vec![3, 3];
+    hello.extend([0x5a; 32]);
+    hello.push(0);
+    hello.extend(with_len(2, &suites));
+    hello.extend([1, 0]);
+    hello.extend(with_len(2, &extensions));
+    let mut handshake = vec![1];
+    handshake.extend(with_len(3, &hello));
+    let mut record = vec![22, 3, 1];
+    record.extend(with_len(2, &handshake));
+    record
 }
 
 /// What a greeting got back.
@@ -394,6 +469,15 @@ async fn next_done(pending: &mut [Option<Greeted<'_>>]) -> Option<(Greeting, Rep
 /// expected, or a server that answers only its own greeting (an HTTP/2
 /// or TLS server could yet turn out to be etcd).
 fn settled(contact: &Contact, replies: &[(Greeting, Reply)]) -> Option<Heard> {
+    // TLS from the first byte, where the URL speaks plain text and the
+    // kind it names did not answer its own greeting meanwhile: no plain
+    // request will ever get through.
+    let speaks_tls = replies
+        .iter()
+        .any(|(g, r)| *g == Greeting::ClientHello && recognise(*g, r) == Some(Server::Tls));
+    if speaks_tls && !expected(contact, Server::Tls) {
+        return Some(Heard::Like(Server::Tls));
+    }
     let known = replies.iter().filter_map(|(g, r)| recognise(*g, r));
     let mut other = None;
     for server in known {
