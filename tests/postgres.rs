@@ -747,7 +747,9 @@ fn the_listen_probe_wakes_no_other_listener() {
 /// live waiter before it wakes them, and the others let it take the row
 /// first, so that a release costs one take, not a try by every waiter.
 /// Each holds until told, so a take out of order leaves the one due next
-/// waiting, and the test fails.
+/// waiting, and the test fails. The last comes just before the release,
+/// often before it listens: it finds the row free at a look of its own,
+/// and must leave it to the oldest all the same.
 #[test]
 fn waiters_take_the_row_in_the_order_they_came() {
     let pg = Postgres::start();

@@ -283,6 +283,8 @@ enum Attempt {
     /// Let go before the server's timeline began, so perhaps taken since
     /// on the old primary; ours to take once it has stayed so this long.
     Unsettled(Duration),
+    /// Free, but left to a waiter that came before us.
+    Deferred,
 }
 
 impl PgLock<'_> {
@@ -290,8 +292,9 @@ impl PgLock<'_> {
         self.session.store
     }
 
-    /// One acquisition.
-    async fn attempt(&self) -> Result<Attempt, Failed> {
+    /// One acquisition; with `out_of_turn`, of a free row that a waiter
+    /// before us had its time to take.
+    async fn attempt(&self, out_of_turn: bool) -> Result<Attempt, Failed> {
         let shared = &self.session.shared;
         let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
@@ -308,6 +311,7 @@ impl PgLock<'_> {
                     (&tenure, Type::TEXT),
                     (&renewals, Type::INT8),
                     (&micros, Type::INT8),
+                    (&out_of_turn, Type::BOOL),
                 ],
             )
             .await
@@ -320,6 +324,9 @@ impl PgLock<'_> {
             shared.held.borrow_mut().insert(self.lock.clone());
             *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3)?;
             return Ok(Attempt::Ours(fence as u64, sent));
+        }
+        if row.cell::<Option<bool>>(12)? == Some(true) {
+            return Ok(Attempt::Deferred);
         }
         let mut observed = self.observed.borrow_mut();
         let unsettled = row.cell::<Option<bool>>(11)? == Some(true);
@@ -393,12 +400,16 @@ impl PgLock<'_> {
         // attempts go on until the lock is ours.
         let unanswered_until = Instant::now() + store.within;
         let mut answered = false;
+        // A free row is left to the waiters before us until then (they are
+        // named by the release, or heard of at a look).
+        let mut turn_passes_at: Option<Instant> = None;
         loop {
             let bound = match answered {
                 true => patience,
                 false => patience.min(unanswered_until.remaining()),
             };
-            let left = match tokio::time::timeout(bound, self.attempt()).await {
+            let out_of_turn = turn_passes_at.is_some_and(|at| at.remaining().is_zero());
+            let left = match tokio::time::timeout(bound, self.attempt(out_of_turn)).await {
                 // The statement that answered sets the row's expiry, also
                 // where an earlier one, unanswered, had taken it.
                 Ok(Ok(Attempt::Ours(token, sent))) => {
@@ -407,7 +418,16 @@ impl PgLock<'_> {
                         taken: Some(sent),
                     });
                 }
-                Ok(Ok(Attempt::Busy(left))) => left,
+                Ok(Ok(Attempt::Busy(left))) => {
+                    turn_passes_at = None;
+                    left
+                }
+                // An older waiter's turn (one that did not hear the release
+                // yet, say): its take is heard, or its time passes.
+                Ok(Ok(Attempt::Deferred)) => {
+                    let at = *turn_passes_at.get_or_insert(Instant::now() + NAMED_FIRST);
+                    Some(at.remaining().max(Duration::from_millis(1)))
+                }
                 // Not held by anyone we can see: no `-n` or `--wait` gives
                 // up on it, the wait is one TTL once a failover.
                 Ok(Ok(Attempt::Unsettled(left))) => {
@@ -506,6 +526,7 @@ impl PgLock<'_> {
                     news = heard(notices.as_mut(), &self.lock) => match news {
                         News::Next(tenure) if tenure != self.session.shared.tenure => {
                             named_other = Some(Instant::now() + NAMED_FIRST);
+                            turn_passes_at = named_other;
                         }
                         News::Next(_) => named_other = None,
                         // Let go to another: look once it has had its time,

@@ -181,6 +181,14 @@ impl Sql {
             )
         };
         let ttl = "$3::bigint * interval '1 millisecond'";
+        // A live waiter of lock $1 that came before tenure $2 (any, if $2
+        // is not queued): a free row is its first.
+        let older_waiter = format!(
+            "SELECT 1 FROM {s}.waiter o WHERE o.name = $1 AND o.tenure <> $2 \
+               AND o.expires_at > clock_timestamp() \
+               AND o.since < coalesce((SELECT m.since FROM {s}.waiter m \
+                 WHERE m.name = $1 AND m.tenure = $2), 'infinity')"
+        );
         Sql {
             // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure
             // ('' for none), $6 renewals and $7 renewal time (µs) of the
@@ -188,12 +196,15 @@ impl Sql {
             // holder's TTL, or NULLs. Takes a free row, or an expired one
             // still at that version, with the next fence, or confirms our
             // own with the same fence (a retry whose reply was lost); else
-            // queues us as a waiter. A row let go on an earlier timeline
+            // queues us as a waiter. A free row is left to an older live
+            // waiter, first come first served, unless $8 says we waited our
+            // turn (it had its time and did not take it: dead, say); the
+            // last column says when. A row let go on an earlier timeline
             // (its fence is below this one's least) is not free at once: a
             // take on the old primary that never reached this server may
             // still have a live holder, so it is taken as an expired row
             // is, once seen unchanged for a TTL (a new Chubby master waits
-            // out the old leases); the last column says which. A take tells the other waiters of the row's version
+            // out the old leases); the column before the last says which. A take tells the other waiters of the row's version
             // as a renewal does, so that those a release did not name sleep
             // on. Returns the fence if the lock is ours, the time left on
             // the holder's lease by the database's clock, the checkpoint,
@@ -211,7 +222,8 @@ impl Sql {
                      tenure = excluded.tenure, expires_at = excluded.expires_at, renewed_at = excluded.renewed_at, \
                      renewals = l.renewals + 1 \
                    WHERE l.tenure = excluded.tenure \
-                     OR (l.tenure IS NULL AND l.fence >= {EPOCH}) \
+                     OR (l.tenure IS NULL AND l.fence >= {EPOCH} \
+                         AND ($8::boolean OR NOT EXISTS ({older}))) \
                      OR ((l.tenure IS NULL OR l.expires_at <= clock_timestamp()) \
                          AND coalesce(l.tenure, '') = $5 AND l.renewals = $6::bigint \
                          AND {renewed} IS NOT DISTINCT FROM $7::bigint) \
@@ -236,7 +248,9 @@ impl Sql {
                    (SELECT checkpoint FROM taken), (SELECT checkpoint_fence FROM taken), \
                    (SELECT {} FROM taken), \
                    r.tenure, r.renewals, {}, {}, (SELECT count(*) FROM told), \
-                   r.tenure IS NULL AND r.fence < {EPOCH} \
+                   r.tenure IS NULL AND r.fence < {EPOCH}, \
+                   r.tenure IS NULL AND r.fence >= {EPOCH} AND NOT $8::boolean \
+                     AND EXISTS ({older}) \
                  FROM (SELECT 1) one LEFT JOIN {s}.lease r ON r.name = $1",
                 micros("l.renewed_at"),
                 left("l.expires_at"),
@@ -244,6 +258,7 @@ impl Sql {
                 micros("r.renewed_at"),
                 ttl_of("r"),
                 renewed = micros("l.renewed_at"),
+                older = older_waiter,
             ),
             // $1 tenure, $2 ttl ms. Zero rows for a lock we hold: someone
             // took or ended the row. A row the database's clock calls
