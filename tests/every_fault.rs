@@ -802,6 +802,151 @@ fn descriptors_taken_from_a_waiter<S: StoreUnderTest>() {
     assert!(run.ticks.last("B").is_none(), "{name}: B's command ran");
 }
 
+/// A credential program as slow as a cloud's (`aws eks get-token`: 5 s
+/// its first run, within --connect-timeout, 2 s after) whose credentials
+/// live 8 s, under a holder at --ttl 3s: the first take waits for one,
+/// and later ones are fetched ahead of need, off the renewals' way, so
+/// the holder keeps its lock through two refreshes and more.
+fn a_slow_credential_program<S: StoreUnderTest>() {
+    assert!(S::FETCHES_CREDENTIALS);
+    let name = S::NAME;
+    let store = S::start("slow-credentials");
+    let dir = TempDir::new(&format!("every-fault-{name}-slow-credentials"));
+    let ran = dir.join("ran");
+    let body = format!(
+        "n=$(cat {ran} 2>/dev/null | wc -l)\necho run >> {ran}\n\
+         if [ \"$n\" = 0 ]; then sleep 5; else sleep 2; fi",
+        ran = ran.display()
+    );
+    let credentials = store.credentials_from(&dir, "slow", &body, 8);
+    let runs = || {
+        std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut holder = Running::spawn({
+        let mut c = elect();
+        c.envs(credentials.env.iter().map(|(k, v)| (k, v)))
+            .args(["run", "--store", &credentials.url, "--lock", LOCK])
+            .args([
+                "--ttl",
+                "3s",
+                "-v",
+                "--",
+                "sh",
+                "-c",
+                "echo held; read _line",
+            ]);
+        c
+    });
+    holder.expect_line("held", 20 * SECOND);
+    // Two refreshes ended once a fourth run starts.
+    support::eventually("two refreshes", 40 * SECOND, || match runs() {
+        n if n >= 4 => Ok(()),
+        n => match holder.try_wait_code() {
+            Some(code) => panic!(
+                "{name}: elect ended ({code}) after {n} runs of the program: {:?}",
+                holder.drain_stderr()
+            ),
+            None => Err(format!("{n} runs")),
+        },
+    });
+    assert_eq!(holder.try_wait_code(), None, "{}", holder.drain_stderr());
+    holder.send_line("done");
+    let code = holder.wait_code(20 * SECOND);
+    let said = holder.drain_stderr();
+    assert_eq!(code, 0, "{name}: {said}");
+    assert!(!said.contains("renewal failed"), "{name}: {said}");
+}
+
+/// A credential program that never ends: elect names it and how long it
+/// waited, within --connect-timeout, exit 69, and none of its processes
+/// (the script and its `sleep`) is left. Then one that gives a credential
+/// that lives 6 s and hangs when run again ahead of its expiry: the holder
+/// keeps its lock while the credential in hand lives, says the program
+/// hangs, and loses the lock only once that credential has expired; none
+/// of the program's processes is left.
+fn a_hung_credential_program<S: StoreUnderTest>() {
+    assert!(S::FETCHES_CREDENTIALS);
+    let name = S::NAME;
+    let store = S::start("hung-credentials");
+    let dir = TempDir::new(&format!("every-fault-{name}-hung-credentials"));
+    let pids = dir.join("pids");
+    let body = format!("echo $$ >> {}\nsleep 1000", pids.display());
+    let credentials = store.credentials_from(&dir, "hung", &body, 3600);
+    let started = Instant::now();
+    let out = elect()
+        .envs(credentials.env.iter().map(|(k, v)| (k, v)))
+        .args(["run", "--store", &credentials.url, "--lock", LOCK])
+        .args(["--connect-timeout", "3s", "--", "true"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{name}, a credential program that hangs: after {took:?}: {said}");
+    assert_eq!(out.status.code(), Some(69), "{name}: {said}");
+    assert!(took < 5 * SECOND, "{name}: {took:?}");
+    assert_eq!(said.trim().lines().count(), 1, "{name}: {said}");
+    assert!(
+        said.contains(&credentials.program.display().to_string())
+            && said.contains("hangs: no token after 3s"),
+        "{name}: {said}"
+    );
+    let groups: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 1, "{name}: the program ran once: {groups:?}");
+    support::until("the program's process group empty", SECOND, || {
+        !group_alive(groups[0])
+    });
+
+    let pids = dir.join("pids-hold");
+    let body = format!(
+        "if [ -e {pids} ]; then echo $$ >> {pids}; sleep 1000; fi\necho first > {pids}",
+        pids = pids.display()
+    );
+    let credentials = store.credentials_from(&dir, "hangs-later", &body, 6);
+    let mut holder = Running::spawn({
+        let mut c = elect();
+        c.envs(credentials.env.iter().map(|(k, v)| (k, v)))
+            .args(["run", "--store", &credentials.url, "--lock", LOCK])
+            .args(["--ttl", "3s", "--", "sh", "-c", "echo held; read _line"]);
+        c
+    });
+    holder.expect_line("held", 20 * SECOND);
+    let hung = || {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .map(|l| l.parse::<i32>().unwrap())
+            .collect::<Vec<i32>>()
+    };
+    support::until("the program run again", 10 * SECOND, || !hung().is_empty());
+    let refresh = Instant::now();
+    let code = holder.wait_code(30 * SECOND);
+    let held = refresh.elapsed();
+    let said = holder.drain_stderr();
+    eprintln!("{name}: lost {held:?} after the program hung: {said}");
+    assert_eq!(code, 76, "{name}: {said}");
+    // The refresh started with 3 s of the credential left; a renewal that
+    // waited for it would have lost the lock within a TTL.
+    assert!(held > 3 * SECOND, "{name}: {held:?}: {said}");
+    assert!(
+        said.contains("hangs-later.sh has run for")
+            && said.contains("the token in hand has expired"),
+        "{name}: {said}"
+    );
+    for group in hung() {
+        support::until("the program's process group empty", SECOND, || {
+            !group_alive(group)
+        });
+    }
+}
+
 /// A new store backed up, then written to by others (its counter well past
 /// the backup's when A takes the lock, as in a store in use); A holding,
 /// B waiting.
@@ -1271,6 +1416,7 @@ fn declares_what_it_suffers<S: StoreUnderTest>(groups: &[&str]) {
         ("standby", S::WAITS_FOR_A_STANDBY),
         ("failover", S::FAILS_OVER),
         ("limits", S::LIMITS_CONNECTIONS),
+        ("credentials", S::FETCHES_CREDENTIALS),
         ("notify", S::NOTIFIES),
         ("restore", S::RESTORES),
         ("bump", S::RESTORES_ABOVE),
@@ -1299,7 +1445,8 @@ macro_rules! tests {
 /// store that judges expiry by its own `clock`, those of a store whose
 /// elects listen for news on a connection of its own (`notify`), whose
 /// commits can wait for a synchronous `standby`, that can `failover` to an
-/// asynchronous standby, that `limits` its connections, restored from a backup of
+/// asynchronous standby, that `limits` its connections, whose
+/// `credentials` come from a program, restored from a backup of
 /// its own (`restore`; `bump`: with its counters kept above), those of a
 /// `replicated` store's members, those of a store that `foreign` writers
 /// may edit.
@@ -1379,6 +1526,12 @@ macro_rules! group {
             ]
         );
     };
+    ($type:ty, credentials) => {
+        tests!(
+            $type,
+            [a_slow_credential_program, a_hung_credential_program]
+        );
+    };
     ($type:ty, limits) => {
         tests!($type, [at_its_connection_limit]);
     };
@@ -1433,7 +1586,7 @@ stores! {
     etcd: Etcd => [every, force, pkill, link, server, restore, bump],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill, restore],
-    k8s: KubeStore => [every, force, pkill, link, server, foreign, restore],
+    k8s: KubeStore => [every, force, pkill, link, server, foreign, restore, credentials],
     mariadb: MariaDb => [every, force, pkill, link, server, clock, standby, failover, limits],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover, limits],

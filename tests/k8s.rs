@@ -277,19 +277,7 @@ fn kubeconfig(
     cluster: &str,
     user: &str,
 ) -> std::path::PathBuf {
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
-             clusters:\n- name: c\n  cluster:\n    server: {}\n{cluster}\
-             users:\n- name: u\n  user:\n{user}\
-             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: creds\n",
-            kube.url
-        ),
-    )
-    .unwrap();
-    path
+    kube.kubeconfig_with(dir, name, cluster, user, "creds")
 }
 
 /// `elect run --store k8s: -- CMD` with `kubeconfig`: its exit code and stderr.
@@ -1048,9 +1036,8 @@ fn a_waiter_renews_its_record_once_a_ttl() {
     assert_eq!(waiter.wait_code(10 * SECOND), 0);
 }
 
-/// An exec plugin, a shell script that runs `body` and then prints an
-/// ExecCredential with the test's token (or `$token`, if `body` sets it), expiring `expires_in` seconds
-/// after it printed it; a kubeconfig (namespace creds) whose user runs it.
+/// An exec plugin running `body` and a kubeconfig whose user runs it
+/// ([`Kube::exec_plugin_kubeconfig`]), in namespace creds.
 fn plugin_kubeconfig(
     dir: &TempDir,
     kube: &Kube,
@@ -1058,179 +1045,5 @@ fn plugin_kubeconfig(
     body: &str,
     expires_in: u64,
 ) -> std::path::PathBuf {
-    let plugin = dir.join(&format!("{name}.sh"));
-    let script =
-        "#!/bin/sh\nBODY\nat=$(date -u -d \"@$(( $(date +%s) + EXPIRES ))\" +%Y-%m-%dT%H:%M:%SZ)\n\
-         printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\
-         \"status\":{\"token\":\"%s\",\"expirationTimestamp\":\"%s\"}}\\n' \"${token:-TOKEN}\" \"$at\"\n"
-            .replace("BODY", body)
-            .replace("EXPIRES", &expires_in.to_string())
-            .replace("TOKEN", &kube.token);
-    std::fs::write(&plugin, script).unwrap();
-    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    kubeconfig(
-        dir,
-        name,
-        kube,
-        &format!("    certificate-authority: {}\n", kube.certs.ca.display()),
-        &format!(
-            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
-            plugin.display()
-        ),
-    )
-}
-
-/// An exec plugin as slow as a cloud's (5 s its first run, within
-/// --connect-timeout, 2 s after) whose tokens expire 8 s after they are
-/// given, under a holder at --ttl 3s: the first take waits for its token,
-/// and later ones are fetched ahead of need, off the renewals' way, so the
-/// holder keeps its Lease through two of them and more.
-#[test]
-fn a_slow_exec_plugin_is_run_ahead_of_need_and_never_delays_a_renewal() {
-    let kube = Kube::start("slow-plugin");
-    kube.create_namespace("creds");
-    let dir = TempDir::new("k8s-slow-plugin");
-    let ran = dir.join("ran");
-    let body = format!(
-        "n=$(cat {ran} 2>/dev/null | wc -l)\necho run >> {ran}\n\
-         if [ \"$n\" = 0 ]; then sleep 5; else sleep 2; fi",
-        ran = ran.display()
-    );
-    let config = plugin_kubeconfig(&dir, &kube, "slow", &body, 8);
-    let runs = || {
-        std::fs::read_to_string(&ran)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
-    let mut holder = Running::spawn({
-        let mut c = support::elect();
-        c.env("KUBECONFIG", &config)
-            .args([
-                "run", "--store", "k8s:", "--lock", "slow", "--ttl", "3s", "-v", "--",
-            ])
-            .args(["sh", "-c", "echo held; read _line"]);
-        c
-    });
-    holder.expect_line("held", 20 * SECOND);
-    // Two refreshes ended once a fourth run starts.
-    support::eventually("two refreshes", 40 * SECOND, || match runs() {
-        n if n >= 4 => Ok(()),
-        n => match holder.try_wait_code() {
-            Some(code) => panic!(
-                "elect ended ({code}) after {n} runs of the plugin: {:?}",
-                holder.drain_stderr()
-            ),
-            None => Err(format!("{n} runs")),
-        },
-    });
-    assert_eq!(holder.try_wait_code(), None, "{}", holder.drain_stderr());
-    holder.send_line("done");
-    let code = holder.wait_code(20 * SECOND);
-    let said = holder.drain_stderr();
-    for line in said
-        .lines()
-        .filter(|l| l.contains("a token, in") || l.contains("renewed"))
-    {
-        eprintln!("{line}");
-    }
-    assert_eq!(code, 0, "{said}");
-    assert!(!said.contains("renewal failed"), "{said}");
-}
-
-/// An exec plugin that never ends: elect names it and how long it waited,
-/// within --connect-timeout, and none of its processes (the script and its
-/// `sleep`) is left.
-#[test]
-fn a_hung_exec_plugin_is_named_and_its_process_group_killed() {
-    let kube = Kube::start("hung-plugin");
-    kube.create_namespace("creds");
-    let dir = TempDir::new("k8s-hung-plugin");
-    let pids = dir.join("pids");
-    let body = format!("echo $$ >> {}\nsleep 1000", pids.display());
-    let config = plugin_kubeconfig(&dir, &kube, "hung", &body, 3600);
-    let started = std::time::Instant::now();
-    let out = support::elect()
-        .env("KUBECONFIG", &config)
-        .args([
-            "run",
-            "--store",
-            "k8s:",
-            "--lock",
-            "hung",
-            "--connect-timeout",
-            "3s",
-        ])
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    let took = started.elapsed();
-    let said = String::from_utf8_lossy(&out.stderr);
-    eprintln!("after {took:?}: {said}");
-    assert_eq!(out.status.code(), Some(69), "{said}");
-    assert!(took < 5 * SECOND, "{took:?}");
-    assert_eq!(said.trim().lines().count(), 1, "{said}");
-    assert!(
-        said.contains(&format!("exec plugin {}", dir.join("hung.sh").display()))
-            && said.contains("hangs: no token after 3s"),
-        "{said}"
-    );
-    let groups: Vec<i32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(groups.len(), 1, "the plugin ran once: {groups:?}");
-    support::until("the plugin's process group empty", SECOND, || {
-        !group_alive(groups[0])
-    });
-
-    // A plugin that gives a token that lives 6 s, then hangs when run
-    // again ahead of its expiry: the holder keeps its Lease while the
-    // token in hand lives, says the plugin hangs, and loses the Lease only
-    // once the token has expired; none of the plugin's processes is left.
-    let pids = dir.join("pids-hold");
-    let body = format!(
-        "if [ -e {pids} ]; then echo $$ >> {pids}; sleep 1000; fi\necho first > {pids}",
-        pids = pids.display()
-    );
-    let config = plugin_kubeconfig(&dir, &kube, "hangs-later", &body, 6);
-    let mut holder = Running::spawn({
-        let mut c = support::elect();
-        c.env("KUBECONFIG", &config)
-            .args([
-                "run", "--store", "k8s:", "--lock", "hung", "--ttl", "3s", "--",
-            ])
-            .args(["sh", "-c", "echo held; read _line"]);
-        c
-    });
-    holder.expect_line("held", 20 * SECOND);
-    let hung = || {
-        std::fs::read_to_string(&pids)
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .map(|l| l.parse::<i32>().unwrap())
-            .collect::<Vec<i32>>()
-    };
-    support::until("the plugin run again", 10 * SECOND, || !hung().is_empty());
-    let refresh = std::time::Instant::now();
-    let code = holder.wait_code(30 * SECOND);
-    let held = refresh.elapsed();
-    let said = holder.drain_stderr();
-    eprintln!("lost {held:?} after the plugin hung: {said}");
-    assert_eq!(code, 76, "{said}");
-    // The refresh started with 3 s of the token left; a renewal that
-    // waited for it would have lost the Lease within a TTL.
-    assert!(held > 3 * SECOND, "{held:?}: {said}");
-    assert!(
-        said.contains("hangs-later.sh has run for")
-            && said.contains("the token in hand has expired"),
-        "{said}"
-    );
-    for group in hung() {
-        support::until("the plugin's process group empty", SECOND, || {
-            !group_alive(group)
-        });
-    }
+    kube.exec_plugin_kubeconfig(dir, name, body, expires_in, "creds")
 }

@@ -230,6 +230,67 @@ impl Kube {
         path
     }
 
+    /// A kubeconfig `name` in `dir` for this server, with `cluster` and
+    /// `user` as YAML lines, its context in `namespace`.
+    pub fn kubeconfig_with(
+        &self,
+        dir: &TempDir,
+        name: &str,
+        cluster: &str,
+        user: &str,
+        namespace: &str,
+    ) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters:\n- name: c\n  cluster:\n    server: {}\n{cluster}\
+                 users:\n- name: u\n  user:\n{user}\
+                 contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: {namespace}\n",
+                self.url
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// An exec plugin `NAME.sh` in `dir`, a shell script that runs `body`
+    /// and then prints an ExecCredential with the test's token (or
+    /// `$token`, if `body` sets it), expiring `expires_in` seconds after it
+    /// printed it; and a kubeconfig `NAME` whose user runs it, its context
+    /// in `namespace`.
+    pub fn exec_plugin_kubeconfig(
+        &self,
+        dir: &TempDir,
+        name: &str,
+        body: &str,
+        expires_in: u64,
+        namespace: &str,
+    ) -> PathBuf {
+        let plugin = dir.join(&format!("{name}.sh"));
+        let script =
+            "#!/bin/sh\nBODY\nat=$(date -u -d \"@$(( $(date +%s) + EXPIRES ))\" +%Y-%m-%dT%H:%M:%SZ)\n\
+             printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\
+             \"status\":{\"token\":\"%s\",\"expirationTimestamp\":\"%s\"}}\\n' \"${token:-TOKEN}\" \"$at\"\n"
+                .replace("BODY", body)
+                .replace("EXPIRES", &expires_in.to_string())
+                .replace("TOKEN", &self.token);
+        std::fs::write(&plugin, script).unwrap();
+        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        self.kubeconfig_with(
+            dir,
+            name,
+            &format!("    certificate-authority: {}\n", self.certs.ca.display()),
+            &format!(
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+                plugin.display()
+            ),
+            namespace,
+        )
+    }
+
     /// The kube-apiserver's pid.
     pub fn pid(&self) -> i32 {
         self.process.id() as i32

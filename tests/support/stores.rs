@@ -19,6 +19,15 @@ pub struct Held {
     pub key: String,
 }
 
+/// How elect reaches a store whose credentials come from a program
+/// ([`StoreUnderTest::credentials_from`]).
+pub struct Credentials {
+    pub url: String,
+    /// The environment that names the program.
+    pub env: Vec<(String, String)>,
+    pub program: PathBuf,
+}
+
 pub trait StoreUnderTest: Sized {
     /// The module of the store's tests; also a part of temp dir names.
     const NAME: &'static str;
@@ -137,6 +146,23 @@ pub trait StoreUnderTest: Sized {
     /// [`Self::url`] reaches the primary alone.
     fn url_of_both(&self) -> String {
         panic!("{}: no standby", Self::NAME)
+    }
+
+    /// Its credentials can come from a program (Kubernetes' exec plugin,
+    /// as `aws eks get-token` and `gke-gcloud-auth-plugin` give them),
+    /// which may be slow, or hang.
+    const FETCHES_CREDENTIALS: bool = false;
+    /// How elect reaches the store with credentials from a program `NAME`
+    /// in `dir` that runs the shell `body`, then gives a credential that
+    /// lives `expires_in` seconds.
+    fn credentials_from(
+        &self,
+        _dir: &TempDir,
+        _name: &str,
+        _body: &str,
+        _expires_in: u64,
+    ) -> Credentials {
+        panic!("{}: no credential program", Self::NAME)
     }
 
     /// The store turns connections away beyond a limit (PostgreSQL's and
@@ -1729,6 +1755,26 @@ impl StoreUnderTest for KubeStore {
         };
         store.kube().create_namespace(&store.namespace);
         store
+    }
+
+    const FETCHES_CREDENTIALS: bool = true;
+
+    /// An exec plugin, in a kubeconfig of its own.
+    fn credentials_from(
+        &self,
+        dir: &TempDir,
+        name: &str,
+        body: &str,
+        expires_in: u64,
+    ) -> Credentials {
+        let config =
+            self.kube()
+                .exec_plugin_kubeconfig(dir, name, body, expires_in, &self.namespace);
+        Credentials {
+            url: format!("k8s:{}", self.namespace),
+            env: vec![("KUBECONFIG".into(), config.display().to_string())],
+            program: dir.join(&format!("{name}.sh")),
+        }
     }
 
     const RESTORES: bool = true;
