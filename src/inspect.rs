@@ -467,12 +467,29 @@ async fn break_on(
     // With --token, the holder must be that one; without, the one just shown.
     let token = args.token.unwrap_or(holder.token);
     if !args.force {
+        let at_most = holder
+            .record
+            .as_ref()
+            .and_then(|r| r.ttl_ms)
+            .map(|ms| {
+                format!(
+                    ", waiting at most {}",
+                    crate::clock::show(Duration::from_millis(ms))
+                )
+            })
+            .unwrap_or_default();
         let how = match &holder.record {
-            Some(_) => "asking it to stop its command and let go",
-            None => {
-                "it was not started by elect and cannot be asked to stop; \
+            Some(r) if r.gone_from_this_host() => format!(
+                "its elect (pid {}) is gone from this host: nobody will let go, so the break \
+                 waits for its lease to run out{at_most} (--force ends it now)",
+                r.pid
+            ),
+            Some(_) => format!(
+                "asking it to stop its command and let go{at_most} (--force ends its lease now)"
+            ),
+            None => "it was not started by elect and cannot be asked to stop; \
                      its lease is ended once it could have expired anyway"
-            }
+                .to_string(),
         };
         log::notice(format_args!("lock {lock} is held by {holder}; {how}"));
     }
@@ -511,6 +528,15 @@ fn report_break(
             broken_json(args, location, "stopped", Some(&holder), Some(after));
             log::notice(format_args!(
                 "{holder} stopped its command and let go of lock {lock} after {}",
+                crate::clock::show(after)
+            ));
+            Outcome::Exit(YES)
+        }
+        Ok(Broken::Expired { holder, after }) => {
+            broken_json(args, location, "expired", Some(&holder), Some(after));
+            log::notice(format_args!(
+                "nobody let go of lock {lock}: the lease of {holder} expired after {} \
+                 (its elect was gone or frozen; its guard stops the command by then)",
                 crate::clock::show(after)
             ));
             Outcome::Exit(YES)

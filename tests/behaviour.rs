@@ -707,6 +707,52 @@ fn a_break_of_a_frozen_holder_ends_within_its_ttl_and_never_overlaps<S: StoreUnd
     }
 }
 
+/// `elect break` of a holder whose elect, guard and command were all
+/// SIGKILLed: nobody is there to stop anything. Where its lease outlives
+/// it, the break says the lease expired (`--json` outcome `expired`, or
+/// `revoked` where the break ends the tenure itself once the holder could
+/// have expired), never that the holder stopped its command; where the
+/// lock dies with its processes, it is free.
+fn a_break_of_a_dead_holder_says_nobody_let_go<S: StoreUnderTest>() {
+    let store = S::start("dead-break");
+    let url = store.url();
+    let command = elect_run(&url, "dead", &["--ttl", "2s"], support::process::HOLD);
+    let mut holder = Running::spawn(command);
+    holder.expect_line("token", 10 * SECOND);
+    let elect_pid = holder.pid();
+    let guard = support::find_child(elect_pid, support::GUARD);
+    let sh = support::find_child(guard, "sh");
+    // Stopped first, so that none of them can let go as the others die.
+    for pid in [elect_pid, guard, sh] {
+        signal(pid, libc::SIGSTOP);
+    }
+    for pid in [elect_pid, guard, sh] {
+        signal(pid, libc::SIGKILL);
+    }
+    holder.wait(5 * SECOND);
+    let out = elect()
+        .args([
+            "break", "--store", &url, "--lock", "dead", "--yes", "--json",
+        ])
+        .output()
+        .unwrap();
+    let said = stderr_of(&out);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let outcome = json["outcome"].as_str().unwrap_or_default().to_string();
+    eprintln!("{}, break of a dead holder: {outcome}: {said}", S::NAME);
+    assert_ne!(outcome, "stopped", "{said}");
+    assert!(!said.contains("stopped its command"), "{said}");
+    match outcome.as_str() {
+        "expired" => {
+            assert_eq!(out.status.code(), Some(0), "{said}");
+            assert!(said.contains("expired"), "{said}");
+        }
+        "revoked" => assert_eq!(out.status.code(), Some(0), "{said}"),
+        "free" => assert_eq!(out.status.code(), Some(1), "{said}"),
+        _ => panic!("{}: outcome {outcome:?}: {said}", S::NAME),
+    }
+}
+
 fn signal(pid: i32, sig: i32) {
     // SAFETY: plain kill(2) of a process this test started.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
@@ -2636,6 +2682,7 @@ macro_rules! stores {
             reserved_lock_names_exit_64_and_leave_nothing_behind,
             a_nested_run_of_the_same_lock_is_refused,
             a_break_of_a_frozen_holder_ends_within_its_ttl_and_never_overlaps,
+            a_break_of_a_dead_holder_says_nobody_let_go,
             ctrl_c_while_waiting_leaves_the_queue_at_once,
             the_child_sees_its_lock_token_and_store_and_no_secrets,
             the_child_starts_with_default_signal_handling_whatever_elect_inherited,

@@ -12,12 +12,17 @@
 use std::time::Duration;
 
 use super::api::{Store, StoreError};
-use super::holder::{Broken, Forced, Holder};
+use super::holder::{Broken, Forced, Holder, HolderRecord};
 use crate::clock::Instant;
 
 /// How often a holder may change between our look and our request before
 /// the break gives up.
 const LOOKS: usize = 3;
+
+/// A tenure that ended no sooner than this before its lease, as the look
+/// found it, would have run out ended by the lease: a live holder renews,
+/// and lets go within its grace of being asked.
+const EXPIRY_SLACK: Duration = Duration::from_millis(100);
 
 /// Make the holder of `lock` let go, if its token is `token` (when given).
 pub async fn break_lock(
@@ -58,7 +63,19 @@ pub async fn break_lock(
                 },
             }
         };
+        // Its elect gone from this host before it was asked, or its lease
+        // run out: nobody let go.
+        let gone = holder
+            .record
+            .as_ref()
+            .is_some_and(HolderRecord::gone_from_this_host);
+        let expired = |after: Duration| {
+            gone || holder
+                .ttl_left
+                .is_some_and(|left| after + EXPIRY_SLACK >= left)
+        };
         return Ok(match ended {
+            Ok(after) if expired(after) => Broken::Expired { holder, after },
             Ok(after) => Broken::Stopped { holder, after },
             Err((why, kept_out)) => Broken::Forced {
                 holder,

@@ -230,6 +230,21 @@ impl HolderRecord {
         to_json(self)
     }
 
+    /// Whether this holder's elect ran on this host and its process is
+    /// gone (a pid reused since passes for alive).
+    pub fn gone_from_this_host(&self) -> bool {
+        let here = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok());
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return false;
+        };
+        here.as_deref() == Some(self.hostname.as_str())
+            && pid > 0
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH)
+    }
+
     /// A record read back from the store, or `None` if another tool wrote it.
     pub fn from_json(bytes: &[u8]) -> Option<Self> {
         serde_json::from_slice(bytes).ok()
@@ -365,6 +380,10 @@ impl Check {
 pub enum Broken {
     /// The holder stopped its command and let go, this long after it was asked.
     Stopped { holder: Holder, after: Duration },
+    /// Nobody let go: the holder's lease ran out, this long after it was
+    /// asked (its elect was gone, or frozen, and its guard stopped the
+    /// command at its deadline).
+    Expired { holder: Holder, after: Duration },
     /// The holder's lease was ended while its command may still run; the
     /// next in line kept out this long, if the store does.
     Forced {
