@@ -51,6 +51,9 @@ pub fn parse(args: &[OsString]) -> Result<Cli, Outcome> {
         cmd.build();
         cmd
     };
+    if let Some(message) = single_dash_long(args, &whole()) {
+        return Err(usage(&message));
+    }
     let matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) => return Err(failed(&e, args, &whole())),
@@ -132,6 +135,46 @@ fn blank_store(name: &str, sub: &ArgMatches) -> Result<(), Outcome> {
         crate::store::forms().join(", "),
         crate::store::DEFAULT_STORE
     )))
+}
+
+/// A long option typed with one dash (`-lock x`, as other tools take
+/// them): clap reads it as a short option with a value glued on (`-l ock`),
+/// which may even parse, naming the wrong lock. Before `--`, a word of one
+/// dash whose name is a long option of the command means that option.
+fn single_dash_long(args: &[OsString], cmd: &clap::Command) -> Option<String> {
+    let sub = subcommand(args, cmd);
+    let name = match sub {
+        Some(s) => format!("elect {}", s.get_name()),
+        None => "elect".to_string(),
+    };
+    let longs: Vec<&str> = sub
+        .into_iter()
+        .chain(std::iter::once(cmd))
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_long())
+        .collect();
+    let words = args.iter().skip(1).map(|a| a.to_string_lossy());
+    for word in words.take_while(|w| w != "--") {
+        let Some(rest) = word.strip_prefix('-') else {
+            continue;
+        };
+        let (option, value) = match rest.split_once('=') {
+            Some((option, value)) => (option, Some(value)),
+            None => (rest, None),
+        };
+        if rest.starts_with('-') || option.len() < 2 || !longs.contains(&option) {
+            continue;
+        }
+        let meant = match value {
+            Some(value) => format!("--{option}={value}"),
+            None => format!("--{option}"),
+        };
+        return Some(format!(
+            "'{word}' has one dash; did you mean {meant}? (a long option takes two; see \
+             {name} --help)"
+        ));
+    }
+    None
 }
 
 fn usage(message: &str) -> Outcome {

@@ -446,6 +446,23 @@ fn usage_errors_say_what_to_type_in_one_line() {
             "did you mean '--lock'?",
         ),
         (
+            &["run", "-lock", "x", "--", "true"],
+            64,
+            "'-lock' has one dash; did you mean --lock?",
+        ),
+        // Parsed as -l with the value 'ock=x' by clap alone: a lock never
+        // meant.
+        (
+            &["run", "-lock=x", "--", "true"],
+            64,
+            "'-lock=x' has one dash; did you mean --lock=x?",
+        ),
+        (
+            &["status", "-store", "file:/x", "--lock", "x"],
+            64,
+            "'-store' has one dash; did you mean --store?",
+        ),
+        (
             &["run", "--lock", "x", "--wait", "never", "--", "true"],
             64,
             "--wait never: to not wait at all, write 0 or use -n",
