@@ -108,7 +108,9 @@ fn a_busy_lock_exits_75_or_the_busy_exit_code<S: StoreUnderTest>() {
     assert!(out.stdout.is_empty(), "the command must not run");
     let err = stderr_of(&out);
     assert!(
-        err.contains("held by first") && err.contains(&format!("token {token}")),
+        err.contains("held by first")
+            && err.contains(&format!("token {token}"))
+            && err.contains("the command was not run (exit 75)"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -128,6 +130,11 @@ fn a_busy_lock_exits_75_or_the_busy_exit_code<S: StoreUnderTest>() {
         .collect();
     for (mut waiter, code) in gave_up {
         assert_eq!(waiter.wait_code(10 * SECOND), code);
+        let said = waiter.stderr_to_end(SECOND);
+        assert!(
+            said.contains(&format!("the command was not run (exit {code})")),
+            "{said}"
+        );
         let waited = waiter.started.elapsed();
         assert!(waited >= SECOND && waited < 5 * SECOND, "waited {waited:?}");
         eprintln!("--wait 1s gave up after {waited:?}");

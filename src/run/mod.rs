@@ -997,6 +997,8 @@ impl Job {
             Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
             _ => String::new(),
         };
+        let code = self.busy_code;
+        let not_run = format!("; the command was not run (exit {code})");
         match tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await {
             Ok(Ok(LockStatus {
                 holder: Some(holder),
@@ -1005,16 +1007,19 @@ impl Job {
                 log::event(
                     log::Level::Normal,
                     "busy",
-                    format_args!("lock {} is held by {holder}{waited}", self.lock),
+                    format_args!("lock {} is held by {holder}{waited}{not_run}", self.lock),
                 );
             }
             _ => log::event(
                 log::Level::Normal,
                 "busy",
-                format_args!("lock {} is held by someone else{waited}", self.lock),
+                format_args!(
+                    "lock {} is held by someone else{waited}{not_run}",
+                    self.lock
+                ),
             ),
         }
-        Outcome::Exit(self.busy_code)
+        Outcome::Exit(code)
     }
 }
 
