@@ -75,6 +75,41 @@ fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
     assert!(ran.trim().starts_with("ran "), "{ran}");
 }
 
+/// An account that may log in but has no rights on the database (a new
+/// service account, before its GRANTs): one line, exit 78, with the SQL
+/// an administrator runs once; run as it says, the account takes locks.
+#[test]
+fn an_account_without_grants_exits_78_with_the_sql_to_run() {
+    let db = MariaDb::start();
+    db.sql(&format!(
+        "CREATE USER 'batch'@'%' IDENTIFIED BY '{PASSWORD}'"
+    ));
+    let out = tcp_run(&db, "batch", PASSWORD, "nightly", "echo ran")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("{said}");
+    assert_outcome("batch, no grants", &out, 78, "an administrator runs once: ");
+    assert_eq!(said.trim().lines().count(), 1, "one line: {said}");
+    for statement in [
+        "CREATE TABLE `elect`.`elect_lease` (",
+        "GRANT SELECT, INSERT, UPDATE ON `elect`.`elect_lease` TO 'batch'@'%'",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON `elect`.`elect_waiter` TO 'batch'@'%'",
+    ] {
+        assert!(said.contains(statement), "lacks {statement}: {said}");
+    }
+    let sql = said
+        .split("an administrator runs once: ")
+        .nth(1)
+        .expect("the SQL")
+        .trim();
+    db.sql(sql);
+    let out = tcp_run(&db, "batch", PASSWORD, "nightly", "echo ran")
+        .output()
+        .unwrap();
+    assert_outcome("batch, with the grants", &out, 0, "");
+}
+
 #[test]
 fn tls_is_checked_as_ssl_mode_says_and_client_certificates_work() {
     let mut db = MariaDb::start();

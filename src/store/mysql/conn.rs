@@ -425,6 +425,22 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
             None => !matches!(e, mysql_async::Error::Driver(_)),
             Some(c) => crowded || c == code::SERVER_SHUTDOWN,
         };
+    // Logged in, with no rights on the database: say what to grant, as a
+    // missing CREATE is told (the account as the server names it).
+    let text = match code {
+        Some(code::DB_ACCESS_DENIED) => {
+            let account = text
+                .split_once("for user ")
+                .and_then(|(_, rest)| rest.split_once(" to database"))
+                .map_or_else(|| format!("'{}'@'%'", target.user), |(a, _)| a.to_string());
+            let tables = super::sql::Tables::new(&target.database, &target.prefix);
+            format!(
+                "{text}; {}",
+                super::sql::for_an_administrator(&tables, &account)
+            )
+        }
+        _ => text,
+    };
     let text = match (refused, &target.password) {
         (true, None) => format!(
             "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"

@@ -240,16 +240,10 @@ impl MySql {
                 Ok(()) => {}
                 Err(e) if e.is_denied() => {
                     let account = self.account().await;
-                    let all: Vec<String> = sql::create_tables(&self.sql.tables)
-                        .into_iter()
-                        .map(|c| c.replace(" IF NOT EXISTS", ""))
-                        .chain(sql::grants(&self.sql.tables, &account))
-                        .collect();
                     return Err(StoreError::denied(format!(
-                        "{target}: account {account} may not create the lease tables ({}); \
-                         an administrator runs once: {};",
+                        "{target}: account {account} may not create the lease tables ({}); {}",
                         e.text(),
-                        all.join("; ")
+                        sql::for_an_administrator(&self.sql.tables, &account)
                     )));
                 }
                 Err(e) => return Err(self.failed(&e).await),

@@ -99,6 +99,17 @@ pub fn grants(t: &Tables, account: &str) -> Vec<String> {
     ]
 }
 
+/// What an administrator runs once so that `account` may take locks in
+/// `tables` (the tables, as elect creates them, and the least grants).
+pub fn for_an_administrator(tables: &Tables, account: &str) -> String {
+    let all: Vec<String> = create_tables(tables)
+        .into_iter()
+        .map(|c| c.replace(" IF NOT EXISTS", ""))
+        .chain(grants(tables, account))
+        .collect();
+    format!("an administrator runs once: {};", all.join("; "))
+}
+
 /// The three tables' quoted names.
 pub struct Tables {
     pub lease: String,
