@@ -613,6 +613,7 @@ pub fn to_json(status: &LockStatus, location: &Location) -> Value {
         "lease": h.and_then(|h| h.lease.clone()),
         "ttl_left_ms": h.and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
         "holder": record.map(record_json),
+        "holder_gone": record.map(crate::store::HolderRecord::gone_from_this_host),
         "waiting": status.waiting,
     })
 }
@@ -643,8 +644,18 @@ fn human(status: &LockStatus, location: &Location) -> String {
     out.push_str(&format!("lock {lock} at {location}: held\n"));
     match &h.record {
         Some(r) => {
+            // Its elect's process gone from this very host: the lease only
+            // waits to run out (or `elect break` to end it).
+            let gone = match (r.gone_from_this_host(), h.ttl_left) {
+                (true, Some(left)) => format!(
+                    "; its process is gone, the lease ends in {}",
+                    crate::clock::show(left)
+                ),
+                (true, None) => "; its process is gone".to_string(),
+                (false, _) => String::new(),
+            };
             out.push_str(&format!(
-                "  holder:   {} (pid {} on {})\n",
+                "  holder:   {} (pid {} on {}{gone})\n",
                 r.identity, r.pid, r.hostname
             ));
             out.push_str(&format!("  command:  {}\n", shell_words(&r.command)));

@@ -34,6 +34,45 @@ fn status_shows_holders_that_etcdctl_started() {
     assert!(theirs.wait(10 * SECOND).success());
 }
 
+/// A holder on this host whose elect, guard and command were all killed:
+/// `status` says its process is gone and when the lease ends, instead of
+/// showing it as a live holder.
+#[test]
+fn status_names_a_holder_whose_process_is_gone() {
+    let etcd = Etcd::start();
+    let mut holder = Running::spawn(elect_run(
+        &etcd.url(),
+        "gone",
+        &["--ttl", "30s"],
+        support::process::HOLD,
+    ));
+    holder.expect_line("token", 10 * SECOND);
+    let (code, out) = status(&etcd.url(), "gone", true);
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["holder_gone"], false, "{v}");
+    let elect_pid = holder.pid();
+    let guard = support::find_child(elect_pid, support::GUARD);
+    let sh = support::find_child(guard, "sh");
+    for sig in [libc::SIGSTOP, libc::SIGKILL] {
+        for pid in [elect_pid, guard, sh] {
+            // SAFETY: plain kill(2) of processes this test started.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        }
+    }
+    holder.wait(5 * SECOND);
+    let (code, out) = status(&etcd.url(), "gone", false);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("(pid {elect_pid} on "))
+            && out.contains("; its process is gone, the lease ends in "),
+        "{out}"
+    );
+    let (_, out) = status(&etcd.url(), "gone", true);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["holder_gone"], true, "{v}");
+}
+
 #[test]
 fn the_live_waiting_line_shows_on_a_terminal_only() {
     let dir = TempDir::new("inspect-live");
