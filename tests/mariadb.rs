@@ -26,6 +26,14 @@ fn tcp_run(db: &MariaDb, user: &str, password: &str, lock: &str, script: &str) -
     command
 }
 
+/// The SQL a refusal says an administrator runs once.
+fn sql_to_run(said: &str) -> &str {
+    said.split("an administrator runs once: ")
+        .nth(1)
+        .expect("the SQL")
+        .trim()
+}
+
 #[test]
 fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
     let db = MariaDb::start();
@@ -55,12 +63,7 @@ fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
         "nothing was created"
     );
     // What it says to run, run as it says, lets the account take locks.
-    let sql = said
-        .split("an administrator runs once: ")
-        .nth(1)
-        .expect("the SQL")
-        .trim();
-    db.sql(sql);
+    db.sql(sql_to_run(&said));
     let out = tcp_run(
         &db,
         "reader",
@@ -98,12 +101,7 @@ fn an_account_without_grants_exits_78_with_the_sql_to_run() {
     ] {
         assert!(said.contains(statement), "lacks {statement}: {said}");
     }
-    let sql = said
-        .split("an administrator runs once: ")
-        .nth(1)
-        .expect("the SQL")
-        .trim();
-    db.sql(sql);
+    db.sql(sql_to_run(&said));
     let out = tcp_run(&db, "batch", PASSWORD, "nightly", "echo ran")
         .output()
         .unwrap();
