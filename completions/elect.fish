@@ -142,7 +142,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -l user -d 'The store
 complete -c elect -n "__fish_elect_using_subcommand break" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
-complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation on a terminal'
+complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation; required without a terminal to ask on'
 complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the holder\'s tenure at once instead of asking it to stop its command first: the command may run on beside the next holder\'s until its elect notices, then at most 100 ms more'
 complete -c elect -n "__fish_elect_using_subcommand break" -l json -d 'Print one JSON object with the outcome on stdout (see the README)'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'

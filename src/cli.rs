@@ -226,7 +226,8 @@ impl Subcommand for Command {
                 .long_about(
                     "Make the current holder let go: its command is stopped and the next waiter \
                      proceeds.\n\n\
-                     Asks for confirmation on a terminal unless --yes.",
+                     Asks for confirmation on a terminal unless --yes; without a terminal \
+                     (a script, a pipe), --yes is required.",
                 )
                 .defer(|c| {
                     with_args::<BreakArgs>(c.after_help(help_text("break")))
@@ -523,7 +524,7 @@ pub struct BreakArgs {
     #[arg(long, value_name = "T")]
     pub token: Option<u64>,
 
-    /// Do not ask for confirmation on a terminal.
+    /// Do not ask for confirmation; required without a terminal to ask on.
     #[arg(short, long)]
     pub yes: bool,
 

@@ -380,6 +380,18 @@ pub async fn check(mut args: CheckArgs) -> Outcome {
 }
 
 pub async fn break_lock(mut args: BreakArgs) -> Outcome {
+    // Nobody to ask: a script, a pipe, `echo n |`. Ending someone's
+    // command is said in so many words, as other tools' destructive
+    // commands want it.
+    if !args.yes && !can_ask() {
+        let force = if args.force { " --force" } else { "" };
+        return Failure::usage(format!(
+            "elect break{force} has no terminal to ask on; to break lock {} without asking, \
+             add --yes",
+            args.lock
+        ))
+        .into();
+    }
     let (location, store, mut reach) =
         match open(&args.store, Some(&args.lock), args.shard, None).await {
             Ok(o) => o,
@@ -499,9 +511,14 @@ async fn break_on(
     report_break(args, location, token, broken)
 }
 
-/// On a terminal, unless `--yes`: does the user mean it?
+/// Whether there is a terminal to ask on.
+fn can_ask() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// Unless `--yes` (without a terminal, required): does the user mean it?
 fn confirmed(args: &BreakArgs, holder: &Holder) -> bool {
-    if args.yes || !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+    if args.yes {
         return true;
     }
     let what = match args.force {

@@ -510,7 +510,9 @@ fn status_check_and_break_agree<S: StoreUnderTest>() {
 
     // A break that names another token refuses and changes nothing.
     let out = elect()
-        .args(["break", "--store", store, "--lock", lock, "--token"])
+        .args([
+            "break", "--store", store, "--lock", lock, "--yes", "--token",
+        ])
         .arg((token + 100).to_string())
         .output()
         .unwrap();
@@ -524,7 +526,9 @@ fn status_check_and_break_agree<S: StoreUnderTest>() {
     assert_eq!(status(store, lock, true).0, 0);
 
     let out = elect()
-        .args(["break", "--store", store, "--lock", lock, "--token"])
+        .args([
+            "break", "--store", store, "--lock", lock, "--yes", "--token",
+        ])
         .arg(token.to_string())
         .output()
         .unwrap();

@@ -340,7 +340,9 @@ fn check_and_break_answer_in_json() {
 
     let break_json = |extra: &[&str]| {
         let out = elect()
-            .args(["break", "--json", "--store", &store, "--lock", "answers"])
+            .args([
+                "break", "--json", "--yes", "--store", &store, "--lock", "answers",
+            ])
             .args(extra)
             .output()
             .unwrap();
@@ -360,6 +362,40 @@ fn check_and_break_answer_in_json() {
     assert_eq!(v["holder"]["identity"], "nightly-1");
     assert!(v["after_ms"].is_u64(), "{v}");
     assert_eq!(holder.wait_code(10 * SECOND), 76);
+}
+
+/// Without a terminal to ask on (a script, `echo n |`), `break` and
+/// `break --force` need `--yes`: exit 64 in one line naming it, and the
+/// holder keeps its lock.
+#[test]
+fn a_break_without_a_terminal_needs_yes() {
+    let dir = TempDir::new("inspect-no-terminal");
+    let (mut holder, token) = hold(&dir.url(), "keep", &[]);
+    for extra in [&[][..], &["--force"]] {
+        let mut c = elect();
+        c.args(["break", "--store", &dir.url(), "--lock", "keep"])
+            .args(extra)
+            .stdin(std::process::Stdio::piped());
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let _ = child.stdin.take().unwrap().write_all(b"n\n");
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{extra:?}: {said}");
+        assert_eq!(said.trim().lines().count(), 1, "{said}");
+        assert!(said.contains("add --yes"), "{said}");
+    }
+    assert_eq!(
+        status_of(&dir.url(), "keep"),
+        token,
+        "the holder keeps its lock"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
 }
 
 #[test]

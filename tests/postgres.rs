@@ -194,7 +194,7 @@ fn tokens_rise_across_crashes_breaks_and_database_restarts() {
     let mut broken = Running::spawn(pg_run(&url, "t", &["--ttl", "3s"], hold));
     tokens.push(token_of(&mut broken));
     let out = elect()
-        .args(["break", "--store", &url, "--lock", "t"])
+        .args(["break", "--store", &url, "--lock", "t", "--yes"])
         .env("PGPASSWORD", PASSWORD)
         .output()
         .unwrap();
@@ -1208,8 +1208,8 @@ fn a_read_only_standby_is_named_at_once() {
         .env("ELECT_TOKEN", token.to_string());
     for (what, command) in [
         ("checkpoint put", put),
-        ("break", inspect(&["break"])),
-        ("break --force", inspect(&["break", "--force"])),
+        ("break", inspect(&["break", "--yes"])),
+        ("break --force", inspect(&["break", "--force", "--yes"])),
     ] {
         let (code, took, said) = timed(what, command);
         assert_eq!(code, Some(78), "{what}: {said}");
