@@ -51,7 +51,7 @@ pub fn parse(args: &[OsString]) -> Result<Cli, Outcome> {
         cmd.build();
         cmd
     };
-    if let Some(message) = single_dash_long(args, &whole()) {
+    if let Some(message) = single_dash_long(args, whole) {
         return Err(usage(&message));
     }
     let matches = match command().try_get_matches_from(args) {
@@ -140,41 +140,54 @@ fn blank_store(name: &str, sub: &ArgMatches) -> Result<(), Outcome> {
 /// A long option typed with one dash (`-lock x`, as other tools take
 /// them): clap reads it as a short option with a value glued on (`-l ock`),
 /// which may even parse, naming the wrong lock. Before `--`, a word of one
-/// dash whose name is a long option of the command means that option.
-fn single_dash_long(args: &[OsString], cmd: &clap::Command) -> Option<String> {
-    let sub = subcommand(args, cmd);
+/// dash whose name is a long option of the command means that option. The
+/// whole command (`whole`) is built only for a word that could be one:
+/// every start would pay for it otherwise.
+fn single_dash_long(args: &[OsString], whole: impl Fn() -> clap::Command) -> Option<String> {
+    let words: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|w| w != "--")
+        .collect();
+    // The option's name and its value, of each word of one dash.
+    let candidates: Vec<(&str, &str, Option<&str>)> = words
+        .iter()
+        .filter_map(|word| {
+            let rest = word.strip_prefix('-').filter(|r| !r.starts_with('-'))?;
+            let (option, value) = match rest.split_once('=') {
+                Some((option, value)) => (option, Some(value)),
+                None => (rest, None),
+            };
+            (option.len() >= 2).then_some((word.as_str(), option, value))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let cmd = whole();
+    let sub = subcommand(args, &cmd);
+    let longs: Vec<&str> = sub
+        .into_iter()
+        .chain(std::iter::once(&cmd))
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_long())
+        .collect();
+    let (word, option, value) = candidates
+        .into_iter()
+        .find(|(_, option, _)| longs.contains(option))?;
     let name = match sub {
         Some(s) => format!("elect {}", s.get_name()),
         None => "elect".to_string(),
     };
-    let longs: Vec<&str> = sub
-        .into_iter()
-        .chain(std::iter::once(cmd))
-        .flat_map(|c| c.get_arguments())
-        .filter_map(|a| a.get_long())
-        .collect();
-    let words = args.iter().skip(1).map(|a| a.to_string_lossy());
-    for word in words.take_while(|w| w != "--") {
-        let Some(rest) = word.strip_prefix('-') else {
-            continue;
-        };
-        let (option, value) = match rest.split_once('=') {
-            Some((option, value)) => (option, Some(value)),
-            None => (rest, None),
-        };
-        if rest.starts_with('-') || option.len() < 2 || !longs.contains(&option) {
-            continue;
-        }
-        let meant = match value {
-            Some(value) => format!("--{option}={value}"),
-            None => format!("--{option}"),
-        };
-        return Some(format!(
-            "'{word}' has one dash; did you mean {meant}? (a long option takes two; see \
-             {name} --help)"
-        ));
-    }
-    None
+    let meant = match value {
+        Some(value) => format!("--{option}={value}"),
+        None => format!("--{option}"),
+    };
+    Some(format!(
+        "'{word}' has one dash; did you mean {meant}? (a long option takes two; see \
+         {name} --help)"
+    ))
 }
 
 fn usage(message: &str) -> Outcome {

@@ -66,6 +66,14 @@ impl<V: PartialEq> Observed<V> {
         }
     }
 
+    /// A look found the record at `version`, to be taken only once it has
+    /// stayed so for `ttl` (a record let go before a failover): how long
+    /// that is from now.
+    pub fn wait_out(&mut self, version: V, ttl: Duration, at: Instant) -> Duration {
+        self.saw(version, ttl, at);
+        self.ripe_at().map_or(Duration::ZERO, Instant::remaining)
+    }
+
     /// The look found no holder (the record let go, or none yet).
     pub fn forget(&mut self) {
         self.seen = None;

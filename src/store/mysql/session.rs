@@ -507,11 +507,10 @@ impl MyLock<'_> {
             return Ok(Attempt::Ours(seen.fence as u64, sent));
         }
         if seen.tenure.is_none() && seen.unsettled {
-            let mut observed = self.observed.borrow_mut();
-            observed.saw(seen.version, shared.ttl, answered);
-            let wait = observed
-                .ripe_at()
-                .map_or(Duration::ZERO, Instant::remaining);
+            let wait = self
+                .observed
+                .borrow_mut()
+                .wait_out(seen.version, shared.ttl, answered);
             log::verbose(format_args!(
                 "lock {} was let go on another server (a failover); taking it in {}, once no \
                  take lost with the old primary can be alive",

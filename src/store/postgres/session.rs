@@ -337,10 +337,7 @@ impl PgLock<'_> {
                     renewals: row.cell::<Option<i64>>(7)?.unwrap_or(0),
                     micros: None,
                 };
-                observed.saw(version, shared.ttl, answered);
-                let wait = observed
-                    .ripe_at()
-                    .map_or(Duration::ZERO, Instant::remaining);
+                let wait = observed.wait_out(version, shared.ttl, answered);
                 log::verbose(format_args!(
                     "lock {} was let go before the server's timeline began (a failover); \
                      taking it in {}, once no take lost with the old primary can be alive",

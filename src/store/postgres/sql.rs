@@ -204,8 +204,9 @@ impl Sql {
             // take on the old primary that never reached this server may
             // still have a live holder, so it is taken as an expired row
             // is, once seen unchanged for a TTL (a new Chubby master waits
-            // out the old leases); the column before the last says which. A take tells the other waiters of the row's version
-            // as a renewal does, so that those a release did not name sleep
+            // out the old leases); the column before the last says which.
+            // A take tells the other waiters of the row's version as a
+            // renewal does, so that those a release did not name sleep
             // on. Returns the fence if the lock is ours, the time left on
             // the holder's lease by the database's clock, the checkpoint,
             // and the version of the row and its holder's TTL.
