@@ -91,7 +91,7 @@ complete -c elect -n "__fish_elect_using_subcommand status" -l user -d 'The stor
 complete -c elect -n "__fish_elect_using_subcommand status" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand status" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand status" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
-complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see the README)'
+complete -c elect -n "__fish_elect_using_subcommand status" -l json -d 'Print one JSON object (the format is stable; see docs/reference.md)'
 complete -c elect -n "__fish_elect_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand status" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand list" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
@@ -125,7 +125,7 @@ complete -c elect -n "__fish_elect_using_subcommand check" -l user -d 'The store
 complete -c elect -n "__fish_elect_using_subcommand check" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand check" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand check" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
-complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see the README)'
+complete -c elect -n "__fish_elect_using_subcommand check" -l json -d 'Print one JSON object with the answer on stdout (see docs/reference.md)'
 complete -c elect -n "__fish_elect_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand check" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand break" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
@@ -144,7 +144,7 @@ complete -c elect -n "__fish_elect_using_subcommand break" -s q -l quiet -d 'Pri
 complete -c elect -n "__fish_elect_using_subcommand break" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
 complete -c elect -n "__fish_elect_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation; required without a terminal to ask on'
 complete -c elect -n "__fish_elect_using_subcommand break" -l force -d 'End the holder\'s tenure at once instead of asking it to stop its command first: the command may run on beside the next holder\'s until its elect notices, then at most 100 ms more'
-complete -c elect -n "__fish_elect_using_subcommand break" -l json -d 'Print one JSON object with the outcome on stdout (see the README)'
+complete -c elect -n "__fish_elect_using_subcommand break" -l json -d 'Print one JSON object with the outcome on stdout (see docs/reference.md)'
 complete -c elect -n "__fish_elect_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand break" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand checkpoint" -l log-format -d 'Format of every line elect writes on stderr, usage errors included' -r -f -a "text\t'`elect: TIME message`; usage and configuration errors without the time'
@@ -179,7 +179,7 @@ complete -c elect -n "__fish_elect_using_subcommand history" -l user -d 'The sto
 complete -c elect -n "__fish_elect_using_subcommand history" -l password-file -d 'File whose first line is the user\'s password' -r -F
 complete -c elect -n "__fish_elect_using_subcommand history" -s q -l quiet -d 'Print nothing of elect\'s own but errors, not even why the lock was busy'
 complete -c elect -n "__fish_elect_using_subcommand history" -s v -l verbose -d 'Show the lifecycle on stderr: connected, queued, acquired, renewals, released'
-complete -c elect -n "__fish_elect_using_subcommand history" -l json -d 'Print one JSON object per tenure, one per line (the format is stable; see the README)'
+complete -c elect -n "__fish_elect_using_subcommand history" -l json -d 'Print one JSON object per tenure, one per line (the format is stable; see docs/reference.md)'
 complete -c elect -n "__fish_elect_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c elect -n "__fish_elect_using_subcommand history" -s V -l version -d 'Print version'
 complete -c elect -n "__fish_elect_using_subcommand help; and not __fish_seen_subcommand_from run status list check break checkpoint history help" -f -a "run" -d 'Take the lock, run COMMAND while holding it, release it when COMMAND ends'

@@ -433,7 +433,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Print one JSON object (the format is stable; see the README).
+    /// Print one JSON object (the format is stable; see docs/reference.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -455,7 +455,7 @@ pub struct HistoryArgs {
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Print one JSON object per tenure, one per line (the format is stable; see the README).
+    /// Print one JSON object per tenure, one per line (the format is stable; see docs/reference.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -505,7 +505,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Print one JSON object with the answer on stdout (see the README).
+    /// Print one JSON object with the answer on stdout (see docs/reference.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -537,7 +537,7 @@ pub struct BreakArgs {
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Print one JSON object with the outcome on stdout (see the README).
+    /// Print one JSON object with the outcome on stdout (see docs/reference.md).
     #[arg(long)]
     pub json: bool,
 }

@@ -2,8 +2,9 @@
 //! the clap definitions in [`crate::cli`] and the exit codes in
 //! [`crate::exit`], and committed. The test below fails when a committed
 //! file no longer matches; `scripts/gen-docs` rewrites them. Other tests
-//! hold the README to the same definitions: its exit-code tables and its
-//! environment table.
+//! hold the guide (`docs/reference.md`) to the same definitions: its
+//! exit-code tables and its environment table; and every page's links to
+//! the headings and files they name.
 
 use std::path::PathBuf;
 
@@ -15,7 +16,7 @@ use clap_mangen::roff::{Inline, Roff, bold, italic, roman};
 use crate::cli::{BOOLEANS, Cli, environment};
 use crate::exit::{COMMON, INSPECTION, TABLE, codes};
 
-/// The README's exit-code table of `elect run`.
+/// The reference's exit-code table of `elect run`.
 pub fn markdown_table() -> String {
     let mut out = String::from("| situation | code |\n|---|---|\n");
     for (situation, code) in TABLE {
@@ -24,7 +25,7 @@ pub fn markdown_table() -> String {
     out
 }
 
-/// The README's exit-code table of the other commands.
+/// The reference's exit-code table of the other commands.
 pub fn inspection_table() -> String {
     let mut out = String::from("| command | code | situation |\n|---|---|---|\n");
     for (situation, code) in crate::exit::ELECT {
@@ -354,23 +355,57 @@ fn generated_files_match_the_definitions() {
     );
 }
 
+/// A page of the documentation, by its path in the repository
+/// (`README.md`, `docs/reference.md`).
 #[cfg(test)]
-fn readme() -> String {
-    std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+pub fn page(path: &str) -> String {
+    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
 
-/// What the README says of every store, made from the stores' own
-/// descriptions: the `--store` row of the options table, the `ELECT_KEY`
-/// and `ELECT_LEASE_ID` rows of what the command sees, and the schemes the
-/// completions offer.
+/// Every page a user reads: the README, CONTRIBUTING.md, ARCHITECTURE.md
+/// and the guide in `docs/`, by path.
 #[cfg(test)]
-fn readme_store_lines() -> Vec<String> {
+fn pages() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut found = vec![
+        "README.md".to_string(),
+        "CONTRIBUTING.md".to_string(),
+        "ARCHITECTURE.md".to_string(),
+    ];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                let relative = path.strip_prefix(&root).unwrap();
+                found.push(relative.display().to_string());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+fn reference() -> String {
+    page("docs/reference.md")
+}
+
+/// What the guide says of every store, made from the stores' own
+/// descriptions, with the page that says it: the `--store` row of the
+/// options table, the `ELECT_KEY` and `ELECT_LEASE_ID` rows of what the
+/// command sees, and the schemes the completions offer.
+#[cfg(test)]
+fn store_lines() -> Vec<(&'static str, String)> {
     let abouts: Vec<&crate::store::About> = crate::store::kinds().map(|k| &k.about).collect();
     let in_turn = |items: Vec<String>, and: &str| match items.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{}{and}{last}", rest.join(", ")),
         _ => items.join(""),
     };
-    let forms = abouts.iter().map(|a| a.readme.to_string()).collect();
+    let forms = abouts.iter().map(|a| a.reference.to_string()).collect();
     let per_store = |what: fn(&crate::store::About) -> &'static str| {
         let each: Vec<String> = abouts
             .iter()
@@ -383,31 +418,132 @@ fn readme_store_lines() -> Vec<String> {
         .flat_map(|a| a.schemes.iter().map(|s| format!("`{s}`")))
         .collect();
     vec![
-        format!(
-            "| `--store URL` | `ELECT_STORE`, else `ETCDCTL_ENDPOINTS`, else `{}` | {} |",
-            crate::store::DEFAULT_STORE,
-            in_turn(forms, ", or ")
+        (
+            "docs/reference.md",
+            format!(
+                "| `--store URL` | `ELECT_STORE`, else `ETCDCTL_ENDPOINTS`, else `{}` | {} |",
+                crate::store::DEFAULT_STORE,
+                in_turn(forms, ", or ")
+            ),
         ),
-        format!("| `ELECT_KEY` | {} |", per_store(|a| a.key)),
-        format!("| `ELECT_LEASE_ID` | {} |", per_store(|a| a.lease_id)),
-        format!("{} after `--store`", in_turn(schemes, " and ")),
+        (
+            "docs/reference.md",
+            format!("| `ELECT_KEY` | {} |", per_store(|a| a.key)),
+        ),
+        (
+            "docs/reference.md",
+            format!("| `ELECT_LEASE_ID` | {} |", per_store(|a| a.lease_id)),
+        ),
+        (
+            "docs/install.md",
+            format!("{} after `--store`", in_turn(schemes, " and ")),
+        ),
     ]
 }
 
 #[test]
-fn the_readme_describes_every_store_as_the_store_does() {
-    // The README wraps its prose: compare it unwrapped.
-    let readme = readme().replace('\n', " ");
-    for line in readme_store_lines() {
-        assert!(readme.contains(&line), "README.md must contain:\n{line}");
+fn the_guide_describes_every_store_as_the_store_does() {
+    for (path, line) in store_lines() {
+        // The pages wrap their prose: compare them unwrapped.
+        let text = page(path).replace('\n', " ");
+        assert!(text.contains(&line), "{path} must contain:\n{line}");
     }
 }
 
 #[test]
-fn the_readme_has_the_exit_code_tables() {
-    let readme = readme();
+fn the_reference_has_the_exit_code_tables() {
+    let reference = reference();
     for table in [markdown_table(), inspection_table()] {
-        assert!(readme.contains(&table), "README.md must contain:\n{table}");
+        assert!(
+            reference.contains(&table),
+            "docs/reference.md must contain:\n{table}"
+        );
+    }
+}
+
+/// Every option of `elect run` has a row in the reference's options table.
+#[test]
+fn the_reference_lists_every_option_of_run() {
+    let reference = reference();
+    let start = reference
+        .find("| option | default | meaning |")
+        .expect("docs/reference.md has no options table");
+    let rows: Vec<String> = reference[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.replace("\\|", "/").split('|').nth(1).unwrap().to_string())
+        .collect();
+    for arg in sub("run").get_arguments().filter(|a| !a.is_hide_set()) {
+        let Some(long) = arg.get_long() else { continue };
+        if matches!(long, "help" | "version") {
+            continue;
+        }
+        let flag = format!("`--{long}");
+        let also = format!(", `--{long}");
+        assert!(
+            rows.iter().any(|r| r.contains(&flag) || r.contains(&also)),
+            "docs/reference.md's options table has no row for --{long}"
+        );
+    }
+}
+
+/// The README's first screen names the four codes an operator meets,
+/// each with what `elect run` exits for it.
+#[test]
+fn the_readme_exit_codes_are_elects() {
+    use crate::exit::Code;
+    let readme = page("README.md");
+    let start = readme
+        .find("| exit | means |")
+        .expect("README.md has no exit-code box (| exit | means |)");
+    let rows: Vec<u8> = readme[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').nth(1).unwrap().trim().parse().unwrap())
+        .collect();
+    let codes = [Code::Busy, Code::Lost, Code::Unavailable, Code::Config];
+    assert_eq!(rows, codes.map(Code::value), "README.md's exit-code box");
+    let first_screen: String = readme.lines().take(50).collect::<Vec<_>>().join("\n");
+    for shown in [
+        "--once-per",
+        "| 75 |",
+        "docs/reference.md",
+        "apt-get install",
+    ] {
+        assert!(
+            first_screen.contains(shown),
+            "README.md's first 50 lines lack {shown:?}"
+        );
+    }
+    for store in [
+        "etcd",
+        "PostgreSQL",
+        "MySQL",
+        "MariaDB",
+        "ZooKeeper",
+        "Kubernetes",
+        "file:",
+    ] {
+        assert!(
+            first_screen.contains(store),
+            "README.md's first 50 lines do not name {store}"
+        );
+    }
+}
+
+/// The README is a front page; the guide in docs/ has the rest.
+#[test]
+fn the_readme_is_a_front_page_that_links_every_page_of_the_guide() {
+    let readme = page("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 400, "README.md has {lines} lines; at most 400");
+    for path in pages().iter().filter(|p| p.starts_with("docs/")) {
+        assert!(
+            readme.contains(&format!("]({path}")),
+            "README.md links nowhere to {path}"
+        );
     }
 }
 
@@ -461,14 +597,14 @@ fn bindings() -> std::collections::BTreeMap<String, String> {
     all
 }
 
-/// The README's environment table, as (variable, flag or "").
+/// The reference's environment table, as (variable, flag or "").
 #[cfg(test)]
-fn readme_environment() -> Vec<(String, String)> {
-    let readme = readme();
-    let start = readme
+fn reference_environment() -> Vec<(String, String)> {
+    let reference = reference();
+    let start = reference
         .find("| variable | flag | meaning |")
-        .expect("README.md has no environment table (| variable | flag | meaning |)");
-    readme[start..]
+        .expect("docs/reference.md has no environment table (| variable | flag | meaning |)");
+    reference[start..]
         .lines()
         .skip(2)
         .take_while(|l| l.starts_with('|'))
@@ -481,13 +617,13 @@ fn readme_environment() -> Vec<(String, String)> {
 }
 
 #[test]
-fn the_readme_environment_table_matches_the_flags() {
+fn the_reference_environment_table_matches_the_flags() {
     let bound = bindings();
-    let table = readme_environment();
+    let table = reference_environment();
     for (variable, flag) in &bound {
         assert!(
             table.iter().any(|(v, f)| v == variable && f == flag),
-            "README.md's environment table lacks | `{variable}` | `{flag}` |"
+            "docs/reference.md's environment table lacks | `{variable}` | `{flag}` |"
         );
     }
     let environment = environment();
@@ -500,7 +636,7 @@ fn the_readme_environment_table_matches_the_flags() {
             Some(real) => assert_eq!(real, flag, "{variable}"),
             None => assert!(
                 flag.is_empty() && others.contains(&variable.as_str()),
-                "README.md names {variable} (flag {flag:?}), which elect does not read"
+                "docs/reference.md names {variable} (flag {flag:?}), which elect does not read"
             ),
         }
     }
@@ -691,67 +827,104 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-#[test]
-fn the_readme_contents_list_every_section_and_every_link_in_it_lands() {
-    let readme = readme();
+/// The anchors a page's headings make, outside code blocks.
+#[cfg(test)]
+fn anchors(text: &str) -> Vec<String> {
     let mut in_code = false;
-    let mut headings = Vec::new();
-    for line in readme.lines() {
+    let mut found = Vec::new();
+    for line in text.lines() {
         if line.starts_with("```") {
             in_code = !in_code;
         } else if !in_code && line.starts_with('#') {
-            let text = line.trim_start_matches('#').trim();
-            headings.push((line.starts_with("## "), anchor(text)));
+            found.push(anchor(line.trim_start_matches('#').trim()));
         }
     }
-    let anchors: Vec<&str> = headings.iter().map(|(_, a)| a.as_str()).collect();
-    for link in readme.split("](#").skip(1) {
-        let target = &link[..link.find(')').unwrap()];
-        assert!(
-            anchors.contains(&target),
-            "README.md links to #{target}, which no heading makes"
-        );
+    found
+}
+
+/// `path` with its `.` and `..` taken out.
+#[cfg(test)]
+fn normal(path: &std::path::Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            part => out.push(part),
+        }
     }
-    let contents = &readme[readme
-        .find("**Contents**")
-        .expect("README.md has no **Contents**")..];
-    let contents = &contents[..contents.find("\n\n").unwrap()];
-    for (_, section) in headings.iter().filter(|(top, _)| *top) {
-        assert!(
-            contents.contains(&format!("](#{section})")),
-            "README.md's contents lack the section #{section}"
-        );
+    out
+}
+
+/// Every link of every page lands: on a file of the repository, and on a
+/// heading of that page where it names one.
+#[test]
+fn every_link_of_every_page_lands() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for path in pages() {
+        let text = page(&path);
+        let dir = std::path::Path::new(&path).parent().unwrap().to_path_buf();
+        for link in text.split("](").skip(1) {
+            let target = &link[..link.find(')').unwrap_or(link.len())];
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, heading) = target.split_once('#').unwrap_or((target, ""));
+            let landed = match file {
+                "" => PathBuf::from(&path),
+                file => normal(&dir.join(file)),
+            };
+            assert!(
+                root.join(&landed).exists(),
+                "{path} links to {target}: no such file"
+            );
+            if !heading.is_empty() {
+                let there = page(&landed.display().to_string());
+                assert!(
+                    anchors(&there).iter().any(|a| a == heading),
+                    "{path} links to {target}, which no heading of {} makes",
+                    landed.display()
+                );
+            }
+            checked += 1;
+        }
     }
+    assert!(checked >= 50, "only {checked} links found");
 }
 
 /// cron's PATH is /usr/bin:/bin, systemd before 239 takes only a full path
 /// in ExecStart (and none looks in a home directory), and an image has only
-/// what its Dockerfile put there: in the README's crontabs, units and images
-/// elect is called by its full path.
+/// what its Dockerfile put there: in every page's crontabs, units and
+/// images elect is called by its full path.
 #[test]
-fn the_readme_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
-    let readme = readme();
-    let mut block = "";
+fn the_guide_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
     let mut checked = 0;
-    for line in readme.lines() {
-        if let Some(kind) = line.strip_prefix("```") {
-            block = if block.is_empty() { kind } else { "" };
-            continue;
-        }
-        let applies = matches!(block, "cron" | "ini")
-            || line.trim_start().starts_with("#   ") && line.contains("* * *")
-            || line.contains("ENTRYPOINT [")
-            || line.trim_start().starts_with("command: [");
-        if !applies {
-            continue;
-        }
-        for word in line.split([' ', '"', '=', '[']) {
-            if word == "elect" {
-                panic!("README.md calls elect by name where PATH may lack it: {line}");
+    for path in pages() {
+        let text = page(&path);
+        let mut block = "";
+        for line in text.lines() {
+            if let Some(kind) = line.strip_prefix("```") {
+                block = if block.is_empty() { kind } else { "" };
+                continue;
             }
-            if word.ends_with("/elect") {
-                assert!(word.starts_with('/'), "{line}");
-                checked += 1;
+            let applies = matches!(block, "cron" | "ini")
+                || line.trim_start().starts_with("#   ") && line.contains("* * *")
+                || line.contains("ENTRYPOINT [")
+                || line.trim_start().starts_with("command: [");
+            if !applies {
+                continue;
+            }
+            for word in line.split([' ', '"', '=', '[']) {
+                if word == "elect" {
+                    panic!("{path} calls elect by name where PATH may lack it: {line}");
+                }
+                if word.ends_with("/elect") {
+                    assert!(word.starts_with('/'), "{line}");
+                    checked += 1;
+                }
             }
         }
     }

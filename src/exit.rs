@@ -1,4 +1,4 @@
-//! Exit codes: the single list that `--help`, the README and the man page
+//! Exit codes: the single list that `--help`, docs/reference.md and the man page
 //! are checked against.
 //!
 //! The codes follow sysexits(3) where one fits, and the shell's conventions

@@ -617,7 +617,7 @@ fn forced(holder: &Holder, why: Forced, kept_out: Option<Duration>) -> String {
     format!("{when}; {running}")
 }
 
-/// The stable JSON form of a lock's status (documented in the README).
+/// The stable JSON form of a lock's status (documented in docs/reference.md).
 pub fn to_json(status: &LockStatus, location: &Location) -> Value {
     let h: Option<&Holder> = status.holder.as_ref();
     let record = h.and_then(|h| h.record.as_ref());

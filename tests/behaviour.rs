@@ -2130,11 +2130,11 @@ fn promtool_accepts(text: &str) {
     );
 }
 
-/// The README's metric table names the metrics elect writes, and its
+/// docs/cron.md's metric table names the metrics elect writes, and its
 /// alert is a rule Prometheus takes.
-fn the_readme_tells_these_metrics_and_its_alert_parses(dir: &TempDir) {
+fn the_guide_tells_these_metrics_and_its_alert_parses(dir: &TempDir) {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cron.md")).unwrap();
     let part = &readme[readme.find("**Metrics for cron.**").unwrap()..];
     let table: Vec<&str> = part
         .lines()
@@ -2154,7 +2154,7 @@ fn the_readme_tells_these_metrics_and_its_alert_parses(dir: &TempDir) {
     written.sort();
     let mut told = table.clone();
     told.sort();
-    assert_eq!(told, written, "README.md's metric table");
+    assert_eq!(told, written, "docs/cron.md's metric table");
     let rules = part
         .split("```yaml\n")
         .nth(1)
@@ -2230,7 +2230,7 @@ fn a_run_reports_by_metrics_file_and_hook<S: StoreUnderTest>() {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }
     assert!(!text.contains("elect_last_success"), "{text}");
-    the_readme_tells_these_metrics_and_its_alert_parses(&dir);
+    the_guide_tells_these_metrics_and_its_alert_parses(&dir);
 
     // A busy run reports too, and the last success is remembered.
     let ok = run("true", &[]);
@@ -2296,11 +2296,12 @@ fn metric(page: &str, series: &str) -> f64 {
         .unwrap()
 }
 
-/// The README's table of the endpoint's metrics names what `/metrics`
+/// docs/operations.md's table of the endpoint's metrics names what `/metrics`
 /// serves, as its metrics-file table names what the file holds.
-fn the_readme_tells_the_endpoints_metrics(page: &str, store: &str) {
+fn the_guide_tells_the_endpoints_metrics(page: &str, store: &str) {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     let part = &readme[readme.find("**Metrics endpoint.**").unwrap()..];
     let mut told: Vec<&str> = part
         .lines()
@@ -2316,7 +2317,10 @@ fn the_readme_tells_the_endpoints_metrics(page: &str, store: &str) {
         .collect();
     told.sort();
     served.sort();
-    assert_eq!(told, served, "README.md's table of the endpoint's metrics");
+    assert_eq!(
+        told, served,
+        "docs/operations.md's table of the endpoint's metrics"
+    );
     let rules = part
         .split("```yaml\n")
         .nth(1)
@@ -2372,7 +2376,7 @@ fn the_endpoint_tells_the_holder_from_a_waiter<S: StoreUnderTest>() {
     let (status, page) = get(pa, "/metrics").unwrap();
     assert_eq!(status, 200, "{page}");
     promtool_accepts(&page);
-    the_readme_tells_the_endpoints_metrics(&page, S::NAME);
+    the_guide_tells_the_endpoints_metrics(&page, S::NAME);
     assert_eq!(metric(&page, "elect_lock_held{lock=\"served\"}"), 1.0);
     assert_eq!(
         metric(&page, "elect_lock_token{lock=\"served\"}"),

@@ -8,6 +8,7 @@
 mod support;
 
 mod behaviour;
+mod docs;
 mod every_fault;
 mod fail_fast;
 mod faults;

@@ -166,12 +166,12 @@ fn a_ttl_of_part_of_a_second_is_counted_as_given_and_said_so() {
     );
 }
 
-/// The README's etcd fencing example runs as written, inside elect run:
+/// docs/fencing.md's etcd fencing example runs as written, inside elect run:
 /// the write lands while the holder's key is there.
 #[test]
-fn the_readmes_etcd_fencing_example_runs_as_written() {
+fn the_guides_etcd_fencing_example_runs_as_written() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fencing.md")).unwrap();
     let from = readme
         .find("**etcd** as the resource")
         .expect("the example's heading");
@@ -774,7 +774,7 @@ fn json_logs_cover_usage_errors_too() {
 fn every_run_option_comes_from_the_environment_too() {
     let dir = support::TempDir::new("run-env");
     let store = dir.url();
-    // As in the README's Kubernetes example: the identity from the pod's name.
+    // As in the guide's Kubernetes examples: the identity from the pod's name.
     let out = elect()
         .args([
             "run",

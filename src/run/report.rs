@@ -50,7 +50,7 @@ impl Reports {
 /// How long `--on-end` may run before its process group is killed.
 pub const HOOK_WITHIN: Duration = Duration::from_secs(10);
 
-/// The metric names, each with its help (the README lists them).
+/// The metric names, each with its help (docs/cron.md lists them).
 pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elect_lock_held",

@@ -80,7 +80,7 @@ impl Job {
                 return Err(StoreError::config(format!(
                     "it has {recorded} shards, recorded on its first use; this instance asks \
                      for --shards {shards} (to change the number, stop every instance and \
-                     remove the record: see the README)"
+                     remove the record: see docs/shards-and-checkpoints.md)"
                 )));
             }
             _ => {}

@@ -343,7 +343,7 @@ impl Standing {
     }
 }
 
-/// The endpoint's metrics, each with its type and help (the README lists
+/// The endpoint's metrics, each with its type and help (docs/operations.md lists
 /// them; a test compares). Every one has the label `lock`.
 pub const METRICS: &[(&str, &str, &str)] = &[
     (

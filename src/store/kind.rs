@@ -39,17 +39,17 @@ pub struct Kind {
 
 /// What a kind of store says of itself: `--store`'s help, the ENVIRONMENT
 /// section of the help and the man pages, the completions' schemes and the
-/// README's tables are made from these, so that a new store is one entry
+/// reference's tables are made from these, so that a new store is one entry
 /// in [`KINDS`](super::KINDS) and none of those places.
 pub struct About {
     /// Its name in prose: `PostgreSQL`.
     pub title: &'static str,
     /// Its URL forms for `--store`'s help, plain.
     pub help: &'static str,
-    /// The same for the README's `--store` row, in Markdown.
+    /// The same for docs/reference.md's `--store` row, in Markdown.
     // Read by the tests that write and check the docs and completions.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub readme: &'static str,
+    pub reference: &'static str,
     /// Its URL schemes, for the completions: `etcd://`, `file:`.
     #[cfg_attr(not(test), allow(dead_code))]
     pub schemes: &'static [&'static str],

@@ -418,15 +418,27 @@ impl Kube {
         let mut c = Command::new(super::tools::tool("ELECT_TEST_CURL", "curl", "curl"));
         c.args(["-sS", "--max-time", "10", "--cacert"])
             .arg(&self.certs.ca)
-            .args(["-H", &format!("Authorization: Bearer {}", self.token)])
-            .args(["-H", "Content-Type: application/json"]);
+            .args(["-H", &format!("Authorization: Bearer {}", self.token)]);
         c
     }
 
     /// `method path` with `body` (JSON): the HTTP status and the body.
     pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        self.request_in("application/json", method, path, body)
+    }
+
+    /// [`Kube::request`] with a body of another `content_type`
+    /// (`application/yaml`).
+    pub fn request_in(
+        &self,
+        content_type: &str,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
         let mut c = self.curl();
         c.args(["-X", method, "-w", "\n%{http_code}"]);
+        c.args(["-H", &format!("Content-Type: {content_type}")]);
         if body.is_some() {
             c.args(["--data-binary", "@-"]);
         }

@@ -58,7 +58,7 @@ pub const KIND: Kind = Kind {
     about: About {
         title: "etcd",
         help: "etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS",
-        readme: "`etcd://HOST:PORT[,HOST:PORT...]`, `etcds://` for TLS",
+        reference: "`etcd://HOST:PORT[,HOST:PORT...]`, `etcds://` for TLS",
         schemes: &["etcd://", "etcds://"],
         reads: &[
             (

@@ -43,7 +43,7 @@ pub const KIND: Kind = Kind {
         title: "file",
         help: "file:DIR for locks on this host only (\"file\" alone: /var/lib/elect for root, else \
                $XDG_STATE_HOME/elect, or ~/.local/state/elect without it)",
-        readme: "`file:DIR` (`file` alone: `/var/lib/elect` for root, else `$XDG_STATE_HOME/elect`, or `~/.local/state/elect` without it)",
+        reference: "`file:DIR` (`file` alone: `/var/lib/elect` for root, else `$XDG_STATE_HOME/elect`, or `~/.local/state/elect` without it)",
         schemes: &["file:"],
         reads: &[],
         secrets: &[],

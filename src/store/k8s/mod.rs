@@ -58,7 +58,7 @@ pub const KIND: Kind = Kind {
     about: About {
         title: "Kubernetes",
         help: "k8s:[NAMESPACE][?context=CONTEXT] (a Lease each lock; in a pod, its service account)",
-        readme: "`k8s:[NAMESPACE][?context=CONTEXT]`: a Lease each lock (see [Kubernetes](#kubernetes))",
+        reference: "`k8s:[NAMESPACE][?context=CONTEXT]`: a Lease each lock (see [Kubernetes](stores/kubernetes.md))",
         schemes: &["k8s:"],
         reads: &[
             (

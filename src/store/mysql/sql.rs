@@ -412,11 +412,10 @@ impl Sql {
 mod tests {
     use super::*;
 
-    /// The README gives administrators the very SQL elect would run.
+    /// The store's page gives administrators the very SQL elect would run.
     #[test]
-    fn the_readme_has_the_setup_sql() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn the_guide_has_the_setup_sql() {
+        let readme = crate::docs::page("docs/stores/mysql.md");
         let t = Tables::new("jobs", "elect");
         let wanted: Vec<String> = create_tables(&t)
             .into_iter()
@@ -430,7 +429,7 @@ mod tests {
             .collect();
         assert!(
             missing.is_empty(),
-            "README.md lacks:\n{}",
+            "docs/stores/mysql.md lacks:\n{}",
             missing.join("\n")
         );
     }

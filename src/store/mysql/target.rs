@@ -55,7 +55,7 @@ pub const KIND: Kind = Kind {
     about: About {
         title: "MySQL/MariaDB",
         help: "mysql://USER@HOST:PORT/DB (or mariadb://)",
-        readme: "`mysql://USER@HOST:PORT/DB` or `mariadb://…` (see [MySQL and MariaDB](#mysql-and-mariadb))",
+        reference: "`mysql://USER@HOST:PORT/DB` or `mariadb://…` (see [MySQL and MariaDB](stores/mysql.md))",
         schemes: &["mysql://", "mariadb://"],
         reads: &[(
             "MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_UNIX_PORT",

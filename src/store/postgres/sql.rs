@@ -460,17 +460,16 @@ impl Sql {
 mod tests {
     use super::*;
 
-    /// The README gives administrators the very SQL elect would run.
+    /// The store's page gives administrators the very SQL elect would run.
     #[test]
-    fn the_readme_has_the_setup_sql() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn the_guide_has_the_setup_sql() {
+        let readme = crate::docs::page("docs/stores/postgresql.md");
         let s = "\"elect\"";
         let wanted = create_tables(s).replace(" IF NOT EXISTS", "") + " " + &grants(s, "batch");
         for statement in wanted.split(';').map(str::trim).filter(|s| !s.is_empty()) {
             assert!(
                 readme.contains(&format!("{statement};")),
-                "README.md lacks: {statement};"
+                "docs/stores/postgresql.md lacks: {statement};"
             );
         }
         for (table, column, _) in LAYOUT {

@@ -57,7 +57,7 @@ pub const KIND: Kind = Kind {
     about: About {
         title: "PostgreSQL",
         help: "postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words)",
-        readme: "`postgres://USER@HOST:PORT/DB` or libpq's `host=H dbname=D` words (see [PostgreSQL](#postgresql))",
+        reference: "`postgres://USER@HOST:PORT/DB` or libpq's `host=H dbname=D` words (see [PostgreSQL](stores/postgresql.md))",
         schemes: &["postgres://"],
         reads: &[(
             "PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGCONNECT_TIMEOUT",

@@ -43,7 +43,7 @@ pub const KIND: Kind = Kind {
     about: About {
         title: "ZooKeeper",
         help: "zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS)",
-        readme: "`zk://HOST:PORT[,HOST:PORT...][/CHROOT]` or `zks://` for TLS (see [ZooKeeper](#zookeeper))",
+        reference: "`zk://HOST:PORT[,HOST:PORT...][/CHROOT]` or `zks://` for TLS (see [ZooKeeper](stores/zookeeper.md))",
         schemes: &["zk://", "zks://"],
         reads: &[],
         secrets: &[],
