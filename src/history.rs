@@ -241,33 +241,35 @@ pub async fn read(store: &dyn Store, lock: &str) -> Result<Vec<Tenure>, StoreErr
     Ok(entries)
 }
 
-/// The last tenure of `lock` that ended, knowing who holds it now.
-pub async fn last_ended(
+/// What `status` shows of a lock's past, knowing who holds it now: the
+/// last tenure that ran the command, and apart, the latest run that did
+/// not (busy, done already) when it came after that one. A night's skips
+/// would otherwise hide the run that did the work.
+#[derive(Debug, Default)]
+pub struct Latest {
+    pub ran: Option<Tenure>,
+    pub skipped: Option<Tenure>,
+}
+
+/// The [`Latest`] of `lock`, the holder's own tenure left out.
+pub async fn latest(
     store: &dyn Store,
     lock: &str,
     holder: Option<u64>,
-) -> Result<Option<Tenure>, StoreError> {
-    let mut ids: Vec<String> = store
-        .tenures(lock, false)
-        .await?
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    ids.sort();
-    // The newest few: the holder's own, and waiters' busy ones, may come first.
-    for id in ids.iter().rev().take(8) {
-        let Some(found) = store.record(lock, Record::Tenure(id)).await? else {
-            continue;
-        };
-        let Ok(tenure) = serde_json::from_str::<Tenure>(&found.value) else {
-            continue;
-        };
-        let tenure = as_of(vec![tenure], holder).remove(0);
-        if tenure.token.is_some() && tenure.token != holder {
-            return Ok(Some(tenure));
-        }
-    }
-    Ok(None)
+) -> Result<Latest, StoreError> {
+    let entries = as_of(read(store, lock).await?, holder);
+    let past = || {
+        entries
+            .iter()
+            .rev()
+            .filter(|t| t.token.is_none() || t.token != holder)
+    };
+    let ran = past().find(|t| t.started.is_some()).cloned();
+    let skipped = past()
+        .find(|t| matches!(t.outcome, Ended::Busy | Ended::DoneBefore))
+        .filter(|s| ran.as_ref().is_none_or(|r| s.began() > r.began()))
+        .cloned();
+    Ok(Latest { ran, skipped })
 }
 
 /// `entries` as they stand, knowing who holds the lock now (`holder`'s

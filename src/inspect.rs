@@ -78,10 +78,10 @@ pub async fn status(args: StatusArgs) -> Outcome {
             let (status, checkpoint) =
                 tokio::join!(store.status(lock), records::checkpoint(&*store, lock));
             let status = status?;
-            // The last tenure that ended (the holder's own is running).
+            // The holder's own tenure is running: the past is the others'.
             let holder = status.holder.as_ref().map(|h| h.token);
-            let last = history::last_ended(&*store, lock, holder).await?;
-            Ok((status, checkpoint?, last))
+            let latest = history::latest(&*store, lock, holder).await?;
+            Ok((status, checkpoint?, latest))
         };
         match reach.answered("the lock's status", all).await {
             Ok(all) => shown.push(all),
@@ -90,13 +90,14 @@ pub async fn status(args: StatusArgs) -> Outcome {
     }
     let held = shown.iter().filter(|(s, _, _)| s.holder.is_some()).count();
     let status_json =
-        |status: &LockStatus, checkpoint: &Option<Checkpoint>, last: &Option<Tenure>| {
+        |status: &LockStatus, checkpoint: &Option<Checkpoint>, latest: &history::Latest| {
             let mut one = to_json(status, &location);
             one["checkpoint"] = match checkpoint {
                 Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
                 None => Value::Null,
             };
-            one["last"] = json!(last);
+            one["last"] = json!(latest.ran);
+            one["last_skip"] = json!(latest.skipped);
             one
         };
     match (shards, args.json) {
@@ -105,8 +106,8 @@ pub async fn status(args: StatusArgs) -> Outcome {
             let each: Vec<Value> = shown
                 .iter()
                 .enumerate()
-                .map(|(k, (status, checkpoint, last))| {
-                    let mut one = status_json(status, checkpoint, last);
+                .map(|(k, (status, checkpoint, latest))| {
+                    let mut one = status_json(status, checkpoint, latest);
                     one["shard"] = json!(k);
                     one
                 })
@@ -131,14 +132,22 @@ pub async fn status(args: StatusArgs) -> Outcome {
                     location.shown()
                 );
             }
-            for (status, checkpoint, last) in &shown {
+            for (status, checkpoint, latest) in &shown {
                 print!("{}", human(status, &location));
-                if let Some(t) = last {
+                if let Some(t) = &latest.ran {
                     println!(
-                        "  last:     {}, {} to {}: {}",
+                        "  last run: {}, {} to {}: {}",
                         t.who(),
                         t.started.as_deref().unwrap_or(&t.queued),
                         t.ended.as_deref().unwrap_or("?"),
+                        t.how()
+                    );
+                }
+                if let Some(t) = &latest.skipped {
+                    println!(
+                        "  skipped:  {}, {}: {}",
+                        t.who(),
+                        t.ended.as_deref().unwrap_or(&t.queued),
                         t.how()
                     );
                 }

@@ -19,7 +19,7 @@ use crate::support;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::contender::children;
 use support::endpoint::{NotifySocket, Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
@@ -1845,6 +1845,34 @@ fn once_per_runs_a_job_once_across_hosts<S: StoreUnderTest>() {
         "{entries:#?}"
     );
     assert_eq!(entries[1]["identity"], "host-b");
+    // status: the run that did the work, and apart, the latest skip.
+    let (code, out) = status(&url, "nightly", true);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&v["last"]["identity"], &v["last"]["outcome"]),
+        (&json!("host-a"), &json!("succeeded")),
+        "{v:#}"
+    );
+    assert_eq!(
+        (&v["last_skip"]["identity"], &v["last_skip"]["outcome"]),
+        (&json!("host-c"), &json!("done-before")),
+        "{v:#}"
+    );
+    let (_, out) = status(&url, "nightly", false);
+    let line = |label: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .map(str::to_string)
+    };
+    assert!(
+        line("last run:").is_some_and(|l| l.contains("host-a") && l.contains("succeeded")),
+        "{out}"
+    );
+    assert!(
+        line("skipped:").is_some_and(|l| l.contains("host-c") && l.contains("done-before")),
+        "{out}"
+    );
 
     // A failure records nothing: the next host runs it; the one after skips.
     let run = |name: &str, script: &str| {
@@ -2048,7 +2076,10 @@ fn the_history_records_how_each_tenure_ended<S: StoreUnderTest>() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["last"]["token"], doomed_token, "{v:#}");
     let (_, out) = status(&url, lock, false);
-    assert!(out.contains("last:") && out.contains("h-doomed"), "{out}");
+    assert!(
+        out.contains("last run:") && out.contains("h-doomed"),
+        "{out}"
+    );
 
     // Bounded: the last N.
     for _ in 0..3 {
