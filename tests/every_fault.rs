@@ -89,6 +89,8 @@ struct Run<S: StoreUnderTest> {
     a_group: i32,
     a_token: u64,
     b: Running,
+    /// The store's URL as B reaches it.
+    b_url: String,
     ticks: Ticks,
     proxy: Option<Proxy>,
     store: S,
@@ -189,6 +191,7 @@ fn start_on<S: StoreUnderTest>(
     ticks.first("A", 5 * SECOND);
     before_b(&store);
     let mut b = contender(&b_url, "B", &ticks, false, None);
+    let b_url = b_url.to_string();
     let give_up = Instant::now() + 10 * SECOND;
     while store.contenders(LOCK) != 2 || ticks.last("B").is_some() {
         if Instant::now() > give_up || ticks.last("B").is_some() {
@@ -216,6 +219,7 @@ fn start_on<S: StoreUnderTest>(
         a_group,
         a_token,
         b,
+        b_url,
         ticks,
         proxy,
         store,
@@ -261,7 +265,18 @@ impl<S: StoreUnderTest> Run<S> {
     /// Judge the run after a fault that began at `began` and healed at
     /// `healed` (monotonic ns): see the module's doc. `allowed_ms`: the
     /// overlap the fault is allowed (below zero unless said otherwise).
-    fn judge(mut self, expected: Tenure, began: i128, healed: i128, allowed_ms: f64) {
+    fn judge(self, expected: Tenure, began: i128, healed: i128, allowed_ms: f64) {
+        self.judge_and_keep(expected, began, healed, allowed_ms);
+    }
+
+    /// [`Run::judge`], the run kept for a look at what it left.
+    fn judge_and_keep(
+        mut self,
+        expected: Tenure,
+        began: i128,
+        healed: i128,
+        allowed_ms: f64,
+    ) -> Self {
         let name = S::NAME;
         let fault = self.fault.clone();
         // A renewal sent before the fault is good for a TTL, and the first
@@ -335,6 +350,47 @@ impl<S: StoreUnderTest> Run<S> {
         self.a.wait(10 * SECOND);
         self.b.signal(libc::SIGTERM);
         self.b.wait(10 * SECOND);
+        // However A's tenure ended, the history says how once B has held
+        // the lock: never still running, nor ended without a word.
+        if let Some(a) = self.a_in_the_history_if_any() {
+            assert!(
+                !matches!(a["outcome"].as_str(), Some("running" | "unrecorded")),
+                "{name}, {fault}: A's tenure in the history: {a:#}"
+            );
+        }
+        self
+    }
+}
+
+impl<S: StoreUnderTest> Run<S> {
+    /// A's tenure as the lock's history tells it now, if it has one.
+    fn a_in_the_history_if_any(&self) -> Option<serde_json::Value> {
+        let out = support::elect()
+            .args(["history", "--json", "--store", &self.b_url, "--lock", LOCK])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|t| t["token"] == self.a_token)
+    }
+
+    /// A's tenure as the lock's history tells it, once both have ended.
+    fn a_in_the_history(&self) -> serde_json::Value {
+        self.a_in_the_history_if_any().unwrap_or_else(|| {
+            let out = support::elect()
+                .args(["history", "--json", "--store", &self.b_url, "--lock", LOCK])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            panic!(
+                "{}, {}: no tenure of A's (token {}) in the history: {text}{}",
+                S::NAME,
+                self.fault,
+                self.a_token,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
     }
 }
 
@@ -1314,6 +1370,14 @@ fn quorum_lost<S: StoreUnderTest>() {
         .find(|i| reached.contains(i))
         .unwrap_or(followers::<S>(leader)[0]);
     let down: Vec<usize> = (0..S::REPLICAS).filter(|&i| i != kept).collect();
+    // A night's job: its tenure is in the history (as running) before the
+    // quorum goes.
+    support::eventually("A's tenure recorded as running", 10 * SECOND, || match run
+        .a_in_the_history_if_any()
+    {
+        Some(a) if a["outcome"] == "running" => Ok(()),
+        a => Err(format!("{a:?}")),
+    });
     let began = monotonic_ns();
     for &i in &down {
         run.store.kill_member(i);
@@ -1324,7 +1388,16 @@ fn quorum_lost<S: StoreUnderTest>() {
     }
     run.store.wait_serving();
     run.fault = format!("quorum lost 1.5 TTL (members {down:?} down, {kept} left)");
-    run.judge(Tenure::Ended, began, monotonic_ns(), 0.0);
+    let (name, fault) = (S::NAME, run.fault.clone());
+    let judged = run.judge_and_keep(Tenure::Ended, began, monotonic_ns(), 0.0);
+    // A could not record its loss while no quorum answered; the history
+    // still says lost, and why, not that its elect was killed.
+    let a = judged.a_in_the_history();
+    assert_eq!(a["outcome"], "lost", "{name}, {fault}: {a:#}");
+    assert!(
+        a["why"].as_str().is_some_and(|w| !w.is_empty()),
+        "{name}, {fault}: {a:#}"
+    );
 }
 
 /// A's elect knows one member, a follower, which is cut off from the other
