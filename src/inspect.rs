@@ -301,7 +301,7 @@ pub async fn list(args: ListArgs) -> Outcome {
                     "" => String::new(),
                     p => format!(" starting with {p}"),
                 };
-                log::notice(format_args!("no locks{prefix} at {location}"));
+                log::notice(format_args!("no locks{prefix} at {}", location.shown()));
             } else {
                 print!("{}", table(&locks, std::io::stdout().is_terminal()));
             }
@@ -470,7 +470,8 @@ async fn break_on(
         Ok(_) => {
             broken_json(args, location, "free", None, None);
             log::error(format_args!(
-                "lock {lock} at {location} is free; nothing to break"
+                "lock {lock} at {} is free; nothing to break",
+                location.shown()
             ));
             return Outcome::Exit(NO);
         }

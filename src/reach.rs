@@ -67,7 +67,7 @@ impl Reach {
             })
         });
         Reach {
-            shown: location.to_string(),
+            shown: location.shown(),
             bound,
             started,
             until,
@@ -86,7 +86,7 @@ impl Reach {
     pub fn again(location: &Location, bound: Duration) -> Reach {
         let started = Instant::now();
         Reach {
-            shown: location.to_string(),
+            shown: location.shown(),
             bound,
             started,
             until: started + bound,

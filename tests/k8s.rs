@@ -269,6 +269,45 @@ fn a_kubeconfig_that_does_not_exist_is_named() {
     }
 }
 
+/// The store names itself by the namespace it works in, however that was
+/// found (the URL, the kubeconfig's context, else `default`), and by the
+/// context where the URL named one: never by the URL alone, `k8s:`.
+#[test]
+fn the_store_is_named_by_its_namespace_and_context() {
+    let store = KubeStore::start("named");
+    let (kube, ns) = (store.kube(), &store.namespace);
+    let dir = TempDir::new("k8s-named");
+    let config = kube.kubeconfig_with(
+        &dir,
+        "config",
+        &format!("    certificate-authority: {}\n", kube.certs.ca.display()),
+        &format!("    token: {}\n", kube.token),
+        ns,
+    );
+    let in_ns = format!("k8s:{ns}?context=shared");
+    for (url, kubeconfig, named) in [
+        ("k8s:", Some(&config), format!("k8s:{ns}")),
+        (&in_ns[..], None, format!("k8s:{ns}@shared")),
+        (
+            "k8s:?context=shared",
+            None,
+            "k8s:default@shared".to_string(),
+        ),
+    ] {
+        let mut elect = support::elect();
+        if let Some(config) = kubeconfig {
+            elect.env("KUBECONFIG", config);
+        }
+        let out = elect
+            .args(["status", "--store", url, "--lock", "nightly"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{url}: {out:?}");
+        assert_eq!(stdout, format!("lock nightly at {named}: free\n"), "{url}");
+    }
+}
+
 /// A kubeconfig for `kube`, with `cluster` and `user` as YAML lines.
 fn kubeconfig(
     dir: &TempDir,

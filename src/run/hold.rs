@@ -462,7 +462,8 @@ impl Job {
         log::warn(format_args!(
             "lost the lease on lock {} at {} as the command was about to start: {loss}; \
              the command was not started; queueing again",
-            self.lock, self.location,
+            self.lock,
+            self.location.shown(),
         ));
         TurnEnd::NotStarted
     }
@@ -557,7 +558,8 @@ impl Job {
             "lost",
             format_args!(
                 "lost the lease on lock {} at {}: {loss}; {stopping}; {then}",
-                self.lock, self.location,
+                self.lock,
+                self.location.shown(),
             ),
         );
         true

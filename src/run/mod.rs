@@ -75,9 +75,10 @@ fn nested(lock: &str, location: &Location) -> Result<(), Failure> {
             Err(Failure::new(
                 crate::exit::Code::Config,
                 format!(
-                    "lock {lock} at {location} is held for this very command, by the elect \
+                    "lock {lock} at {} is held for this very command, by the elect \
                      run that started it (its key {key}): a run of it here would wait for \
-                     itself forever; use another lock name"
+                     itself forever; use another lock name",
+                    location.shown()
                 ),
             ))
         }
@@ -924,7 +925,8 @@ impl Job {
             let line = LiveLine::default();
             line.show(&format!(
                 "elect: connecting to {} for lock {}…",
-                self.location, self.lock
+                self.location.shown(),
+                self.lock
             ));
             return std::future::pending().await;
         }

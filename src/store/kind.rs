@@ -90,6 +90,12 @@ pub trait Target: fmt::Display + fmt::Debug {
     fn check_holder_key(&self, _key: &str) -> Result<(), String> {
         Ok(())
     }
+    /// How the store names itself in messages, where its URL (`Display`,
+    /// what the command gets in `ELECT_STORE`) leaves out what was found
+    /// after it was given: a `k8s:` store's namespace.
+    fn shown(&self) -> String {
+        self.to_string()
+    }
     /// The user this store is reached as, wherever it came from (a flag,
     /// the URL, a variable of the store's own tools).
     fn user(&self) -> Option<&str> {

@@ -208,11 +208,11 @@ impl Location {
 }
 
 impl Location {
-    /// The URL as shown to a user: its control characters escaped
-    /// ([`crate::log::escaped`]); `Display` is the URL itself, as the
-    /// command gets it in `ELECT_STORE`.
+    /// The store as shown to a user ([`Target::shown`]), its control
+    /// characters escaped ([`crate::log::escaped`]); `Display` is the URL
+    /// itself, as the command gets it in `ELECT_STORE`.
     pub fn shown(&self) -> String {
-        crate::log::escaped(&self.to_string()).into_owned()
+        crate::log::escaped(&self.target.shown()).into_owned()
     }
 }
 

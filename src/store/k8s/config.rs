@@ -68,6 +68,17 @@ impl Url {
     }
 }
 
+impl Url {
+    /// How the store names itself in messages once its namespace is
+    /// known: the URL may name neither that nor the context.
+    fn shown(&self, namespace: &str) -> String {
+        match &self.context {
+            Some(context) => format!("k8s:{namespace}@{context}"),
+            None => format!("k8s:{namespace}"),
+        }
+    }
+}
+
 impl std::fmt::Display for Url {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("k8s:")?;
@@ -121,7 +132,8 @@ pub struct Conn {
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
     pub auth: Auth,
     pub namespace: String,
-    /// The store as shown in messages: the URL.
+    /// The store as shown in messages: `k8s:NAMESPACE`, with
+    /// `@CONTEXT` where the URL named one.
     pub shown: String,
 }
 
@@ -135,7 +147,7 @@ pub fn resolve(url: &Url, var: &dyn Fn(&str) -> Option<String>) -> Result<Conn, 
         && Path::new(SERVICE_ACCOUNT).join("token").exists();
     let files: Vec<PathBuf> = match (&kubeconfig, &url.context, in_pod, &home) {
         (Some(list), _, _, _) => std::env::split_paths(list).collect(),
-        (None, None, true, _) => return in_cluster(url, var, Path::new(SERVICE_ACCOUNT), shown),
+        (None, None, true, _) => return in_cluster(url, var, Path::new(SERVICE_ACCOUNT)),
         (None, _, _, Some(home)) if home.exists() => vec![home.clone()],
         _ => {
             return Err(StoreError::config(format!(
@@ -153,7 +165,6 @@ fn in_cluster(
     url: &Url,
     var: &dyn Fn(&str) -> Option<String>,
     dir: &Path,
-    shown: String,
 ) -> Result<Conn, StoreError> {
     let host = var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
     let port = var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
@@ -175,8 +186,8 @@ fn in_cluster(
         tls_server_name: None,
         client_cert: None,
         auth: Auth::TokenFile(dir.join("token")),
+        shown: url.shown(&namespace),
         namespace,
-        shown,
     })
 }
 
@@ -320,8 +331,8 @@ fn from_kubeconfig(url: &Url, files: &[PathBuf], shown: String) -> Result<Conn, 
         tls_server_name: None,
         client_cert: None,
         auth: Auth::None,
+        shown: url.shown(&namespace),
         namespace,
-        shown: shown.clone(),
     };
     cluster_settings(&mut conn, &cluster_name, cluster)?;
     if !user_name.is_empty() {
@@ -542,17 +553,13 @@ mod tests {
             "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
             _ => None,
         };
-        let conn = in_cluster(&Url::default(), &var, &dir, "k8s:".into()).unwrap();
+        let conn = in_cluster(&Url::default(), &var, &dir).unwrap();
         assert_eq!(conn.server, "https://[fd00::1]:443");
         assert_eq!(conn.namespace, "jobs");
+        assert_eq!(conn.shown, "k8s:jobs");
         assert_eq!(conn.auth, Auth::TokenFile(dir.join("token")));
         let url = Url::parse("k8s:other").unwrap();
-        assert_eq!(
-            in_cluster(&url, &var, &dir, "k8s:".into())
-                .unwrap()
-                .namespace,
-            "other"
-        );
+        assert_eq!(in_cluster(&url, &var, &dir).unwrap().namespace, "other");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

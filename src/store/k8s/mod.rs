@@ -112,6 +112,10 @@ impl KubeTarget {
 }
 
 impl Target for KubeTarget {
+    fn shown(&self) -> String {
+        self.conn.shown.clone()
+    }
+
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {
         serde_json::to_vec(&ReleaseOrder {
             conn: self.conn.clone(),
