@@ -89,6 +89,24 @@ pub async fn status(args: StatusArgs) -> Outcome {
         }
     }
     let held = shown.iter().filter(|(s, _, _)| s.holder.is_some()).count();
+    // A lock never seen (no holder, waiter, history or checkpoint) is most
+    // often a name mistyped: the closest of the locks there, if one is close.
+    let meant = match (shards, &shown[..]) {
+        (None, [(status, None, latest)])
+            if !args.json
+                && status.holder.is_none()
+                && status.waiting == 0
+                && latest.ran.is_none()
+                && latest.skipped.is_none() =>
+        {
+            let others = reach.bounded("the other locks", store.list("")).await;
+            others.ok().and_then(|locks| {
+                let names = locks.iter().map(|s| s.lock.as_str());
+                crate::usage::closest(&args.lock, names).map(String::from)
+            })
+        }
+        _ => None,
+    };
     let status_json =
         |status: &LockStatus, checkpoint: &Option<Checkpoint>, latest: &history::Latest| {
             let mut one = to_json(status, &location);
@@ -133,7 +151,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
                 );
             }
             for (status, checkpoint, latest) in &shown {
-                print!("{}", human(status, &location));
+                print!("{}", human(status, &location, meant.as_deref()));
                 if let Some(t) = &latest.ran {
                     println!(
                         "  last run: {}, {} to {}: {}",
@@ -657,12 +675,14 @@ fn record_json(r: &crate::store::HolderRecord) -> Value {
     })
 }
 
-fn human(status: &LockStatus, location: &Location) -> String {
+/// `meant`: the lock the name was likely meant to be, for one never seen.
+fn human(status: &LockStatus, location: &Location, meant: Option<&str>) -> String {
     let mut out = String::new();
     let lock = &status.lock;
     let location = location.shown();
     let Some(h) = &status.holder else {
-        out.push_str(&format!("lock {lock} at {location}: free\n"));
+        let meant = meant.map_or_else(String::new, |m| format!("; did you mean {m}?"));
+        out.push_str(&format!("lock {lock} at {location}: free{meant}\n"));
         if status.waiting > 0 {
             out.push_str(&format!("  waiting:  {}\n", status.waiting));
         }

@@ -190,6 +190,19 @@ fn single_dash_long(args: &[OsString], whole: impl Fn() -> clap::Command) -> Opt
     ))
 }
 
+/// The one of `known` that `word` was most likely meant to be, if one is
+/// close: judged as clap's did-you-mean judges an option or a command
+/// (`strsim::jaro` above 0.7), so that elect suggests alike wherever it does.
+pub fn closest<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .into_iter()
+        .filter(|k| *k != word)
+        .map(|k| (strsim::jaro(word, k), k))
+        .filter(|(close, _)| *close > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
 fn usage(message: &str) -> Outcome {
     Failure::usage(message).into()
 }
@@ -507,6 +520,14 @@ mod tests {
             }
             other => panic!("{line}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_closest_name_is_suggested_only_when_close() {
+        let known = ["nightly-report", "weekly-backup", "nightly-reports-eu"];
+        assert_eq!(closest("nightly-reprot", known), Some("nightly-report"));
+        assert_eq!(closest("backup", known), None);
+        assert_eq!(closest("nightly-report", ["nightly-report"]), None);
     }
 
     #[test]

@@ -448,6 +448,33 @@ fn an_outside_end_of_the_lease_stops_the_command_with_76<S: StoreUnderTest>() {
     }
 }
 
+/// A lock never seen whose name is close to one held is most likely that
+/// one mistyped: status says which; not for a lock that was used, nor for
+/// a name close to none.
+fn status_of_a_mistyped_lock_names_the_close_one<S: StoreUnderTest>() {
+    let under_test = S::start("mistyped");
+    let store = &under_test.url();
+    let (_holder, _) = hold(store, "nightly-report", &[]);
+    let (code, out) = status(store, "nightly-reprot", false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.ends_with(": free; did you mean nightly-report?\n"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (code, out) = status(store, "weekly-backup", false);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.ends_with(": free\n"), "{out}");
+    // Used, so no mistake, however close.
+    let out = elect_run(store, "nightly-reports", &[], "true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let (code, out) = status(store, "nightly-reports", false);
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("did you mean"), "{out}");
+}
+
 fn wait_for_waiters(store: &str, lock: &str, n: u64) {
     support::eventually(&format!("{n} waiters for {lock}"), 10 * SECOND, || {
         let (_, out) = status(store, lock, true);
@@ -2724,6 +2751,7 @@ macro_rules! stores {
             sigkill_of_elect_leaves_no_orphans_and_the_next_holder_proceeds,
             an_outside_end_of_the_lease_stops_the_command_with_76,
             status_check_and_break_agree,
+            status_of_a_mistyped_lock_names_the_close_one,
             commands_that_cannot_run_exit_126_or_127_and_leave_nothing_behind,
             reserved_lock_names_exit_64_and_leave_nothing_behind,
             a_nested_run_of_the_same_lock_is_refused,
