@@ -530,6 +530,25 @@ mod tests {
         assert_eq!(closest("nightly-report", ["nightly-report"]), None);
     }
 
+    /// A --listen value that is no address: one line that names it once.
+    #[test]
+    fn a_listen_value_that_is_no_address_is_named_once() {
+        let e_g = "e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every \
+                   interface) (see elect run --help)";
+        for (value, why) in [
+            ("foo", "not a port or HOST:PORT"),
+            ("70000", "not a port or HOST:PORT"),
+            (":99999", "'99999' is not a port"),
+            ("host:80", "'host' is not an IP address"),
+            ("1.2.3.4", "'1.2.3.4' has no port"),
+            ("[::1]", "'[::1]' has no port"),
+            ("1.2.3.4:x", "'x' is not a port"),
+        ] {
+            let line = format!("elect run --lock x --listen {value} -- true");
+            assert_eq!(said(&line), format!("--listen {value}: {why}; {e_g}"));
+        }
+    }
+
     #[test]
     fn usage_errors_say_what_to_type() {
         for (line, expected) in [

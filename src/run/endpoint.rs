@@ -46,33 +46,47 @@ pub const WITHIN: Duration = Duration::from_secs(2);
 pub const MAX_OPEN: usize = 16;
 
 /// `--listen HOST:PORT`, `:PORT` or `PORT`: loopback unless a host is named.
+/// A refusal says why and what would do; the value itself is named by the
+/// caller (`--listen foo: `, or `ELECT_LISTEN=foo: `).
 pub fn parse(text: &str) -> Result<SocketAddr, String> {
     let bad = |why: &str| {
         format!(
-            "--listen {text:?}: {why}; give HOST:PORT with HOST an IP address \
-             (127.0.0.1, [::1], 0.0.0.0 for every interface), or :PORT or PORT for 127.0.0.1"
+            "{why}; e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every interface)"
         )
     };
-    let port = |p: &str| p.parse::<u16>().map_err(|_| bad("not a port"));
+    let port = |p: &str| match p {
+        "" => Err(bad("no port")),
+        _ => p
+            .parse::<u16>()
+            .map_err(|_| bad(&format!("'{p}' is not a port"))),
+    };
+    let loopback = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
     if let Some(p) = text.strip_prefix(':') {
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port(p)?));
+        return Ok(loopback(port(p)?));
     }
-    if !text.contains(':') {
-        return Ok(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            port(text)?,
-        ));
+    if let Ok(p) = text.parse::<u16>() {
+        return Ok(loopback(p));
+    }
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<IpAddr>().is_ok() {
+        return Err(bad(&format!("'{text}' has no port")));
     }
     match text.rsplit_once(':') {
-        Some(("localhost", p)) => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port(p)?)),
-        Some((host, p)) if host.parse::<IpAddr>().is_err() => {
+        None => Err(bad("not a port or HOST:PORT")),
+        Some(("localhost", p)) => Ok(loopback(port(p)?)),
+        Some((host, p)) if host.parse::<IpAddr>().is_err() && !host.starts_with('[') => {
             port(p)?;
-            Err(bad("the host is not an IP address"))
+            Err(bad(&format!("'{host}' is not an IP address")))
         }
-        _ => Err(bad("not HOST:PORT")),
+        Some((_, p)) => {
+            port(p)?;
+            Err(bad(
+                "not HOST:PORT (an IPv6 address in brackets: [::1]:9090)",
+            ))
+        }
     }
 }
 
