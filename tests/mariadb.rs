@@ -34,6 +34,34 @@ fn sql_to_run(said: &str) -> &str {
         .trim()
 }
 
+/// A store URL in a message keeps its user and loses only its password,
+/// and a --password-file that cannot be read is named with why: 78,
+/// before anything is sent.
+#[test]
+fn a_password_file_that_cannot_be_read_is_named_and_the_user_kept() {
+    for (url, extra, says) in [
+        (
+            "mysql://alice@127.0.0.1:9/app",
+            &["--password-file", "/nonexistent/password"][..],
+            "store URL 'mysql://alice@127.0.0.1:9/app': cannot read --password-file \
+             /nonexistent/password: No such file or directory",
+        ),
+        (
+            "mysql://alice:s3cret@127.0.0.1:9/app?bogus=1",
+            &[][..],
+            "store URL 'mysql://alice:***@127.0.0.1:9/app?bogus=1': unknown option 'bogus'",
+        ),
+    ] {
+        let out = elect()
+            .args(["status", "--store", url, "--lock", "x"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_outcome(url, &out, 78, says);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
+    }
+}
+
 #[test]
 fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
     let db = MariaDb::start();

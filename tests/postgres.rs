@@ -1333,6 +1333,39 @@ fn a_column_of_another_type_is_one_line_not_an_abort() {
     assert_outcome("status", &status.output().unwrap(), 78, "fence");
 }
 
+/// A store URL in a message keeps its user and loses only its password,
+/// and a --password-file that cannot be read is named with why: 78,
+/// before anything is sent.
+#[test]
+fn a_password_file_that_cannot_be_read_is_named_and_the_user_kept() {
+    for (url, extra, says) in [
+        (
+            "postgres://alice@127.0.0.1:9/app",
+            &["--password-file", "/nonexistent/password"][..],
+            "store URL 'postgres://alice@127.0.0.1:9/app': cannot read --password-file \
+             /nonexistent/password: No such file or directory",
+        ),
+        (
+            "postgres://alice:s3cret@127.0.0.1:9/app?bogus=1",
+            &[][..],
+            "store URL 'postgres://alice:***@127.0.0.1:9/app?bogus=1': unknown option 'bogus'",
+        ),
+        (
+            "postgres://alice@127.0.0.1:9/app?password=s3cret&bogus=1",
+            &[][..],
+            "store URL 'postgres://alice@127.0.0.1:9/app?password=***&bogus=1': unknown option",
+        ),
+    ] {
+        let out = elect()
+            .args(["status", "--store", url, "--lock", "x"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_outcome(url, &out, 78, says);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
+    }
+}
+
 /// `elect check` and `elect checkpoint` inside the command reach the
 /// database with the password its elect was given, whether by
 /// `--password-file` (a relative path), in the URL, or in `PGPASSWORD` or

@@ -220,11 +220,56 @@ impl Settings {
     }
 }
 
-/// A URL with any `user:password@` removed, for error messages.
+/// A URL with its password replaced by `***`, for error messages: in
+/// `USER:PASSWORD@` (the user stays, as every other message shows it) and
+/// in a `password=` setting (libpq's URLs take one).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        (None, Some(at)) => format!("***@{}", &url[at + 1..]),
-        _ => url.to_string(),
+    let start = url.find("://").map_or(0, |s| s + 3);
+    // The last '@', as a password may hold one.
+    let shown = match url[start..].rfind('@').map(|at| url[start..].split_at(at)) {
+        Some((userinfo, rest)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{rest}", &url[..start]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    };
+    let Some((base, query)) = shown.split_once('?') else {
+        return shown;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_with_its_user_and_without_its_password() {
+        for (url, shown) in [
+            ("postgres://alice@db/app", "postgres://alice@db/app"),
+            (
+                "postgres://alice:s3cret@db/app",
+                "postgres://alice:***@db/app",
+            ),
+            (
+                "postgres://alice:s3@c:ret@db/app",
+                "postgres://alice:***@db/app",
+            ),
+            (
+                "postgres://alice@db/app?password=s3cret&x=1",
+                "postgres://alice@db/app?password=***&x=1",
+            ),
+            ("etcd:alice:s3cret@h:1", "etcd:***@h:1"),
+            ("etcd://h:1", "etcd://h:1"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
     }
 }
