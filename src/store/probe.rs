@@ -59,6 +59,19 @@ impl fmt::Display for Server {
     }
 }
 
+impl Server {
+    /// What most often keeps a server of this kind that takes the
+    /// connection from answering, as a question to end the finding with.
+    fn silent_because(self) -> &'static str {
+        match self {
+            // A member without a quorum takes requests and answers none
+            // that needs the cluster, as each of elect's does.
+            Server::Etcd => " (has the cluster lost its quorum?)",
+            _ => "",
+        }
+    }
+}
+
 /// Where a store is reached, over TCP or a Unix socket, and what should
 /// answer there.
 #[derive(Clone, Debug)]
@@ -158,7 +171,10 @@ impl Findings {
             Heard::Expected if self.tls => {
                 "it takes the connection, but did not answer elect's requests over TLS".into()
             }
-            Heard::Expected => format!("it is {expects}, but did not answer elect's requests"),
+            Heard::Expected => format!(
+                "it is {expects}, but did not answer elect's requests{}",
+                expects.silent_because()
+            ),
             Heard::Refused => "nothing listens there (connection refused)".into(),
             Heard::Unresolved(why) => format!("cannot resolve the host name ({why})"),
             Heard::Unreachable(why) => format!("cannot connect ({why})"),
@@ -851,5 +867,20 @@ mod tests {
             "nothing listens at the socket /run/pg/.s.PGSQL.5432 (connection refused)"
         );
         assert!(sockets(Heard::NoSocket).is_final() && sockets(Heard::Refused).is_final());
+        // The right server, silent: etcd's likely cause is said; not for
+        // PostgreSQL, which has no quorum to lose.
+        let silent = |expects| Findings {
+            expects,
+            tls: false,
+            heard: vec![("a:1".into(), Heard::Expected)],
+        };
+        assert_eq!(
+            silent(Server::Etcd).to_string(),
+            "it is etcd, but did not answer elect's requests (has the cluster lost its quorum?)"
+        );
+        assert_eq!(
+            silent(Server::Postgres).to_string(),
+            "it is PostgreSQL, but did not answer elect's requests"
+        );
     }
 }
