@@ -18,98 +18,9 @@
 //! "starts" when its first line (`echo started` in `sh`) reaches the
 //! harness, which both tools pay alike.
 //!
-//! The figures:
-//!
-//! - `cycle`: one uncontended `LOCKER -- true`, from spawn to exit:
-//!   `elect run --store etcd://… --lock L -- true` against
-//!   `etcdctl lock L true`. Median and p99. Target: at most 0.3x etcdctl.
-//!   Every store in [`harness::locker::pairs`] gets this figure (the file
-//!   store against `flock FILE true`, target at most 2x). Every tool runs
-//!   without the LD_LIBRARY_PATH that cargo sets for its build directories.
-//! - `floor` (with `cycle`): what the cycle's unavoidable parts cost, in
-//!   the same run: spawning `true`; an etcd grant on a new connection (what
-//!   a new process pays to connect, beside which the queue transaction
-//!   rides), and a grant, queue transaction and revoke on a warm one; 32
-//!   bytes fdatasync'd. Each cycle against 2 execs + the grant on a new
-//!   connection + revoke (etcd) or 2 execs + fdatasync (file). Target: at
-//!   most 1.3x the floor.
-//! - `timeline` (with `cycle`): where a cycle's time goes, from elect's own
-//!   `-v` lines (`step +N ms NAME`, from the start of `main`): the median of
-//!   each step over 40 cycles (10 quick) of each store, run after the
-//!   cycle figure with nothing beside them.
-//! - `handover`: the holder's command exits and the next waiter's command
-//!   starts. The waiter is queued first (its key is in etcd), then the
-//!   holder's command is released through a FIFO it blocks on (100 ms after
-//!   the waiter's key appeared, so the waiter has settled); the time
-//!   runs from that write to the waiter's first line. Median and p99.
-//!   Target: median under 5 ms.
-//! - `failover`: the holder (the `elect` or `etcdctl` process itself) is
-//!   killed with SIGKILL while a waiter is queued, with a 2 s TTL; the figure
-//!   is the time to the waiter's first line minus the TTL. It can be below
-//!   zero: the lease runs from the last renewal, up to TTL/3 before the kill.
-//!   etcd itself looks for expired leases only every 500 ms. Target: within
-//!   TTL + 100 ms.
-//! - `revoke`: the holder's lease is revoked from outside (the LeaseRevoke
-//!   that `etcdctl lease revoke <ELECT_LEASE_ID>` sends, here through etcd's
-//!   HTTP gateway to leave out etcdctl's start-up); the time runs until the
-//!   command, which traps TERM, prints that it got it. `etcdctl lock` does
-//!   not stop its command when its session ends: it is watched for a while
-//!   to show that.
-//! - `idle`: one holder of each tool (TTL 15 s) with an idle command, over a
-//!   window (20 s quick, 60 s full): peak resident memory (VmHWM at the end)
-//!   and proportional memory (Pss, pages shared counted in parts),
-//!   CPU time and wake-ups (voluntary context switches: a preemption is no
-//!   wake-up) per
-//!   minute, from /proc, summed over threads. elect is two processes, `elect`
-//!   and its guard `lease-guard`; both are counted, and the target
-//!   (peak memory under 8 MiB) applies to their sum. A third holder, elect
-//!   with `--listen` on and nothing asking it, runs in the same window:
-//!   its CPU and wake-ups against elect's without the endpoint. (The guard's sentinel,
-//!   `lease-sentinel`, a fork of the guard that only waits for a signal, is
-//!   not counted.)
-//! - `postgres`: the PostgreSQL store, on a server started for the purpose
-//!   (fsync off, as the tests run it): the uncontended cycle over TCP (with a
-//!   password) and over the Unix socket, each against `psql -c 'SELECT 1'`
-//!   the same way (one connection and one statement, what any client pays);
-//!   the handover after a clean exit with LISTEN (direct) and with polling
-//!   (through PgBouncer in transaction mode); failover after SIGKILL of
-//!   elect (its guard releases) and of elect, guard and command at once (the
-//!   row expires: TTL + how much, TTL 2 s).
-//!   With it, the load an idle waiter puts on the server (as for `mariadb`).
-//! - `mariadb`: the MySQL store on a MariaDB started for the purpose: the
-//!   uncontended cycle over TCP (with a password) and over the Unix socket,
-//!   each against `mariadb -e 'SELECT 1'` the same way; the handover after
-//!   a clean exit (the waiter wakes at the holder's doorbell); failover after
-//!   SIGKILL of elect and of elect, guard and command at once (TTL 2 s);
-//!   and the load an idle waiter puts on the server: a holder and four
-//!   waiters (TTL 6 s) over a window (10 s quick, 30 s full), against the
-//!   holder alone, in the server's CPU time (its processes, summed over
-//!   threads) and its statements (`Questions`; PostgreSQL's counters lag,
-//!   so its CPU time alone),
-//!   per waiter per minute.
-//! - `zookeeper`: the ZooKeeper store, on one server started for the
-//!   purpose: the uncontended cycle, the handover after a clean exit, and
-//!   failover after SIGKILL of elect (its guard deletes the node) and of
-//!   elect, guard and command at once (the session expires: TTL + how much,
-//!   TTL 2 s).
-//! - `k8s`: the Kubernetes store, on a kube-apiserver started for the
-//!   purpose (`scripts/servers-go build` names it), with an audit log of
-//!   every Lease request: the uncontended cycle and its requests, the
-//!   handover after a clean exit, failover after SIGKILL of elect (its
-//!   guard lets go) and of elect, guard and command at once (the Lease is
-//!   taken once seen unchanged for its duration: TTL + how much, TTL 2 s),
-//!   and a holder's requests per renewal, with and without a waiter.
-//! - `contention`: K contenders (4) each run `LOCKER L -- true` in a loop for
-//!   a fixed time; acquisitions per second, elect against etcdctl lock.
-//! - `scale`: N waiters queued on one lock (10 and 50 quick; 10, 100, 500
-//!   full), in a fresh etcd each. The first few waiters' commands are `true`,
-//!   so once the holder is released the handovers chain; the next one's
-//!   command stays, which ends the measured chain with N − 8 waiters still
-//!   queued. etcd's own counters (/metrics) are read before and after: gRPC
-//!   messages received except lease keep-alives (those come per waiter per
-//!   TTL/3, not per handover, and are shown apart), and watch messages sent
-//!   (a thundering herd would show there). Target: requests per handover
-//!   flat as N grows. etcdctl lock is measured up to 100 waiters.
+//! The figures, in the order they run, what each measures, its target
+//! and how: [`harness::figures::FIGURES`], one source for these docs and
+//! for the page the bench writes.
 //!
 //! The fleet figures ([`fleet`]) run against four stores (etcd, PostgreSQL,
 //! ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks some),
@@ -119,30 +30,15 @@
 //! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold,
 //! `ELECT_BENCH_FLEET=10,100,1000` the counts of holders and of waiters.
 //!
-//! - `holders`: N elects (10 and 100 quick; 10, 100, 1,000 full; started
-//!   in waves of 100, each holding before the next starts), each
-//!   holding a lock of its own at the default TTL for a hold (the largest
-//!   N 2 minutes quick, 10 full; the smaller ones 2 minutes at most):
-//!   leases lost (target 0), store requests per second
-//!   against the renewal floor of one per holder per TTL/3 (target at most
-//!   1.1x), the server's CPU, Pss per holder (elect + guard; target at most
-//!   2.5 MiB) and wake-ups per holder per minute (target at most 30).
-//! - `waiters`: N waiters on one lock (10 and 100 quick; 10, 100, 1,000,
-//!   10,000 full; queued in waves of 100) and a chain of handovers among
-//!   them, as `scale`: the time and store requests per handover (target:
-//!   flat as N grows), and the Pss per waiter of elect and of the store's
-//!   servers. A queue the memory available would not hold, reckoned from
-//!   the one before, is not started.
-//! - `short-lease`: a holder at each TTL of 1, 2, 3 and 5 s for a hold
-//!   (2 minutes quick, 30 full) beside a CPU hog, then beside a load on
-//!   the same store (two contenders per core in all, shared among the
-//!   stores), the four stores side by side: the shortest TTL none lost (target 1 s), and failover
-//!   at it after SIGKILL of the holder's elect, guard and command (target
-//!   within TTL + 100 ms).
-//!
 //! `holders` and `waiters` also write `docs/scale.svg` (or
 //! `ELECT_BENCH_PLOT`), a plot of each figure against N, and print their
 //! table in Markdown.
+//!
+//! At the end of each figure the bench writes `docs/benchmarks.md` (or
+//! `ELECT_BENCH_PAGE`, for a trial run): a section for each figure, the
+//! ones this run measured replaced and the others kept as they were
+//! ([`harness::page`]). `cargo test --benches` runs this binary without
+//! `--bench`: then it checks the page's merge instead of measuring.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -160,11 +56,13 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use harness::figures::{self, FIGURES};
 use harness::floor;
 use harness::locker::{self, Locker, Pair};
+use harness::page::{self, Measured, Run};
 use harness::process::{self, Quiet, Talking};
 use harness::procfs::{self, Usage};
-use harness::report::{self, Row, Table, Verdict, ratio};
+use harness::report::{Machine, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
 use support::etcd_http::{self, Metrics};
 use support::mariadb::MariaDb;
@@ -210,23 +108,6 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Upper bound for anything that should take milliseconds.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-const ALL_FIGURES: [&str; 14] = [
-    "cycle",
-    "handover",
-    "failover",
-    "revoke",
-    "idle",
-    "postgres",
-    "mariadb",
-    "zookeeper",
-    "k8s",
-    "contention",
-    "scale",
-    "holders",
-    "waiters",
-    "short-lease",
-];
-
 impl Mode {
     fn from_env() -> Mode {
         let quick = std::env::var("ELECT_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
@@ -244,8 +125,9 @@ impl Mode {
         }
         for f in &figures {
             assert!(
-                ALL_FIGURES.contains(&f.as_str()),
-                "unknown figure {f:?}; the figures are {ALL_FIGURES:?}"
+                figures::names().any(|name| name == f),
+                "unknown figure {f:?}; the figures are {:?}",
+                figures::names().collect::<Vec<_>>()
             );
         }
         // ELECT_BENCH_HOLD: the fleet figures' hold, in seconds.
@@ -1695,6 +1577,16 @@ fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
 }
 
 fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs this binary
+    // without it, where hours of figures are no test: there, as criterion
+    // does, check the bench's own code instead.
+    if !std::env::args().any(|a| a == "--bench") {
+        for (name, check) in page::CHECKS {
+            check();
+            println!("check page::{name} ... ok");
+        }
+        return;
+    }
     // cargo points the dynamic loader at its build directories; no user's
     // elect, `true`, flock or psql runs with that, and each exec of a
     // dynamically linked program (not of etcdctl, which is static) would
@@ -1703,89 +1595,94 @@ fn main() {
     unsafe { std::env::remove_var("LD_LIBRARY_PATH") };
     let mode = Mode::from_env();
     process::clean_up_on_interrupt();
-    println!("{}\n", report::machine(mode.name));
+    let run = Run {
+        machine: Machine::now(mode.name),
+        against: locker::against().map(|p| p.display().to_string()),
+    };
+    println!("{}\n", run.machine);
     let etcd = Etcd::start();
     process::kill_on_interrupt(etcd.pid());
     let scratch = Scratch::new();
     let mut table = Table::default();
+    // The file store's pair is the cycle's: a note that it was skipped
+    // belongs there.
+    table.measuring("cycle");
     let (pairs, notes) = locker::pairs(&etcd, &scratch.path("file-store"));
     for note in notes {
         table.note(note);
     }
     let on_etcd = &pairs[0];
-    if mode.runs("cycle") {
-        let mut cycles = Vec::new();
-        for pair in &pairs {
-            cycles.push((pair.store.to_string(), cycle(&mode, pair, &mut table)));
-        }
-        floor(&mode, &etcd, &scratch, &cycles, &mut table);
-        timeline(&mode, &pairs, &mut table);
-    }
-    if mode.runs("handover") {
-        handover(&mode, &etcd, on_etcd, &scratch, &mut table);
-    }
-    if mode.runs("failover") {
-        failover(&mode, &etcd, on_etcd, &mut table);
-    }
-    if mode.runs("revoke") {
-        revoke(&mode, &etcd, on_etcd, &mut table);
-    }
-    if mode.runs("idle") {
-        idle(&mode, on_etcd, &mut table);
-    }
-    if mode.runs("postgres") {
-        postgres(&mode, &scratch, &mut table);
-    }
-    if mode.runs("mariadb") {
-        mariadb(&mode, &scratch, &mut table);
-    }
-    if mode.runs("zookeeper") {
-        zookeeper(&mode, &scratch, &mut table);
-    }
-    if mode.runs("k8s") {
-        kubernetes(&mode, &scratch, &mut table);
-    }
-    if mode.runs("contention") {
-        contention(&mode, on_etcd, &mut table);
-    }
-    if mode.runs("scale") {
-        scale(&mode, &scratch, &mut table);
-    }
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let plot =
+        std::env::var_os("ELECT_BENCH_PLOT").map_or_else(|| docs.join("scale.svg"), PathBuf::from);
+    let page_path = std::env::var_os("ELECT_BENCH_PAGE")
+        .map_or_else(|| docs.join("benchmarks.md"), PathBuf::from);
     let mut growth = fleet::Growth::default();
-    if mode.runs("holders") {
-        fleet::on_every(&mut fleet::holders::Figure {
-            mode: &mode,
-            scratch: &scratch,
-            table: &mut table,
-            growth: &mut growth,
+    let mut plotted = false;
+    let mut done = Vec::new();
+    for figure in figures::names().filter(|f| mode.runs(f)) {
+        table.measuring(figure);
+        match figure {
+            "cycle" => {
+                let mut cycles = Vec::new();
+                for pair in &pairs {
+                    cycles.push((pair.store.to_string(), cycle(&mode, pair, &mut table)));
+                }
+                floor(&mode, &etcd, &scratch, &cycles, &mut table);
+                timeline(&mode, &pairs, &mut table);
+            }
+            "handover" => handover(&mode, &etcd, on_etcd, &scratch, &mut table),
+            "failover" => failover(&mode, &etcd, on_etcd, &mut table),
+            "revoke" => revoke(&mode, &etcd, on_etcd, &mut table),
+            "idle" => idle(&mode, on_etcd, &mut table),
+            "postgres" => postgres(&mode, &scratch, &mut table),
+            "mariadb" => mariadb(&mode, &scratch, &mut table),
+            "zookeeper" => zookeeper(&mode, &scratch, &mut table),
+            "k8s" => kubernetes(&mode, &scratch, &mut table),
+            "contention" => contention(&mode, on_etcd, &mut table),
+            "scale" => scale(&mode, &scratch, &mut table),
+            "holders" => fleet::on_every(&mut fleet::holders::Figure {
+                mode: &mode,
+                scratch: &scratch,
+                table: &mut table,
+                growth: &mut growth,
+            }),
+            "waiters" => fleet::on_every(&mut fleet::waiters::Figure {
+                mode: &mode,
+                scratch: &scratch,
+                table: &mut table,
+                growth: &mut growth,
+            }),
+            "short-lease" => fleet::side_by_side(&fleet::short_lease::Figure {
+                mode: &mode,
+                scratch: &scratch,
+                table: Mutex::new(&mut table),
+                hog: Mutex::new(None),
+            }),
+            _ => unreachable!("{figure} is in FIGURES but not measured here"),
+        }
+        if matches!(figure, "holders" | "waiters") {
+            growth.sort();
+            let title = format!("elect with many holders and waiters ({})", mode.name);
+            match growth.plot(&plot, &title) {
+                Some(Ok(())) => {
+                    plotted = true;
+                    println!("  plot written to {}", plot.display());
+                }
+                Some(Err(e)) => {
+                    plotted = false;
+                    table.note(format!("cannot write the plot to {}: {e}", plot.display()));
+                }
+                None => {}
+            }
+        }
+        done.push(figure);
+        // After each figure, so that a run cut short keeps what it measured.
+        write_page(&page_path, &run, &table, &done, |name| match name {
+            "holders" => with_plot(growth.holders_markdown(), plotted, &plot, &page_path),
+            "waiters" => with_plot(growth.waiters_markdown(), plotted, &plot, &page_path),
+            _ => String::new(),
         });
-    }
-    if mode.runs("waiters") {
-        fleet::on_every(&mut fleet::waiters::Figure {
-            mode: &mode,
-            scratch: &scratch,
-            table: &mut table,
-            growth: &mut growth,
-        });
-    }
-    if mode.runs("short-lease") {
-        fleet::side_by_side(&fleet::short_lease::Figure {
-            mode: &mode,
-            scratch: &scratch,
-            table: Mutex::new(&mut table),
-            hog: Mutex::new(None),
-        });
-    }
-    growth.sort();
-    let plot = std::env::var_os("ELECT_BENCH_PLOT").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/scale.svg"),
-        PathBuf::from,
-    );
-    let title = format!("elect with many holders and waiters ({})", mode.name);
-    match growth.plot(&plot, &title) {
-        Some(Ok(())) => table.note(format!("plot written to {}", plot.display())),
-        Some(Err(e)) => table.note(format!("cannot write the plot to {}: {e}", plot.display())),
-        None => {}
     }
     println!();
     table.print();
@@ -1793,4 +1690,46 @@ fn main() {
     if !markdown.is_empty() {
         println!("\n{markdown}");
     }
+}
+
+/// Merge the sections of the figures `done` into the page at `path`, each
+/// with its rows and notes from `table` and `more(figure)` after them.
+fn write_page(
+    path: &Path,
+    run: &Run,
+    table: &Table,
+    done: &[&'static str],
+    more: impl Fn(&str) -> String,
+) {
+    let fresh: Vec<(&str, String)> = FIGURES
+        .iter()
+        .filter(|figure| done.contains(&figure.name))
+        .map(|figure| {
+            let section = page::measured(&Measured {
+                figure,
+                run,
+                rows: table.rows_of(figure.name).collect(),
+                notes: table.notes_of(figure.name).collect(),
+                more: more(figure.name),
+            });
+            (figure.name, section)
+        })
+        .collect();
+    match page::write(path, &fresh) {
+        Ok(()) => println!("  page written to {}", path.display()),
+        Err(e) => println!("  cannot write the page to {}: {e}", path.display()),
+    }
+}
+
+/// A fleet figure's growth table and, if it was drawn, a link to the plot
+/// from the page: by its name if it sits beside the page, else by its path.
+fn with_plot(table: String, plotted: bool, plot: &Path, page: &Path) -> String {
+    if table.is_empty() || !plotted {
+        return table;
+    }
+    let link = match (plot.parent(), page.parent(), plot.file_name()) {
+        (Some(a), Some(b), Some(name)) if a == b => name.to_string_lossy().into_owned(),
+        _ => plot.display().to_string(),
+    };
+    format!("{table}\nEach figure against N, one line per store: [{link}]({link}).\n")
 }

@@ -402,8 +402,19 @@ impl Growth {
         Some(write())
     }
 
-    /// The growth table, in Markdown, as the README shows it.
+    /// The growth tables, in Markdown, as the README shows them.
     pub fn markdown(&self) -> String {
+        let holders = self.holders_markdown();
+        let waiters = self.waiters_markdown();
+        if holders.is_empty() || waiters.is_empty() {
+            holders + &waiters
+        } else {
+            format!("{holders}\n{waiters}")
+        }
+    }
+
+    /// The holders' growth table, in Markdown, or nothing if none ran.
+    pub fn holders_markdown(&self) -> String {
         let mut out = String::new();
         if !self.holders.is_empty() {
             out.push_str(
@@ -424,9 +435,15 @@ impl Growth {
                 ));
             }
         }
+        out
+    }
+
+    /// The waiters' growth table, in Markdown, or nothing if none ran.
+    pub fn waiters_markdown(&self) -> String {
+        let mut out = String::new();
         if !self.waiters.is_empty() {
             out.push_str(
-                "\n| store | waiters | handover | requests/handover | PSS/waiter | store PSS/waiter |\n\
+                "| store | waiters | handover | requests/handover | PSS/waiter | store PSS/waiter |\n\
                  |---|---:|---:|---:|---:|---:|\n",
             );
             for (store, o) in &self.waiters {
