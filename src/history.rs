@@ -52,10 +52,10 @@ pub enum Ended {
     /// elect died while the command ran; its guard stopped the command and
     /// released the lease, and recorded this.
     ElectDied,
-    /// Recorded as running, but no longer the holder: its elect recorded
-    /// no end (the store out of its reach, or elect and its guard killed),
-    /// and the next holder has not yet settled it as [`Ended::Lost`]. Only
-    /// ever read, never written.
+    /// Recorded as running, but no longer the holder, and no holder since:
+    /// its elect recorded no end (the store out of its reach, or elect and
+    /// its guard killed). Once a later tenure exists it reads as
+    /// [`Ended::Lost`]. Only ever read, never written.
     Unrecorded,
 }
 
@@ -274,71 +274,38 @@ pub async fn latest(
 }
 
 /// `entries` as they stand, knowing who holds the lock now (`holder`'s
-/// token): a "running" tenure that no longer holds it ended unrecorded.
+/// token). A "running" tenure below a later one's token, or the holder's,
+/// was lost: the lock passed on, so its lease ran out or was ended, and
+/// its elect, which records every other end, could not. One that no
+/// longer holds the lock with none after it ended unrecorded (so far).
 pub fn as_of(mut entries: Vec<Tenure>, holder: Option<u64>) -> Vec<Tenure> {
+    let last = entries.iter().filter_map(|e| e.token).chain(holder).max();
     for e in &mut entries {
-        if e.outcome == Ended::Running && (e.token.is_none() || e.token != holder) {
-            e.outcome = Ended::Unrecorded;
-            e.why = Some(UNRECORDED.into());
+        if e.outcome != Ended::Running || (e.token.is_some() && e.token == holder) {
+            continue;
+        }
+        match (e.token, last) {
+            (Some(token), Some(last)) if token < last => {
+                e.outcome = Ended::Lost;
+                e.why = Some(LOST_UNRECORDED.into());
+            }
+            _ => {
+                e.outcome = Ended::Unrecorded;
+                e.why = Some(UNRECORDED.into());
+            }
         }
     }
     entries
 }
 
-/// Why a tenure recorded as running no longer holds the lock, until the
-/// next holder settles it.
+/// Why a tenure recorded as running no longer holds the lock, with no
+/// later holder yet.
 const UNRECORDED: &str = "its elect recorded no end: the store was out of its reach as the \
                           tenure ended, or elect and its guard were killed";
 
-/// Why a tenure that the next holder found recorded as running was lost.
-const SETTLED: &str = "its lease ran out before its elect could record how the tenure ended \
-                       (the store out of its reach, or elect and its guard killed); \
-                       settled by the next holder";
-
-/// While the holder with `token` runs its command: the tenures of `lock`
-/// still recorded as running under a lower token are settled as lost (the
-/// lock passed on without their elect recording an end, so their lease
-/// ran out or was ended), each only as it was read, so that a late record
-/// of its own elect wins; then the oldest other than `mine` are deleted
-/// until at most `leave` are left, as [`trim`] does. One listing for both.
-pub async fn tidy(
-    store: &dyn Store,
-    lock: &str,
-    token: u64,
-    leave: usize,
-    mine: &str,
-) -> Result<(), StoreError> {
-    let mut ids = Vec::new();
-    for (id, value) in store.tenures(lock, true).await? {
-        if id == mine {
-            continue;
-        }
-        let unsettled = serde_json::from_str::<Tenure>(&value)
-            .ok()
-            .filter(|t| t.outcome == Ended::Running && t.token.is_some_and(|t| t < token));
-        if let Some(mut tenure) = unsettled
-            && let Some(found) = store.record(lock, Record::Tenure(&id)).await?
-            && found.value == value
-        {
-            tenure.outcome = Ended::Lost;
-            tenure.why = Some(SETTLED.into());
-            let settled = crate::store::to_json(&tenure);
-            let fence = Fence::Version(Some(found.version));
-            store
-                .put_record(lock, Record::Tenure(&id), &settled, fence)
-                .await?;
-        }
-        ids.push(id);
-    }
-    if ids.len() <= leave {
-        return Ok(());
-    }
-    ids.sort();
-    for id in &ids[..ids.len() - leave] {
-        store.delete_record(lock, Record::Tenure(id)).await?;
-    }
-    Ok(())
-}
+/// Why a tenure recorded as running, with a later holder, was lost.
+const LOST_UNRECORDED: &str = "its lease ran out before its elect could record how the tenure \
+                               ended (the store out of its reach, or elect and its guard killed)";
 
 /// The record of `tenure`: its queue time first, so that ids sort by
 /// time; then its host and pid, which tell two elects apart.

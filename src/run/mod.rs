@@ -552,12 +552,12 @@ impl Job {
                     };
                     let mut tenure = self.tenure(queued, Some(&won));
                     let (keep, lock) = (self.keep_history, tenure.lock.clone());
-                    let (mine, token) = (history::id(&tenure), won.token);
+                    let mine = history::id(&tenure);
                     let room = &room;
                     room.set(false);
                     trimming = (keep > 0).then(|| {
                         Box::pin(async move {
-                            let trimmed = history::tidy(store, &lock, token, keep - 1, &mine).await;
+                            let trimmed = history::trim(store, &lock, keep - 1, &mine).await;
                             room.set(trimmed.is_ok());
                         }) as crate::store::Boxed<'_, ()>
                     });
