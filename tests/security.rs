@@ -373,7 +373,7 @@ fn wrong_passwords_and_missing_permissions_are_refused_clearly() {
         "true",
     );
     assert!(
-        err.contains("readwrite permission on the key prefix 'other/'"),
+        err.contains("readwrite permission on the key prefixes 'other/' (its queue) and 'other.'"),
         "says which permission: {err}"
     );
     // A user with rights on a prefix only is told to list that.
@@ -462,4 +462,82 @@ fn elect_inside_the_command_reaches_the_store_as_its_elect_did() {
         &[],
         "PRIVATE KEY",
     );
+}
+
+/// The guide's least privilege on etcd: readwrite on the lock's queue,
+/// `LOCK/`, and on its records, `LOCK.`, and nothing else, runs a job once
+/// a period with its history and checkpoint, without a warning; read on
+/// the same prefixes is enough to look.
+#[test]
+fn readwrite_on_the_lock_and_its_records_is_all_a_job_needs() {
+    let mut etcd = Etcd::start();
+    etcd.enable_auth("batch", "batch-pw", "jobs/nightly/");
+    let root = |args: &[&str]| {
+        let out = etcd.etcdctl(args);
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    };
+    root(&[
+        "role",
+        "grant-permission",
+        "locks",
+        "--prefix=true",
+        "readwrite",
+        "jobs/nightly.",
+    ]);
+    root(&["role", "add", "viewers"]);
+    for prefix in ["jobs/nightly/", "jobs/nightly."] {
+        root(&[
+            "role",
+            "grant-permission",
+            "viewers",
+            "--prefix=true",
+            "read",
+            prefix,
+        ]);
+    }
+    root(&["user", "add", "viewer:viewer-pw", "--interactive=false"]);
+    root(&["user", "grant-role", "viewer", "viewers"]);
+    let dir = TempDir::new("auth-least");
+    let (batch_pw, viewer_pw) = (dir.join("batch"), dir.join("viewer"));
+    std::fs::write(&batch_pw, "batch-pw\n").unwrap();
+    std::fs::write(&viewer_pw, "viewer-pw\n").unwrap();
+    let batch = ["--user", "batch", "--password-file", path(&batch_pw)];
+    let once = [&batch[..], &["--once-per", "1h"]].concat();
+    let first = support::elect_run(
+        &etcd.url(),
+        "jobs/nightly",
+        &once,
+        r#""$ELECT_BIN" checkpoint put 7 && echo ran"#,
+    )
+    .env("ELECT_BIN", env!("CARGO_BIN_EXE_elect"))
+    .output()
+    .unwrap();
+    let said = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(first.status.code(), Some(0), "{}", said(&first));
+    assert_eq!(first.stdout, b"ran\n");
+    assert!(first.stderr.is_empty(), "{}", said(&first));
+    let (code, out, err) = run(&etcd.url(), "jobs/nightly", &once, "echo again");
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    assert!(err.contains("done already"), "{err}");
+    let viewer = ["--user", "viewer", "--password-file", path(&viewer_pw)];
+    for command in ["status", "history"] {
+        let out = elect()
+            .args([
+                command,
+                "--json",
+                "--store",
+                &etcd.url(),
+                "--lock",
+                "jobs/nightly",
+            ])
+            .args(viewer)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.code() == Some(1) || out.status.success(),
+            "{command}: {out:?}"
+        );
+        assert!(said.contains("succeeded"), "{command}: {said}");
+    }
 }

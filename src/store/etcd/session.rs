@@ -212,7 +212,8 @@ impl EtcdSession {
         let reply = tried.map_err(|e| {
             let hint = match e.text.contains("permission denied") {
                 true => format!(
-                    "; the etcd user needs readwrite permission on the key prefix '{lock}/'"
+                    "; the etcd user needs readwrite permission on the key prefixes \
+                     '{lock}/' (its queue) and '{lock}.' (its records)"
                 ),
                 false => e.users_hint().to_string(),
             };
