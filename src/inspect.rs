@@ -302,17 +302,40 @@ pub async fn list(args: ListArgs) -> Outcome {
         Ok(o) => o,
         Err(failure) => return failure.into(),
     };
-    match reach
-        .answered("the list of locks", store.list(&args.prefix))
-        .await
-    {
-        Ok(locks) => {
+    // The locks held or waited for, and the free ones that have a history:
+    // the inventory of the jobs run there, each with its last run.
+    let inventory = async {
+        let (mut locks, recorded) =
+            tokio::try_join!(store.list(&args.prefix), store.recorded(&args.prefix))?;
+        for lock in recorded {
+            if !locks.iter().any(|s| s.lock == lock) {
+                locks.push(store.status(&lock).await?);
+            }
+        }
+        locks.sort_by(|a, b| a.lock.cmp(&b.lock));
+        let mut last = Vec::with_capacity(locks.len());
+        for status in locks.iter().filter(|_| !args.names_only) {
+            let holder = status.holder.as_ref().map(|h| h.token);
+            last.push(history::latest(&*store, &status.lock, holder).await?.ran);
+        }
+        Ok::<_, crate::store::StoreError>((locks, last))
+    };
+    match reach.answered("the list of locks", inventory).await {
+        Ok((locks, last)) => {
             if args.names_only {
                 for status in &locks {
                     println!("{}", status.lock);
                 }
             } else if args.json {
-                let all: Vec<Value> = locks.iter().map(|s| to_json(s, &location)).collect();
+                let all: Vec<Value> = locks
+                    .iter()
+                    .zip(&last)
+                    .map(|(s, last)| {
+                        let mut one = to_json(s, &location);
+                        one["last"] = json!(last);
+                        one
+                    })
+                    .collect();
                 println!("{}", Value::Array(all));
             } else if locks.is_empty() {
                 let prefix = match args.prefix.as_str() {
@@ -321,7 +344,7 @@ pub async fn list(args: ListArgs) -> Outcome {
                 };
                 log::notice(format_args!("no locks{prefix} at {}", location.shown()));
             } else {
-                print!("{}", table(&locks, std::io::stdout().is_terminal()));
+                print!("{}", table(&locks, &last, std::io::stdout().is_terminal()));
             }
             Outcome::Exit(YES)
         }
@@ -336,11 +359,12 @@ pub async fn list(args: ListArgs) -> Outcome {
 }
 
 /// `elect list`'s lines: tab-separated, or on a terminal in columns under
-/// a header.
-fn table(locks: &[LockStatus], terminal: bool) -> String {
-    let rows: Vec<[String; 3]> = locks
+/// a header. `last`: each lock's last run that ran the command.
+fn table(locks: &[LockStatus], last: &[Option<Tenure>], terminal: bool) -> String {
+    let rows: Vec<[String; 4]> = locks
         .iter()
-        .map(|s| {
+        .zip(last)
+        .map(|(s, last)| {
             let holder = match &s.holder {
                 Some(h) => format!("held by {h}"),
                 None => "free".to_string(),
@@ -349,11 +373,27 @@ fn table(locks: &[LockStatus], terminal: bool) -> String {
                 true => s.waiting.to_string(),
                 false => format!("{} waiting", s.waiting),
             };
-            [s.lock.clone(), holder, waiting]
+            let ran = match last {
+                Some(t) => format!(
+                    "{}, {}: {}",
+                    t.who(),
+                    t.ended
+                        .as_deref()
+                        .or(t.started.as_deref())
+                        .unwrap_or(&t.queued),
+                    t.how()
+                ),
+                None => "-".to_string(),
+            };
+            let ran = match terminal {
+                true => ran,
+                false => format!("last run: {ran}"),
+            };
+            [s.lock.clone(), holder, waiting, ran]
         })
         .collect();
     columns(
-        &["LOCK", "HOLDER", "WAITING"].map(String::from),
+        &["LOCK", "HOLDER", "WAITING", "LAST RUN"].map(String::from),
         &rows,
         terminal,
     )

@@ -439,7 +439,10 @@ fn an_outside_end_of_the_lease_stops_the_command_with_76<S: StoreUnderTest>() {
         assert_eq!(holder.wait_code(10 * SECOND), 76, "{how}");
         let said = holder.stderr_seen.join("\n");
         assert!(
-            said.contains(&format!("lost the lease on lock {lock}")) && said.contains(&url),
+            said.contains(&format!(
+                "lost the lease on lock {lock} at {}",
+                store.shown()
+            )),
             "{how}: {said}"
         );
         let (code, err) = check(&url, &lock, &held.key, token);
@@ -1932,6 +1935,67 @@ fn once_per_runs_a_job_once_across_hosts<S: StoreUnderTest>() {
     );
 }
 
+/// `elect list` is the inventory of the jobs run at a store: the locks
+/// held, and the free ones that have a history, each with its last run.
+fn list_names_every_lock_run_there_with_its_last_run<S: StoreUnderTest>() {
+    let store = S::start("inventory");
+    let url = store.url();
+    let ran = |lock: &str, script: &str| {
+        elect_run(&url, lock, &["--identity", "inventory"], script)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(ran("inv/done", "true"), Some(0));
+    assert_eq!(ran("inv/failed", "exit 3"), Some(3));
+    let (mut holder, token) = hold(&url, "inv/held", &["--identity", "holding"]);
+    let out = elect()
+        .args(["list", "--json", "--prefix", "inv/", "--store", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(&str, bool, &str)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["lock"].as_str().unwrap(),
+                l["held"].as_bool().unwrap(),
+                l["last"]["outcome"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("inv/done", false, "succeeded"),
+            ("inv/failed", false, "failed"),
+            ("inv/held", true, "-"),
+        ],
+        "{all:#}"
+    );
+    assert_eq!(all[2]["token"], token);
+    let out = elect()
+        .args(["list", "--prefix", "inv/", "--store", &url])
+        .output()
+        .unwrap();
+    let text = stdout_of(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("inv/done\tfree\t0 waiting\tlast run: inventory on ")
+            && lines[0].ends_with(": succeeded"),
+        "{text}"
+    );
+    assert!(lines[1].ends_with(": failed with exit code 3"), "{text}");
+    assert!(lines[2].starts_with("inv/held\theld by holding"), "{text}");
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
+
 /// A slot done is never run again, a new one is, and --done-exit-code
 /// tells "done before" apart.
 fn a_slot_done_is_not_run_again<S: StoreUnderTest>() {
@@ -2770,6 +2834,7 @@ macro_rules! stores {
             sigkill_of_elect_and_its_guard_together_leaves_nothing_running,
             sigkill_of_every_watcher_of_the_command,
             once_per_runs_a_job_once_across_hosts,
+            list_names_every_lock_run_there_with_its_last_run,
             a_slot_done_is_not_run_again,
             the_history_records_how_each_tenure_ended,
             a_run_reports_by_metrics_file_and_hook,

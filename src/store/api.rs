@@ -89,6 +89,10 @@ pub trait Store {
         lock: &'a str,
         record: Record<'a>,
     ) -> Boxed<'a, Result<(), StoreError>>;
+    /// The locks whose name starts with `prefix` that have a history (a
+    /// [`Record::Tenure`]), held or free, in no order: `elect list`'s
+    /// inventory of the jobs run there.
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>>;
     /// The ids of `lock`'s [`Record::Tenure`]s, in no order; with `values`,
     /// each with its value (else an empty one).
     fn tenures<'a>(

@@ -41,6 +41,11 @@ pub trait StoreUnderTest: Sized {
     fn start(scenario: &str) -> Self;
     /// The `--store` URL.
     fn url(&self) -> String;
+    /// How elect names the store in its messages: the URL, unless the
+    /// store finds more once reached (a `k8s:` store's namespace).
+    fn shown(&self) -> String {
+        self.url()
+    }
     /// How many contenders for `lock`, its holder and its waiters, the store
     /// has, as the store itself (not elect) tells.
     fn contenders(&self, lock: &str) -> usize;
@@ -1799,6 +1804,10 @@ impl StoreUnderTest for KubeStore {
 
     fn url(&self) -> String {
         format!("k8s:{}?context={}", self.namespace, self.context)
+    }
+
+    fn shown(&self) -> String {
+        format!("k8s:{}@{}", self.namespace, self.context)
     }
 
     /// The Lease's live holder, and the live waiters' records.

@@ -143,6 +143,10 @@ impl Store for Etcd {
         Box::pin(records::delete_record(&self.cluster, lock, record))
     }
 
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(records::recorded(&self.cluster, prefix))
+    }
+
     fn tenures<'a>(
         &'a self,
         lock: &'a str,

@@ -145,6 +145,31 @@ pub(super) async fn delete_record(
 }
 
 /// The tenures recorded for `lock`: their ids, and their values if asked.
+/// The locks under `prefix` with a history: each `NAME.history/` key
+/// names one, and `NAME.shards/K.history/` shard K of NAME.
+pub(super) async fn recorded(cluster: &Cluster, prefix: &str) -> Result<Vec<String>, StoreError> {
+    let options = match prefix {
+        "" => GetOptions::new().with_all_keys().with_keys_only(),
+        _ => GetOptions::new().with_prefix().with_keys_only(),
+    };
+    let mut reply = cluster.get(prefix, Some(options)).await?;
+    let mut locks: Vec<String> = reply
+        .take_kvs()
+        .iter()
+        .filter_map(|kv| {
+            let (head, _) = kv.key_str().ok()?.split_once(HISTORY)?;
+            Some(match head.rsplit_once(".shards/") {
+                Some((name, k)) if k.parse::<u32>().is_ok() => format!("{name}/shard-{k}"),
+                _ => head.to_string(),
+            })
+        })
+        .filter(|lock| lock.starts_with(prefix))
+        .collect();
+    locks.sort();
+    locks.dedup();
+    Ok(locks)
+}
+
 pub(super) async fn tenures(
     cluster: &Cluster,
     lock: &str,

@@ -172,6 +172,10 @@ impl Store for FileStore {
         Box::pin(async move { self.existing()?.delete_record(lock, record) })
     }
 
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move { self.existing()?.recorded(prefix) })
+    }
+
     fn tenures<'a>(
         &'a self,
         lock: &'a str,

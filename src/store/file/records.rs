@@ -165,6 +165,28 @@ impl Dir {
         }
     }
 
+    /// The locks under `prefix` with a history: a `NAME.history%2FID` file
+    /// names one (`/` in NAME spelled `%2F` too).
+    pub(super) fn recorded(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let history = HISTORY.replace('/', "%2F");
+        let fail =
+            |e: std::io::Error| StoreError::config_io(&e, format!("{}: {e}", self.0.display()));
+        let mut locks = Vec::new();
+        for entry in std::fs::read_dir(&self.0).map_err(fail)? {
+            let name = entry.map_err(fail)?.file_name();
+            let Some((head, _)) = name.to_str().and_then(|n| n.split_once(&history)) else {
+                continue;
+            };
+            let lock = head.replace("%2F", "/");
+            if lock.starts_with(prefix) {
+                locks.push(lock);
+            }
+        }
+        locks.sort();
+        locks.dedup();
+        Ok(locks)
+    }
+
     pub(super) fn tenures(
         &self,
         lock: &str,

@@ -690,6 +690,26 @@ impl Store for Kube {
         })
     }
 
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let mut locks: Vec<String> = self
+                .all(Some(lease::RECORDS_OF))
+                .await?
+                .iter()
+                .filter(|l| {
+                    l.annotation(lease::RECORD)
+                        .is_some_and(|r| r.starts_with(crate::store::HISTORY))
+                })
+                .filter_map(|l| l.annotation(lease::LOCK))
+                .filter(|lock| lock.starts_with(prefix))
+                .map(str::to_string)
+                .collect();
+            locks.sort();
+            locks.dedup();
+            Ok(locks)
+        })
+    }
+
     fn tenures<'a>(
         &'a self,
         lock: &'a str,

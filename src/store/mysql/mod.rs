@@ -579,6 +579,19 @@ impl Store for MySql {
         })
     }
 
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let history = crate::store::HISTORY;
+            let rows = self
+                .read(
+                    &self.sql.recorded,
+                    vec![p(prefix), p(prefix), p(history), p(history)],
+                )
+                .await?;
+            rows.iter().map(|r| cell(r, 0)).collect()
+        })
+    }
+
     fn tenures<'a>(
         &'a self,
         lock: &'a str,

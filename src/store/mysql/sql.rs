@@ -155,6 +155,7 @@ pub struct Sql {
     pub put_record_any: String,
     pub delete_record: String,
     pub tenures: String,
+    pub recorded: String,
     pub record_shards: String,
     pub shards: String,
     pub last: String,
@@ -369,6 +370,11 @@ impl Sql {
             tenures: format!(
                 "SELECT SUBSTRING(record, CHAR_LENGTH(?) + 1), IF(?, value, '') FROM {r} \
                  WHERE name = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
+            ),
+            // 1-2 the locks' prefix, 3-4 the history's prefix: the locks with a history.
+            recorded: format!(
+                "SELECT DISTINCT name FROM {r} \
+                 WHERE LEFT(name, CHAR_LENGTH(?)) = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
             ),
             // 1 lock, 2 count: record the number of shards in the lock's
             // own row unless one is.

@@ -855,6 +855,19 @@ impl Store for Postgres {
         })
     }
 
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let history = crate::store::HISTORY;
+            let rows = self
+                .off_records(
+                    &self.sql.recorded,
+                    &[(&prefix, Type::TEXT), (&history, Type::TEXT)],
+                )
+                .await?;
+            rows.iter().map(|r| r.cell(0)).collect()
+        })
+    }
+
     fn tenures<'a>(
         &'a self,
         lock: &'a str,

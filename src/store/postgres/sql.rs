@@ -123,6 +123,7 @@ pub struct Sql {
     pub put_record_any: String,
     pub delete_record: String,
     pub tenures: String,
+    pub recorded: String,
     pub record_shards: String,
     pub shards: String,
     pub last: String,
@@ -407,6 +408,11 @@ impl Sql {
             tenures: format!(
                 "SELECT substr(record, length($2) + 1), CASE WHEN $3::boolean THEN value ELSE '' END \
                  FROM {s}.record WHERE name = $1 AND starts_with(record, $2)"
+            ),
+            // $1 the locks' prefix, $2 the history's prefix: the locks with a history.
+            recorded: format!(
+                "SELECT DISTINCT name FROM {s}.record \
+                 WHERE starts_with(name, $1) AND starts_with(record, $2)"
             ),
             // $1 lock, $2 count: record the number of shards in the lock's
             // own row unless one is; the number recorded.

@@ -211,6 +211,50 @@ impl ZooKeeper {
         Ok(statuses)
     }
 
+    /// The locks under `prefix` with a history: a node `NAME.history`
+    /// beside a lock's node names one. The tree is walked as for the list.
+    async fn read_recorded(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let history = crate::store::HISTORY.trim_end_matches('/');
+        let client = self.client().await?;
+        let mut found = Vec::new();
+        let mut frontier = vec![String::new()];
+        for _ in 0..16 {
+            let mut next = Vec::new();
+            for name in frontier {
+                let path = match name.is_empty() {
+                    true => "/".to_string(),
+                    false => format!("/{name}"),
+                };
+                let children = match client.list_children(&path).await {
+                    Ok(children) => children,
+                    Err(ZkError::NoNode) => continue,
+                    Err(e) => return Err(failed(&e, "list", &path)),
+                };
+                for child in children {
+                    if is_contender(&child) || (name.is_empty() && child == "zookeeper") {
+                        continue;
+                    }
+                    let below = match name.is_empty() {
+                        true => child.clone(),
+                        false => format!("{name}/{child}"),
+                    };
+                    match below.strip_suffix(history) {
+                        Some(lock) if lock.starts_with(prefix) => found.push(lock.to_string()),
+                        Some(_) => {}
+                        None => next.push(below),
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
     /// The node of `holder`, if it still holds its place (same czxid:
     /// same token), with its data version.
     async fn holder_node(
@@ -678,6 +722,10 @@ impl Store for ZooKeeper {
                 Err(e) => Err(failed(&e, "delete", &path)),
             }
         })
+    }
+
+    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(self.read_recorded(prefix.trim_start_matches('/')))
     }
 
     fn tenures<'a>(
