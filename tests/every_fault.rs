@@ -1379,10 +1379,25 @@ fn quorum_lost<S: StoreUnderTest>() {
         a => Err(format!("{a:?}")),
     });
     let began = monotonic_ns();
+    let back_at = Instant::now() + TTL.mul_f64(1.5);
     for &i in &down {
         run.store.kill_member(i);
     }
-    std::thread::sleep(TTL.mul_f64(1.5));
+    // A newcomer meanwhile, given the member left: one line, in time,
+    // that says what to look at.
+    let newcomer = support::elect_run(
+        &run.store.url_of(&[kept]),
+        "newcomer",
+        &["-n", "--connect-timeout", "1s"],
+        "true",
+    )
+    .output()
+    .unwrap();
+    let said = String::from_utf8_lossy(&newcomer.stderr).into_owned();
+    assert_eq!(newcomer.status.code(), Some(69), "{}: {said}", S::NAME);
+    assert_eq!(said.lines().count(), 1, "{}: {said}", S::NAME);
+    assert!(said.contains("quorum"), "{}: {said}", S::NAME);
+    std::thread::sleep(back_at.saturating_duration_since(Instant::now()));
     for &i in &down {
         run.store.restart_member(i);
     }

@@ -479,6 +479,13 @@ impl From<Failed> for StoreError {
             Why::NothingListens => {
                 format!("cannot reach {shown}: {f}; {}", unreachable_hint(tls))
             }
+            // A member that lost its quorum takes connections and
+            // answers nothing that needs one.
+            Why::GaveUp if !tls => format!(
+                "cannot reach {shown} within {}: {f}; is etcd running there, with a quorum \
+                 of its members? (--store, ELECT_STORE)",
+                crate::clock::show(f.within),
+            ),
             Why::GaveUp => format!(
                 "cannot reach {shown} within {}: {f}; {}",
                 crate::clock::show(f.within),

@@ -412,7 +412,11 @@ async fn connect(
                     "is ZooKeeper serving TLS there, with a certificate that --cacert \
                             signed, and does it accept this client certificate (--cert, --key)?"
                 }
-                None => "is ZooKeeper running there? (--store, ELECT_STORE)",
+                // A server without a quorum of its ensemble turns clients away.
+                None => {
+                    "is ZooKeeper running there, with a quorum of its ensemble? \
+                     (--store, ELECT_STORE)"
+                }
             };
             return Err(StoreError::unavailable(format!(
                 "cannot reach {shown} within {}: {}; {hint}",
