@@ -247,17 +247,17 @@ fn a_kubeconfig_that_does_not_exist_is_named() {
         (
             &one,
             &["run", "--store", "k8s:", "--lock", "x", "--", "echo", "ran"][..],
-            format!("the kubeconfig {one} does not exist (KUBECONFIG)"),
+            format!("store URL 'k8s:': the kubeconfig {one} does not exist (KUBECONFIG)"),
         ),
         (
             &one,
             &["status", "--store", "k8s:?context=c", "--lock", "x"][..],
-            format!("the kubeconfig {one} does not exist (KUBECONFIG)"),
+            format!("store URL 'k8s:?context=c': the kubeconfig {one} does not exist (KUBECONFIG)"),
         ),
         (
             &both,
             &["list", "--store", "k8s:"][..],
-            format!("none of the kubeconfigs {both} exists (KUBECONFIG)"),
+            format!("store URL 'k8s:': none of the kubeconfigs {both} exists (KUBECONFIG)"),
         ),
     ] {
         let out = support::elect()

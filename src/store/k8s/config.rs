@@ -139,7 +139,9 @@ pub struct Conn {
 
 /// Where the settings come from, for the environment `var` reads.
 pub fn resolve(url: &Url, var: &dyn Fn(&str) -> Option<String>) -> Result<Conn, StoreError> {
-    let shown = url.to_string();
+    // Before the namespace is known, the URL as given: `k8s:` alone would read
+    // "k8s:: ...".
+    let shown = format!("store URL '{url}'");
     let kubeconfig = var("KUBECONFIG").filter(|v| !v.trim().is_empty());
     let home = var("HOME").map(|h| Path::new(&h).join(".kube/config"));
     let in_pod = var("KUBERNETES_SERVICE_HOST").is_some()
