@@ -435,6 +435,7 @@ fn timeline(mode: &Mode, pairs: &[Pair], table: &mut Table) {
             let mut command = pair.elect.command(&lock, None, &["true"]);
             let out = command
                 .env("ELECT_VERBOSE", "1")
+                .env("ELECT_TIMELINE", "1")
                 .stdin(std::process::Stdio::null())
                 .output()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", pair.elect.name));

@@ -19,10 +19,18 @@ pub fn environment() -> Vec<(String, String)> {
             .collect();
         each.join("; ").replace('`', "")
     };
-    let mut all = vec![(
-        "ELECT_PASSWORD".to_string(),
-        "Read: the user's password when --password-file is not given.".to_string(),
-    )];
+    let mut all = vec![
+        (
+            "ELECT_PASSWORD".to_string(),
+            "Read: the user's password when --password-file is not given.".to_string(),
+        ),
+        (
+            crate::timeline::VARIABLE.to_string(),
+            "Read: 1 to add, with -v, a line for each step of elect run with its time since elect \
+             started (step +1.234ms NAME), which the benchmarks read."
+                .to_string(),
+        ),
+    ];
     for about in kinds() {
         for (names, meaning) in about.reads {
             all.push((names.to_string(), format!("Read: {meaning}")));

@@ -377,3 +377,28 @@ fn a_full_disk_leaves_nothing_half_written() {
         }
     }
 }
+
+/// `-v` shows the lifecycle, one line a step of it, without timings; the
+/// benchmarks' step timings come only with ELECT_TIMELINE=1.
+#[test]
+fn verbose_shows_the_lifecycle_and_timings_only_when_asked() {
+    let dir = TempDir::new("file-verbose");
+    let said = |timeline: Option<&str>| {
+        let mut c = elect_run(&dir.url(), "v", &["-v"], "true");
+        if let Some(value) = timeline {
+            c.env("ELECT_TIMELINE", value);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let lifecycle = said(None);
+    assert!(lifecycle.contains("acquired lock v"), "{lifecycle}");
+    assert!(!lifecycle.contains(" step +"), "{lifecycle}");
+    assert!(!said(Some("0")).contains(" step +"));
+    let timed = said(Some("1"));
+    assert!(
+        timed.contains(" step +") && timed.contains("acquired lock v"),
+        "{timed}"
+    );
+}

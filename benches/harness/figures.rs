@@ -32,7 +32,7 @@ pub const FIGURES: [Figure; 14] = [
             transaction and revoke on a warm one; 32 bytes fdatasync'd. Each \
             cycle is set against 2 execs + the grant on a new connection + \
             revoke (etcd) or 2 execs + fdatasync (file). The timeline comes from \
-            elect's own `-v` lines (`step +N ms NAME`, from the start of \
+            elect's own `-v` lines with `ELECT_TIMELINE=1` (`step +N ms NAME`, from the start of \
             `main`): the median of each step over 40 cycles (10 quick) of each \
             store, run after the cycle figure with nothing beside them.",
     },
