@@ -415,3 +415,62 @@ fn waiters_wake_at_a_release_and_cost_the_server_little_meanwhile() {
         "an idle waiter sent {idle} statements in {window:?}"
     );
 }
+
+/// The guide's least privilege for a person who only looks: SELECT on
+/// the three tables lets status, history and list read a lock and its
+/// history; break is refused, 78, naming the GRANTs.
+#[test]
+fn select_on_the_tables_is_all_a_person_who_looks_needs() {
+    let db = MariaDb::start();
+    let out = tcp_run(&db, "elect", PASSWORD, "looked-at", "true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    db.sql(
+        "CREATE USER 'viewer'@'%' IDENTIFIED BY 'viewer-pw'; \
+         GRANT SELECT ON `elect`.`elect_lease` TO 'viewer'@'%'; \
+         GRANT SELECT ON `elect`.`elect_waiter` TO 'viewer'@'%'; \
+         GRANT SELECT ON `elect`.`elect_record` TO 'viewer'@'%'",
+    );
+    let mut holder = Running::spawn(tcp_run(&db, "elect", PASSWORD, "held", support::HOLD));
+    holder.expect_line("token", 10 * SECOND);
+    let viewer = format!(
+        "mysql://viewer:viewer-pw@127.0.0.1:{}/elect?ssl-mode=DISABLED",
+        db.port()
+    );
+    let look = |args: &[&str]| {
+        let out = elect()
+            .args(args)
+            .args(["--store", &viewer])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = look(&["status", "--lock", "looked-at"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        out.contains("last run:") && out.contains("succeeded"),
+        "{out}"
+    );
+    let (code, out, err) = look(&["history", "--lock", "looked-at"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("succeeded"), "{out}");
+    let (code, out, err) = look(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("looked-at") && out.contains("held"), "{out}");
+    let (code, _, err) = look(&["break", "--yes", "--lock", "held"]);
+    assert_eq!(code, Some(78), "{err}");
+    let refused = err.lines().last().unwrap_or_default();
+    assert!(
+        refused.contains("UPDATE command denied")
+            && refused
+                .contains("GRANT SELECT, INSERT, UPDATE ON `elect`.`elect_lease` TO 'viewer'@'%'"),
+        "{err}"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}

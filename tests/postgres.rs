@@ -1407,3 +1407,57 @@ fn elect_inside_the_command_reaches_the_database_as_its_elect_did() {
         PASSWORD,
     );
 }
+
+/// The guide's least privilege for a person who only looks: USAGE on the
+/// schema and SELECT on its three tables let status, history and list
+/// read a lock and its history; break is refused, 78, naming the GRANTs.
+#[test]
+fn select_on_the_tables_is_all_a_person_who_looks_needs() {
+    let pg = Postgres::start();
+    let out = pg_run(&pg.url(), "looked-at", &[], "true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    pg.psql(
+        "GRANT USAGE ON SCHEMA \"elect\" TO reader; \
+         GRANT SELECT ON \"elect\".lease, \"elect\".waiter, \"elect\".record TO reader",
+    );
+    let mut holder = Running::spawn(pg_run(&pg.url(), "held", &[], support::HOLD));
+    holder.expect_line("token", 10 * SECOND);
+    let reader = pg.url_as("reader", READER_PASSWORD);
+    let look = |args: &[&str]| {
+        let out = support::elect()
+            .args(args)
+            .args(["--store", &reader])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = look(&["status", "--lock", "looked-at"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        out.contains("last run:") && out.contains("succeeded"),
+        "{out}"
+    );
+    let (code, out, err) = look(&["history", "--lock", "looked-at"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("succeeded"), "{out}");
+    let (code, out, err) = look(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("looked-at") && out.contains("held"), "{out}");
+    // break asks, and is refused with the GRANTs a role that may needs.
+    let (code, _, err) = look(&["break", "--yes", "--lock", "held"]);
+    assert_eq!(code, Some(78), "{err}");
+    let refused = err.lines().last().unwrap_or_default();
+    assert!(
+        refused.contains("permission denied for table lease")
+            && refused.contains("GRANT SELECT, INSERT, UPDATE ON \"elect\".lease TO reader"),
+        "{err}"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+}
