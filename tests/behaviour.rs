@@ -1935,6 +1935,71 @@ fn once_per_runs_a_job_once_across_hosts<S: StoreUnderTest>() {
     );
 }
 
+/// The guide's retry of a failed night: hosts that wait (`--wait`, not
+/// `-n`) with `--once-per` run the job again after a failure, and once
+/// after a success.
+fn a_failed_night_is_run_again_by_a_host_that_waits<S: StoreUnderTest>() {
+    let store = S::start("retried");
+    let url = store.url();
+    let dir = TempDir::new(&format!("retried-{}", S::NAME));
+    let marker = dir.join("failed-once");
+    // Fails the first time, succeeds after; slow enough that the others queue.
+    let script = format!(
+        "sleep 0.3; if [ -e {m} ]; then echo ran; else touch {m}; echo failed; exit 3; fi",
+        m = marker.display()
+    );
+    let hosts: Vec<_> = ["host-a", "host-b", "host-c"]
+        .iter()
+        .map(|name| {
+            let mut c = elect_run(
+                &url,
+                "nightly",
+                &[
+                    "--wait",
+                    "20s",
+                    "-q",
+                    "--once-per",
+                    "1h",
+                    "--identity",
+                    name,
+                ],
+                &script,
+            );
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = hosts
+        .into_iter()
+        .map(|h| h.wait_with_output().unwrap())
+        .collect();
+    let mut said: Vec<(Option<i32>, String)> = outs
+        .iter()
+        .map(|o| (o.status.code(), stdout_of(o)))
+        .collect();
+    said.sort();
+    assert_eq!(
+        said,
+        [
+            (Some(0), String::new()),
+            (Some(0), "ran".to_string()),
+            (Some(3), "failed".to_string())
+        ],
+        "{:?}",
+        outs.iter().map(stderr_of).collect::<Vec<_>>()
+    );
+    for out in &outs {
+        assert!(out.stderr.is_empty(), "with -q: {}", stderr_of(out));
+    }
+    let mut outcomes: Vec<String> = history(&url, "nightly", &[])
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap().to_string())
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["done-before", "failed", "succeeded"]);
+}
+
 /// `elect list` is the inventory of the jobs run at a store: the locks
 /// held, and the free ones that have a history, each with its last run.
 fn list_names_every_lock_run_there_with_its_last_run<S: StoreUnderTest>() {
@@ -2835,6 +2900,7 @@ macro_rules! stores {
             sigkill_of_every_watcher_of_the_command,
             once_per_runs_a_job_once_across_hosts,
             list_names_every_lock_run_there_with_its_last_run,
+            a_failed_night_is_run_again_by_a_host_that_waits,
             a_slot_done_is_not_run_again,
             the_history_records_how_each_tenure_ended,
             a_run_reports_by_metrics_file_and_hook,
