@@ -148,3 +148,52 @@ fn a_missing_or_dead_unix_socket_is_answered_at_once() {
         }
     }
 }
+
+/// A store URL in a message keeps its user and loses only its password,
+/// and a --password-file that cannot be read is named with why: 78,
+/// before anything is sent.
+#[test]
+fn a_password_file_that_cannot_be_read_is_named_and_the_user_kept() {
+    for scheme in ["postgres", "mysql"] {
+        let url = |rest: &str| format!("{scheme}://alice{rest}");
+        for (given, extra, says) in [
+            (
+                url("@127.0.0.1:9/app"),
+                &["--password-file", "/nonexistent/password"][..],
+                format!(
+                    "store URL '{}': cannot read --password-file /nonexistent/password: No such \
+                     file or directory",
+                    url("@127.0.0.1:9/app")
+                ),
+            ),
+            (
+                url(":s3cret@127.0.0.1:9/app?bogus=1"),
+                &[][..],
+                format!(
+                    "store URL '{}': unknown option 'bogus'",
+                    url(":***@127.0.0.1:9/app?bogus=1")
+                ),
+            ),
+        ] {
+            let out = elect()
+                .args(["status", "--store", &given, "--lock", "x"])
+                .args(extra)
+                .output()
+                .unwrap();
+            support::assert_outcome(&given, &out, 78, &says);
+            assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
+        }
+    }
+    // libpq's URLs take a password among their options too.
+    let given = "postgres://alice@127.0.0.1:9/app?password=s3cret&bogus=1";
+    let out = elect()
+        .args(["status", "--store", given, "--lock", "x"])
+        .output()
+        .unwrap();
+    support::assert_outcome(
+        given,
+        &out,
+        78,
+        "store URL 'postgres://alice@127.0.0.1:9/app?password=***&bogus=1': unknown option",
+    );
+}

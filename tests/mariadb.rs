@@ -34,34 +34,6 @@ fn sql_to_run(said: &str) -> &str {
         .trim()
 }
 
-/// A store URL in a message keeps its user and loses only its password,
-/// and a --password-file that cannot be read is named with why: 78,
-/// before anything is sent.
-#[test]
-fn a_password_file_that_cannot_be_read_is_named_and_the_user_kept() {
-    for (url, extra, says) in [
-        (
-            "mysql://alice@127.0.0.1:9/app",
-            &["--password-file", "/nonexistent/password"][..],
-            "store URL 'mysql://alice@127.0.0.1:9/app': cannot read --password-file \
-             /nonexistent/password: No such file or directory",
-        ),
-        (
-            "mysql://alice:s3cret@127.0.0.1:9/app?bogus=1",
-            &[][..],
-            "store URL 'mysql://alice:***@127.0.0.1:9/app?bogus=1': unknown option 'bogus'",
-        ),
-    ] {
-        let out = elect()
-            .args(["status", "--store", url, "--lock", "x"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_outcome(url, &out, 78, says);
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
-    }
-}
-
 #[test]
 fn an_account_without_create_exits_78_with_the_sql_and_grants_to_run() {
     let db = MariaDb::start();
@@ -438,38 +410,14 @@ fn select_on_the_tables_is_all_a_person_who_looks_needs() {
         "mysql://viewer:viewer-pw@127.0.0.1:{}/elect?ssl-mode=DISABLED",
         db.port()
     );
-    let look = |args: &[&str]| {
-        let out = elect()
-            .args(args)
-            .args(["--store", &viewer])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (code, out, err) = look(&["status", "--lock", "looked-at"]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        out.contains("last run:") && out.contains("succeeded"),
-        "{out}"
-    );
-    let (code, out, err) = look(&["history", "--lock", "looked-at"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("succeeded"), "{out}");
-    let (code, out, err) = look(&["list"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("looked-at") && out.contains("held"), "{out}");
-    let (code, _, err) = look(&["break", "--yes", "--lock", "held"]);
-    assert_eq!(code, Some(78), "{err}");
-    let refused = err.lines().last().unwrap_or_default();
-    assert!(
-        refused.contains("UPDATE command denied")
-            && refused
-                .contains("GRANT SELECT, INSERT, UPDATE ON `elect`.`elect_lease` TO 'viewer'@'%'"),
-        "{err}"
+    support::inspect::a_person_who_only_looks(
+        &viewer,
+        "looked-at",
+        "held",
+        &[
+            "UPDATE command denied",
+            "GRANT SELECT, INSERT, UPDATE ON `elect`.`elect_lease` TO 'viewer'@'%'",
+        ],
     );
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);

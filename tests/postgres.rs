@@ -1333,39 +1333,6 @@ fn a_column_of_another_type_is_one_line_not_an_abort() {
     assert_outcome("status", &status.output().unwrap(), 78, "fence");
 }
 
-/// A store URL in a message keeps its user and loses only its password,
-/// and a --password-file that cannot be read is named with why: 78,
-/// before anything is sent.
-#[test]
-fn a_password_file_that_cannot_be_read_is_named_and_the_user_kept() {
-    for (url, extra, says) in [
-        (
-            "postgres://alice@127.0.0.1:9/app",
-            &["--password-file", "/nonexistent/password"][..],
-            "store URL 'postgres://alice@127.0.0.1:9/app': cannot read --password-file \
-             /nonexistent/password: No such file or directory",
-        ),
-        (
-            "postgres://alice:s3cret@127.0.0.1:9/app?bogus=1",
-            &[][..],
-            "store URL 'postgres://alice:***@127.0.0.1:9/app?bogus=1': unknown option 'bogus'",
-        ),
-        (
-            "postgres://alice@127.0.0.1:9/app?password=s3cret&bogus=1",
-            &[][..],
-            "store URL 'postgres://alice@127.0.0.1:9/app?password=***&bogus=1': unknown option",
-        ),
-    ] {
-        let out = elect()
-            .args(["status", "--store", url, "--lock", "x"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_outcome(url, &out, 78, says);
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
-    }
-}
-
 /// `elect check` and `elect checkpoint` inside the command reach the
 /// database with the password its elect was given, whether by
 /// `--password-file` (a relative path), in the URL, or in `PGPASSWORD` or
@@ -1424,39 +1391,14 @@ fn select_on_the_tables_is_all_a_person_who_looks_needs() {
     );
     let mut holder = Running::spawn(pg_run(&pg.url(), "held", &[], support::HOLD));
     holder.expect_line("token", 10 * SECOND);
-    let reader = pg.url_as("reader", READER_PASSWORD);
-    let look = |args: &[&str]| {
-        let out = support::elect()
-            .args(args)
-            .args(["--store", &reader])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (code, out, err) = look(&["status", "--lock", "looked-at"]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        out.contains("last run:") && out.contains("succeeded"),
-        "{out}"
-    );
-    let (code, out, err) = look(&["history", "--lock", "looked-at"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("succeeded"), "{out}");
-    let (code, out, err) = look(&["list"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("looked-at") && out.contains("held"), "{out}");
-    // break asks, and is refused with the GRANTs a role that may needs.
-    let (code, _, err) = look(&["break", "--yes", "--lock", "held"]);
-    assert_eq!(code, Some(78), "{err}");
-    let refused = err.lines().last().unwrap_or_default();
-    assert!(
-        refused.contains("permission denied for table lease")
-            && refused.contains("GRANT SELECT, INSERT, UPDATE ON \"elect\".lease TO reader"),
-        "{err}"
+    support::inspect::a_person_who_only_looks(
+        &pg.url_as("reader", READER_PASSWORD),
+        "looked-at",
+        "held",
+        &[
+            "permission denied for table lease",
+            "GRANT SELECT, INSERT, UPDATE ON \"elect\".lease TO reader",
+        ],
     );
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);

@@ -96,3 +96,41 @@ pub fn reached_from_inside_the_command(
         );
     }
 }
+
+/// What a person with read rights only sees through `store`: status,
+/// history and list read `looked_at` (free, run once, succeeded) and
+/// `held`; a break of `held` is refused, 78, its last line holding each of
+/// `refused`.
+pub fn a_person_who_only_looks(store: &str, looked_at: &str, held: &str, refused: &[&str]) {
+    let look = |args: &[&str]| {
+        let out = elect()
+            .args(args)
+            .args(["--store", store])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = look(&["status", "--lock", looked_at]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        out.contains("last run:") && out.contains("succeeded"),
+        "{out}"
+    );
+    let (code, out, err) = look(&["history", "--lock", looked_at]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("succeeded"), "{out}");
+    let (code, out, err) = look(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(looked_at) && out.contains(held), "{out}");
+    // break asks first, and is refused with what a role that may needs.
+    let (code, _, err) = look(&["break", "--yes", "--lock", held]);
+    assert_eq!(code, Some(78), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    for text in refused {
+        assert!(last.contains(text), "{text}: {err}");
+    }
+}

@@ -166,13 +166,14 @@ impl ZooKeeper {
         )))
     }
 
-    /// Every lock under the root whose name starts with `prefix`: nodes
-    /// with contenders among their children.
-    async fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+    /// Every node of elect's tree, by its name below the root, with its
+    /// children. Lock names have at most a few segments, ZooKeeper's own
+    /// tree is not ours, and a lock's history and slots hold records, not
+    /// locks: none of those is walked.
+    async fn tree(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         let client = self.client().await?;
-        let mut found = Vec::new();
+        let mut nodes = Vec::new();
         let mut frontier = vec![String::new()];
-        // Lock names have at most a few segments; ZooKeeper's own tree is not ours.
         for _ in 0..16 {
             let mut next = Vec::new();
             for name in frontier {
@@ -185,24 +186,40 @@ impl ZooKeeper {
                     Err(ZkError::NoNode) => continue,
                     Err(e) => return Err(failed(&e, "list", &path)),
                 };
-                if !queue(children.clone()).is_empty() && name.starts_with(prefix) {
-                    found.push(name.clone());
-                }
-                for child in children {
-                    if is_contender(&child) || (name.is_empty() && child == "zookeeper") {
+                for child in &children {
+                    let records = [HISTORY_NODE, SLOTS_NODE]
+                        .iter()
+                        .any(|r| child.ends_with(r));
+                    if is_contender(child) || records || (name.is_empty() && child == "zookeeper") {
                         continue;
                     }
                     next.push(match name.is_empty() {
-                        true => child,
+                        true => child.clone(),
                         false => format!("{name}/{child}"),
                     });
                 }
+                nodes.push((name, children));
             }
             if next.is_empty() {
                 break;
             }
             frontier = next;
         }
+        Ok(nodes)
+    }
+
+    /// Every lock under the root whose name starts with `prefix`: nodes
+    /// with contenders among their children.
+    async fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
+        let mut found: Vec<String> = self
+            .tree()
+            .await?
+            .into_iter()
+            .filter(|(name, children)| {
+                name.starts_with(prefix) && !queue(children.clone()).is_empty()
+            })
+            .map(|(name, _)| name)
+            .collect();
         found.sort();
         let mut statuses = Vec::new();
         for lock in found {
@@ -212,43 +229,22 @@ impl ZooKeeper {
     }
 
     /// The locks under `prefix` with a history: a node `NAME.history`
-    /// beside a lock's node names one. The tree is walked as for the list.
+    /// beside a lock's node names one.
     async fn read_recorded(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let history = crate::store::HISTORY.trim_end_matches('/');
-        let client = self.client().await?;
         let mut found = Vec::new();
-        let mut frontier = vec![String::new()];
-        for _ in 0..16 {
-            let mut next = Vec::new();
-            for name in frontier {
-                let path = match name.is_empty() {
-                    true => "/".to_string(),
-                    false => format!("/{name}"),
+        for (name, children) in self.tree().await? {
+            for child in children {
+                let Some(lock) = child.strip_suffix(HISTORY_NODE) else {
+                    continue;
                 };
-                let children = match client.list_children(&path).await {
-                    Ok(children) => children,
-                    Err(ZkError::NoNode) => continue,
-                    Err(e) => return Err(failed(&e, "list", &path)),
+                let lock = match name.is_empty() {
+                    true => lock.to_string(),
+                    false => format!("{name}/{lock}"),
                 };
-                for child in children {
-                    if is_contender(&child) || (name.is_empty() && child == "zookeeper") {
-                        continue;
-                    }
-                    let below = match name.is_empty() {
-                        true => child.clone(),
-                        false => format!("{name}/{child}"),
-                    };
-                    match below.strip_suffix(history) {
-                        Some(lock) if lock.starts_with(prefix) => found.push(lock.to_string()),
-                        Some(_) => {}
-                        None => next.push(below),
-                    }
+                if lock.starts_with(prefix) {
+                    found.push(lock);
                 }
             }
-            if next.is_empty() {
-                break;
-            }
-            frontier = next;
         }
         found.sort();
         found.dedup();
@@ -517,6 +513,10 @@ async fn chrooted(client: Client, target: &ZkTarget) -> Result<Client, StoreErro
 }
 
 /// The node of `lock`: its contenders are its children.
+/// The nodes beside a lock's that hold its history and its slots done.
+const HISTORY_NODE: &str = ".history";
+const SLOTS_NODE: &str = ".slots";
+
 pub(super) fn lock_path(lock: &str) -> String {
     format!("/{}", lock.trim_start_matches('/'))
 }
