@@ -917,6 +917,15 @@ fn the_guide_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
             if !applies {
                 continue;
             }
+            // A crontab line for several hosts runs its job once a period
+            // only with --once-per or --slot (as the man pages' do).
+            if block == "cron" && line.contains("/elect run ") {
+                let one_host = line.contains("--store file ");
+                assert!(
+                    one_host || line.contains("--once-per ") || line.contains("--slot "),
+                    "{path}: a crontab line for several hosts without --once-per runs the job on each: {line}"
+                );
+            }
             for word in line.split([' ', '"', '=', '[']) {
                 if word == "elect" {
                     panic!("{path} calls elect by name where PATH may lack it: {line}");
