@@ -23,6 +23,7 @@ mod exit;
 mod fuzz;
 mod history;
 mod inspect;
+mod kill;
 mod lease;
 mod log;
 mod reach;

@@ -251,8 +251,8 @@ pub async fn on_end(command: &str, tenure: &Tenure) {
         Ok(Err(e)) => log::warn(format_args!("--on-end: {e}")),
         Err(_) => {
             if let Some(group) = group {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(group),
+                crate::kill::send(
+                    crate::kill::Target::Group(nix::unistd::Pid::from_raw(group)),
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }

@@ -10,7 +10,10 @@ use crate::log;
 /// continued.
 pub fn stop_self() {
     // Only elect: the rest of its job got the signal from whoever sent it.
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGSTOP);
+    crate::kill::send(
+        crate::kill::Target::Process(nix::unistd::Pid::this()),
+        Signal::SIGSTOP,
+    );
 }
 
 /// The signals elect handles. Installed before anything else, so a Ctrl-C

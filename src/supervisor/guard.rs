@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigHandler, SigSet, Signal, killpg, signal};
+use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -477,7 +477,7 @@ impl Guard {
             Action::StopJob => {
                 // Until `fg` or `bg`, when elect says Resume. We stay awake:
                 // if the deadline passes first, the stopped command is killed.
-                let _ = killpg(self.job, Signal::SIGSTOP);
+                crate::kill::send(crate::kill::Target::Group(self.job), Signal::SIGSTOP);
             }
             Action::GiveTerminal { and_continue } => {
                 let given = self
@@ -536,9 +536,9 @@ impl Guard {
     /// it left the group (it leads none, so setsid(2) lets it): unreaped,
     /// its pid is still its own. ESRCH from the group: none of it is left.
     fn signal_command(&self, sig: Signal) {
-        let _ = killpg(self.group, sig);
+        crate::kill::send(crate::kill::Target::Group(self.group), sig);
         if nix::unistd::getpgid(Some(self.child)) != Ok(self.group) {
-            let _ = nix::sys::signal::kill(self.child, sig);
+            crate::kill::send(crate::kill::Target::Process(self.child), sig);
         }
     }
 

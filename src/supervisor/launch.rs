@@ -139,7 +139,7 @@ impl Launch {
         word.extend_from_slice(env);
         // One stopped by a stray SIGSTOP to its group would never answer.
         if let Some(pid) = self.pid {
-            let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+            crate::kill::send(crate::kill::Target::Process(pid), Signal::SIGCONT);
         }
         // A process gone already makes this fail (EPIPE: the guard ignores
         // SIGPIPE) or go unread; either way its answer is silence. Closing

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, sendmsg, socketpair,
 };
@@ -455,7 +455,10 @@ impl Supervisor {
     /// group's id, so the id cannot have been reused. ESRCH: the group is
     /// gone already.
     pub fn kill_now(&self) {
-        let _ = killpg(Pid::from_raw(self.group), Signal::SIGKILL);
+        crate::kill::send(
+            crate::kill::Target::Group(Pid::from_raw(self.group)),
+            Signal::SIGKILL,
+        );
     }
 
     /// elect was told to stop (SIGTSTP): stop the command with it.

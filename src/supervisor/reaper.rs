@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -97,7 +97,7 @@ pub fn main(args: &[OsString]) -> ! {
             Err(_) => continue,
         };
         if sig != Signal::SIGCHLD {
-            let _ = kill(copy, sig);
+            crate::kill::send(crate::kill::Target::Process(copy), sig);
             continue;
         }
         // Reap everything that has died; remember how the copy ended.

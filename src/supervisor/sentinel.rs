@@ -25,7 +25,7 @@
 //! must see the guard's socket close when the guard dies, and the lock must
 //! not be kept by it.
 
-use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::{ForkResult, Pid, getpgrp, getpid, getppid, setpgid};
 
 /// Its name, as `ps` and `pkill` see it: not elect's (see [`super::guard::NAME`]).
@@ -115,9 +115,10 @@ fn watch(guard: Pid) {
     while getppid() == guard {
         let _ = waited.wait();
     }
-    // Nobody to tell of a failure (every descriptor is closed); ESRCH: the
-    // group is empty, or was never made.
-    let _ = killpg(getpid(), Signal::SIGKILL);
+    // ESRCH: the group is empty, or was never made. Any other failure has
+    // nobody to be told (every descriptor is closed): the guard, and
+    // elect, kill the group too.
+    let _unheard = crate::kill::raw(crate::kill::Target::Group(getpid()), Signal::SIGKILL);
 }
 
 /// Close every descriptor this copy of the guard holds.

@@ -206,8 +206,8 @@ struct Group(Option<i32>);
 impl Group {
     fn kill(&self) {
         if let Some(pgid) = self.0 {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
+            crate::kill::send(
+                crate::kill::Target::Group(nix::unistd::Pid::from_raw(pgid)),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
