@@ -382,19 +382,25 @@ pub async fn note(
 }
 
 /// [`note`], bounded, and a warning instead of a failure: the history never
-/// holds up or fails a run.
-pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, trimmed: bool) {
+/// holds up or fails a run. Whether it was noted.
+pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, trimmed: bool) -> bool {
     match tokio::time::timeout(WRITE_WITHIN, note(store, tenure, keep, trimmed)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::warn(format_args!(
-            "could not record the tenure in the history of lock {}: {e}",
-            tenure.lock
-        )),
-        Err(_) => log::warn(format_args!(
-            "could not record the tenure in the history of lock {} within {}",
-            tenure.lock,
-            crate::clock::show(WRITE_WITHIN)
-        )),
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            log::warn(format_args!(
+                "could not record the tenure in the history of lock {}: {e}",
+                tenure.lock
+            ));
+            false
+        }
+        Err(_) => {
+            log::warn(format_args!(
+                "could not record the tenure in the history of lock {} within {}",
+                tenure.lock,
+                crate::clock::show(WRITE_WITHIN)
+            ));
+            false
+        }
     }
 }
 

@@ -189,7 +189,7 @@ fn a_missing_right_is_named_in_one_line_and_exits_78() {
     kube.create_namespace(ns);
     // A user whose Role may read and create Leases, not update them.
     let role = format!(
-        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"reader","namespace":"{ns}"}},"rules":[{{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create"]}}]}}"#
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"reader","namespace":"{ns}"}},"rules":[{{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create"]}},{{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","patch"]}}]}}"#
     );
     let (code, out) = kube.request(
         "POST",
@@ -231,6 +231,228 @@ fn a_missing_right_is_named_in_one_line_and_exits_78() {
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("update leases"), "{stderr}");
+}
+
+/// Grant the user `reader` in namespace `ns` the Role of `rules` (JSON).
+fn grant_reader(kube: &Kube, ns: &str, rules: &str) {
+    let role = format!(
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"reader","namespace":"{ns}"}},"rules":{rules}}}"#
+    );
+    let (code, out) = kube.request(
+        "POST",
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+        Some(&role),
+    );
+    assert_eq!(code, 201, "{out}");
+    let binding = format!(
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"reader","namespace":"{ns}"}},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"reader"}},"subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"reader"}}]}}"#
+    );
+    let (code, out) = kube.request(
+        "POST",
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+        Some(&binding),
+    );
+    assert_eq!(code, 201, "{out}");
+}
+
+/// A Role with every right on Leases and none on ConfigMaps: the history
+/// is out of reach, which costs a run one warning line naming the verb and
+/// the resource, never the lock or the command; `history` and `list`,
+/// which only read it, say so in one line and exit 78.
+#[test]
+fn a_missing_right_on_configmaps_costs_a_run_a_warning_only() {
+    let kube = Kube::start("rbac-history");
+    let ns = "rbac-history";
+    kube.create_namespace(ns);
+    grant_reader(
+        &kube,
+        ns,
+        r#"[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]}]"#,
+    );
+    let kubeconfig = kube.kubeconfig_of_user("reader");
+    let url = format!("k8s:{ns}");
+    let elect = |args: &[&str]| {
+        let out = support::elect()
+            .env("KUBECONFIG", &kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        eprintln!("{args:?}: exit {:?}\n{stdout}{stderr}", out.status.code());
+        (out.status.code(), stdout, stderr)
+    };
+    for script in ["echo ran", "sleep 1.5; echo ran"] {
+        let (code, stdout, stderr) = elect(&[
+            "run", "--store", &url, "--lock", "job", "--", "sh", "-c", script,
+        ]);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(stdout, "ran\n");
+        assert!(!stderr.is_empty(), "no warning");
+        for line in stderr.lines() {
+            assert!(
+                line.contains("configmaps in namespace rbac-history"),
+                "{stderr}"
+            );
+        }
+    }
+    let (code, _, stderr) = elect(&["history", "--store", &url, "--lock", "job"]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("get configmaps"), "{stderr}");
+    let (code, _, stderr) = elect(&["list", "--store", &url]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("list configmaps"), "{stderr}");
+}
+
+/// `elect history --lock LOCK --json` of `store`: one tenure a line.
+fn history_of(store: &KubeStore, lock: &str) -> Vec<serde_json::Value> {
+    let out = support::elect()
+        .args(["history", "--store", &store.url(), "--lock", lock, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The history ConfigMaps of `store`'s namespace, as the API server lists
+/// them by their label.
+fn history_maps(store: &KubeStore) -> Vec<serde_json::Value> {
+    let (code, body) = store.kube().request(
+        "GET",
+        &format!(
+            "/api/v1/namespaces/{}/configmaps?labelSelector=elect%2Frecords-of",
+            store.namespace
+        ),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// A lock's history is one ConfigMap beside its Lease, a key a tenure, the
+/// oldest deleted beyond `--history`: the namespace's Leases are the
+/// locks', as `kubectl get leases` lists them, not one a tenure.
+#[test]
+fn the_history_is_one_configmap_beside_the_lease() {
+    let store = KubeStore::start("history-configmap");
+    for n in 0..5 {
+        let out = support::elect()
+            .args(["run", "--store", &store.url(), "--lock", "nightly-report"])
+            .args([
+                "--history",
+                "3",
+                "--",
+                "sh",
+                "-c",
+                &format!("exit {}", n % 2),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(n % 2), "{out:?}");
+    }
+    let leases: Vec<String> = store
+        .all_leases()
+        .iter()
+        .map(|l| l["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(leases, ["nightly-report"]);
+    let maps = history_maps(&store);
+    assert_eq!(maps.len(), 1, "{maps:#?}");
+    let map = &maps[0];
+    assert_eq!(map["metadata"]["name"], "nightly-report.elect-history");
+    assert_eq!(
+        map["metadata"]["annotations"]["elect/lock"],
+        "nightly-report"
+    );
+    let data = map["data"].as_object().unwrap();
+    assert_eq!(data.len(), 3, "{map:#}");
+    // The last three, as `history` reads them.
+    let outcomes: Vec<String> = history_of(&store, "nightly-report")
+        .iter()
+        .map(|t| t["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["succeeded", "failed", "succeeded"]);
+}
+
+/// The history Leases an earlier version wrote (`<lease>.rec-<hash>`, a
+/// tenure each, labelled `elect/records-of`) are moved into the ConfigMap
+/// by the run that creates it, and deleted; `history` reads them there.
+#[test]
+fn history_leases_of_earlier_versions_move_into_the_configmap() {
+    let store = KubeStore::start("history-leases");
+    let leases = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+        store.namespace
+    );
+    // As the earlier version wrote them, for the lock `job` and another
+    // (labelled `r-` and the FNV-1a hash of the Lease's name, 8 hex digits).
+    for (n, lock, label) in [
+        (1, "job", "r-45627c19"),
+        (2, "job", "r-45627c19"),
+        (3, "other", "r-0a24ad61"),
+    ] {
+        let id = format!("00000000000{n}0-old-host-{n}");
+        let tenure = format!(
+            r#"{{"lock":"{lock}","shard":null,"token":{n},"identity":"old","host":"old-host","pid":{n},"queued":"2026-01-01T00:00:0{n}.000Z","started":"2026-01-01T00:00:0{n}.000Z","ended":"2026-01-01T00:00:0{n}.500Z","outcome":"succeeded","exit_code":0,"signal":null,"why":null,"slot":null}}"#
+        );
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": format!("{lock}.rec-{n}"),
+                "labels": { "elect/records-of": label },
+                "annotations": {
+                    "elect/lock": lock,
+                    "elect/record": format!(".history/{id}"),
+                    "elect/value": tenure,
+                },
+            },
+            "spec": {},
+        });
+        let (code, out) = store
+            .kube()
+            .request("POST", &leases, Some(&lease.to_string()));
+        assert_eq!(code, 201, "{out}");
+    }
+    // `history` and `list` are not misled by them meanwhile.
+    let (code, out) = status(&store.url(), "job", false);
+    assert_eq!(code, 1, "{out}");
+    let out = support::elect()
+        .args([
+            "run",
+            "--store",
+            &store.url(),
+            "--lock",
+            "job",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let history = history_of(&store, "job");
+    let hosts: Vec<&str> = history
+        .iter()
+        .map(|t| t["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts.len(), 3, "{history:#?}");
+    assert_eq!(&hosts[..2], ["old-host", "old-host"]);
+    let mut left: Vec<String> = store
+        .all_leases()
+        .iter()
+        .map(|l| l["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    left.sort();
+    // The other lock's are its own to move, on its next run.
+    assert_eq!(left, ["job", "other.rec-3"]);
 }
 
 /// A `KUBECONFIG` that names no file that exists is said to, in one line
@@ -354,7 +576,7 @@ fn credentials_as_kubectl_takes_them() {
     kube.create_namespace("creds");
     let dir = TempDir::new("k8s-creds");
     // The client certificate's user (CN=client) may use Leases in creds.
-    let role = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"elect","namespace":"creds"},"rules":[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]}]}"#;
+    let role = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"elect","namespace":"creds"},"rules":[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]},{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","patch"]}]}"#;
     let (code, out) = kube.request(
         "POST",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/creds/roles",
@@ -947,8 +1169,10 @@ fn a_cycle_costs_few_requests() {
     kube.register("requests");
     // A read, the take, a watch while it holds, the list of waiters the
     // release names the next holder from, the release, and the history's
-    // listing (for trimming) and record.
-    for (lease, most) in [("none yet", 7), ("free", 7)] {
+    // read (for trimming) and write; the lock's first write of its history
+    // creates its ConfigMap, and looks once for the history Leases of
+    // earlier versions to move into it.
+    for (lease, most) in [("none yet", 8), ("free", 7)] {
         let before = Kube::requests_of_elect(&dir).len();
         let out = support::elect()
             .args(["run", "--store", "k8s:requests?context=requests"])

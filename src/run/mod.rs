@@ -720,7 +720,8 @@ impl Job {
 
     /// `tenure` into the history as it ended: beside the trim begun while
     /// the command ran, if that is still on its way; once more after it,
-    /// should the trim have failed (or never begun: a busy run).
+    /// should the trim have failed (or never begun: a busy run) where the
+    /// write went through (else its warning said it: one line is enough).
     async fn note_end(
         &self,
         store: &dyn Store,
@@ -730,13 +731,14 @@ impl Job {
     ) {
         let keep = self.keep_history;
         if trimming.is_none() && !room.get() {
-            return history::note_or_warn(store, tenure, keep, false).await;
+            history::note_or_warn(store, tenure, keep, false).await;
+            return;
         }
-        let ((), ()) = tokio::join!(
+        let ((), noted) = tokio::join!(
             hold::drive_to_end(trimming),
             history::note_or_warn(store, tenure, keep, true)
         );
-        if !room.get() {
+        if noted && !room.get() {
             history::note_or_warn(store, tenure, keep, false).await;
         }
     }

@@ -162,15 +162,15 @@ impl Kube {
             .expect("kube-apiserver")
     }
 
-    /// [`Kube::start`] with an audit log of every Lease request, which
-    /// [`Kube::requests_of_elect`] reads.
+    /// [`Kube::start`] with an audit log of every request on Leases and
+    /// ConfigMaps (the history), which [`Kube::requests_of_elect`] reads.
     pub fn start_audited(name: &str, dir: &TempDir) -> Kube {
         let policy = dir.join("audit-policy.yaml");
         std::fs::write(
             &policy,
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
              rules:\n- level: Metadata\n  resources:\n  - group: coordination.k8s.io\n    \
-             resources: [leases]\n- level: None\n",
+             resources: [leases]\n  - group: \"\"\n    resources: [configmaps]\n- level: None\n",
         )
         .unwrap();
         let log = dir.join("audit.log");
@@ -184,7 +184,7 @@ impl Kube {
         )
     }
 
-    /// The Lease requests elect made, by its user agent, as `VERB URI`, in
+    /// The Lease and ConfigMap requests elect made, by its user agent, as `VERB URI`, in
     /// order, from the audit log of a server [`Kube::start_audited`] with
     /// `dir` (each request once, a watch counted when its answer started).
     pub fn requests_of_elect(dir: &TempDir) -> Vec<String> {

@@ -25,6 +25,10 @@ use super::tokens::{Source, Tokens};
 use crate::store::tls;
 use crate::store::{Secret, StoreError, with_causes};
 
+/// The resources elect uses, as RBAC names them.
+pub const LEASES: &str = "leases.coordination.k8s.io";
+pub const CONFIGMAPS: &str = "configmaps";
+
 /// The most connections kept idle for reuse.
 const POOL: usize = 4;
 
@@ -234,6 +238,12 @@ impl Api {
         reply
     }
 
+    /// Whether a GET of `path` is on its way, whose answer
+    /// [`Api::request_patiently`] would share.
+    pub fn reading(&self, path: &str) -> bool {
+        self.reading.borrow().contains_key(path)
+    }
+
     async fn patiently(
         &self,
         method: &str,
@@ -323,7 +333,13 @@ impl Api {
         }
         let bytes = match body {
             Some(body) => {
-                request = request.header("content-type", "application/json");
+                // Every PATCH elect sends is a JSON merge patch: keys of a
+                // history ConfigMap set or removed without a read.
+                let kind = match method {
+                    "PATCH" => "application/merge-patch+json",
+                    _ => "application/json",
+                };
+                request = request.header("content-type", kind);
                 Bytes::from(body.to_string())
             }
             None => Bytes::new(),
@@ -421,10 +437,15 @@ impl Api {
         })
     }
 
-    /// The error for an answer that is neither success nor one the caller
-    /// expects: a refusal of the user (401, 403: exit 78) or a failure of
-    /// the server (worth another try).
+    /// [`Api::refusal_of`] a request on Leases.
     pub fn refusal(&self, verb: &str, what: &str, reply: &Reply) -> StoreError {
+        self.refusal_of(LEASES, verb, what, reply)
+    }
+
+    /// The error for an answer that is neither success nor one the caller
+    /// expects: a refusal of the user (401, 403 on `resource`: exit 78) or
+    /// a failure of the server (worth another try).
+    pub fn refusal_of(&self, resource: &str, verb: &str, what: &str, reply: &Reply) -> StoreError {
         let message = reply.message().replace('\n', " ");
         match reply.status {
             401 => StoreError::denied(format!(
@@ -432,8 +453,7 @@ impl Api {
                 self.shown()
             )),
             403 => StoreError::denied(format!(
-                "{}: RBAC: no right to {verb} leases.coordination.k8s.io in namespace {}: \
-                 {message}",
+                "{}: RBAC: no right to {verb} {resource} in namespace {}: {message}",
                 self.shown(),
                 self.conn.namespace
             )),

@@ -10,7 +10,9 @@
 //! renews, so that a duration someone else edited is put back; let go as
 //! client-go lets go: no `holderIdentity`, `leaseDurationSeconds` 1, and
 //! for elect's waiters the one to take it next ([`NEXT`]).
-//! Nothing of elect's is ever deleted but a history record.
+//! Nothing of elect's is ever deleted but a waiter record (and the history
+//! Leases of earlier versions, once moved into the lock's history
+//! ConfigMap, [`super::history`]).
 
 use serde_json::{Map, Value, json};
 
@@ -42,7 +44,8 @@ pub const DONE: &str = "elect/done";
 pub const NEXT: &str = "elect/next";
 
 /// The annotation of the lock's Lease that keeps `record`, for the records
-/// a holder writes fenced (`None`: a history record, a Lease of its own).
+/// a holder writes fenced (`None`: a tenure, a key of the lock's history
+/// ConfigMap).
 pub fn annotation_of(record: crate::store::Record<'_>) -> Option<String> {
     match record {
         crate::store::Record::Checkpoint => Some(CHECKPOINT.into()),
@@ -54,10 +57,12 @@ pub fn annotation_of(record: crate::store::Record<'_>) -> Option<String> {
     }
 }
 
-/// On a history record: its value, and which record of which lock it is.
+/// On a history record of an earlier version (a Lease a tenure, now moved
+/// into the lock's ConfigMap): its value, and which record it is.
 pub const VALUE: &str = "elect/value";
 pub const RECORD: &str = "elect/record";
-/// The label that gathers a lock's history records.
+/// The label that gathers a lock's history: its ConfigMap (and the Leases
+/// a tenure of earlier versions).
 pub const RECORDS_OF: &str = "elect/records-of";
 /// The label that gathers a lock's waiter records.
 pub const WAITERS_OF: &str = "elect/waiters-of";
@@ -98,12 +103,12 @@ fn fnv(name: &str) -> u64 {
 }
 
 /// The hash of a name in 8 hex digits.
-fn hash8(name: &str) -> String {
+pub(super) fn hash8(name: &str) -> String {
     format!("{:08x}", fnv(name) >> 32)
 }
 
 /// The hash of a name in 16 hex digits.
-fn hash16(name: &str) -> String {
+pub(super) fn hash16(name: &str) -> String {
     format!("{:016x}", fnv(name))
 }
 
@@ -152,7 +157,8 @@ pub fn object_name(lock: &str) -> String {
     }
 }
 
-/// The object of history record `suffix` of `lock` (its object `name`).
+/// The object of record `suffix` (a waiter's) of the lock whose object is
+/// `name`.
 pub fn record_name(name: &str, suffix: &str) -> String {
     let mut base: String = name.chars().take(200).collect();
     base = base.trim_end_matches(['-', '.']).to_string();
@@ -160,7 +166,8 @@ pub fn record_name(name: &str, suffix: &str) -> String {
 }
 
 /// The label value that gathers the records of the lock whose object is
-/// `name` (a label value is at most 63 characters).
+/// `name`: its waiters, its history (a label value is at most 63
+/// characters).
 pub fn records_label(name: &str) -> String {
     format!("r-{}", hash8(name))
 }

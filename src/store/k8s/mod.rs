@@ -6,16 +6,18 @@
 //! `config.rs` finds the API server and the credentials (a pod's service
 //! account, else a kubeconfig), `api.rs` speaks HTTP to it, `lease.rs` is
 //! the Lease object and the names of elect's, `session.rs` the tenure, its
-//! renewals and the wait for a Lease; here are status, list, break and the
-//! history's records (a Lease each, labelled with its lock's).
+//! renewals and the wait for a Lease, `history.rs` the ConfigMap of a
+//! lock's history; here are status, list, break and the records.
 //!
 //! A lock's checkpoint, shard count, last holder, last success and slots
 //! done are annotations of its own Lease, each written by a PUT of the
-//! version whose holder was checked; its history is a Lease a tenure.
+//! version whose holder was checked; its history is a ConfigMap beside it,
+//! a key a tenure.
 
 mod api;
 mod config;
 mod exec;
+mod history;
 mod lease;
 mod session;
 mod tokens;
@@ -26,9 +28,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
-use api::Api;
+use api::{Api, CONFIGMAPS};
 use config::{Conn, Url};
 use lease::Lease;
 
@@ -158,9 +160,9 @@ pub struct Kube {
     /// The highest resource version this process has seen of its Leases
     /// ([`crate::store::rewind`]), for every session.
     mark: crate::store::rewind::Mark,
-    /// The history records this store made: written over by a PUT. Any
-    /// other is created at once, and read and written over only if there.
-    made: RefCell<std::collections::BTreeSet<String>>,
+    /// The history ConfigMaps found absent by this store's last look: the
+    /// next write to one creates it at once, where it would first patch.
+    absent: RefCell<std::collections::BTreeSet<String>>,
 }
 
 /// What is not on this store yet, refused by name.
@@ -169,7 +171,7 @@ impl Kube {
         Ok(Kube {
             api: Rc::new(Api::new(conn, within)?),
             mark: crate::store::rewind::Mark::default(),
-            made: RefCell::default(),
+            absent: RefCell::default(),
         })
     }
 
@@ -348,23 +350,194 @@ impl Kube {
         }
     }
 
-    /// The history record `record` of `lock`: its object and, if it
-    /// exists, the object as read.
-    async fn read_record(
+    /// The history ConfigMap of `lock`, if there is one: read afresh with
+    /// `fresh` (for a write that depends on it), else perhaps sharing a
+    /// read on its way.
+    async fn read_history(&self, lock: &str, fresh: bool) -> Result<Option<Value>, StoreError> {
+        let name = history::name(&lease::object_name(lock));
+        let path = history::path(self.ns(), &name);
+        let reply = match fresh {
+            true => self.api.request("GET", &path, None).await?,
+            false => self.api.request_patiently("GET", &path, None).await?,
+        };
+        match reply.status {
+            200 => {
+                self.absent.borrow_mut().remove(&name);
+                match history::lock_of(&reply.body) {
+                    Some(other) if other != lock => Err(StoreError::config(format!(
+                        "lock {lock} maps to ConfigMap {name}, which is lock {other}'s history: \
+                         rename one of them"
+                    ))),
+                    _ => Ok(Some(reply.body)),
+                }
+            }
+            404 => {
+                self.absent.borrow_mut().insert(name);
+                Ok(None)
+            }
+            _ => Err(self.api.refusal_of(CONFIGMAPS, "get", &name, &reply)),
+        }
+    }
+
+    /// Write tenure `id` of `lock` into its history if `fence` holds: with
+    /// none, a merge patch of its one key, which no other write conflicts
+    /// with; only where none is, after a read that finds none, a merge patch
+    /// carrying the `resourceVersion` read (a 409: read again); only as
+    /// read, one carrying that version.
+    async fn put_tenure(
         &self,
         lock: &str,
-        record: Record<'_>,
-    ) -> Result<(String, Option<Lease>), StoreError> {
-        let name = lease::record_name(&lease::object_name(lock), &record.suffix());
+        id: &str,
+        value: &str,
+        fence: Fence<'_>,
+    ) -> Result<Put, StoreError> {
+        let version = match fence {
+            Fence::Holder { token, .. } => {
+                return Ok(Put::Stale(format!(
+                    "token {token}: a history record is not written fenced by a holder"
+                )));
+            }
+            Fence::Version(v) => Some(v),
+            Fence::Any => None,
+        };
+        let object = lease::object_name(lock);
+        let name = history::name(&object);
+        let path = history::path(self.ns(), &name);
+        let key = history::key(id);
+        let stale = || {
+            Ok(Put::Stale(format!(
+                "the record {}{id} of lock {lock} changed meanwhile",
+                crate::store::HISTORY
+            )))
+        };
+        // A lock's first tenure creates the ConfigMap at once: known absent
+        // by the last look, or by one on its way (the trim's), whose answer
+        // costs no request.
+        if version.is_none() && self.api.reading(&path) {
+            self.read_history(lock, false).await?;
+        }
+        let mut create = version.is_none() && self.absent.borrow().contains(&name);
+        loop {
+            if create {
+                let data = Map::from_iter([(key.clone(), Value::from(value))]);
+                if self.create_history(lock, &object, &name, data).await? {
+                    return Ok(Put::Stored);
+                }
+                create = false;
+            }
+            let precondition = match version {
+                None => None,
+                Some(Some(v)) => Some(v.to_string()),
+                Some(None) => match self.read_history(lock, true).await? {
+                    Some(map) if map["data"][&key].is_string() => return stale(),
+                    Some(map) => Some(
+                        map["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                    ),
+                    None => {
+                        create = true;
+                        continue;
+                    }
+                },
+            };
+            let mut patch = json!({ "data": { &key: value } });
+            if let Some(version) = precondition {
+                patch["metadata"] = json!({ "resourceVersion": version });
+            }
+            let reply = self.api.request("PATCH", &path, Some(&patch)).await?;
+            match reply.status {
+                200 => return Ok(Put::Stored),
+                404 | 409 if matches!(version, Some(Some(_))) => return stale(),
+                404 => create = true,
+                409 => {}
+                _ => return Err(self.api.refusal_of(CONFIGMAPS, "patch", &name, &reply)),
+            }
+        }
+    }
+
+    /// Create `lock`'s history ConfigMap `name` with `data`; `false` if it
+    /// exists. The write that created it moves in the history Leases an
+    /// earlier version left: a failure to is a warning, never the write's.
+    async fn create_history(
+        &self,
+        lock: &str,
+        object: &str,
+        name: &str,
+        data: Map<String, Value>,
+    ) -> Result<bool, StoreError> {
+        let map = history::new(name, lock, object, data);
         let reply = self
             .api
-            .request("GET", &lease::path(self.ns(), &name), None)
+            .request("POST", &history::configmaps(self.ns()), Some(&map))
             .await?;
         match reply.status {
-            200 => Ok((name, Some(Lease(reply.body)))),
-            404 => Ok((name, None)),
-            _ => Err(self.api.refusal("get", &name, &reply)),
+            200 | 201 => {
+                self.absent.borrow_mut().remove(name);
+                if let Err(e) = self.adopt(lock, object, name).await {
+                    log::warn(format_args!(
+                        "could not move the history Leases of lock {lock} into ConfigMap \
+                         {name}: {e}"
+                    ));
+                }
+                Ok(true)
+            }
+            409 => {
+                self.absent.borrow_mut().remove(name);
+                Ok(false)
+            }
+            _ => Err(self.api.refusal_of(CONFIGMAPS, "create", name, &reply)),
         }
+    }
+
+    /// Move into `lock`'s new history ConfigMap `name` the tenures earlier
+    /// versions kept as Leases (labelled [`lease::RECORDS_OF`]), then
+    /// delete those Leases: once a lock, by whoever created the ConfigMap.
+    async fn adopt(&self, lock: &str, object: &str, name: &str) -> Result<(), StoreError> {
+        let selector = format!("{}%3D{}", lease::RECORDS_OF, lease::records_label(object));
+        let old: Vec<(String, String, String)> = self
+            .all(Some(&selector))
+            .await?
+            .iter()
+            .filter(|l| l.annotation(lease::LOCK) == Some(lock))
+            .filter_map(|l| {
+                let record = l.annotation(lease::RECORD)?;
+                let id = record.strip_prefix(crate::store::HISTORY)?;
+                let value = l.annotation(lease::VALUE)?;
+                Some((l.name().to_string(), history::key(id), value.to_string()))
+            })
+            .collect();
+        if old.is_empty() {
+            return Ok(());
+        }
+        let data: Map<String, Value> = old
+            .iter()
+            .map(|(_, key, value)| (key.clone(), Value::from(value.as_str())))
+            .collect();
+        let reply = self
+            .api
+            .request(
+                "PATCH",
+                &history::path(self.ns(), name),
+                Some(&json!({ "data": data })),
+            )
+            .await?;
+        if reply.status != 200 {
+            return Err(self.api.refusal_of(CONFIGMAPS, "patch", name, &reply));
+        }
+        for (lease_name, ..) in &old {
+            let path = lease::path(self.ns(), lease_name);
+            let reply = self.api.request("DELETE", &path, None).await?;
+            if !matches!(reply.status, 200 | 202 | 404) {
+                return Err(self.api.refusal("delete", lease_name, &reply));
+            }
+        }
+        log::verbose(format_args!(
+            "moved {} history Leases of lock {lock} into ConfigMap {name}",
+            old.len()
+        ));
+        Ok(())
     }
 }
 
@@ -540,19 +713,29 @@ impl Store for Kube {
         record: Record<'a>,
     ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
         Box::pin(async move {
-            if let Some(key) = lease::annotation_of(record) {
-                let found = self.read(lock).await?;
-                return Ok(found.and_then(|l| {
-                    Some(Versioned {
-                        value: l.annotation(&key)?.to_string(),
-                        version: l.token().ok()?,
-                    })
-                }));
-            }
-            let (_, found) = self.read_record(lock, record).await?;
+            let key = match (record, lease::annotation_of(record)) {
+                (_, Some(key)) => key,
+                (Record::Tenure(id), None) => {
+                    let Some(map) = self.read_history(lock, false).await? else {
+                        return Ok(None);
+                    };
+                    let Some(value) = map["data"][history::key(id)].as_str() else {
+                        return Ok(None);
+                    };
+                    // The ConfigMap's version: a write fenced by it finds
+                    // the whole history as read.
+                    let version = map["metadata"]["resourceVersion"].as_str().unwrap_or("");
+                    return Ok(Some(Versioned {
+                        value: value.to_string(),
+                        version: lease::parse_version(version)?,
+                    }));
+                }
+                (_, None) => return Ok(None),
+            };
+            let found = self.read(lock).await?;
             Ok(found.and_then(|l| {
                 Some(Versioned {
-                    value: l.annotation(lease::VALUE)?.to_string(),
+                    value: l.annotation(&key)?.to_string(),
                     version: l.token().ok()?,
                 })
             }))
@@ -567,101 +750,13 @@ impl Store for Kube {
         fence: Fence<'a>,
     ) -> Boxed<'a, Result<Put, StoreError>> {
         Box::pin(async move {
-            if let Some(key) = lease::annotation_of(record) {
-                return self.put_annotation(lock, &key, Some(value), fence).await;
-            }
-            let version = match fence {
-                Fence::Holder { token, .. } => {
-                    return Ok(Put::Stale(format!(
-                        "token {token}: a history record is not written fenced by a holder"
-                    )));
-                }
-                Fence::Version(v) => Some(v),
-                Fence::Any => None,
-            };
-            let object = lease::object_name(lock);
-            let suffix = record.suffix();
-            let new = |name: &str| {
-                let mut new = Lease(json!({
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {
-                        "name": name,
-                        "labels": { lease::RECORDS_OF: lease::records_label(&object) },
-                    },
-                    "spec": {},
-                }));
-                new.set_annotation(lease::LOCK, lock);
-                new.set_annotation(lease::RECORD, &suffix);
-                new.set_annotation(lease::VALUE, value);
-                new
-            };
-            let name = lease::record_name(&object, &suffix);
-            // A record is mostly new (a tenure's, ended): one create, no read.
-            if version.is_none_or(|v| v.is_none()) && !self.made.borrow().contains(&name) {
-                let reply = self
-                    .api
-                    .request("POST", &lease::leases(self.ns()), Some(&new(&name).0))
-                    .await?;
-                match reply.status {
-                    200 | 201 => {
-                        self.made.borrow_mut().insert(name);
-                        return Ok(Put::Stored);
-                    }
-                    409 if version.is_some() => {
-                        return Ok(Put::Stale(format!(
-                            "the record {suffix} of lock {lock} changed meanwhile"
-                        )));
-                    }
-                    409 => {}
-                    _ => return Err(self.api.refusal("write", &name, &reply)),
-                }
-            }
-            loop {
-                let (name, found) = self.read_record(lock, record).await?;
-                let read = match &found {
-                    Some(l) => Some(l.token()?),
-                    None => None,
-                };
-                if version.is_some_and(|v| v != read) {
-                    return Ok(Put::Stale(format!(
-                        "the record {suffix} of lock {lock} changed meanwhile"
-                    )));
-                }
-                let next = match found.clone() {
-                    Some(mut next) => {
-                        next.set_annotation(lease::LOCK, lock);
-                        next.set_annotation(lease::RECORD, &suffix);
-                        next.set_annotation(lease::VALUE, value);
-                        next
-                    }
-                    None => new(&name),
-                };
-                let reply = match found {
-                    Some(_) => {
-                        self.api
-                            .request("PUT", &lease::path(self.ns(), &name), Some(&next.0))
-                            .await?
-                    }
-                    None => {
-                        self.api
-                            .request("POST", &lease::leases(self.ns()), Some(&next.0))
-                            .await?
-                    }
-                };
-                match reply.status {
-                    200 | 201 => {
-                        self.made.borrow_mut().insert(name);
-                        return Ok(Put::Stored);
-                    }
-                    409 if version.is_some() => {
-                        return Ok(Put::Stale(format!(
-                            "the record {suffix} of lock {lock} changed meanwhile"
-                        )));
-                    }
-                    409 => continue,
-                    _ => return Err(self.api.refusal("write", &name, &reply)),
-                }
+            match (record, lease::annotation_of(record)) {
+                (_, Some(key)) => self.put_annotation(lock, &key, Some(value), fence).await,
+                (Record::Tenure(id), None) => self.put_tenure(lock, id, value, fence).await,
+                (_, None) => Ok(Put::Stale(format!(
+                    "lock {lock} has no place for the record {}",
+                    record.suffix()
+                ))),
             }
         })
     }
@@ -672,35 +767,46 @@ impl Store for Kube {
         record: Record<'a>,
     ) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            if let Some(key) = lease::annotation_of(record) {
-                return self
-                    .put_annotation(lock, &key, None, Fence::Any)
-                    .await
-                    .map(drop);
-            }
-            let name = lease::record_name(&lease::object_name(lock), &record.suffix());
+            let id = match (record, lease::annotation_of(record)) {
+                (_, Some(key)) => {
+                    return self
+                        .put_annotation(lock, &key, None, Fence::Any)
+                        .await
+                        .map(drop);
+                }
+                (Record::Tenure(id), None) => id,
+                (_, None) => return Ok(()),
+            };
+            let name = history::name(&lease::object_name(lock));
+            let patch = json!({ "data": { history::key(id): null } });
             let reply = self
                 .api
-                .request("DELETE", &lease::path(self.ns(), &name), None)
+                .request("PATCH", &history::path(self.ns(), &name), Some(&patch))
                 .await?;
             match reply.status {
-                200 | 202 | 404 => Ok(()),
-                _ => Err(self.api.refusal("delete", &name, &reply)),
+                200 | 404 => Ok(()),
+                _ => Err(self.api.refusal_of(CONFIGMAPS, "patch", &name, &reply)),
             }
         })
     }
 
     fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
         Box::pin(async move {
-            let mut locks: Vec<String> = self
-                .all(Some(lease::RECORDS_OF))
-                .await?
-                .iter()
-                .filter(|l| {
-                    l.annotation(lease::RECORD)
-                        .is_some_and(|r| r.starts_with(crate::store::HISTORY))
-                })
-                .filter_map(|l| l.annotation(lease::LOCK))
+            let reply = self
+                .api
+                .request_patiently("GET", &history::all(self.ns()), None)
+                .await?;
+            if reply.status != 200 {
+                return Err(self
+                    .api
+                    .refusal_of(CONFIGMAPS, "list", "configmaps", &reply));
+            }
+            let mut locks: Vec<String> = reply.body["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|map| history::entries(map).next().is_some())
+                .filter_map(history::lock_of)
                 .filter(|lock| lock.starts_with(prefix))
                 .map(str::to_string)
                 .collect();
@@ -716,21 +822,16 @@ impl Store for Kube {
         values: bool,
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
         Box::pin(async move {
-            let label = lease::records_label(&lease::object_name(lock));
-            let selector = format!("{}%3D{label}", lease::RECORDS_OF);
-            let found = self.all(Some(&selector)).await?;
+            let found = self.read_history(lock, false).await?;
             Ok(found
                 .iter()
-                .filter(|l| l.annotation(lease::LOCK) == Some(lock))
-                .filter_map(|l| {
-                    let id = l
-                        .annotation(lease::RECORD)?
-                        .strip_prefix(crate::store::HISTORY)?;
+                .flat_map(history::entries)
+                .map(|(id, value)| {
                     let value = match values {
-                        true => l.annotation(lease::VALUE).unwrap_or("").to_string(),
+                        true => value.to_string(),
                         false => String::new(),
                     };
-                    Some((id.to_string(), value))
+                    (id.clone(), value)
                 })
                 .collect())
         })
