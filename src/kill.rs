@@ -56,7 +56,10 @@ mod tests {
         let pid = Pid::from_raw(gone.id() as i32);
         gone.wait().unwrap();
         assert!(!send(Target::Process(pid), Signal::SIGTERM));
-        assert_eq!(raw(Target::Process(pid), Signal::SIGTERM), Err(Errno::ESRCH));
+        assert_eq!(
+            raw(Target::Process(pid), Signal::SIGTERM),
+            Err(Errno::ESRCH)
+        );
         assert!(send(Target::Process(Pid::this()), Signal::SIGCONT));
         assert!(send(Target::Group(nix::unistd::getpgrp()), Signal::SIGCONT));
     }
