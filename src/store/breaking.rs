@@ -24,6 +24,28 @@ const LOOKS: usize = 3;
 /// and lets go within its grace of being asked.
 const EXPIRY_SLACK: Duration = Duration::from_millis(100);
 
+/// How often a break looks whether the holder let go, on a store with no
+/// watch to tell it.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// Return once `held` finds the holder of `lock` gone, looking every
+/// [`LOOK_EVERY`]. A look that fails is said under `-v` and made again:
+/// `break` bounds the wait itself.
+pub async fn until_let_go<F, Fut>(lock: &str, mut held: F) -> Result<(), StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, StoreError>>,
+{
+    loop {
+        match held().await {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => crate::log::verbose(format_args!("looking at lock {lock}: {e}")),
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
 /// Make the holder of `lock` let go, if its token is `token` (when given).
 pub async fn break_lock(
     store: &dyn Store,

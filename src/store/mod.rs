@@ -17,6 +17,7 @@ pub mod breaking;
 pub mod etcd;
 pub mod file;
 mod holder;
+pub mod ids;
 pub mod k8s;
 mod kind;
 pub mod mysql;
@@ -41,6 +42,11 @@ pub use holder::{
     is_lock_or_shard, shard_lock, to_json,
 };
 pub use kind::{About, Credentials, Kind, Settings, Target};
+
+/// How often a waiter on a lease row (PostgreSQL, MySQL) reads a busy
+/// lock's row at most, when nothing wakes it: no LISTEN (a transaction
+/// pooler), no holder's doorbell.
+pub const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 use std::fmt;
 use std::time::Duration;

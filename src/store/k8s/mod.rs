@@ -554,18 +554,10 @@ impl Breaking for KubeBreaking<'_> {
     /// Its elect sees the request through its watch, stops the command
     /// within its grace and lets go.
     fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            loop {
-                match self.store.read(self.lock).await {
-                    Ok(lease) if lease.as_ref().map(Lease::holder) != Some(&self.identity) => {
-                        return Ok(());
-                    }
-                    Ok(_) => {}
-                    Err(e) => log::verbose(format_args!("looking at lock {}: {e}", self.lock)),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+        Box::pin(crate::store::breaking::until_let_go(self.lock, || async {
+            let lease = self.store.read(self.lock).await?;
+            Ok(lease.as_ref().map(Lease::holder) == Some(&self.identity))
+        }))
     }
 
     /// Write a holder that is no one's ([`lease::BROKEN`]). elect's holder

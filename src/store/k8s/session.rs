@@ -46,12 +46,7 @@ use crate::store::{
 
 /// A new tenure id: 64 random bits, in hex.
 pub fn tenure_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        let now = Instant::now().as_nanos();
-        bytes = (now ^ u64::from(std::process::id())).to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::store::ids::hex(&crate::store::ids::random::<8>())
 }
 
 /// The `holderIdentity` of a tenure: the host, then the tenure.

@@ -52,9 +52,7 @@ use crate::store::{
 use conn::{Failed, Link, cell, code, p};
 pub use target::{KIND, MyTarget};
 
-/// How often a waiter reads a busy lock's row at most, when its holder's
-/// doorbell is not there to wake it.
-pub const POLL_EVERY: Duration = Duration::from_millis(250);
+pub use crate::store::POLL_EVERY;
 
 /// Everything needed to end a session from another process.
 #[derive(Serialize, Deserialize)]
@@ -337,21 +335,10 @@ impl Breaking for MyBreaking<'_> {
     /// Its elect sees the request at its next renewal (TTL/3), stops the
     /// command within its grace and releases.
     fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            loop {
-                match self.my.read_status(self.lock).await {
-                    Ok(status)
-                        if status.holder.as_ref().and_then(|h| h.lease.as_deref())
-                            != Some(&self.tenure) =>
-                    {
-                        return Ok(());
-                    }
-                    Ok(_) => {}
-                    Err(e) => log::verbose(format_args!("looking at lock {}: {e}", self.lock)),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+        Box::pin(crate::store::breaking::until_let_go(self.lock, || async {
+            let status = self.my.read_status(self.lock).await?;
+            Ok(status.holder.and_then(|h| h.lease).as_deref() == Some(&self.tenure))
+        }))
     }
 
     fn end(&self) -> Boxed<'_, Result<(), StoreError>> {

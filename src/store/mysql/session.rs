@@ -49,16 +49,7 @@ use crate::store::{
 
 /// A new tenure id: 128 random bits, in hex.
 pub fn tenure_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Unique enough without the kernel's randomness: pid and time.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        bytes[..8].copy_from_slice(&now.as_nanos().to_le_bytes()[..8]);
-        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::store::ids::tenure()
 }
 
 /// The key of a holder (`ELECT_KEY`): the lock and the holder's tenure.

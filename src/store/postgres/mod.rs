@@ -73,8 +73,7 @@ pub use target::{KIND, PgTarget};
 /// it cancels that statement, [`conn::cancelling`]).
 const ASK_WITHIN: Duration = Duration::from_millis(500);
 
-/// How often a waiter looks at a busy lock when it cannot LISTEN.
-pub const POLL_EVERY: Duration = Duration::from_millis(250);
+pub use crate::store::POLL_EVERY;
 
 /// Everything needed to end a session from another process.
 #[derive(Serialize, Deserialize)]
@@ -587,16 +586,9 @@ impl Breaking for PgBreaking<'_> {
     /// Its elect sees the request at once when it listens, else at its next
     /// renewal (TTL/3), stops the command within its grace and releases.
     fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            loop {
-                match self.pg.held_by(self.lock, &self.tenure).await {
-                    Ok(false) => return Ok(()),
-                    Ok(true) => {}
-                    Err(e) => log::verbose(format_args!("looking at lock {}: {e}", self.lock)),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+        Box::pin(crate::store::breaking::until_let_go(self.lock, || {
+            self.pg.held_by(self.lock, &self.tenure)
+        }))
     }
 
     fn end(&self) -> Boxed<'_, Result<(), StoreError>> {

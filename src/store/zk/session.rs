@@ -691,14 +691,7 @@ fn definite(e: &ZkError) -> bool {
 
 /// A random uuid (version 4), as Curator's protected mode names nodes.
 fn uuid() -> String {
-    let mut b = [0u8; 16];
-    if getrandom::fill(&mut b).is_err() {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        b.copy_from_slice(&now.to_le_bytes());
-    }
+    let mut b = crate::store::ids::random::<16>();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
