@@ -184,29 +184,11 @@ fn a_sigkill_of_either_hands_over_without_overlap() {
 /// one line, and exits 78.
 #[test]
 fn a_missing_right_is_named_in_one_line_and_exits_78() {
-    let kube = Kube::start("rbac");
-    let ns = "rbac";
-    kube.create_namespace(ns);
     // A user whose Role may read and create Leases, not update them.
-    let role = format!(
-        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"reader","namespace":"{ns}"}},"rules":[{{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create"]}},{{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","patch"]}}]}}"#
+    let (kube, ns, kubeconfig) = a_reader_in(
+        "rbac",
+        r#"[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create"]},{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","patch"]}]"#,
     );
-    let (code, out) = kube.request(
-        "POST",
-        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
-        Some(&role),
-    );
-    assert_eq!(code, 201, "{out}");
-    let binding = format!(
-        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"reader","namespace":"{ns}"}},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"reader"}},"subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"reader"}}]}}"#
-    );
-    let (code, out) = kube.request(
-        "POST",
-        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
-        Some(&binding),
-    );
-    assert_eq!(code, 201, "{out}");
-    let kubeconfig = kube.kubeconfig_of_user("reader");
     // A Lease held by someone else: taking it over needs update.
     let (code, out) = kube.request(
         "POST",
@@ -231,6 +213,17 @@ fn a_missing_right_is_named_in_one_line_and_exits_78() {
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("update leases"), "{stderr}");
+}
+
+/// An API server `name` with a namespace of that name, where the user
+/// `reader` has the Role of `rules` (JSON): the server, the namespace, and
+/// the reader's kubeconfig.
+fn a_reader_in(name: &'static str, rules: &str) -> (Kube, &'static str, std::path::PathBuf) {
+    let kube = Kube::start(name);
+    kube.create_namespace(name);
+    grant_reader(&kube, name, rules);
+    let kubeconfig = kube.kubeconfig_of_user("reader");
+    (kube, name, kubeconfig)
 }
 
 /// Grant the user `reader` in namespace `ns` the Role of `rules` (JSON).
@@ -261,15 +254,10 @@ fn grant_reader(kube: &Kube, ns: &str, rules: &str) {
 /// which only read it, say so in one line and exit 78.
 #[test]
 fn a_missing_right_on_configmaps_costs_a_run_a_warning_only() {
-    let kube = Kube::start("rbac-history");
-    let ns = "rbac-history";
-    kube.create_namespace(ns);
-    grant_reader(
-        &kube,
-        ns,
+    let (_kube, ns, kubeconfig) = a_reader_in(
+        "rbac-history",
         r#"[{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","delete"]}]"#,
     );
-    let kubeconfig = kube.kubeconfig_of_user("reader");
     let url = format!("k8s:{ns}");
     let elect = |args: &[&str]| {
         let out = support::elect()
