@@ -90,6 +90,23 @@ pub fn environment() -> Vec<(String, String)> {
     all
 }
 
+/// `what`, then what it is to each kind of store that takes it, and which
+/// take none: a flag's help, from the stores' own descriptions.
+fn per_store(what: &str, field: fn(&crate::store::About) -> Option<&'static str>) -> String {
+    let (taken, refused): (Vec<_>, Vec<_>) =
+        crate::store::kinds().partition(|kind| field(&kind.about).is_some());
+    let taken: Vec<String> = taken
+        .iter()
+        .filter_map(|kind| Some(format!("{}: {}", kind.about.title, field(&kind.about)?)))
+        .collect();
+    let refused: Vec<&str> = refused.iter().map(|kind| kind.about.title).collect();
+    let mut help = format!("{what} ({})", taken.join("; "));
+    if !refused.is_empty() {
+        help.push_str(&format!("; {} take none", refused.join(" and ")));
+    }
+    help
+}
+
 /// The URL forms `--store` takes, from every kind of store: the first
 /// paragraph of its help.
 fn store_forms() -> String {
@@ -378,10 +395,9 @@ pub struct StoreArgs {
     )]
     pub connect_timeout: Duration,
 
-    /// CA certificate (PEM) that signed the servers' certificates (etcd: else the system's;
-    /// PostgreSQL: as sslrootcert, and the chain is checked; ZooKeeper: needed by zks://).
     #[arg(
         long,
+        help = per_store("CA certificate (PEM) that signed the servers' certificates", |a| a.cacert),
         env = "ELECT_CACERT",
         value_name = "FILE",
         hide_env_values = true
@@ -401,10 +417,15 @@ pub struct StoreArgs {
     )]
     pub key: Option<PathBuf>,
 
-    /// The store's user (etcd user, PostgreSQL role). The password comes from
-    /// --password-file or ELECT_PASSWORD (etcd: else a prompt; PostgreSQL: else PGPASSWORD or
-    /// ~/.pgpass).
-    #[arg(long, env = "ELECT_USER", value_name = "NAME", hide_env_values = true)]
+    #[arg(
+        long,
+        help = per_store("The store's user", |a| a.user) + ". The password comes from \
+            --password-file, the store URL or ELECT_PASSWORD, else the store's own variables \
+            and files (see Environment)",
+        env = "ELECT_USER",
+        value_name = "NAME",
+        hide_env_values = true
+    )]
     pub user: Option<String>,
 
     /// File whose first line is the user's password.

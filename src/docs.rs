@@ -942,3 +942,20 @@ fn the_guide_calls_elect_by_its_path_where_no_path_of_the_users_applies() {
         "only {checked} calls of elect found in crontabs, units and images"
     );
 }
+
+/// The flags every store reads differently say what each store makes of
+/// them, every store named.
+#[test]
+fn the_help_of_cacert_and_user_names_every_store() {
+    let run = sub("run");
+    for flag in ["cacert", "user"] {
+        let arg = run
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag))
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        for kind in crate::store::kinds() {
+            assert!(help.contains(kind.about.title), "--{flag}: {help}");
+        }
+    }
+}

@@ -61,6 +61,10 @@ pub struct About {
     /// What `ELECT_KEY` and `ELECT_LEASE_ID` are on it (Markdown).
     pub key: &'static str,
     pub lease_id: &'static str,
+    /// What `--cacert` is to it, for the flag's help; `None`: refused.
+    pub cacert: Option<&'static str>,
+    /// Who `--user` is on it, for the flag's help; `None`: refused.
+    pub user: Option<&'static str>,
 }
 
 impl fmt::Debug for Kind {

@@ -73,6 +73,8 @@ pub const KIND: Kind = Kind {
         secrets: SECRET_VARIABLES,
         key: "the key of this holder, `<lock>/<lease id hex>`",
         lease_id: "the lease id, hexadecimal",
+        cacert: Some("else the system's roots"),
+        user: Some("its user"),
     },
 };
 

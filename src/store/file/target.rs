@@ -49,6 +49,8 @@ pub const KIND: Kind = Kind {
         secrets: &[],
         key: "the lock file",
         lease_id: "the pid (decimal) of the elect that holds the lock",
+        cacert: None,
+        user: None,
     },
 };
 

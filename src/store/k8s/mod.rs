@@ -75,6 +75,8 @@ pub const KIND: Kind = Kind {
         secrets: &[],
         key: "the Lease's `holderIdentity`, `<host>_<tenure>`",
         lease_id: "the holder's tenure id (16 hex digits, fresh for each `elect run`)",
+        cacert: None,
+        user: None,
     },
 };
 

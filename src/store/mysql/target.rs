@@ -64,6 +64,8 @@ pub const KIND: Kind = Kind {
         secrets: SECRET_VARIABLES,
         key: "`<lock>/<tenure>`",
         lease_id: "the holder's tenure id (32 hex digits, fresh for each `elect run`)",
+        cacert: Some("as ssl-ca"),
+        user: Some("the account"),
     },
 };
 

@@ -66,6 +66,8 @@ pub const KIND: Kind = Kind {
         secrets: SECRET_VARIABLES,
         key: "`<lock>/<tenure>`",
         lease_id: "the holder's tenure id (32 hex digits, fresh for each `elect run`)",
+        cacert: Some("as sslrootcert, the whole chain checked"),
+        user: Some("the role"),
     },
 };
 

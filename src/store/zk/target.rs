@@ -49,6 +49,8 @@ pub const KIND: Kind = Kind {
         secrets: &[],
         key: "its node, `/<lock>/_c_<uuid>-lock-<seq>`",
         lease_id: "the session id, hexadecimal",
+        cacert: Some("needed by zks://"),
+        user: Some("a digest user"),
     },
 };
 
