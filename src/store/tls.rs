@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{AlertDescription, CertificateError, DigitallySignedStruct, SignatureScheme};
 
@@ -233,5 +234,85 @@ mod tests {
              elect trusts (--cacert, else the system's roots) (invalid peer certificate: \
              UnknownIssuer)"
         );
+    }
+}
+
+/// Which part of a client's TLS set-up was bad, for the caller to name as
+/// its flags or settings call it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// No protocol version the provider offers.
+    Versions,
+    /// A CA certificate.
+    Ca,
+    /// The client certificate.
+    Cert,
+    /// The client key.
+    Key,
+    /// The two together (a key that is not the certificate's).
+    CertAndKey,
+}
+
+/// How the client checks the server's certificate.
+pub enum Verifier {
+    /// Against these roots, as WebPKI does.
+    Roots(rustls::RootCertStore),
+    /// Another way: a store's own rules, or not at all.
+    Custom(Arc<dyn ServerCertVerifier>),
+}
+
+/// The provider every store's client uses.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The roots a server's certificate must lead to: the CA certificates in
+/// `pem`, else the system's (those it cannot use are left out).
+pub fn roots(pem: Option<&[u8]>) -> Result<rustls::RootCertStore, (Part, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    match pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| (Part::Ca, e.to_string()))?;
+                roots.add(cert).map_err(|e| (Part::Ca, e.to_string()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// A client's TLS configuration: the server checked by `verifier`, and
+/// `client` (a certificate and its key, PEM) shown when the server asks.
+pub fn client_config(
+    provider: &Arc<CryptoProvider>,
+    verifier: Verifier,
+    client: Option<&(Vec<u8>, Vec<u8>)>,
+) -> Result<rustls::ClientConfig, (Part, String)> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| (Part::Versions, e.to_string()))?;
+    let builder = match verifier {
+        Verifier::Roots(roots) => builder.with_root_certificates(roots),
+        Verifier::Custom(verifier) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier),
+    };
+    match client {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (Part::Cert, e.to_string()))?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| (Part::Key, e.to_string()))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| (Part::CertAndKey, e.to_string()))
+        }
+        None => Ok(builder.with_no_client_auth()),
     }
 }

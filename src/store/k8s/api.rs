@@ -16,8 +16,7 @@ use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::Value;
 
 use super::config::{Auth, Conn};
@@ -527,45 +526,22 @@ fn split_server(server: &str) -> Result<(String, u16), StoreError> {
 }
 
 fn tls_config(conn: &Conn) -> Result<rustls::ClientConfig, StoreError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let bad = |what: &str, e: &dyn std::fmt::Display| {
+    let provider = tls::provider();
+    let bad = |(part, e): (tls::Part, String)| {
+        let what = match part {
+            tls::Part::Versions => "TLS",
+            tls::Part::Ca => "the CA certificate",
+            tls::Part::Cert => "the client certificate",
+            tls::Part::Key => "the client key",
+            tls::Part::CertAndKey => "the client certificate and key",
+        };
         StoreError::config(format!("{}: {what}: {e}", conn.shown))
     };
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad("TLS", &e))?;
-    let builder = match (&conn.ca, conn.insecure) {
-        (_, true) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(tls::Unchecked(provider))),
-        (Some(pem), false) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| bad("the CA certificate", &e))?;
-                roots.add(cert).map_err(|e| bad("the CA certificate", &e))?;
-            }
-            builder.with_root_certificates(roots)
-        }
-        (None, false) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            builder.with_root_certificates(roots)
-        }
+    let verifier = match (&conn.ca, conn.insecure) {
+        (_, true) => tls::Verifier::Custom(Arc::new(tls::Unchecked(provider.clone()))),
+        (ca, false) => tls::Verifier::Roots(tls::roots(ca.as_deref()).map_err(bad)?),
     };
-    match &conn.client_cert {
-        Some((cert, key)) => {
-            let certs = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| bad("the client certificate", &e))?;
-            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| bad("the client certificate and key", &e))
-        }
-        None => Ok(builder.with_no_client_auth()),
-    }
+    tls::client_config(&provider, verifier, conn.client_cert.as_ref()).map_err(bad)
 }
 
 #[cfg(test)]

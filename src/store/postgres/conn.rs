@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
@@ -238,58 +237,43 @@ fn tls_wanted(target: &PgTarget) -> bool {
 fn tls_connector(
     target: &PgTarget,
 ) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let bad = |what: &str, e: &dyn std::fmt::Display| StoreError::config(format!("{what}: {e}"));
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad("TLS", &e))?;
-    let roots = || -> Result<Arc<RootCertStore>, StoreError> {
-        let mut roots = RootCertStore::empty();
-        match &target.root_cert {
-            Some(RootCert::Pem(pem)) => {
-                for cert in CertificateDer::pem_slice_iter(pem) {
-                    let cert = cert.map_err(|e| bad("the CA certificate", &e))?;
-                    roots.add(cert).map_err(|e| bad("the CA certificate", &e))?;
-                }
-            }
-            Some(RootCert::System) | None => {
-                for cert in rustls_native_certs::load_native_certs().certs {
-                    let _ = roots.add(cert);
-                }
-            }
-        }
-        Ok(Arc::new(roots))
+    let provider = tls::provider();
+    let bad = |(part, e): (tls::Part, String)| {
+        let what = match part {
+            tls::Part::Versions => "TLS",
+            tls::Part::Ca => "the CA certificate",
+            tls::Part::Cert => "--cert",
+            tls::Part::Key => "--key",
+            tls::Part::CertAndKey => "--cert and --key",
+        };
+        StoreError::config(format!("{what}: {e}"))
     };
     let verifier: Arc<dyn ServerCertVerifier> = match target.sslmode {
         SslMode::VerifyFull | SslMode::VerifyCa => {
+            let pem = match &target.root_cert {
+                Some(RootCert::Pem(pem)) => Some(&pem[..]),
+                Some(RootCert::System) | None => None,
+            };
+            let roots = Arc::new(tls::roots(pem).map_err(bad)?);
             let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                roots()?,
+                roots,
                 provider.clone(),
             )
             .build()
-            .map_err(|e| bad("the CA certificate", &e))?;
+            .map_err(|e| bad((tls::Part::Ca, e.to_string())))?;
             Arc::new(Checked {
                 webpki,
                 names: target.sslmode == SslMode::VerifyFull,
             })
         }
-        _ => Arc::new(tls::Unchecked(provider)),
+        _ => Arc::new(tls::Unchecked(provider.clone())),
     };
-    let builder = builder
-        .dangerous()
-        .with_custom_certificate_verifier(verifier);
-    let config = match &target.client_cert {
-        Some((cert, key)) => {
-            let certs = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| bad("--cert", &e))?;
-            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("--key", &e))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| bad("--cert and --key", &e))?
-        }
-        None => builder.with_no_client_auth(),
-    };
+    let config = tls::client_config(
+        &provider,
+        tls::Verifier::Custom(verifier),
+        target.client_cert.as_ref(),
+    )
+    .map_err(bad)?;
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
