@@ -498,7 +498,7 @@ struct Book<'a> {
     last_sent: Instant,
     last_confirmed: Instant,
     next: Instant,
-    backoff: Duration,
+    backoff: crate::backoff::Backoff,
     tally: &'a Tally,
 }
 
@@ -520,7 +520,9 @@ impl<'a> Book<'a> {
             last_sent: granted_at,
             last_confirmed: granted_at,
             next: granted_at + timing.renew_every(),
-            backoff: Self::FIRST_BACKOFF,
+            // At most half a renewal's period: a retry still comes before
+            // the next renewal is due.
+            backoff: crate::backoff::Backoff::new(Self::FIRST_BACKOFF, timing.renew_every() / 2),
             tally,
         }
     }
@@ -565,7 +567,7 @@ impl<'a> Book<'a> {
             self.last_confirmed = sent;
             self.next = sent + self.timing.renew_every();
             self.first = i;
-            self.backoff = Self::FIRST_BACKOFF;
+            self.backoff.reset();
         }
         None
     }
@@ -577,12 +579,9 @@ impl<'a> Book<'a> {
         self.renewers[i].borrow_mut().reset();
         self.first = 1 - i;
         if sent == self.last_sent {
-            log::verbose(format_args!(
-                "renewal failed, retrying in {}: {e}",
-                show(self.backoff)
-            ));
-            self.next = Instant::now() + self.backoff;
-            self.backoff = (self.backoff * 2).min(self.timing.renew_every() / 2);
+            let pause = self.backoff.pause();
+            log::verbose(format_args!("renewal failed, retrying in {}: {e}", show(pause)));
+            self.next = Instant::now() + pause;
         } else {
             log::verbose(format_args!("an earlier renewal failed: {e}"));
         }

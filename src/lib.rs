@@ -11,6 +11,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod backoff;
 mod cli;
 mod clock;
 #[cfg(test)]

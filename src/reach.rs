@@ -52,7 +52,7 @@ pub struct Reach {
     reached: bool,
     /// Whether a store that cannot be reached is waited for within the
     /// bound ([`Reach::again`]), and the pause before the next try.
-    patient: Option<Duration>,
+    patient: Option<crate::backoff::Backoff>,
 }
 
 impl Reach {
@@ -93,20 +93,18 @@ impl Reach {
             probe: None,
             found: None,
             reached: false,
-            patient: Some(FIRST_PAUSE),
+            patient: Some(crate::backoff::Backoff::new(FIRST_PAUSE, MAX_PAUSE)),
         }
     }
 
     /// After `e`: how long to pause before trying again, if the store is
     /// waited for and the bound has time left for it.
     pub fn try_again(&mut self, e: &StoreError) -> Option<Duration> {
-        let pause = self.patient?;
         let left = self.until.remaining();
         if e.kind != crate::store::ErrorKind::Unavailable || left.is_zero() {
             return None;
         }
-        self.patient = Some((pause * 2).min(MAX_PAUSE));
-        Some(pause.min(left))
+        Some(self.patient.as_mut()?.pause().min(left))
     }
 
     /// The store answered what it had to: no probe is needed any more.

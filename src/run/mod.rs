@@ -416,7 +416,7 @@ impl Job {
     ) -> Outcome {
         const FIRST_BACKOFF: Duration = Duration::from_secs(1);
         const MAX_BACKOFF: Duration = Duration::from_secs(60);
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = crate::backoff::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         // Kept across a turn whose command never started: it still waits.
         let mut wait_from: Option<Instant> = None;
         loop {
@@ -449,19 +449,19 @@ impl Job {
             };
             // A long, healthy turn earns a fresh start.
             if Instant::now().since(started) > MAX_BACKOFF {
-                backoff = FIRST_BACKOFF;
+                backoff.reset();
             }
+            let pause = backoff.pause();
             log::notice(format_args!(
                 "{why}; rejoining the queue for lock {} in {}",
                 self.lock,
-                show(backoff)
+                show(pause)
             ));
             self.standing.rejoining(why);
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(pause) => {}
                 sig = signals.terminating() => return Outcome::Raise(sig),
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

@@ -37,7 +37,8 @@ pub fn kill(group: Pid) -> bool {
 /// group still has members, and then sleeps until one of those that can
 /// run ends (or `backstop` passes, for one that joins the group meanwhile).
 pub fn kill_until_none_can_run(group: Pid) {
-    let mut backstop = Duration::from_millis(10);
+    let mut backstop =
+        crate::backoff::Backoff::new(Duration::from_millis(10), Duration::from_millis(100));
     while kill(group) {
         let members = match members_that_can_run(group) {
             Ok(members) if members.is_empty() => return,
@@ -47,8 +48,7 @@ pub fn kill_until_none_can_run(group: Pid) {
                 Vec::new()
             }
         };
-        wait_for_an_end(&members, backstop);
-        backstop = (backstop * 2).min(Duration::from_millis(100));
+        wait_for_an_end(&members, backstop.pause());
     }
 }
 

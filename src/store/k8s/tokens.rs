@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use super::exec::{Credential, Plugin};
 use crate::clock::{Instant, show};
 use crate::log;
+use crate::store::retry::Backoff;
 use crate::store::{Secret, StoreError};
 
 /// How long before its expiry a plugin's token is fetched again, at most
@@ -107,7 +108,6 @@ impl Kept {
     }
 }
 
-#[derive(Default)]
 struct State {
     kept: Option<Kept>,
     /// When the fetch on its way started.
@@ -116,9 +116,22 @@ struct State {
     last: Option<Result<Secret, StoreError>>,
     /// After a fetch that failed: none starts ahead of need before this.
     pause_until: Option<Instant>,
-    pause: Duration,
+    pause: Backoff,
     /// The token in hand expired while the fetch on its way ran: told.
     told: bool,
+}
+
+impl Default for State {
+    fn default() -> State {
+        State {
+            kept: None,
+            fetching: None,
+            last: None,
+            pause_until: None,
+            pause: Backoff::new(FIRST_PAUSE, MAX_PAUSE),
+            told: false,
+        }
+    }
 }
 
 impl State {
@@ -255,11 +268,10 @@ impl Tokens {
                     state.last = Some(Ok(kept.token.clone()));
                     state.kept = Some(kept);
                     state.pause_until = None;
-                    state.pause = FIRST_PAUSE;
+                    state.pause.reset();
                 }
                 Err(e) => {
-                    let pause = state.pause.max(FIRST_PAUSE);
-                    state.pause = (pause * 2).min(MAX_PAUSE);
+                    let pause = state.pause.pause();
                     state.pause_until = Some(Instant::now() + pause);
                     let lives = state.kept.as_ref().filter(|k| k.lives()).map(|k| {
                         k.expires

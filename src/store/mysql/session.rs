@@ -574,15 +574,14 @@ impl MyLock<'_> {
         left: Duration,
         fence: i64,
         until: Option<Instant>,
-        gap: &mut Option<(i64, Duration)>,
+        gap: &mut Option<(i64, Backoff)>,
     ) {
         let end = Instant::now() + left;
         let end = until.map_or(end, |at| at.min(end));
-        if let Some((f, wait)) = *gap
-            && f == fence
+        if let Some((f, wait)) = gap
+            && *f == fence
         {
-            sleep_until(end.min(Instant::now() + wait)).await;
-            *gap = Some((f, (wait * 2).min(POLL_EVERY)));
+            sleep_until(end.min(Instant::now() + wait.pause())).await;
         }
         let within = end.remaining();
         if within.is_zero() {
@@ -590,8 +589,8 @@ impl MyLock<'_> {
         }
         match self.listen(fence, within).await {
             Heard::Free => {
-                if gap.is_none_or(|(f, _)| f != fence) {
-                    *gap = Some((fence, FIRST_GAP));
+                if gap.as_ref().is_none_or(|(f, _)| *f != fence) {
+                    *gap = Some((fence, Backoff::new(FIRST_GAP, POLL_EVERY)));
                 }
             }
             Heard::Quiet => {
