@@ -361,3 +361,17 @@ impl Outcome {
         }
     }
 }
+
+/// What a store's error makes of elect's exit: a store says what went
+/// wrong, never how elect ends.
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::ErrorKind;
+        let code = match e.kind {
+            ErrorKind::Config | ErrorKind::Denied => Code::Config,
+            ErrorKind::Unavailable | ErrorKind::Gone | ErrorKind::Rewound => Code::Unavailable,
+            ErrorKind::Local => Code::OsError,
+        };
+        Failure::new(code, e.message)
+    }
+}

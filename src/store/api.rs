@@ -369,19 +369,6 @@ impl StoreError {
     }
 }
 
-impl From<StoreError> for crate::exit::Failure {
-    fn from(e: StoreError) -> Self {
-        let code = match e.kind {
-            ErrorKind::Config | ErrorKind::Denied => crate::exit::Code::Config,
-            ErrorKind::Unavailable | ErrorKind::Gone | ErrorKind::Rewound => {
-                crate::exit::Code::Unavailable
-            }
-            ErrorKind::Local => crate::exit::Code::OsError,
-        };
-        crate::exit::Failure::new(code, e.message)
-    }
-}
-
 /// `text`, then each cause of `e` that it does not already say, on one
 /// line: clients' transport errors say what went wrong only in their
 /// sources.

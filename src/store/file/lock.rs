@@ -176,7 +176,7 @@ impl FileLock {
                 }
                 log::verbose(format_args!("waiting for the lock on {}", self.key));
                 let file = self.file.borrow().try_clone().map_err(locked)?;
-                let forever = crate::lease::NEVER;
+                let forever = crate::clock::Instant::FAR_FUTURE;
                 // A file replaced while we wait (elect break) is looked for
                 // too: its old holder may never let go of the old one.
                 let waited = tokio::select! {
