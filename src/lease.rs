@@ -580,7 +580,10 @@ impl<'a> Book<'a> {
         self.first = 1 - i;
         if sent == self.last_sent {
             let pause = self.backoff.pause();
-            log::verbose(format_args!("renewal failed, retrying in {}: {e}", show(pause)));
+            log::verbose(format_args!(
+                "renewal failed, retrying in {}: {e}",
+                show(pause)
+            ));
             self.next = Instant::now() + pause;
         } else {
             log::verbose(format_args!("an earlier renewal failed: {e}"));
