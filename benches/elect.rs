@@ -1495,19 +1495,32 @@ fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     kube.create_namespace("bench");
     kube.register("bench");
     let elect = Locker::elect_kube("k8s:bench?context=bench");
-    let leases = "/apis/coordination.k8s.io/v1/namespaces/bench/leases";
-    // The waiter's record, live.
+    // The waiter's record, a key of its lock's records' ConfigMap, and its
+    // watch of the Lease begun (the holder's own is the other): its key is
+    // written before, and a holder killed in between would time its join.
     let waiting = |lock: &str| {
+        let watch = format!(
+            "watch /apis/coordination.k8s.io/v1/namespaces/bench/leases?watch=1&fieldSelector=metadata.name%3D{lock}&"
+        );
+        let watches = Kube::requests_of_elect(&audit)
+            .iter()
+            .filter(|r| r.starts_with(&watch))
+            .count();
+        if watches < 2 {
+            return false;
+        }
         let (_, body) = kube.request(
             "GET",
-            &format!("{leases}?labelSelector=elect%2Fwaiters-of"),
+            "/api/v1/namespaces/bench/configmaps?labelSelector=elect%2Frecords-of",
             None,
         );
         serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|list| {
             list["items"].as_array().is_some_and(|items| {
-                items.iter().any(|l| {
-                    l["metadata"]["annotations"]["elect/lock"] == lock
-                        && l["spec"]["holderIdentity"] != ""
+                items.iter().any(|m| {
+                    m["metadata"]["annotations"]["elect/lock"] == lock
+                        && m["data"]
+                            .as_object()
+                            .is_some_and(|d| d.keys().any(|k| k.starts_with("waiter.")))
                 })
             })
         })

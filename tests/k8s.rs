@@ -355,7 +355,7 @@ fn the_history_is_one_configmap_beside_the_lease() {
     let maps = history_maps(&store);
     assert_eq!(maps.len(), 1, "{maps:#?}");
     let map = &maps[0];
-    assert_eq!(map["metadata"]["name"], "nightly-report.elect-history");
+    assert_eq!(map["metadata"]["name"], "nightly-report.elect");
     assert_eq!(
         map["metadata"]["annotations"]["elect/lock"],
         "nightly-report"
@@ -1177,18 +1177,49 @@ fn a_cycle_costs_few_requests() {
     }
 }
 
-/// The waiter records in `namespace`, as the API server lists them.
+/// The waiter records in `namespace`, as the API server lists them: each
+/// lock's are keys `waiter.<tenure>` of its records' ConfigMap.
 fn waiter_records(kube: &Kube, namespace: &str) -> Result<Vec<serde_json::Value>, String> {
     let (_, body) = kube.request(
         "GET",
-        &format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases?labelSelector=elect%2Fwaiters-of"
-        ),
+        &format!("/api/v1/namespaces/{namespace}/configmaps?labelSelector=elect%2Frecords-of"),
         None,
     );
     let list: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-    Ok(list["items"].as_array().cloned().unwrap_or_default())
+    let mut found = Vec::new();
+    for map in list["items"].as_array().into_iter().flatten() {
+        for (key, value) in map["data"].as_object().into_iter().flatten() {
+            if key.starts_with("waiter.") {
+                let value = value.as_str().unwrap_or_default();
+                found.push(serde_json::from_str(value).map_err(|e| format!("{e}: {value}"))?);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The names of the Leases in `namespace`, as `kubectl get leases` lists
+/// them.
+fn lease_names(kube: &Kube, namespace: &str) -> Vec<String> {
+    let (code, body) = kube.request(
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            l["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
 }
 
 /// Waiters take the Lease in the order they came: each release names the
@@ -1214,6 +1245,8 @@ fn waiters_take_the_lease_in_the_order_they_came() {
             (found == n).then_some(()).ok_or(format!("{found} records"))
         });
     }
+    // The waiters are not Leases: `kubectl get leases` lists the lock.
+    assert_eq!(lease_names(&kube, "order"), ["job"]);
     let from = Kube::requests_of_elect(&dir).len();
     holder.send_line("done");
     assert_eq!(holder.wait_code(10 * SECOND), 0);
@@ -1250,26 +1283,20 @@ fn a_waiter_renews_its_record_once_a_ttl() {
     let mut holder = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
     holder.expect_line("held", 20 * SECOND);
     let mut waiter = Running::spawn(elect_run(url, "job", &["--ttl", "3s"], script));
-    let record = support::eventually("the waiter's record", 10 * SECOND, || {
+    support::eventually("the waiter's record", 10 * SECOND, || {
         let records = waiter_records(&kube, "cost")?;
         records
             .first()
-            .and_then(|r| r["metadata"]["name"].as_str())
-            .map(String::from)
+            .map(drop)
             .ok_or_else(|| "no waiter record yet".to_string())
     });
     let from = Kube::requests_of_elect(&dir).len();
     // A window measured: three TTLs.
     std::thread::sleep(9 * SECOND);
     let made = Kube::requests_of_elect(&dir)[from..].to_vec();
-    let puts_of = |name: &str| {
-        made.iter()
-            .filter(|r| {
-                *r == &format!("update /apis/coordination.k8s.io/v1/namespaces/cost/leases/{name}")
-            })
-            .count()
-    };
-    let (of_holder, of_waiter) = (puts_of("job"), puts_of(&record));
+    let count = |request: &str| made.iter().filter(|r| *r == request).count();
+    let of_holder = count("update /apis/coordination.k8s.io/v1/namespaces/cost/leases/job");
+    let of_waiter = count("patch /api/v1/namespaces/cost/configmaps/job.elect");
     eprintln!(
         "in 9 s at --ttl 3s: the holder's Lease {of_holder} PUTs, the waiter's record \
          {of_waiter}, {} requests in all",

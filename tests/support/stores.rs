@@ -1810,14 +1810,39 @@ impl StoreUnderTest for KubeStore {
         format!("k8s:{}@{}", self.namespace, self.context)
     }
 
-    /// The Lease's live holder, and the live waiters' records.
+    /// The Lease's live holder, and the live waiters' records: keys
+    /// `waiter.<tenure>` of the lock's records' ConfigMap.
     fn contenders(&self, lock: &str) -> usize {
-        self.all_leases()
-            .iter()
-            .filter(|l| l["metadata"]["annotations"]["elect/lock"] == lock)
-            .filter(|l| l["metadata"]["annotations"]["elect/record"].is_null())
-            .filter(|l| Self::live(l))
-            .count()
+        let holder = self.lease(lock).is_some_and(|l| Self::live(&l));
+        let (code, body) = self.kube().request(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{}/configmaps?labelSelector=elect%2Frecords-of",
+                self.namespace
+            ),
+            None,
+        );
+        assert_eq!(code, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let now = std::time::SystemTime::now();
+        let waiters = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["metadata"]["annotations"]["elect/lock"] == lock)
+            .flat_map(|m| m["data"].as_object().cloned().unwrap_or_default())
+            .filter(|(key, _)| key.starts_with("waiter."))
+            .filter(|(_, value)| {
+                let w: serde_json::Value =
+                    serde_json::from_str(value.as_str().unwrap_or("")).unwrap_or_default();
+                let renewed = w["renewed"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok());
+                let seconds = w["seconds"].as_u64().unwrap_or(0);
+                renewed.is_some_and(|r| r + Duration::from_secs(seconds) > now)
+            })
+            .count();
+        usize::from(holder) + waiters
     }
 
     fn unrelated_write(&self) {

@@ -64,10 +64,9 @@ pub const RECORD: &str = "elect/record";
 /// The label that gathers a lock's history: its ConfigMap (and the Leases
 /// a tenure of earlier versions).
 pub const RECORDS_OF: &str = "elect/records-of";
-/// The label that gathers a lock's waiter records.
+/// The label of the waiter records (Leases) of earlier versions, which
+/// are no locks: an elect of one may still wait beside this one.
 pub const WAITERS_OF: &str = "elect/waiters-of";
-/// The record name of a waiter, before its tenure.
-pub const WAITER: &str = "waiter/";
 
 /// The holder `elect break --force` writes: no one, for a second after an
 /// elect holder (which sees it at once), for the Lease's own duration after
@@ -157,8 +156,8 @@ pub fn object_name(lock: &str) -> String {
     }
 }
 
-/// The object of record `suffix` (a waiter's) of the lock whose object is
-/// `name`.
+/// The Lease name earlier versions gave record `suffix` (a waiter's, a
+/// tenure's) of the lock whose object is `name`.
 pub fn record_name(name: &str, suffix: &str) -> String {
     let mut base: String = name.chars().take(200).collect();
     base = base.trim_end_matches(['-', '.']).to_string();
@@ -166,16 +165,10 @@ pub fn record_name(name: &str, suffix: &str) -> String {
 }
 
 /// The label value that gathers the records of the lock whose object is
-/// `name`: its waiters, its history (a label value is at most 63
-/// characters).
+/// `name`: its history's ConfigMap (and earlier versions' Leases of its
+/// waiters and tenures; a label value is at most 63 characters).
 pub fn records_label(name: &str) -> String {
     format!("r-{}", hash8(name))
-}
-
-/// The label selector, as a query's value, of the waiter records of the
-/// lock whose object is `name`.
-pub fn waiters_selector(name: &str) -> String {
-    format!("{WAITERS_OF}%3D{}", records_label(name))
 }
 
 /// The time now as a MicroTime, as the API writes it.
@@ -216,12 +209,6 @@ impl Lease {
 
     pub fn renew_time(&self) -> Option<&str> {
         self.0["spec"]["renewTime"].as_str()
-    }
-
-    /// `acquireTime`, by its writer's wall clock.
-    pub fn acquire_time(&self) -> Option<std::time::SystemTime> {
-        let time = self.0["spec"]["acquireTime"].as_str()?;
-        humantime::parse_rfc3339(time).ok()
     }
 
     /// The waiter this Lease, let go, names to take it next, unless it is

@@ -6,19 +6,20 @@
 //! `config.rs` finds the API server and the credentials (a pod's service
 //! account, else a kubeconfig), `api.rs` speaks HTTP to it, `lease.rs` is
 //! the Lease object and the names of elect's, `session.rs` the tenure, its
-//! renewals and the wait for a Lease, `history.rs` the ConfigMap of a
-//! lock's history; here are status, list, break and the records.
+//! renewals and the wait for a Lease, `records.rs` the ConfigMap of a
+//! lock's history and waiters; here are status, list, break and the
+//! records.
 //!
 //! A lock's checkpoint, shard count, last holder, last success and slots
 //! done are annotations of its own Lease, each written by a PUT of the
-//! version whose holder was checked; its history is a ConfigMap beside it,
-//! a key a tenure.
+//! version whose holder was checked; its history and waiters are a
+//! ConfigMap beside it, a key a tenure or a waiter.
 
 mod api;
 mod config;
 mod exec;
-mod history;
 mod lease;
+mod records;
 mod session;
 mod tokens;
 
@@ -34,7 +35,6 @@ use api::{Api, CONFIGMAPS};
 use config::{Conn, Url};
 use lease::Lease;
 
-use crate::log;
 use crate::store::kind::{About, Kind, Settings, Target};
 use crate::store::{
     Boxed, Breaking, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError, Versioned,
@@ -162,7 +162,7 @@ pub struct Kube {
     /// The highest resource version this process has seen of its Leases
     /// ([`crate::store::rewind`]), for every session.
     mark: crate::store::rewind::Mark,
-    /// The history ConfigMaps found absent by this store's last look: the
+    /// The records' ConfigMaps found absent by this store's last look: the
     /// next write to one creates it at once, where it would first patch.
     absent: RefCell<std::collections::BTreeSet<String>>,
 }
@@ -211,12 +211,12 @@ impl Kube {
 
     /// How many wait for `lock`, by their records that live.
     async fn waiting(&self, lock: &str) -> Result<usize, StoreError> {
-        let selector = lease::waiters_selector(&lease::object_name(lock));
-        let found = self.all(Some(&selector)).await?;
-        Ok(found
-            .iter()
-            .filter(|l| l.annotation(lease::LOCK) == Some(lock) && l.live_by_wall_clock())
-            .count())
+        let found = self.read_records(lock, false).await?;
+        Ok(found.as_ref().map_or(0, |map| {
+            records::waiters(map, lock)
+                .filter(|(_, w)| !w.left_by_wall_clock().is_zero())
+                .count()
+        }))
     }
 
     /// Every Lease of the namespace, with labels `selector` if given.
@@ -352,12 +352,12 @@ impl Kube {
         }
     }
 
-    /// The history ConfigMap of `lock`, if there is one: read afresh with
+    /// The records' ConfigMap of `lock`, if there is one: read afresh with
     /// `fresh` (for a write that depends on it), else perhaps sharing a
     /// read on its way.
-    async fn read_history(&self, lock: &str, fresh: bool) -> Result<Option<Value>, StoreError> {
-        let name = history::name(&lease::object_name(lock));
-        let path = history::path(self.ns(), &name);
+    async fn read_records(&self, lock: &str, fresh: bool) -> Result<Option<Value>, StoreError> {
+        let name = records::name(&lease::object_name(lock));
+        let path = records::path(self.ns(), &name);
         let reply = match fresh {
             true => self.api.request("GET", &path, None).await?,
             false => self.api.request_patiently("GET", &path, None).await?,
@@ -365,9 +365,9 @@ impl Kube {
         match reply.status {
             200 => {
                 self.absent.borrow_mut().remove(&name);
-                match history::lock_of(&reply.body) {
+                match records::lock_of(&reply.body) {
                     Some(other) if other != lock => Err(StoreError::config(format!(
-                        "lock {lock} maps to ConfigMap {name}, which is lock {other}'s history: \
+                        "lock {lock} maps to ConfigMap {name}, which is lock {other}'s records: \
                          rename one of them"
                     ))),
                     _ => Ok(Some(reply.body)),
@@ -403,9 +403,9 @@ impl Kube {
             Fence::Any => None,
         };
         let object = lease::object_name(lock);
-        let name = history::name(&object);
-        let path = history::path(self.ns(), &name);
-        let key = history::key(id);
+        let name = records::name(&object);
+        let path = records::path(self.ns(), &name);
+        let key = records::key(id);
         let stale = || {
             Ok(Put::Stale(format!(
                 "the record {}{id} of lock {lock} changed meanwhile",
@@ -416,13 +416,13 @@ impl Kube {
         // by the last look, or by one on its way (the trim's), whose answer
         // costs no request.
         if version.is_none() && self.api.reading(&path) {
-            self.read_history(lock, false).await?;
+            self.read_records(lock, false).await?;
         }
         let mut create = version.is_none() && self.absent.borrow().contains(&name);
         loop {
             if create {
                 let data = Map::from_iter([(key.clone(), Value::from(value))]);
-                if self.create_history(lock, &object, &name, data).await? {
+                if self.create_records(lock, &object, &name, data).await? {
                     return Ok(Put::Stored);
                 }
                 create = false;
@@ -430,7 +430,7 @@ impl Kube {
             let precondition = match version {
                 None => None,
                 Some(Some(v)) => Some(v.to_string()),
-                Some(None) => match self.read_history(lock, true).await? {
+                Some(None) => match self.read_records(lock, true).await? {
                     Some(map) if map["data"][&key].is_string() => return stale(),
                     Some(map) => Some(
                         map["metadata"]["resourceVersion"]
@@ -459,87 +459,17 @@ impl Kube {
         }
     }
 
-    /// Create `lock`'s history ConfigMap `name` with `data`; `false` if it
-    /// exists. The write that created it moves in the history Leases an
-    /// earlier version left: a failure to is a warning, never the write's.
-    async fn create_history(
+    /// Create `lock`'s records `name` with `data`; `false` if they exist.
+    async fn create_records(
         &self,
         lock: &str,
         object: &str,
         name: &str,
         data: Map<String, Value>,
     ) -> Result<bool, StoreError> {
-        let map = history::new(name, lock, object, data);
-        let reply = self
-            .api
-            .request("POST", &history::configmaps(self.ns()), Some(&map))
-            .await?;
-        match reply.status {
-            200 | 201 => {
-                self.absent.borrow_mut().remove(name);
-                if let Err(e) = self.adopt(lock, object, name).await {
-                    log::warn(format_args!(
-                        "could not move the history Leases of lock {lock} into ConfigMap \
-                         {name}: {e}"
-                    ));
-                }
-                Ok(true)
-            }
-            409 => {
-                self.absent.borrow_mut().remove(name);
-                Ok(false)
-            }
-            _ => Err(self.api.refusal_of(CONFIGMAPS, "create", name, &reply)),
-        }
-    }
-
-    /// Move into `lock`'s new history ConfigMap `name` the tenures earlier
-    /// versions kept as Leases (labelled [`lease::RECORDS_OF`]), then
-    /// delete those Leases: once a lock, by whoever created the ConfigMap.
-    async fn adopt(&self, lock: &str, object: &str, name: &str) -> Result<(), StoreError> {
-        let selector = format!("{}%3D{}", lease::RECORDS_OF, lease::records_label(object));
-        let old: Vec<(String, String, String)> = self
-            .all(Some(&selector))
-            .await?
-            .iter()
-            .filter(|l| l.annotation(lease::LOCK) == Some(lock))
-            .filter_map(|l| {
-                let record = l.annotation(lease::RECORD)?;
-                let id = record.strip_prefix(crate::store::HISTORY)?;
-                let value = l.annotation(lease::VALUE)?;
-                Some((l.name().to_string(), history::key(id), value.to_string()))
-            })
-            .collect();
-        if old.is_empty() {
-            return Ok(());
-        }
-        let data: Map<String, Value> = old
-            .iter()
-            .map(|(_, key, value)| (key.clone(), Value::from(value.as_str())))
-            .collect();
-        let reply = self
-            .api
-            .request(
-                "PATCH",
-                &history::path(self.ns(), name),
-                Some(&json!({ "data": data })),
-            )
-            .await?;
-        if reply.status != 200 {
-            return Err(self.api.refusal_of(CONFIGMAPS, "patch", name, &reply));
-        }
-        for (lease_name, ..) in &old {
-            let path = lease::path(self.ns(), lease_name);
-            let reply = self.api.request("DELETE", &path, None).await?;
-            if !matches!(reply.status, 200 | 202 | 404) {
-                return Err(self.api.refusal("delete", lease_name, &reply));
-            }
-        }
-        log::verbose(format_args!(
-            "moved {} history Leases of lock {lock} into ConfigMap {name}",
-            old.len()
-        ));
-        Ok(())
+        let made = records::create(&self.api, self.ns(), (lock, object, name), &data).await?;
+        self.absent.borrow_mut().remove(name);
+        Ok(made.is_some())
     }
 }
 
@@ -710,10 +640,10 @@ impl Store for Kube {
             let key = match (record, lease::annotation_of(record)) {
                 (_, Some(key)) => key,
                 (Record::Tenure(id), None) => {
-                    let Some(map) = self.read_history(lock, false).await? else {
+                    let Some(map) = self.read_records(lock, false).await? else {
                         return Ok(None);
                     };
-                    let Some(value) = map["data"][history::key(id)].as_str() else {
+                    let Some(value) = map["data"][records::key(id)].as_str() else {
                         return Ok(None);
                     };
                     // The ConfigMap's version: a write fenced by it finds
@@ -771,11 +701,11 @@ impl Store for Kube {
                 (Record::Tenure(id), None) => id,
                 (_, None) => return Ok(()),
             };
-            let name = history::name(&lease::object_name(lock));
-            let patch = json!({ "data": { history::key(id): null } });
+            let name = records::name(&lease::object_name(lock));
+            let patch = json!({ "data": { records::key(id): null } });
             let reply = self
                 .api
-                .request("PATCH", &history::path(self.ns(), &name), Some(&patch))
+                .request("PATCH", &records::path(self.ns(), &name), Some(&patch))
                 .await?;
             match reply.status {
                 200 | 404 => Ok(()),
@@ -788,7 +718,7 @@ impl Store for Kube {
         Box::pin(async move {
             let reply = self
                 .api
-                .request_patiently("GET", &history::all(self.ns()), None)
+                .request_patiently("GET", &records::all(self.ns()), None)
                 .await?;
             if reply.status != 200 {
                 return Err(self
@@ -799,8 +729,8 @@ impl Store for Kube {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter(|map| history::entries(map).next().is_some())
-                .filter_map(history::lock_of)
+                .filter(|map| records::entries(map).next().is_some())
+                .filter_map(records::lock_of)
                 .filter(|lock| lock.starts_with(prefix))
                 .map(str::to_string)
                 .collect();
@@ -816,10 +746,10 @@ impl Store for Kube {
         values: bool,
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
         Box::pin(async move {
-            let found = self.read_history(lock, false).await?;
+            let found = self.read_records(lock, false).await?;
             Ok(found
                 .iter()
-                .flat_map(history::entries)
+                .flat_map(records::entries)
                 .map(|(id, value)| {
                     let value = match values {
                         true => value.to_string(),

@@ -29,11 +29,12 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use super::api::Api;
 use super::lease::{self, Lease};
+use super::records::{self, Waiter};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::observed::{NAMED_FIRST, Observed};
@@ -63,9 +64,16 @@ pub fn tenure_of(identity: &str) -> Option<&str> {
     (tenure.len() == 16 && tenure.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tenure)
 }
 
-/// A waiter record's `leaseDurationSeconds`, in the holder's TTLs: renewed
-/// once a TTL, it outlives a renewal or two that fail.
-const WAITER_TTLS: u64 = 4;
+/// One of our waiter records, as last written.
+pub struct Waiting {
+    lock: String,
+    /// The Lease of the lock.
+    object: String,
+    waiter: Waiter,
+    /// When that write was sent, and when the next is due.
+    written: Instant,
+    every: Duration,
+}
 
 /// What a session and its renewers share.
 pub struct Shared {
@@ -76,9 +84,8 @@ pub struct Shared {
     pub seconds: u64,
     /// The Leases we hold, by object name, as last written.
     pub held: RefCell<BTreeMap<String, Lease>>,
-    /// Our waiter records, by object name, as last written, and when that
-    /// write was sent.
-    pub waiting: RefCell<BTreeMap<String, (Lease, Instant)>>,
+    /// Our waiter records, by their ConfigMap's name.
+    pub waiting: RefCell<BTreeMap<String, Waiting>>,
     /// Requests to let go seen by renewals, by object name.
     asked: RefCell<BTreeMap<String, String>>,
     news: Notify,
@@ -178,99 +185,128 @@ impl Shared {
         )))
     }
 
-    /// Record that we wait for the lock whose object is `object`: a Lease
-    /// of our own beside it, renewed while we wait, so that the waiting are
-    /// seen in the store and a release can name the oldest to take the
-    /// Lease next (its `renewTime` tells a live one from one whose elect
+    /// Record that we wait for `lock`, whose Lease is `object`: a key of
+    /// our own in its records, renewed while we wait, so that the waiting
+    /// are seen in the store and a release can name the oldest to take the
+    /// Lease next (its `renewed` tells a live one from one whose elect
     /// died: shown, and the order of a wake-up, never who holds it). It
-    /// only has to show a live waiter: its `leaseDurationSeconds` is
-    /// [`WAITER_TTLS`] TTLs, and it is renewed once a TTL, not with every
-    /// renewal.
+    /// only has to show a live waiter: it is renewed once a TTL, or less
+    /// often when many wait ([`records::renew_every`]), not with every
+    /// renewal. A ConfigMap too full to take it leaves us waiting unlisted.
     async fn enter(&self, lock: &str, object: &str) -> Result<(), StoreError> {
-        let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
-        let seconds = WAITER_TTLS * self.seconds;
-        let mut waiter = Lease::new(&name, lock, &self.identity, seconds, "");
-        waiter.remove_annotation(lease::HOLDER);
-        waiter.set_label(lease::WAITERS_OF, &lease::records_label(object));
-        // Counted as ours before it is sent: a create whose reply is lost
-        // may still have been made, and leaving must delete it then too.
-        let at = Instant::now();
-        self.waiting
-            .borrow_mut()
-            .insert(name.clone(), (waiter.clone(), at));
-        let sent = self
-            .api
-            .request("POST", &lease::leases(self.ns()), Some(&waiter.0))
-            .await;
-        let reply = match sent {
-            Ok(reply) if reply.status == 409 => {
-                // Made by an earlier try of ours whose reply was lost.
-                self.api
-                    .request("GET", &lease::path(self.ns(), &name), None)
-                    .await?
-            }
-            Ok(reply) => reply,
-            Err(e) => return Err(e),
+        let name = records::name(object);
+        let ttl = Duration::from_secs(self.seconds);
+        let waiting = Waiting {
+            lock: lock.to_string(),
+            object: object.to_string(),
+            waiter: Waiter::new(&self.identity, ttl),
+            written: Instant::now(),
+            every: ttl,
         };
-        let mut waiting = self.waiting.borrow_mut();
-        match reply.status {
-            // Unless left meanwhile.
-            200 | 201 if waiting.contains_key(&name) => {
-                waiting.insert(name, (Lease(reply.body), at));
+        let data = self.waiter_data(&waiting.waiter);
+        // Counted as ours before it is sent: a write whose reply is lost
+        // may still have been made, and leaving must remove it then too.
+        self.waiting.borrow_mut().insert(name.clone(), waiting);
+        let written = records::merge(&self.api, self.ns(), (lock, object, &name), data, true).await;
+        match written {
+            Ok(map) => {
+                self.written(&name, map.as_ref(), lock);
                 Ok(())
             }
-            200 | 201 | 404 => Ok(()),
-            _ => {
-                waiting.remove(&name);
-                Err(self.api.refusal("create", &name, &reply))
+            Err(e) if e.kind == ErrorKind::Config => {
+                log::verbose(format_args!("waiting for lock {lock} unlisted: {e}"));
+                Ok(())
             }
+            // Unanswered, it may have been written: still ours to remove.
+            Err(e) if e.kind == ErrorKind::Unavailable => Err(e),
+            Err(e) => {
+                self.waiting.borrow_mut().remove(&name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Our key in a records' ConfigMap, holding `waiter` (`None`: removed).
+    fn waiter_data(&self, waiter: &Waiter) -> Map<String, Value> {
+        let value = serde_json::to_string(waiter).map_or(Value::Null, Value::from);
+        Map::from_iter([(records::waiter_key(&self.tenure), value)])
+    }
+
+    /// Our waiter record in the ConfigMap `name` (of `lock`) was written
+    /// and the ConfigMap came back as `map`: renew it next as the waiters
+    /// and the ConfigMap now stand.
+    fn written(&self, name: &str, map: Option<&Value>, lock: &str) {
+        let Some(map) = map else { return };
+        let waiters = records::waiters(map, lock).count();
+        let every = records::renew_every(
+            Duration::from_secs(self.seconds),
+            waiters,
+            records::size(map),
+        );
+        if let Some(waiting) = self.waiting.borrow_mut().get_mut(name) {
+            waiting.every = every;
         }
     }
 
     /// No longer waiting for the lock whose object is `object`.
     async fn leave_queue(&self, object: &str) {
-        let name = lease::record_name(object, &format!("{}{}", lease::WAITER, self.tenure));
-        if self.waiting.borrow_mut().remove(&name).is_none() {
+        let name = records::name(object);
+        let Some(waiting) = self.waiting.borrow_mut().remove(&name) else {
             return;
-        }
-        let path = lease::path(self.ns(), &name);
-        // Tried again when unanswered: a record left behind looks like a
-        // live waiter for a whole TTL.
-        if let Err(e) = self.api.request_patiently("DELETE", &path, None).await {
-            log::verbose(format_args!("removing the waiter record {name}: {e}"));
+        };
+        if let Err(e) = self.remove_waiter(&name, &waiting).await {
+            log::verbose(format_args!("removing our waiter record from {name}: {e}"));
         }
     }
 
-    /// Renew those of our waiter records written a TTL ago or more; one
-    /// that is gone is let be. `Ok(true)`: the API server answered a write.
+    /// Remove our key from the ConfigMap `name`: tried again when
+    /// unanswered, since a record left behind looks like a live waiter
+    /// for a while.
+    async fn remove_waiter(&self, name: &str, waiting: &Waiting) -> Result<(), StoreError> {
+        let patch = json!({ "data": { records::waiter_key(&self.tenure): null } });
+        let path = records::path(self.ns(), name);
+        let reply = self
+            .api
+            .request_patiently("PATCH", &path, Some(&patch))
+            .await?;
+        match reply.status {
+            200 | 404 => Ok(()),
+            _ => Err(self.api.refusal_of(
+                super::api::CONFIGMAPS,
+                "patch",
+                &format!("{name} (lock {})", waiting.lock),
+                &reply,
+            )),
+        }
+    }
+
+    /// Renew those of our waiter records due; one whose ConfigMap is gone
+    /// is let be. `Ok(true)`: the API server answered a write.
     async fn renew_waiting(&self) -> Result<bool, StoreError> {
-        let ttl = Duration::from_secs(self.seconds);
-        let waiting: Vec<(String, Lease)> = self
+        let due: Vec<(String, String, String, Waiter, Duration)> = self
             .waiting
             .borrow()
             .iter()
-            .filter(|(_, (_, written))| written.elapsed() >= ttl)
-            .map(|(n, (l, _))| (n.clone(), l.clone()))
+            .filter(|(_, w)| w.written.elapsed() >= w.every)
+            .map(|(n, w)| {
+                let (lock, object) = (w.lock.clone(), w.object.clone());
+                (n.clone(), lock, object, w.waiter.clone(), w.every)
+            })
             .collect();
         let mut answered = false;
-        for (name, mut lease) in waiting {
-            if lease.version().is_empty() {
-                // Its create is still on its way.
-                continue;
-            }
-            lease.renew();
-            let path = lease::path(self.ns(), &name);
+        for (name, lock, object, mut waiter, every) in due {
+            waiter.renew(every);
             let at = Instant::now();
-            let reply = self.api.request("PUT", &path, Some(&lease.0)).await?;
+            let data = self.waiter_data(&waiter);
+            let map =
+                records::merge(&self.api, self.ns(), (&lock, &object, &name), data, false).await?;
             answered = true;
-            let mut still = self.waiting.borrow_mut();
-            match reply.status {
-                200 if still.contains_key(&name) => {
-                    still.insert(name, (Lease(reply.body), at));
-                }
-                200 | 404 | 409 => {}
-                _ => return Err(self.api.refusal("update", &name, &reply)),
+            // Unless left meanwhile.
+            if let Some(w) = self.waiting.borrow_mut().get_mut(&name) {
+                w.waiter = waiter;
+                w.written = at;
             }
+            self.written(&name, map.as_ref(), &lock);
         }
         Ok(answered)
     }
@@ -299,23 +335,24 @@ impl Shared {
     }
 
     /// The waiter of lock `lock` (its object `object`) to take it next:
-    /// the one whose record is the oldest by its `acquireTime` among those
-    /// renewed within half their duration (once a TTL, so a waiter that
-    /// died is passed over within two). Read from the API server's cache:
-    /// a name a moment old costs at most [`NAMED_FIRST`]. The order is by
-    /// the waiters' wall clocks, so a skewed one makes it unfair, and it
-    /// never decides who holds the lock. `None` when nobody waits or the
-    /// list is not answered: then every waiter may take it at once.
+    /// the one whose record is the oldest by its `since` among those
+    /// renewed within half their lifetime (each is renewed within a
+    /// quarter, so a waiter that died is passed over within two of its
+    /// renewal periods). Read from the API server's cache: a name a moment
+    /// old costs at most [`NAMED_FIRST`]. The order is by the waiters'
+    /// wall clocks, so a skewed one makes it unfair, and it never decides
+    /// who holds the lock. `None` when nobody waits or the read is not
+    /// answered: then every waiter may take it at once.
     async fn next_of(&self, object: &str, lock: &str) -> Option<String> {
-        let path = format!(
-            "{}?labelSelector={}&resourceVersion=0",
-            lease::leases(self.ns()),
-            lease::waiters_selector(object)
-        );
-        let listed = match self.api.request("GET", &path, None).await {
+        let name = records::name(object);
+        let path = format!("{}?resourceVersion=0", records::path(self.ns(), &name));
+        let map = match self.api.request("GET", &path, None).await {
             Ok(reply) if reply.status == 200 => reply.body,
+            Ok(reply) if reply.status == 404 => return None,
             Ok(reply) => {
-                let e = self.api.refusal("list", "leases", &reply);
+                let e = self
+                    .api
+                    .refusal_of(super::api::CONFIGMAPS, "get", &name, &reply);
                 log::verbose(format_args!("naming the next holder of lock {lock}: {e}"));
                 return None;
             }
@@ -324,12 +361,11 @@ impl Shared {
                 return None;
             }
         };
-        leases_of(&listed)
-            .into_iter()
-            .filter(|w| w.annotation(lease::LOCK) == Some(lock) && w.holder() != self.identity)
-            .filter(|w| w.left_by_wall_clock() > Duration::from_secs(w.seconds()) / 2)
-            .min_by_key(|w| (w.acquire_time(), w.name().to_string()))
-            .map(|w| w.holder().to_string())
+        records::waiters(&map, lock)
+            .filter(|(_, w)| w.identity != self.identity)
+            .filter(|(_, w)| w.left_by_wall_clock() > Duration::from_secs(w.seconds) / 2)
+            .min_by_key(|(key, w)| (w.since(), key.to_string()))
+            .map(|(_, w)| w.identity)
     }
 }
 
@@ -408,16 +444,9 @@ impl Session for KubeSession {
             // Before: no renewal may count them lost once they are let go.
             let held = std::mem::take(&mut *self.shared.held.borrow_mut());
             let waiting = std::mem::take(&mut *self.shared.waiting.borrow_mut());
-            let ns = self.shared.ns().to_string();
-            let deletes = waiting.keys().map(|name| {
-                let path = lease::path(&ns, name);
-                async move {
-                    self.shared
-                        .api
-                        .request_patiently("DELETE", &path, None)
-                        .await
-                }
-            });
+            let deletes = waiting
+                .iter()
+                .map(|(name, w)| self.shared.remove_waiter(name, w));
             let lets_go = async {
                 for (name, lease) in held {
                     self.shared.let_go(&name, lease).await?;
