@@ -760,7 +760,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "HOST:PORT",
-        value_parser = crate::run::endpoint::parse,
+        value_parser = crate::usage::listen_address,
         env = "ELECT_LISTEN",
         hide_env_values = true
     )]

@@ -671,7 +671,7 @@ fn forced(holder: &Holder, why: Forced, kept_out: Option<Duration>) -> String {
         Some(_) => format!(
             "its elect kills its command within {} of noticing; until then it \
              may still run while the next holder starts",
-            crate::clock::show(crate::run::GONE_GRACE)
+            crate::clock::show(crate::lease::GONE_GRACE)
         ),
         None => match kept_out {
             Some(kept) => format!(

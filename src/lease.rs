@@ -47,6 +47,10 @@ use crate::clock::{Instant, show, sleep_until};
 use crate::log;
 use crate::store::{Loss, Renewal, Renewer, Session, StoreError};
 
+/// The grace of a command whose lease the store already ended (revoked,
+/// expired on the server, key deleted): another holder may already run.
+pub const GONE_GRACE: Duration = Duration::from_millis(100);
+
 /// The shortest lease elect asks for: stores grant whole seconds.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// Longer leases mean hours of waiting after a crash: surely a typo.

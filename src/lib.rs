@@ -25,10 +25,13 @@ mod fuzz;
 mod history;
 mod inspect;
 mod kill;
+#[cfg(test)]
+mod layers;
 mod lease;
 mod log;
 mod reach;
 mod release;
+mod report;
 mod run;
 mod store;
 mod supervisor;

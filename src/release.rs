@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::{Failure, Outcome};
 use crate::history::{self, Ended, Tenure};
-use crate::run::report::Reports;
+use crate::report::Reports;
 use crate::store::Location;
 
 /// How long to keep trying to reach the store; after that the lease

@@ -3,6 +3,7 @@
 //! parsing whether those lines are to be JSON.
 
 use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
@@ -502,9 +503,70 @@ pub fn tail(outcome: Outcome, command: &str) -> Outcome {
     }
 }
 
+/// `--listen HOST:PORT`, `:PORT` or `PORT`: loopback unless a host is named.
+/// A refusal says why and what would do; the value itself is named by the
+/// caller (`--listen foo: `, or `ELECT_LISTEN=foo: `).
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let bad = |why: &str| {
+        format!(
+            "{why}; e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every interface)"
+        )
+    };
+    let port = |p: &str| match p {
+        "" => Err(bad("no port")),
+        _ => p
+            .parse::<u16>()
+            .map_err(|_| bad(&format!("'{p}' is not a port"))),
+    };
+    let loopback = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(p) = text.strip_prefix(':') {
+        return Ok(loopback(port(p)?));
+    }
+    if let Ok(p) = text.parse::<u16>() {
+        return Ok(loopback(p));
+    }
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<IpAddr>().is_ok() {
+        return Err(bad(&format!("'{text}' has no port")));
+    }
+    match text.rsplit_once(':') {
+        None => Err(bad("not a port or HOST:PORT")),
+        Some(("localhost", p)) => Ok(loopback(port(p)?)),
+        Some((host, p)) if host.parse::<IpAddr>().is_err() && !host.starts_with('[') => {
+            port(p)?;
+            Err(bad(&format!("'{host}' is not an IP address")))
+        }
+        Some((_, p)) => {
+            port(p)?;
+            Err(bad(
+                "not HOST:PORT (an IPv6 address in brackets: [::1]:9090)",
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_port_is_loopback_and_another_host_is_named() {
+        let lo = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
+        assert_eq!(listen_address("9090"), Ok(lo(9090)));
+        assert_eq!(listen_address(":9090"), Ok(lo(9090)));
+        assert_eq!(listen_address("localhost:9090"), Ok(lo(9090)));
+        assert_eq!(
+            listen_address("0.0.0.0:80").unwrap().to_string(),
+            "0.0.0.0:80"
+        );
+        assert_eq!(listen_address("[::1]:80").unwrap().to_string(), "[::1]:80");
+        for bad in ["", ":", "x", "host:1", "1.2.3.4:99999", ":-1", "1.2.3.4"] {
+            assert!(listen_address(bad).is_err(), "{bad}");
+        }
+    }
 
     fn args(line: &str) -> Vec<OsString> {
         line.split(' ').map(OsString::from).collect()

@@ -4,7 +4,6 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use nix::sys::signal::Signal;
 use nix::unistd::AccessFlags;
 
 use crate::exit::{Code, Failure};
@@ -76,17 +75,4 @@ pub fn exec_failure(command: &OsStr, errno: i32) -> Failure {
         Code::CannotExecute
     };
     Failure::new(code, format!("cannot run {name}: {error}"))
-}
-
-/// How a process ended, in words: "was killed by SIGKILL", "exited with 3".
-pub fn describe_status(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(n)) => match Signal::try_from(n) {
-            Ok(sig) => format!("was killed by {sig}"),
-            Err(_) => format!("was killed by signal {n}"),
-        },
-        _ => "ended".to_string(),
-    }
 }

@@ -26,7 +26,7 @@
 //! exec: the command never has it.
 
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
@@ -44,51 +44,6 @@ pub const MAX_HEAD: usize = 8192;
 pub const WITHIN: Duration = Duration::from_secs(2);
 /// How many connections are served at once; more wait to be accepted.
 pub const MAX_OPEN: usize = 16;
-
-/// `--listen HOST:PORT`, `:PORT` or `PORT`: loopback unless a host is named.
-/// A refusal says why and what would do; the value itself is named by the
-/// caller (`--listen foo: `, or `ELECT_LISTEN=foo: `).
-pub fn parse(text: &str) -> Result<SocketAddr, String> {
-    let bad = |why: &str| {
-        format!(
-            "{why}; e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every interface)"
-        )
-    };
-    let port = |p: &str| match p {
-        "" => Err(bad("no port")),
-        _ => p
-            .parse::<u16>()
-            .map_err(|_| bad(&format!("'{p}' is not a port"))),
-    };
-    let loopback = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    if let Some(p) = text.strip_prefix(':') {
-        return Ok(loopback(port(p)?));
-    }
-    if let Ok(p) = text.parse::<u16>() {
-        return Ok(loopback(p));
-    }
-    let bare = text.trim_start_matches('[').trim_end_matches(']');
-    if bare.parse::<IpAddr>().is_ok() {
-        return Err(bad(&format!("'{text}' has no port")));
-    }
-    match text.rsplit_once(':') {
-        None => Err(bad("not a port or HOST:PORT")),
-        Some(("localhost", p)) => Ok(loopback(port(p)?)),
-        Some((host, p)) if host.parse::<IpAddr>().is_err() && !host.starts_with('[') => {
-            port(p)?;
-            Err(bad(&format!("'{host}' is not an IP address")))
-        }
-        Some((_, p)) => {
-            port(p)?;
-            Err(bad(
-                "not HOST:PORT (an IPv6 address in brackets: [::1]:9090)",
-            ))
-        }
-    }
-}
 
 /// The endpoint's socket, bound.
 pub struct Endpoint {
@@ -272,19 +227,6 @@ fn reply(code: u16, kind: &str, body: String, with_body: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_bare_port_is_loopback_and_another_host_is_named() {
-        let lo = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
-        assert_eq!(parse("9090"), Ok(lo(9090)));
-        assert_eq!(parse(":9090"), Ok(lo(9090)));
-        assert_eq!(parse("localhost:9090"), Ok(lo(9090)));
-        assert_eq!(parse("0.0.0.0:80").unwrap().to_string(), "0.0.0.0:80");
-        assert_eq!(parse("[::1]:80").unwrap().to_string(), "[::1]:80");
-        for bad in ["", ":", "x", "host:1", "1.2.3.4:99999", ":-1", "1.2.3.4"] {
-            assert!(parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn requests_are_routed_and_bad_ones_refused() {

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
 
-use super::command::{describe_status, exec_failure};
+use super::command::exec_failure;
 use super::signals::{Signals, stop_self};
 use super::standing::Cause;
 use super::{Job, TurnEnd, Won};
@@ -24,13 +24,10 @@ use crate::exit::{Code, Failure, Outcome};
 use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
+use crate::report::describe_status;
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session, Store};
 use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
-
-/// The grace of a command whose lease the store already ended (revoked,
-/// expired on the server, key deleted): another holder may already run.
-pub const GONE_GRACE: Duration = Duration::from_millis(100);
 
 /// Where a held turn stands.
 #[derive(Default)]
@@ -503,7 +500,9 @@ impl Job {
         match loss {
             Loss::Asked(_) => self.timing.grace(),
             // Another holder may already run.
-            Loss::Gone(_) | Loss::Expired { .. } => self.timing.grace().min(GONE_GRACE),
+            Loss::Gone(_) | Loss::Expired { .. } => {
+                self.timing.grace().min(crate::lease::GONE_GRACE)
+            }
         }
     }
 

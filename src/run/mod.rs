@@ -19,7 +19,6 @@ mod hold;
 mod inner;
 mod live;
 mod notify;
-pub(crate) mod report;
 mod shards;
 mod signals;
 mod standing;
@@ -44,7 +43,6 @@ use crate::store::{
 use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
 use endpoint::Endpoint;
-pub use hold::GONE_GRACE;
 use live::LiveLine;
 use notify::Notifier;
 use signals::Signals;
@@ -113,7 +111,7 @@ struct Job {
     /// `--history`: how many tenures the lock's history keeps.
     keep_history: usize,
     /// `--metrics-file` and `--on-end`.
-    reports: report::Reports,
+    reports: crate::report::Reports,
     identity: String,
     connect_timeout: Duration,
     rejoin: Option<Rejoin>,
@@ -290,7 +288,7 @@ impl Job {
             once,
             done_code: args.done_exit_code,
             keep_history: args.history,
-            reports: report::Reports {
+            reports: crate::report::Reports {
                 metrics_file: args.metrics_file,
                 on_end: args.on_end,
             },
@@ -503,7 +501,7 @@ impl Job {
                 Err(None) => continue,
             };
             if let Some(refused) = session
-                .renewal_waits()
+                .renewal_waits(self.timing.renew_every() + self.timing.margin())
                 .and_then(|(waits, why)| self.timing.refuse_renewal_wait(waits, &why))
             {
                 return TurnEnd::Done(Failure::new(crate::exit::Code::Config, refused).into());

@@ -227,7 +227,7 @@ impl Standing {
 
     /// The metrics, in Prometheus's text format (each in [`METRICS`]).
     pub fn metrics(&self) -> String {
-        let lock = crate::run::report::escape(&self.lock);
+        let lock = crate::report::escape(&self.lock);
         let held_shard = match *self.phase.borrow() {
             Phase::Holding { shard, .. } => Some(shard.unwrap_or(0)),
             _ => None,

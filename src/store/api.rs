@@ -164,8 +164,10 @@ pub trait Session {
     fn release(&self) -> Boxed<'_, Result<(), StoreError>>;
     /// How long every renewal waits beyond its round trips, where the
     /// store's protocol makes it wait and that is known now, with why
-    /// (ZooKeeper: between its two syncs); `None` if it does not.
-    fn renewal_waits(&self) -> Option<(Duration, String)> {
+    /// (ZooKeeper: between its two syncs); `None` if it does not. `rhythm`
+    /// is how often the lease is renewed plus its margin: a store that
+    /// granted at least that much longer than asked spares the wait.
+    fn renewal_waits(&self, _rhythm: Duration) -> Option<(Duration, String)> {
         None
     }
 }

@@ -165,6 +165,11 @@ pub fn main(args: &[OsString]) -> ! {
 /// a panic may unwind into the copy of elect's `main` above this frame.
 pub fn forked(socket: OwnedFd, orders: Orders) -> ! {
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // A group of its own, as an exec'd guard's.
+        if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
+            eprintln!("elect: guard: setpgid: {e}");
+            return crate::exit::Code::Software.value().into();
+        }
         set_name(NAME);
         retitle();
         serve(UnixStream::from(socket), orders)
@@ -198,7 +203,9 @@ fn serve(socket: UnixStream, orders: Orders) -> i32 {
         return 0;
     };
     match Guard::start(socket, orders, lock, launch, sentinel, elect) {
-        Ok(mut guard) => guard.run(),
+        Ok(Some(mut guard)) => guard.run(),
+        // elect was told the command did not start.
+        Ok(None) => 0,
         Err(e) => {
             eprintln!("elect: guard: {e}");
             crate::exit::Code::Software.value().into()
@@ -290,7 +297,7 @@ impl Guard {
         launch: std::io::Result<Launch>,
         sentinel: nix::Result<Sentinel>,
         elect: Pid,
-    ) -> std::io::Result<Guard> {
+    ) -> std::io::Result<Option<Guard>> {
         for sig in IGNORED {
             // SAFETY: setting SIG_IGN installs no handler code.
             unsafe { signal(sig, SigHandler::SigIgn) }?;
@@ -325,7 +332,7 @@ impl Guard {
             Err(e) => {
                 // No group to run the command in.
                 socket.write_all(&Message::SpawnFailed(e as i32).encode())?;
-                std::process::exit(0);
+                return Ok(None);
             }
         };
         let (state, actions) = rules.step(state, Event::Ready, Instant::now());
@@ -350,13 +357,13 @@ impl Guard {
                 }
                 drop(sentinel);
                 socket.write_all(&Message::NotStarted.encode())?;
-                std::process::exit(0);
+                return Ok(None);
             }
             Err(e) => {
                 drop(sentinel);
                 let errno = e.raw_os_error().unwrap_or(libc::ENOENT);
                 socket.write_all(&Message::SpawnFailed(errno).encode())?;
-                std::process::exit(0);
+                return Ok(None);
             }
         };
         let group = sentinel.group();
@@ -368,7 +375,7 @@ impl Guard {
             .encode(),
         )?;
         let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
-        Ok(Guard {
+        Ok(Some(Guard {
             socket,
             lock,
             inbox,
@@ -382,7 +389,7 @@ impl Guard {
             state,
             sentinel,
             elect,
-        })
+        }))
     }
 
     /// The watch: read the deadline as renewals moved it, look at the

@@ -254,11 +254,6 @@ impl Supervisor {
                     // elect's end must close when elect dies: the guard
                     // must not hold it open itself.
                     drop(ours);
-                    // A group of its own, as for the spawned guard below.
-                    if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
-                        eprintln!("elect: guard: setpgid: {e}");
-                        std::process::exit(crate::exit::Code::Software.value().into());
-                    }
                     guard::forked(
                         theirs,
                         protocol::Orders {

@@ -517,6 +517,12 @@ impl Renewer for KubeRenewer {
 /// How the API server's counter is named in messages.
 const VERSION: &str = "the API server's resource version";
 
+/// How soon a watch the API server refused is asked for again.
+const WATCH_REFUSED_AGAIN: Duration = Duration::from_millis(500);
+/// How soon a watch the API server ended (its timeout) or that broke is
+/// opened again.
+const WATCH_ENDED_AGAIN: Duration = Duration::from_millis(50);
+
 /// How to restore the API server's etcd without going back.
 const BUMP: &str = "restore its etcd with `etcdutl snapshot restore --bump-revision 1000000000 \
      --mark-compacted`, as Kubernetes' own restore guide asks, to keep tokens rising";
@@ -723,7 +729,7 @@ impl KubeLock {
                     Ok(opened) => watch = Some(opened),
                     Err(e) => {
                         log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
-                        let nap = Instant::now() + Duration::from_millis(500);
+                        let nap = Instant::now() + WATCH_REFUSED_AGAIN;
                         sleep_until(wake.map_or(nap, |w| w.min(nap))).await;
                         continue;
                     }
@@ -786,7 +792,7 @@ impl KubeLock {
                     Ok(watch) => watch,
                     Err(e) => {
                         log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(WATCH_REFUSED_AGAIN).await;
                         continue;
                     }
                 };
@@ -826,7 +832,7 @@ impl KubeLock {
                     }
                 }
                 // Ended by the server (its timeout) or broken: again, soon.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(WATCH_ENDED_AGAIN).await;
             }
         };
         tokio::select! {

@@ -346,7 +346,7 @@ impl Breaking for ZkBreaking {
                     Ok((Some(_), watcher)) => {
                         watcher.changed().await;
                     }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    Err(_) => tokio::time::sleep(session::LOOK_AGAIN).await,
                 }
             }
         })

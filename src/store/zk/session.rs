@@ -19,6 +19,14 @@ use crate::store::{
 /// How ZooKeeper's counter is named in messages.
 const ZXID: &str = "ZooKeeper's zxid";
 
+/// How soon a call that must be made is made again while the client
+/// connects again within the session (which lives on meanwhile): deleting
+/// our node, a read, a list.
+const CALL_AGAIN: Duration = Duration::from_millis(20);
+/// How soon a look that only waits (a watch, the pause between looks) is
+/// made again while the client is not connected.
+pub const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
 /// What a restore of ZooKeeper means for the tokens, for a waiter that
 /// found it went back: ZooKeeper has no way to restore above them.
 const RESTORE: &str = "an elect started now takes the lock with a lower token, which a \
@@ -134,14 +142,12 @@ impl Session for ZkSession {
     /// Known at once where the servers granted a longer session than
     /// asked (their minimum): then the wait is a quarter of it, unless the
     /// difference spares it (see [`ZkRenewer`]).
-    fn renewal_waits(&self) -> Option<(Duration, String)> {
+    fn renewal_waits(&self, rhythm: Duration) -> Option<(Duration, String)> {
         let ledger = self.ledger.borrow();
         if !matches!(ledger.learning, Learning::Done) || self.granted <= self.ttl {
             return None;
         }
-        let timing = crate::lease::Timing::new(self.ttl, None).ok()?;
-        let slack = self.granted - self.ttl;
-        if timing.renew_every() + timing.margin() <= slack {
+        if rhythm <= self.granted - self.ttl {
             return None;
         }
         Some((
@@ -181,7 +187,7 @@ impl Session for ZkSession {
                     match self.client.delete(&node, None).await {
                         Ok(()) | Err(ZkError::NoNode) => break,
                         Err(e) if definite(&e) => return Err(failed(&e, "delete", &node)),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        Err(_) => tokio::time::sleep(CALL_AGAIN).await,
                     }
                 }
             }
@@ -543,7 +549,7 @@ impl<'s> ZkLock<'s> {
                 Err(e) if definite(&e) => return Err(failed(&e, "list", path)),
                 // Not connected again yet: the session lives on meanwhile.
                 Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(CALL_AGAIN).await;
                     continue;
                 }
             };
@@ -568,7 +574,7 @@ impl<'s> ZkLock<'s> {
                 Ok(children) => children,
                 // Busy only after a full look: try again, connected again.
                 Err(e) if !definite(&e) => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(CALL_AGAIN).await;
                     continue;
                 }
                 Err(e) => return Err(failed(&e, "list", &self.path)),
@@ -618,7 +624,7 @@ impl<'s> ZkLock<'s> {
     }
 
     async fn pause(&self, until: Option<Instant>) {
-        let wake = Instant::now() + Duration::from_millis(100);
+        let wake = Instant::now() + LOOK_AGAIN;
         sleep_until(until.map_or(wake, |at| at.min(wake))).await;
     }
 
@@ -647,7 +653,7 @@ impl<'s> ZkLock<'s> {
                     return Loss::Gone("the ZooKeeper session expired".into());
                 }
                 Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(LOOK_AGAIN).await;
                     continue;
                 }
             };
@@ -771,7 +777,7 @@ impl Lock for ZkLock<'_> {
                         return Err(failed(&e, "read", &path));
                     }
                     // Connected again within the session, or not at all.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Err(_) => tokio::time::sleep(CALL_AGAIN).await,
                 }
             }
         })

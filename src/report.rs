@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::describe_status;
 use crate::history::{Ended, Tenure};
 use crate::log;
 
@@ -262,6 +261,19 @@ pub async fn on_end(command: &str, tenure: &Tenure) {
                 crate::clock::show(HOOK_WITHIN)
             ));
         }
+    }
+}
+
+/// How a process ended, in words: "was killed by SIGKILL", "exited with 3".
+pub fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(n)) => match nix::sys::signal::Signal::try_from(n) {
+            Ok(sig) => format!("was killed by {sig}"),
+            Err(_) => format!("was killed by signal {n}"),
+        },
+        _ => "ended".to_string(),
     }
 }
 
