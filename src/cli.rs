@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store::Token;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
@@ -529,7 +530,7 @@ pub struct CheckArgs {
 
     /// The fencing token the holder was given.
     #[arg(long, env = "ELECT_TOKEN", value_name = "T", hide_env_values = true)]
-    pub token: u64,
+    pub token: Token,
 
     #[command(flatten)]
     pub store: StoreArgs,
@@ -551,7 +552,7 @@ pub struct BreakArgs {
 
     /// Only if the holder's token is T: refuse when the holder changed meanwhile.
     #[arg(long, value_name = "T")]
-    pub token: Option<u64>,
+    pub token: Option<Token>,
 
     /// Do not ask for confirmation; required without a terminal to ask on.
     #[arg(short, long)]
@@ -610,7 +611,7 @@ pub struct CheckpointArgs {
 
     /// The fencing token the holder was given (put).
     #[arg(long, env = "ELECT_TOKEN", value_name = "T", hide_env_values = true)]
-    pub token: Option<u64>,
+    pub token: Option<Token>,
 
     #[command(flatten)]
     pub store: StoreArgs,

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::log;
+use crate::store::Token;
 use crate::store::{Fence, Put, Record, Store, StoreError};
 
 /// How many tenures a lock's history keeps unless told otherwise.
@@ -83,7 +84,7 @@ pub struct Tenure {
     pub lock: String,
     pub shard: Option<u32>,
     /// `None` for a run that never held the lock.
-    pub token: Option<u64>,
+    pub token: Option<Token>,
     pub identity: String,
     pub host: String,
     pub pid: u32,
@@ -218,7 +219,7 @@ pub async fn record_success(
     key: &str,
     done: &Tenure,
 ) -> Result<Put, StoreError> {
-    let token = done.token.unwrap_or(0);
+    let token = done.token.unwrap_or(Token::new(0));
     let value = crate::store::to_json(done);
     store
         .put_record(
@@ -256,7 +257,7 @@ pub struct Latest {
 pub async fn latest(
     store: &dyn Store,
     lock: &str,
-    holder: Option<u64>,
+    holder: Option<Token>,
 ) -> Result<Latest, StoreError> {
     let entries = as_of(read(store, lock).await?, holder);
     let past = || {
@@ -278,7 +279,7 @@ pub async fn latest(
 /// was lost: the lock passed on, so its lease ran out or was ended, and
 /// its elect, which records every other end, could not. One that no
 /// longer holds the lock with none after it ended unrecorded (so far).
-pub fn as_of(mut entries: Vec<Tenure>, holder: Option<u64>) -> Vec<Tenure> {
+pub fn as_of(mut entries: Vec<Tenure>, holder: Option<Token>) -> Vec<Tenure> {
     let last = entries.iter().filter_map(|e| e.token).chain(holder).max();
     for e in &mut entries {
         if e.outcome != Ended::Running || (e.token.is_some() && e.token == holder) {
@@ -412,7 +413,7 @@ mod tests {
         Tenure {
             lock: "l".into(),
             shard: None,
-            token: Some(7),
+            token: Some(Token::new(7)),
             identity: "a".into(),
             host: "h".into(),
             pid,

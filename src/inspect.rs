@@ -15,6 +15,7 @@ use crate::exit::{Code, DECLINED, Failure, NO, Outcome, YES};
 use crate::history::{self, Tenure};
 use crate::log;
 use crate::reach::Reach;
+use crate::store::Token;
 use crate::store::records;
 use crate::store::{
     Broken, CHECKPOINT_MAX, Check, Checkpoint, Forced, Holder, Location, LockStatus, Put, Store,
@@ -604,7 +605,7 @@ fn confirmed(args: &BreakArgs, holder: &Holder) -> bool {
 fn report_break(
     args: &BreakArgs,
     location: &Location,
-    token: u64,
+    token: Token,
     broken: Result<Broken, crate::store::StoreError>,
 ) -> Outcome {
     let lock = &args.lock;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::{Ended, Tenure};
 use crate::log;
+use crate::store::Token;
 
 /// Where a run tells how it ended beyond the store: what elect does at its
 /// end, and its guard's releaser if elect died.
@@ -137,7 +138,7 @@ pub fn metrics(tenure: &Tenure, last_success: Option<SystemTime>) -> String {
         let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
         let value = match *name {
             "elect_lock_held" => u8::from(held).to_string(),
-            "elect_lock_token" => tenure.token.unwrap_or(0).to_string(),
+            "elect_lock_token" => tenure.token.map_or(0, Token::get).to_string(),
             "elect_start_timestamp_seconds" => {
                 format!("{:.3}", seconds(tenure.started_at()))
             }
@@ -286,7 +287,7 @@ mod tests {
         let mut t = Tenure {
             lock: "a\"b".into(),
             shard: None,
-            token: Some(5),
+            token: Some(Token::new(5)),
             identity: "i".into(),
             host: "h".into(),
             pid: 1,

@@ -356,7 +356,7 @@ impl Job {
                 &self.reports,
             ),
         };
-        let mut child = match guard.start(token, keeper.deadline(), handover).await {
+        let mut child = match guard.start(token.get(), keeper.deadline(), handover).await {
             Ok(child) => child,
             Err(e) => {
                 tenure.started = None;

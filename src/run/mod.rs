@@ -35,6 +35,7 @@ use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, Timing};
 use crate::log;
 use crate::reach::Reach;
+use crate::store::Token;
 use crate::store::records;
 use crate::store::{
     ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Put, Session, Store,
@@ -526,7 +527,7 @@ impl Job {
             let (end, guard_to_reap, mut tenure) = match place {
                 Queued::First(won) => {
                     self.standing.acquired(won.shard, won.token);
-                    log::context("token", won.token);
+                    log::context("token", won.token.get());
                     if let Some(k) = won.shard {
                         log::context("shard", k);
                     }
@@ -1029,7 +1030,7 @@ impl Job {
 pub struct Won<'s> {
     pub lock: Box<dyn Lock + 's>,
     /// Its fencing token.
-    pub token: u64,
+    pub token: Token,
     /// See [`Turn::First`].
     pub taken: Option<Instant>,
     /// With `--shards`: which shard it is.

@@ -20,10 +20,11 @@ use crate::store::{
 use crate::timeline;
 
 use super::signals::Signals;
+use crate::store::Token;
 
 /// The shard won: its lock, its number, its token and when it was taken
 /// (see [`Turn::First`]).
-type Shard<'s> = (Box<dyn Lock + 's>, u32, u64, Option<Instant>);
+type Shard<'s> = (Box<dyn Lock + 's>, u32, Token, Option<Instant>);
 
 impl Job {
     /// Queue for a shard of the lock (`--shards`), as [`Job::queue`] does

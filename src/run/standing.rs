@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use crate::clock::Instant;
 use crate::lease::{NEVER, Tally};
 use crate::store::Loss;
+use crate::store::Token;
 
 /// Why a held lock was lost, as `elect_losses_total` labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,7 @@ pub enum Phase {
     /// The lock (or shard) is ours.
     Holding {
         shard: Option<u32>,
-        token: u64,
+        token: Token,
         since: SystemTime,
     },
     /// The held lock was lost.
@@ -154,7 +155,7 @@ impl Standing {
     }
 
     /// The lock, or `shard` of it, is ours with `token`.
-    pub fn acquired(&self, shard: Option<u32>, token: u64) {
+    pub fn acquired(&self, shard: Option<u32>, token: Token) {
         self.waited();
         self.acquisitions.set(self.acquisitions.get() + 1);
         if let Some(t) = self
@@ -162,7 +163,7 @@ impl Standing {
             .borrow_mut()
             .get_mut(shard.unwrap_or(0) as usize)
         {
-            *t = token;
+            *t = token.get();
         }
         self.set(Phase::Holding {
             shard,
@@ -421,7 +422,7 @@ mod tests {
             s.metrics()
                 .contains("elect_lock_held{lock=\"billing\"} 0\n")
         );
-        s.acquired(None, 41);
+        s.acquired(None, Token::new(41));
         assert!(s.holding());
         let m = s.metrics();
         assert!(m.contains("elect_lock_held{lock=\"billing\"} 1\n"), "{m}");
@@ -450,7 +451,7 @@ mod tests {
     #[test]
     fn every_shard_has_its_gauge() {
         let s = Standing::new("jobs", Some(3));
-        s.acquired(Some(2), 7);
+        s.acquired(Some(2), Token::new(7));
         let m = s.metrics();
         assert!(
             m.contains("elect_lock_held{lock=\"jobs\",shard=\"0\"} 0\n"),
@@ -474,7 +475,7 @@ mod tests {
     fn stopping_is_final() {
         let s = Standing::new("x", None);
         s.stopping();
-        s.acquired(None, 1);
+        s.acquired(None, Token::new(1));
         assert_eq!(s.phase(), Phase::Stopping);
     }
 }

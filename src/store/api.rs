@@ -12,6 +12,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::Token;
 use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Record};
 use crate::clock::Instant;
 
@@ -37,7 +38,7 @@ pub trait Store {
         &'a self,
         lock: &'a str,
         key: &'a str,
-        token: u64,
+        token: Token,
     ) -> Boxed<'a, Result<Check, StoreError>> {
         Box::pin(async move {
             let status = self.status(lock).await?;
@@ -113,7 +114,7 @@ pub struct Versioned {
 #[derive(Clone, Copy, Debug)]
 pub enum Fence<'a> {
     /// The holder of `key` still holds the lock with `token`.
-    Holder { key: &'a str, token: u64 },
+    Holder { key: &'a str, token: Token },
     /// The record is still as it was read: this version, or absent.
     Version(Option<u64>),
     /// Nothing: the record is its writer's alone.
@@ -251,7 +252,10 @@ pub enum Turn {
     /// earliest request that may have taken it, from which that expiry
     /// counts ([`crate::lease::Keeper::taken`]); `None` where the lock
     /// lives exactly as long as the session's lease.
-    First { token: u64, taken: Option<Instant> },
+    First {
+        token: Token,
+        taken: Option<Instant>,
+    },
     /// Still behind someone when the wait ran out.
     Busy,
 }

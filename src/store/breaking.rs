@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::api::{Store, StoreError};
 use super::holder::{Broken, Forced, Holder, HolderRecord};
 use crate::clock::Instant;
+use crate::store::Token;
 
 /// How often a holder may change between our look and our request before
 /// the break gives up.
@@ -50,7 +51,7 @@ where
 pub async fn break_lock(
     store: &dyn Store,
     lock: &str,
-    token: Option<u64>,
+    token: Option<Token>,
     force: bool,
 ) -> Result<Broken, StoreError> {
     for _ in 0..LOOKS {

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::Token;
+
 /// What a store keeps of a lock beside its queue, named after the lock:
 /// `NAME.checkpoint`, `NAME.shards`, `NAME.last`, and the [`Record`]s.
 pub const RECORD_SUFFIXES: [&str; 6] = [
@@ -281,14 +283,14 @@ pub const CHECKPOINT_IN_ENV_MAX: usize = 4096;
 pub struct Checkpoint {
     pub value: String,
     /// The token of the holder that wrote it.
-    pub token: u64,
+    pub token: Token,
     /// When it was written, RFC 3339 UTC.
     pub at: String,
 }
 
 impl Checkpoint {
     /// A checkpoint written now by the holder of `token`.
-    pub fn now(value: String, token: u64) -> Checkpoint {
+    pub fn now(value: String, token: Token) -> Checkpoint {
         Checkpoint {
             value,
             token,
@@ -329,7 +331,7 @@ pub fn break_request() -> String {
 #[derive(Clone, Debug)]
 pub struct Holder {
     pub key: String,
-    pub token: u64,
+    pub token: Token,
     /// What elect recorded; `None` for holders of other tools (`etcdctl lock`).
     pub record: Option<HolderRecord>,
     /// The holder's lease, as in its `ELECT_LEASE_ID`.
@@ -362,7 +364,7 @@ pub enum Check {
 impl Check {
     /// Whether the holder of `key` with `token` is `holder`, the holder of
     /// `lock` by an up-to-date read.
-    pub fn of(lock: &str, key: &str, token: u64, holder: Option<Holder>) -> Check {
+    pub fn of(lock: &str, key: &str, token: Token, holder: Option<Holder>) -> Check {
         match holder {
             Some(h) if h.key == key && h.token == token => Check::Holder,
             Some(h) if h.key == key => Check::NotHolder(format!(

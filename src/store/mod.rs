@@ -27,6 +27,8 @@ pub mod probe;
 pub mod records;
 mod retry;
 pub mod rewind;
+mod token;
+pub use token::Token;
 mod secret;
 pub use secret::Secret;
 mod tls;

@@ -15,6 +15,7 @@ use tokio::time::timeout;
 use super::client::{Cluster, Failed};
 use super::lock::{contender, own_key};
 use super::watch::gone;
+use crate::store::Token;
 use crate::store::{Boxed, Breaking, Check, Holder, HolderRecord, LockStatus, StoreError};
 
 /// Who holds `lock` and how many wait.
@@ -57,7 +58,7 @@ pub(super) async fn check(
     cluster: &Cluster,
     lock: &str,
     key: &str,
-    token: u64,
+    token: Token,
 ) -> Result<Check, StoreError> {
     // One linearizable read, so that a check before each step stays cheap.
     let kvs = read(cluster, &format!("{lock}/")).await?;
@@ -113,7 +114,7 @@ async fn holder_key(cluster: &Cluster, holder: &Holder) -> Result<Option<KeyValu
     Ok(reply
         .take_kvs()
         .into_iter()
-        .find(|kv| kv.create_revision() as u64 == holder.token))
+        .find(|kv| Token::new(kv.create_revision() as u64) == holder.token))
 }
 
 /// A holder's key as seen by others, with the time left on its lease
@@ -157,7 +158,7 @@ async fn status_of(cluster: &Cluster, lock: &str, keys: &[&KeyValue]) -> LockSta
 pub(super) fn holder_of(kv: &KeyValue) -> Holder {
     Holder {
         key: String::from_utf8_lossy(kv.key()).into_owned(),
-        token: kv.create_revision().unsigned_abs(),
+        token: Token::new(kv.create_revision().unsigned_abs()),
         record: HolderRecord::from_json(kv.value()),
         lease: (kv.lease() != 0).then(|| format!("{:x}", kv.lease())),
         ttl_left: None,

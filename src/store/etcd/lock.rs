@@ -15,6 +15,7 @@ use super::session::EtcdSession;
 use super::watch::{deleted, until_gone};
 use crate::clock::Instant;
 use crate::log;
+use crate::store::Token;
 use crate::store::{Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, StoreError, Turn};
 
 pub struct EtcdLock<'a> {
@@ -143,7 +144,7 @@ impl EtcdLock<'_> {
         if self.first.take() {
             self.record_acquisition();
             return Ok(Turn::First {
-                token: self.rank,
+                token: Token::new(self.rank),
                 taken: None,
             });
         }
@@ -174,7 +175,7 @@ impl EtcdLock<'_> {
                 *self.checkpoint.borrow_mut() = Some(checkpoint);
                 self.record_acquisition();
                 return Ok(Turn::First {
-                    token: self.rank,
+                    token: Token::new(self.rank),
                     taken: None,
                 });
             };

@@ -35,6 +35,7 @@ use super::{
     Boxed, Breaking, Check, Fence, Holder, LockStatus, Owner, Put, Record, Session, Store,
     StoreError, Versioned,
 };
+use crate::store::Token;
 
 #[derive(Clone)]
 pub struct Etcd {
@@ -85,7 +86,7 @@ impl Store for Etcd {
         &'a self,
         lock: &'a str,
         key: &'a str,
-        token: u64,
+        token: Token,
     ) -> Boxed<'a, Result<Check, StoreError>> {
         Box::pin(inspect::check(&self.cluster, lock, key, token))
     }

@@ -113,7 +113,7 @@ pub(super) async fn put_record(
         Fence::Holder { key, token } => Some(Compare::create_revision(
             key,
             CompareOp::Equal,
-            token as i64,
+            token.get() as i64,
         )),
         Fence::Version(v) => Some(Compare::mod_revision(
             key.clone(),

@@ -15,6 +15,7 @@ use super::FileStore;
 use super::dir::{Dir, open_nofollow, read_nofollow, stem};
 use super::lock;
 use super::records::FileHolder;
+use crate::store::Token;
 use crate::store::{Boxed, Breaking, Check, Holder, LockStatus, StoreError, is_lock_or_shard};
 
 /// How a lock file put in place by `elect break` starts: the holder of the
@@ -46,11 +47,11 @@ impl FileStore {
         &self,
         lock: &str,
         key: &str,
-        token: u64,
+        token: Token,
     ) -> Result<Check, StoreError> {
         let stem = stem(lock);
         let counter = self.existing()?.counter(&stem)?;
-        if counter > token {
+        if Token::new(counter) > token {
             return Ok(Check::NotHolder(format!(
                 "a later holder of lock {lock} got token {counter}"
             )));
@@ -185,7 +186,7 @@ impl Dir {
             lock: lock.to_string(),
             holder: Some(Holder {
                 key: path.display().to_string(),
-                token,
+                token: Token::new(token),
                 lease: record.as_ref().map(|r| r.record.pid.to_string()),
                 record: record.map(|r| r.record),
                 ttl_left: None,

@@ -19,6 +19,7 @@ use super::inspect::BREAK_REQUEST;
 use super::records::FileHolder;
 use crate::clock::Instant;
 use crate::log;
+use crate::store::Token;
 use crate::store::rewind::Mark;
 use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
@@ -234,7 +235,10 @@ impl FileLock {
                 }
             }
             self.held.set(true);
-            return Ok(Turn::First { token, taken: None });
+            return Ok(Turn::First {
+                token: Token::new(token),
+                taken: None,
+            });
         }
     }
 

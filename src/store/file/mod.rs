@@ -43,6 +43,7 @@ use super::{
     Versioned,
 };
 use crate::clock::Instant;
+use crate::store::Token;
 use dir::Dir;
 pub use dir::check_name;
 #[cfg(test)]
@@ -110,7 +111,7 @@ impl Store for FileStore {
         &'a self,
         lock: &'a str,
         key: &'a str,
-        token: u64,
+        token: Token,
     ) -> Boxed<'a, Result<Check, StoreError>> {
         Box::pin(async move { self.read_check(lock, key, token) })
     }

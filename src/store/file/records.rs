@@ -13,6 +13,7 @@ use std::io::{ErrorKind as IoKind, Write};
 use serde::{Deserialize, Serialize};
 
 use super::dir::{Dir, read_nofollow, stem};
+use crate::store::Token;
 use crate::store::{Checkpoint, Fence, HISTORY, HolderRecord, Put, Record, StoreError, Versioned};
 
 /// What the holder record file says.
@@ -91,7 +92,7 @@ impl Dir {
                 if key != self.path(&stem, ".lock").display().to_string() {
                     return Ok(Put::Stale(format!("{key} is not the lock file of {lock}")));
                 }
-                if last != token {
+                if Token::new(last) != token {
                     return Ok(Put::Stale(format!(
                         "a later holder of lock {lock} got token {last}"
                     )));

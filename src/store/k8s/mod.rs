@@ -35,6 +35,7 @@ use api::{Api, CONFIGMAPS};
 use config::{Conn, Url};
 use lease::Lease;
 
+use crate::store::Token;
 use crate::store::kind::{About, Kind, Settings, Target};
 use crate::store::{
     Boxed, Breaking, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError, Versioned,
@@ -294,9 +295,9 @@ impl Kube {
             let found = self.read(lock).await?;
             if let Fence::Holder { key: holder, token } = fence {
                 let current = found.as_ref().and_then(session::holder_of);
-                let ours = current
-                    .as_ref()
-                    .is_some_and(|h| h.key == holder && (h.token == token || h.token == 0));
+                let ours = current.as_ref().is_some_and(|h| {
+                    h.key == holder && (h.token == token || h.token == Token::new(0))
+                });
                 if !ours {
                     return Ok(Put::Stale(match current {
                         Some(h) => format!("lock {lock} is held by {h} now, not by token {token}"),

@@ -37,6 +37,7 @@ use super::lease::{self, Lease};
 use super::records::{self, Waiter};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::Token;
 use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::Backoff;
 use crate::store::rewind::{Floor, Mark};
@@ -680,7 +681,7 @@ impl KubeLock {
             let (version, ripe_at) = match attempt {
                 Ok(Attempt::Ours(token, sent)) => {
                     return Ok(Turn::First {
-                        token,
+                        token: Token::new(token),
                         taken: Some(sent),
                     });
                 }
@@ -970,7 +971,7 @@ pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
     let token = lease.holder_token();
     Some(crate::store::Holder {
         key: identity.to_string(),
-        token,
+        token: Token::new(token),
         lease: record.as_ref().and(tenure_of(identity)).map(String::from),
         record,
         ttl_left: Some(lease.left_by_wall_clock()),

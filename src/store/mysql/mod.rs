@@ -44,6 +44,7 @@ use mysql_async::{Row, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::log;
+use crate::store::Token;
 use crate::store::records;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
@@ -296,7 +297,7 @@ impl MySql {
         let holder = match (tenure, left) {
             (Some(tenure), Some(left)) => Some(Holder {
                 key: session::key(lock, &tenure),
-                token: fence.unwrap_or(0) as u64,
+                token: Token::new(fence.unwrap_or(0) as u64),
                 record: record.and_then(|r| HolderRecord::from_json(r.as_bytes())),
                 lease: Some(tenure),
                 ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
@@ -505,7 +506,7 @@ impl Store for MySql {
                         p(value),
                         p(lock),
                         p(tenure),
-                        p(token as i64),
+                        p(token.get() as i64),
                     ];
                     self.on_tables(&self.sql.put_record_held, params).await?.1 > 0
                 }
@@ -616,7 +617,7 @@ impl MySql {
             Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
                 let Some(row) = row else { return Ok(None) };
                 Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
-                    version: c.token,
+                    version: c.token.get(),
                     value: c.to_json(),
                 }))
             }),
@@ -642,7 +643,7 @@ impl MySql {
         &self,
         lock: &str,
         key: &str,
-        token: u64,
+        token: Token,
         json: &str,
     ) -> Result<Put, StoreError> {
         let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
@@ -653,7 +654,7 @@ impl MySql {
             p(checkpoint.value.as_str()),
             p(lock),
             p(tenure),
-            p(token as i64),
+            p(token.get() as i64),
         ];
         let (_, matched) = self.query(&self.sql.put_checkpoint, params).await?;
         Ok(match matched > 0 {
@@ -687,7 +688,7 @@ fn checkpoint_of(row: &Row, at: usize) -> Result<Option<Checkpoint>, StoreError>
     };
     Ok(Some(Checkpoint {
         value,
-        token: cell::<Option<i64>>(row, at + 1)?.unwrap_or(0) as u64,
+        token: Token::new(cell::<Option<i64>>(row, at + 1)?.unwrap_or(0) as u64),
         at: cell::<Option<String>>(row, at + 2)?.unwrap_or_default(),
     }))
 }

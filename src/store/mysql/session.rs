@@ -41,6 +41,7 @@ use super::conn::{Failed, Link, cell, code, p};
 use super::{MySql, POLL_EVERY, checkpoint_of, sql::Sql};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::Token;
 use crate::store::observed::Observed;
 use crate::store::retry::{self, Backoff};
 use crate::store::{
@@ -625,7 +626,7 @@ impl MyLock<'_> {
             let left = match tokio::time::timeout(bound, self.attempt(look_first)).await {
                 Ok(Ok(Attempt::Ours(token, sent))) => {
                     return Ok(Turn::First {
-                        token,
+                        token: Token::new(token),
                         taken: Some(sent),
                     });
                 }

@@ -61,6 +61,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
+use crate::store::Token;
 use crate::store::records;
 use crate::store::{
     Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
@@ -459,7 +460,7 @@ impl Postgres {
                 let holder = match (tenure, left) {
                     (Some(tenure), Some(left)) => Some(Holder {
                         key: session::key(&lock, &tenure),
-                        token: fence.unwrap_or(0) as u64,
+                        token: Token::new(fence.unwrap_or(0) as u64),
                         record: record.and_then(|r| HolderRecord::from_json(r.as_bytes())),
                         lease: Some(tenure),
                         ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
@@ -769,7 +770,7 @@ impl Store for Postgres {
                     let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
                         return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
                     };
-                    let fence = token as i64;
+                    let fence = token.get() as i64;
                     self.on_records(
                         &self.sql.put_record_held,
                         &[
@@ -900,7 +901,7 @@ impl Postgres {
             Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
                 let Some(row) = row else { return Ok(None) };
                 Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
-                    version: c.token,
+                    version: c.token.get(),
                     value: c.to_json(),
                 }))
             }),
@@ -928,14 +929,14 @@ impl Postgres {
         &self,
         lock: &str,
         key: &str,
-        token: u64,
+        token: Token,
         json: &str,
     ) -> Result<Put, StoreError> {
         let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
             return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
         };
         let checkpoint = records::checkpoint_of(lock, json)?;
-        let fence = token as i64;
+        let fence = token.get() as i64;
         let rows = self
             .query(
                 &self.sql.put_checkpoint,
@@ -1069,7 +1070,7 @@ fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Result<Option<Checkpoi
     };
     Ok(Some(Checkpoint {
         value,
-        token: row.cell::<Option<i64>>(at + 1)?.unwrap_or(0) as u64,
+        token: Token::new(row.cell::<Option<i64>>(at + 1)?.unwrap_or(0) as u64),
         at: row.cell::<Option<String>>(at + 2)?.unwrap_or_default(),
     }))
 }

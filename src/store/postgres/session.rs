@@ -31,6 +31,7 @@ use super::conn::{Cells, Link, describe, is_transient};
 use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::Token;
 use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::{self, Backoff};
 use crate::store::{
@@ -402,7 +403,7 @@ impl PgLock<'_> {
                 // where an earlier one, unanswered, had taken it.
                 Ok(Ok(Attempt::Ours(token, sent))) => {
                     return Ok(Turn::First {
-                        token,
+                        token: Token::new(token),
                         taken: Some(sent),
                     });
                 }

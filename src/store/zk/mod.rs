@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
 
 use crate::log;
+use crate::store::Token;
 use crate::store::retry::{self, GaveUp};
 use crate::store::rewind::Mark;
 use crate::store::tls;
@@ -148,7 +149,7 @@ impl ZooKeeper {
                         lock: lock.to_string(),
                         holder: Some(Holder {
                             key,
-                            token: stat.czxid as u64,
+                            token: Token::new(stat.czxid as u64),
                             record: HolderRecord::from_json(&data),
                             lease: Some(format!("{:x}", stat.ephemeral_owner)),
                             ttl_left: None,
@@ -259,7 +260,9 @@ impl ZooKeeper {
         holder: &Holder,
     ) -> Result<Option<i32>, StoreError> {
         match client.check_stat(&holder.key).await {
-            Ok(Some(stat)) if stat.czxid as u64 == holder.token => Ok(Some(stat.version)),
+            Ok(Some(stat)) if Token::new(stat.czxid as u64) == holder.token => {
+                Ok(Some(stat.version))
+            }
             Ok(_) | Err(ZkError::NoNode) => Ok(None),
             Err(e) => Err(failed(&e, "read", &holder.key)),
         }
@@ -280,7 +283,7 @@ impl ZooKeeper {
         path: &str,
         data: &[u8],
         key: &str,
-        token: u64,
+        token: Token,
     ) -> Result<Put, StoreError> {
         let client = self.client().await?;
         let path = path.to_string();
@@ -292,7 +295,7 @@ impl ZooKeeper {
         let mut create = false;
         for _ in 0..5 {
             let version = match client.check_stat(key).await {
-                Ok(Some(stat)) if stat.czxid as u64 == token => stat.version,
+                Ok(Some(stat)) if Token::new(stat.czxid as u64) == token => stat.version,
                 Ok(_) => {
                     return Ok(Put::Stale(format!(
                         "token {token} no longer holds lock {lock}"

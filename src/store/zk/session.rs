@@ -11,6 +11,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, EventType, Se
 use super::{ZooKeeper, ensure_parent, failed, lock_path, queue};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::Token;
 use crate::store::rewind::Mark;
 use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
@@ -588,7 +589,7 @@ impl<'s> ZkLock<'s> {
             };
             if at == 0 {
                 return Ok(Turn::First {
-                    token: self.czxid as u64,
+                    token: Token::new(self.czxid as u64),
                     taken: None,
                 });
             }
