@@ -132,19 +132,10 @@ pub fn restore() -> std::io::Result<()> {
     let Some(soft) = given() else {
         return Ok(());
     };
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given, which lives here.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    limit.rlim_cur = soft.min(limit.rlim_max);
-    // SAFETY: setrlimit reads the struct it is given, which lives here.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // nix's wrappers only call getrlimit(2) and setrlimit(2) on a struct of
+    // their own stack: nothing allocates.
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard)?;
     Ok(())
 }
 
