@@ -5,7 +5,6 @@
 use std::cell::{Cell, RefCell};
 use std::fs::{File, TryLockError};
 use std::io::ErrorKind as IoKind;
-use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::thread::JoinHandleExt;
@@ -337,18 +336,16 @@ pub(super) async fn lock_blocking(file: File) -> std::io::Result<()> {
     let thread = std::thread::Builder::new()
         .name("elect-flock".into())
         .spawn(move || {
-            let fd = file.as_raw_fd();
             let result = loop {
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
-                // SAFETY: flock(2) on a descriptor this thread owns.
-                if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
-                    break Ok(());
-                }
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    break Err(e);
+                // flock(2) with LOCK_EX, once: std does not try again on
+                // EINTR, which is how a wait given up is woken.
+                match file.lock() {
+                    Ok(()) => break Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
                 }
             };
             let _ = tx.send(result);
