@@ -570,14 +570,17 @@ impl Supervisor {
 /// A pidfd for process `pid` (our child: unreaped, its pid cannot be reused
 /// first).
 fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) with no flags; no wrapper in libc or nix.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    // SAFETY: pidfd_open(2) with no flags takes no pointers (no wrapper in
+    // libc or nix). On success the descriptor it returns is new, and this
+    // OwnedFd is its only owner; on failure no descriptor is made.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(io::Error::other)?;
+        Ok(OwnedFd::from_raw_fd(fd))
     }
-    let fd = i32::try_from(fd).map_err(io::Error::other)?;
-    // SAFETY: the kernel just gave us this descriptor, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// SIGKILL process group `pgid` until none of it can run any more: the group
