@@ -107,9 +107,9 @@ impl Launch {
                     127
                 }))
                 .unwrap_or(127);
-                // SAFETY: _exit skips the guard's exit handlers and buffers,
-                // which are the guard's, not ours.
-                unsafe { libc::_exit(code) }
+                // Not the guard's exit handlers and buffers, which are the
+                // guard's, not ours.
+                super::exit_forked(code)
             }
             ForkResult::Parent { child } => Ok(Launch {
                 pid: Some(child),

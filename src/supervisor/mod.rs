@@ -567,6 +567,15 @@ impl Supervisor {
     }
 }
 
+/// End a forked child at once with `code`: not through `exit`, which would
+/// run the exit handlers and flush the buffers of the process it was forked
+/// from, which are not the child's.
+fn exit_forked(code: i32) -> ! {
+    // SAFETY: _exit(2) takes no pointers and reads no memory of ours; it
+    // ends the process without returning.
+    unsafe { libc::_exit(code) }
+}
+
 /// A pidfd for process `pid` (our child: unreaped, its pid cannot be reused
 /// first).
 fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
