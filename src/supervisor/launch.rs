@@ -18,7 +18,7 @@
 
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -27,8 +27,7 @@ use std::process::Command;
 use nix::fcntl::OFlag;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
-    sendmsg, socketpair,
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg, sendmsg, socketpair,
 };
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid};
@@ -318,15 +317,10 @@ fn receive_word(go: OwnedFd) -> std::io::Result<Vec<u8>> {
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
         };
-        for cmsg in message.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                for fd in fds {
-                    // SAFETY: the kernel just installed this descriptor for
-                    // us; it stays open (for the command) on purpose.
-                    std::mem::forget(unsafe { OwnedFd::from_raw_fd(fd) });
-                }
-            }
-        }
+        // The kernel installed the descriptors that came with it (all of
+        // them, or the room was too small: ENOBUFS). They stay open, for the
+        // command, on purpose: nothing takes ownership of their numbers.
+        message.cmsgs()?;
         match message.bytes {
             0 => return Ok(word),
             n => word.extend_from_slice(&buf[..n]),
