@@ -17,6 +17,7 @@ mod clock;
 #[cfg(test)]
 mod completions;
 mod descriptors;
+mod disposition;
 #[cfg(test)]
 mod docs;
 mod exit;
@@ -109,13 +110,7 @@ pub fn main() -> ! {
             // inspection quietly, as it ends any Unix filter; Rust ignores
             // SIGPIPE, so a print would panic. `elect run` keeps ignoring
             // it: its stderr going must not kill it while a command runs.
-            // SAFETY: SIG_DFL installs no handler code.
-            if let Err(e) = unsafe {
-                nix::sys::signal::signal(
-                    nix::sys::signal::Signal::SIGPIPE,
-                    nix::sys::signal::SigHandler::SigDfl,
-                )
-            } {
+            if let Err(e) = disposition::set(libc::SIGPIPE, disposition::Disposition::Default) {
                 Outcome::from(Failure::software(format!("cannot reset SIGPIPE: {e}"))).finish();
             }
             Work::Other(other)

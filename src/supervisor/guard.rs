@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -71,6 +71,7 @@ use super::launch::{Launch, Went};
 use super::protocol::{Message, Orders, SIZE};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
+use crate::disposition::Disposition;
 use crate::release::status_arg;
 use machine::{Action, End, Event, Rules, State};
 use orders::{HandedOver, orders_in, read_latest_orders, wait_for_the_lock};
@@ -299,8 +300,7 @@ impl Guard {
         elect: Pid,
     ) -> std::io::Result<Option<Guard>> {
         for sig in IGNORED {
-            // SAFETY: setting SIG_IGN installs no handler code.
-            unsafe { signal(sig, SigHandler::SigIgn) }?;
+            crate::disposition::set(sig as libc::c_int, Disposition::Ignore)?;
         }
         // SIGCHLD by descriptor: it reports stops too, which a pidfd does not.
         let mut chld = SigSet::empty();

@@ -35,6 +35,7 @@ use nix::unistd::{ForkResult, Pid};
 use super::protocol::{MAX_HELD, Orders};
 use super::sentinel::Sentinel;
 use crate::clock::Instant;
+use crate::disposition::{self, Disposition};
 
 /// The command's process, forked and waiting for the word to go.
 pub struct Launch {
@@ -231,10 +232,7 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
     if interactive == 1 {
         // Take the foreground: SIGTTOU would stop a background group that
         // asks, so it is ignored until the reset below.
-        // SAFETY: SIG_IGN installs no handler code.
-        if let Err(e) = unsafe {
-            nix::sys::signal::signal(Signal::SIGTTOU, nix::sys::signal::SigHandler::SigIgn)
-        } {
+        if let Err(e) = disposition::set(libc::SIGTTOU, Disposition::Ignore) {
             return failed("rt_sigaction", e);
         }
         if let Err(e) = nix::unistd::tcsetpgrp(std::io::stdin(), nix::unistd::getpgrp()) {
@@ -244,8 +242,11 @@ fn wait_and_exec(orders: &Orders, guard: Pid, go: OwnedFd, answer: &mut std::fs:
     // Default dispositions and an empty mask, whatever elect's parent or
     // elect itself ignored or blocked.
     for sig in 1..=libc::SIGRTMAX() {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP && !reset_disposition(sig) {
-            return failed("rt_sigaction", nix::Error::last());
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        if let Err(e) = reset_disposition(sig) {
+            return failed("rt_sigaction", e);
         }
     }
     if let Err(e) = SigSet::empty().thread_set_mask() {
@@ -342,51 +343,20 @@ fn read_full(from: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
     Ok(filled)
 }
 
-/// Set `sig` to its default action with the raw system call: glibc's
-/// wrappers refuse the two real-time signals it reserves (32 and 33), which
-/// an ignoring parent may still have passed on. Async-signal-safe.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-))]
-fn reset_disposition(sig: i32) -> bool {
-    /// The kernel's `struct sigaction` on these architectures.
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: libc::c_ulong,
-        flags: libc::c_ulong,
-        restorer: libc::c_ulong,
-        mask: u64,
+/// Set `sig` to its default action. Where [`disposition::set`] goes
+/// through glibc, glibc's own signals (which it refuses) are left as they
+/// are. Async-signal-safe.
+fn reset_disposition(sig: i32) -> nix::Result<()> {
+    match disposition::set(sig, Disposition::Default) {
+        Err(_)
+            if cfg!(not(any(
+                target_arch = "x86_64",
+                target_arch = "aarch64",
+                target_arch = "riscv64"
+            ))) && (32..libc::SIGRTMIN()).contains(&sig) =>
+        {
+            Ok(())
+        }
+        other => other,
     }
-    let action = KernelSigaction {
-        handler: libc::SIG_DFL as libc::c_ulong,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    // SAFETY: a valid struct for the kernel ABI and a null old-action pointer.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            &action as *const KernelSigaction,
-            std::ptr::null_mut::<KernelSigaction>(),
-            std::mem::size_of::<u64>(),
-        )
-    };
-    result == 0
-}
-
-/// Elsewhere the kernel's struct differs: use libc, and leave glibc's own
-/// signals (which it refuses) as they are.
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-)))]
-fn reset_disposition(sig: i32) -> bool {
-    // SAFETY: SIG_DFL installs no handler code.
-    let result = unsafe { libc::signal(sig, libc::SIG_DFL) };
-    result != libc::SIG_ERR || (32..libc::SIGRTMIN()).contains(&sig)
 }
