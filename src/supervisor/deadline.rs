@@ -23,7 +23,7 @@
 //! sets, so that no renewal can put them off.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -101,8 +101,10 @@ impl Told {
     pub(super) fn new(fds: Vec<OwnedFd>, deadline: Instant) -> Option<Told> {
         let [added, timer]: [OwnedFd; 2] = fds.try_into().ok()?;
         // SAFETY: elect sent this descriptor as the timerfd of
-        // `Teller::shared`, and the kernel installed it for us alone.
-        let timer = unsafe { TimerFd::from_raw_fd(timer.into_raw_fd()) };
+        // `Teller::shared`, and the kernel installed it for us alone: it is
+        // a timerfd, which is what from_owned_fd asks (nix has no checked
+        // conversion).
+        let timer = unsafe { TimerFd::from_owned_fd(timer) };
         Some(Told {
             added,
             timer,

@@ -146,6 +146,9 @@ impl GuardProcess {
             return Ok(*done);
         }
         loop {
+            // libc's, not nix's: nix turns the status of a death by a
+            // real-time signal, which it has no Signal for, into EINVAL,
+            // and the guard's raw status is what the ExitStatus keeps.
             let mut raw = 0;
             // SAFETY: waitpid on our own child, into a local.
             match unsafe { libc::waitpid(pid.as_raw(), &mut raw, libc::WNOHANG) } {
