@@ -23,54 +23,62 @@ impl Disposition {
     }
 }
 
-/// Set `sig`'s disposition with the raw system call: glibc's wrappers
-/// refuse the two real-time signals it reserves (32 and 33), which an
-/// ignoring parent may still have passed on. Async-signal-safe.
-#[cfg(any(
+/// Whether [`set`] makes the raw system call, whose `struct sigaction` is
+/// known here on these architectures: glibc's wrappers refuse the two
+/// real-time signals it reserves (32 and 33), which an ignoring parent may
+/// still have passed on. Elsewhere [`set`] goes through glibc, and refuses
+/// them (EINVAL).
+pub const RAW: bool = cfg!(any(
     target_arch = "x86_64",
     target_arch = "aarch64",
     target_arch = "riscv64"
-))]
-pub fn set(sig: libc::c_int, to: Disposition) -> nix::Result<()> {
-    /// The kernel's `struct sigaction` on these architectures.
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: libc::c_ulong,
-        flags: libc::c_ulong,
-        restorer: libc::c_ulong,
-        mask: u64,
-    }
-    let action = KernelSigaction {
-        handler: to.handler() as libc::c_ulong,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    // SAFETY: a valid struct for the kernel ABI, which lives here, and a
-    // null old-action pointer; SIG_DFL and SIG_IGN install no handler code.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            &action as *const KernelSigaction,
-            std::ptr::null_mut::<KernelSigaction>(),
-            std::mem::size_of::<u64>(),
-        )
-    };
-    Errno::result(result).map(drop)
-}
+));
 
-/// Elsewhere the kernel's struct differs: glibc's wrapper, which refuses
-/// glibc's own signals (EINVAL).
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-)))]
+/// Set `sig`'s disposition: rt_sigaction(2) itself where [`RAW`], glibc's
+/// signal() elsewhere. Async-signal-safe.
 pub fn set(sig: libc::c_int, to: Disposition) -> nix::Result<()> {
-    // SAFETY: SIG_DFL and SIG_IGN install no handler code.
-    let result = unsafe { libc::signal(sig, to.handler()) };
-    match result == libc::SIG_ERR {
+    // SAFETY: SIG_DFL and SIG_IGN install no handler code. The raw call
+    // reads a struct laid out as the kernel's on these architectures, which
+    // lives here, and is given a null old-action pointer; signal() takes no
+    // pointer at all.
+    let failed = unsafe {
+        #[cfg(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        ))]
+        let failed = {
+            /// The kernel's `struct sigaction` on these architectures.
+            #[repr(C)]
+            struct KernelSigaction {
+                handler: libc::c_ulong,
+                flags: libc::c_ulong,
+                restorer: libc::c_ulong,
+                mask: u64,
+            }
+            let action = KernelSigaction {
+                handler: to.handler() as libc::c_ulong,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &action as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            ) != 0
+        };
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )))]
+        let failed = libc::signal(sig, to.handler()) == libc::SIG_ERR;
+        failed
+    };
+    match failed {
         true => Err(Errno::last()),
         false => Ok(()),
     }

@@ -348,15 +348,7 @@ fn read_full(from: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
 /// are. Async-signal-safe.
 fn reset_disposition(sig: i32) -> nix::Result<()> {
     match disposition::set(sig, Disposition::Default) {
-        Err(_)
-            if cfg!(not(any(
-                target_arch = "x86_64",
-                target_arch = "aarch64",
-                target_arch = "riscv64"
-            ))) && (32..libc::SIGRTMIN()).contains(&sig) =>
-        {
-            Ok(())
-        }
+        Err(_) if !disposition::RAW && (32..libc::SIGRTMIN()).contains(&sig) => Ok(()),
         other => other,
     }
 }
