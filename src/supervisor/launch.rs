@@ -84,9 +84,7 @@ impl Launch {
         )?;
         let (answer_read, answer_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let guard = nix::unistd::getpid();
-        // SAFETY: the guard is single-threaded (forked from elect before its
-        // runtime, or exec'd), so the child may allocate and use std freely.
-        match unsafe { nix::unistd::fork() }? {
+        match super::fork_in_guard()? {
             ForkResult::Child => {
                 drop(go_write);
                 drop(answer_read);

@@ -570,6 +570,16 @@ impl Supervisor {
     }
 }
 
+/// fork(2) in the guard, for the command's process and the sentinel. Only
+/// the guard's code calls it: the guard has one thread from its start
+/// (forked from elect before the runtime, or exec'd) and starts none.
+fn fork_in_guard() -> nix::Result<ForkResult> {
+    // SAFETY: the guard is single-threaded, so no lock that the child
+    // could need is held by a thread the fork leaves behind: the child may
+    // allocate and use std freely.
+    unsafe { nix::unistd::fork() }
+}
+
 /// End a forked child at once with `code`: not through `exit`, which would
 /// run the exit handlers and flush the buffers of the process it was forked
 /// from, which are not the child's.

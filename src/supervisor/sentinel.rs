@@ -43,9 +43,8 @@ impl Sentinel {
     /// Fork the sentinel. The guard must have one thread.
     pub fn fork() -> nix::Result<Sentinel> {
         let guard = getpid();
-        // SAFETY: the guard is single-threaded; the child only makes system
-        // calls and exits.
-        match unsafe { nix::unistd::fork() }? {
+        // The child only makes system calls and exits.
+        match super::fork_in_guard()? {
             ForkResult::Parent { child } => Ok(Sentinel {
                 pid: child,
                 dismissed: false,
