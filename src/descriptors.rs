@@ -14,6 +14,7 @@
 //! cure it.
 
 use std::error::Error;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::resource::{Resource, getrlimit, rlim_t, setrlimit};
@@ -101,6 +102,18 @@ fn too_low(soft: rlim_t, hard: rlim_t, needed: rlim_t, open: rlim_t) -> String {
         "the open-file limit (ulimit -n) of {soft}{hard} is too low for elect: it needs at \
          least {needed}{open}"
     )
+}
+
+/// Take descriptor `fd`, which the process that exec'd this one left open
+/// for it and named on its command line: elect's socket for a guard started
+/// by exec, the guard's order for the releaser. Only those two entry
+/// points call it, once each, before anything else in the process could
+/// have taken the number.
+pub fn handed(fd: RawFd) -> OwnedFd {
+    // SAFETY: the number is open (left so across the exec, for this
+    // process alone) and nothing else in this process owns it: it is taken
+    // once, at the start.
+    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 /// The least soft limit below which `wanted` descriptor numbers are free:

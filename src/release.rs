@@ -11,7 +11,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -83,8 +83,7 @@ pub fn main(args: &[OsString]) -> ! {
         Outcome::from(Failure::software("__elect-release is for elect's own use")).finish();
     };
     let (exit_code, signal) = text(2).map_or((None, None), parse_status);
-    // SAFETY: the guard handed us this descriptor, open, and nothing else owns it.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut file = std::fs::File::from(crate::descriptors::handed(fd));
     let mut bytes = Vec::new();
     let order: Result<Order, String> = file
         .read_to_end(&mut bytes)

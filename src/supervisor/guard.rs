@@ -50,7 +50,7 @@ mod terminal;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Seek, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -157,8 +157,7 @@ pub fn main(args: &[OsString]) -> ! {
     // For the command, which gets the limit elect was started with.
     crate::descriptors::set_given(given);
     retitle();
-    // SAFETY: elect passed us this descriptor and nothing else owns it.
-    let socket = unsafe { UnixStream::from_raw_fd(socket) };
+    let socket = UnixStream::from(crate::descriptors::handed(socket));
     std::process::exit(serve(socket, orders))
 }
 
