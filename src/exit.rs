@@ -326,7 +326,7 @@ pub enum Outcome {
     Exit(u8),
     /// Die by this signal, as the child did, so that a calling shell loop
     /// sees the same thing it would have seen without elect.
-    Raise(nix::sys::signal::Signal),
+    Raise(i32),
     /// Say why in one line, and exit with its code.
     Fail(Failure),
 }
@@ -344,8 +344,7 @@ impl Outcome {
                 crate::log::exit_error(code, usage, format_args!("{}", failure.message));
                 std::process::exit(code.into())
             }
-            Outcome::Raise(signal) => {
-                let n = signal as i32;
+            Outcome::Raise(n) => {
                 // As PID 1 default dispositions do nothing: use 128+N.
                 if std::process::id() != 1 {
                     // The child dumped core, if anything; elect need not.
@@ -354,7 +353,14 @@ impl Outcome {
                         0,
                         0,
                     );
-                    let _ = signal_hook::low_level::emulate_default_handler(n);
+                    if signal_hook::low_level::emulate_default_handler(n).is_err()
+                        && crate::disposition::set(n, crate::disposition::Disposition::Default)
+                            .is_ok()
+                    {
+                        // A real-time signal, which signal_hook does not
+                        // know: by default it ends the process too.
+                        let _ = signal_hook::low_level::raise(n);
+                    }
                 }
                 std::process::exit(128 + n)
             }

@@ -24,7 +24,7 @@ use crate::exit::{Code, Failure, Outcome};
 use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::report::describe_status;
+use crate::report::{describe_status, signal_name};
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session, Store};
 use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
@@ -211,7 +211,7 @@ impl Job {
                 "the command {} after {}",
                 match ending {
                     Ending::Exited(code) => format!("exited with {code}"),
-                    Ending::Killed(sig) => format!("was killed by {sig}"),
+                    Ending::Killed(sig) => format!("was killed by {}", signal_name(sig)),
                 },
                 show(started.elapsed())
             ),
@@ -220,13 +220,13 @@ impl Job {
         // outside ends elect by the signal that asked for the stop, as a
         // command that obeyed it would have: a stop the caller asked for.
         let ending = match (watch.stop_enforced, watch.stop_by, ending) {
-            (true, Some((_, sig)), Ending::Killed(Signal::SIGKILL)) => {
+            (true, Some((_, sig)), Ending::Killed(libc::SIGKILL)) => {
                 if !watch.lost {
                     tenure.outcome = Ended::Killed;
                     tenure.signal = Some(Signal::SIGKILL as i32);
                     tenure.why = Some(format!("it did not end within --grace of {sig}"));
                 }
-                Ending::Killed(sig)
+                Ending::Killed(sig as i32)
             }
             (_, _, ending) => ending,
         };

@@ -318,7 +318,7 @@ impl Job {
         ));
         tokio::select! {
             () = tokio::time::sleep(self.timing.ttl()) => self.store_failed(e),
-            sig = signals.terminating() => Outcome::Raise(sig),
+            sig = signals.terminating() => Outcome::Raise(sig as i32),
         }
     }
 
@@ -360,7 +360,7 @@ impl Job {
         let result = tokio::select! {
             result = reach.bounded(waiting_for, call) => result,
             never = self.connecting_line() => match never {},
-            sig = signals.terminating() => return Err(Some(Outcome::Raise(sig))),
+            sig = signals.terminating() => return Err(Some(Outcome::Raise(sig as i32))),
         };
         let e = match result {
             Ok(value) => return Ok(value),
@@ -379,7 +379,7 @@ impl Job {
         ));
         tokio::select! {
             () = tokio::time::sleep(pause) => Err(None),
-            sig = signals.terminating() => Err(Some(Outcome::Raise(sig))),
+            sig = signals.terminating() => Err(Some(Outcome::Raise(sig as i32))),
         }
     }
 
@@ -442,7 +442,10 @@ impl Job {
                     format!("the command exited with {code}")
                 }
                 (TurnEnd::Ended(Ending::Killed(sig)), Some(Rejoin::Always)) => {
-                    format!("the command was killed by {sig}")
+                    format!(
+                        "the command was killed by {}",
+                        crate::report::signal_name(*sig)
+                    )
                 }
                 _ => return end.outcome(self.lost_code),
             };
@@ -459,7 +462,7 @@ impl Job {
             self.standing.rejoining(why);
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
-                sig = signals.terminating() => return Outcome::Raise(sig),
+                sig = signals.terminating() => return Outcome::Raise(sig as i32),
             }
         }
     }
@@ -607,7 +610,7 @@ impl Job {
                     };
                     let revoked = tokio::select! {
                         revoked = revoke => revoked,
-                        sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig)),
+                        sig = signals.terminating() => return TurnEnd::Done(Outcome::Raise(sig as i32)),
                     };
                     match (revoked, reach.was_reached()) {
                         (Ok(()), _) => {}
@@ -865,7 +868,7 @@ impl Job {
             never = self.look_at_holder(store) => match never {},
             turn = first_turn(&locks, give_up) => turn,
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
-            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig as i32)),
         };
         if let Ok((_, Turn::First { .. })) = turn {
             timeline::step("first in line");
@@ -911,7 +914,7 @@ impl Job {
                     let _ = tokio::time::timeout(RELEASE_TIMEOUT, won.lock.leave()).await;
                     return Queued::Again(format!("{loss}, before the command started"));
                 },
-                sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+                sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig as i32)),
             }
         }
         Queued::First(won)
@@ -1088,8 +1091,8 @@ fn finish(tenure: &mut Tenure, end: &TurnEnd) {
             _ => Ended::Failed,
         };
     };
-    let killed = |tenure: &mut Tenure, sig: Signal| {
-        tenure.signal = Some(sig as i32);
+    let killed = |tenure: &mut Tenure, sig: i32| {
+        tenure.signal = Some(sig);
         tenure.outcome = Ended::Killed;
     };
     match end {

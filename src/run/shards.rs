@@ -42,7 +42,7 @@ impl Job {
         let raced = tokio::select! {
             raced = self.race(store, session, shards, give_up, reach) => raced,
             loss = keeper.lost() => return Queued::Again(loss.to_string()),
-            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig)),
+            sig = signals.terminating() => return Queued::Done(Outcome::Raise(sig as i32)),
         };
         match raced {
             Ok(Some((lock, shard, token, taken))) => Queued::First(Won {

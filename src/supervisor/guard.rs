@@ -61,7 +61,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
@@ -595,6 +595,9 @@ impl Guard {
         };
         match waitid(Id::Pid(self.child), peek) {
             Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => ChildState::Exited,
+            // A death by a real-time signal, which nix has no Signal for:
+            // `reap` reads it raw.
+            Err(Errno::EINVAL) => ChildState::Exited,
             Ok(WaitStatus::Stopped(..)) => {
                 consume(WaitPidFlag::WSTOPPED);
                 ChildState::Stopped
@@ -612,13 +615,15 @@ impl Guard {
     /// ours whatever else is reaped, and a reaped command is no longer a
     /// member.
     fn reap(&self) -> End {
-        loop {
-            match waitpid(self.child, None) {
-                Ok(WaitStatus::Exited(_, code)) => return End::Exited(code),
-                Ok(WaitStatus::Signaled(_, sig, _)) => return End::Killed(sig as i32),
-                Ok(_) | Err(Errno::EINTR) => continue,
-                Err(_) => return End::Killed(libc::SIGKILL),
-            }
+        use std::os::unix::process::ExitStatusExt;
+        match super::reap(self.child, false) {
+            Ok(Some(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => End::Exited(code),
+                (None, Some(sig)) => End::Killed(sig),
+                _ => End::Killed(libc::SIGKILL),
+            },
+            // Not ours to wait for (ECHILD): it is gone, how is unknown.
+            Ok(None) | Err(_) => End::Killed(libc::SIGKILL),
         }
     }
 

@@ -146,22 +146,34 @@ impl GuardProcess {
             return Ok(*done);
         }
         loop {
-            // libc's, not nix's: nix turns the status of a death by a
-            // real-time signal, which it has no Signal for, into EINVAL,
-            // and the guard's raw status is what the ExitStatus keeps.
-            let mut raw = 0;
-            // SAFETY: waitpid on our own child, into a local.
-            match unsafe { libc::waitpid(pid.as_raw(), &mut raw, libc::WNOHANG) } {
-                0 => {}
-                -1 if Errno::last() == Errno::EINTR => continue,
-                -1 => return Err(io::Error::last_os_error()),
-                _ => {
-                    let done = ExitStatus::from_raw(raw);
-                    *status = Some(done);
-                    return Ok(done);
-                }
+            if let Some(done) = reap(pid, false)? {
+                *status = Some(done);
+                return Ok(done);
             }
             exited.readable().await?.clear_ready();
+        }
+    }
+}
+
+/// Reap our child `pid`, waiting for its end unless `nohang` (then `None`
+/// while it runs); EINTR is tried again. libc's waitpid, not nix's: nix
+/// turns the status of a death by a real-time signal, which it has no
+/// `Signal` for, into EINVAL, and loses the status of a child it reaped.
+pub fn reap(pid: Pid, nohang: bool) -> io::Result<Option<ExitStatus>> {
+    Ok(reap_any(Some(pid), nohang)?.map(|(_, status)| status))
+}
+
+/// [`reap`] of child `pid`, or of any child (`None`): which, and how.
+pub fn reap_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, ExitStatus)>> {
+    let flags = if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        let mut raw = 0;
+        // SAFETY: waitpid on our own children, into a local.
+        match unsafe { libc::waitpid(pid.map_or(-1, Pid::as_raw), &mut raw, flags) } {
+            0 => return Ok(None),
+            -1 if Errno::last() == Errno::EINTR => continue,
+            -1 => return Err(io::Error::last_os_error()),
+            reaped => return Ok(Some((Pid::from_raw(reaped), ExitStatus::from_raw(raw)))),
         }
     }
 }
@@ -170,7 +182,8 @@ impl GuardProcess {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {
     Exited(i32),
-    Killed(Signal),
+    /// By this signal: real-time ones too, which `Signal` cannot name.
+    Killed(i32),
 }
 
 /// What the supervisor has to say.
@@ -479,9 +492,7 @@ impl Supervisor {
         match self.receive().await {
             Some(Message::Stopping(why)) => Event::Stopping(why),
             Some(Message::Exited(code)) => Event::Ended(Ending::Exited(code)),
-            Some(Message::Killed(n)) => Event::Ended(Ending::Killed(
-                Signal::try_from(n).unwrap_or(Signal::SIGKILL),
-            )),
+            Some(Message::Killed(n)) => Event::Ended(Ending::Killed(n)),
             // The guard died without a report; it only does so if killed.
             // Its parent-death signal killed the command, not the command's
             // children.

@@ -18,8 +18,8 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+use std::os::unix::process::ExitStatusExt;
 
 use crate::exit::{Failure, Outcome};
 
@@ -101,19 +101,21 @@ pub fn main(args: &[OsString]) -> ! {
             continue;
         }
         // Reap everything that has died; remember how the copy ended.
-        loop {
-            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) if pid == copy => std::process::exit(code),
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == copy => die_as(sig),
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => {}
+        // Raw statuses: a death by a real-time signal is one too.
+        while let Ok(Some((pid, status))) = super::reap_any(None, true) {
+            if pid == copy {
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => std::process::exit(code),
+                    (None, Some(sig)) => die_as(sig),
+                    _ => {}
+                }
             }
         }
     }
 }
 
 /// End as the copy ended: by its signal, or as PID 1, with 128+N.
-fn die_as(sig: Signal) -> ! {
+fn die_as(sig: i32) -> ! {
     Outcome::Raise(sig).finish()
 }
 
