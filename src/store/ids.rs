@@ -24,7 +24,7 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A new tenure id: 128 random bits, in hex.
+/// A new session id: 128 random bits, in hex.
 pub fn tenure() -> String {
     hex(&random::<16>())
 }

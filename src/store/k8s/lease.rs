@@ -349,9 +349,9 @@ impl Lease {
     }
 
     /// Whether elect took it: a holder record beside a holder identity of
-    /// elect's form (`<host>_<tenure>`).
+    /// elect's form (`<host>_<session id>`).
     pub fn held_by_elect(&self) -> bool {
-        self.annotation(HOLDER).is_some() && super::session::tenure_of(self.holder()).is_some()
+        self.annotation(HOLDER).is_some() && super::session::session_of(self.holder()).is_some()
     }
 
     /// Let go as client-go does.

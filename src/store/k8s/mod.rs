@@ -5,7 +5,7 @@
 //!
 //! `config.rs` finds the API server and the credentials (a pod's service
 //! account, else a kubeconfig), `api.rs` speaks HTTP to it, `lease.rs` is
-//! the Lease object and the names of elect's, `session.rs` the tenure, its
+//! the Lease object and the names of elect's, `session.rs` the session, its
 //! renewals and the wait for a Lease, `records.rs` the ConfigMap of a
 //! lock's history and waiters; here are status, list, break and the
 //! records.
@@ -74,8 +74,8 @@ pub const KIND: Kind = Kind {
             ),
         ],
         secrets: &[],
-        key: "the Lease's `holderIdentity`, `<host>_<tenure>`",
-        lease_id: "the holder's tenure id (16 hex digits, fresh for each `elect run`)",
+        key: "the Lease's `holderIdentity`, `<host>_<session id>`",
+        lease_id: "the holder's session id (16 hex digits, fresh for each `elect run`)",
         cacert: None,
         user: None,
     },

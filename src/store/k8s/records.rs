@@ -1,6 +1,6 @@
 //! A lock's records on Kubernetes: one ConfigMap a lock beside its Lease
 //! (`<object>.elect`), holding its history (a key a tenure, whose value is
-//! the record's JSON) and its waiters (a key `waiter.<tenure>` each), so
+//! the record's JSON) and its waiters (a key `waiter.<session id>` each), so
 //! that `kubectl get leases` lists the locks and nothing else.
 //!
 //! A tenure's write is a JSON merge patch of its one key: hosts ending
@@ -135,9 +135,9 @@ pub fn entries(map: &Value) -> impl Iterator<Item = (&String, &str)> {
         .filter_map(|(k, v)| Some((k, v.as_str()?)))
 }
 
-/// The key of the waiter of tenure `tenure` (16 hex digits).
-pub fn waiter_key(tenure: &str) -> String {
-    format!("{WAITER}{tenure}")
+/// The key of the waiter of session `session` (16 hex digits).
+pub fn waiter_key(session: &str) -> String {
+    format!("{WAITER}{session}")
 }
 
 /// One waiter of a lock, as its record says.

@@ -1,8 +1,8 @@
-//! A session on Kubernetes: a tenure, the Leases it holds, and the
+//! A session on Kubernetes: its id, the Leases it holds, and the
 //! renewals that keep them, in client-go's `leaderelection` protocol.
 //!
-//! The holder's identity is the host's name and the tenure's id, so that no
-//! two tenures share one: client-go takes a Lease at once from a holder of
+//! The holder's identity is the host's name and the session's id, so that
+//! no two sessions share one: client-go takes a Lease at once from a holder of
 //! its own identity. A renewal is one PUT of the Lease as last written
 //! (client-go's optimistic fast path); a 409 is read again, and the Lease
 //! is still ours only if it still names our identity. A waiter takes a
@@ -46,23 +46,23 @@ use crate::store::{
     Turn,
 };
 
-/// A new tenure id: 64 random bits, in hex.
-pub fn tenure_id() -> String {
+/// A new session id: 64 random bits, in hex.
+pub fn session_id() -> String {
     crate::store::ids::hex(&crate::store::ids::random::<8>())
 }
 
-/// The `holderIdentity` of a tenure: the host, then the tenure.
-pub fn identity(tenure: &str) -> String {
+/// The `holderIdentity` of a session: the host, then the session's id.
+pub fn identity(session: &str) -> String {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "elect".into());
-    format!("{host}_{tenure}")
+    format!("{host}_{session}")
 }
 
-/// The tenure in a `holderIdentity` elect wrote.
-pub fn tenure_of(identity: &str) -> Option<&str> {
-    let (_, tenure) = identity.rsplit_once('_')?;
-    (tenure.len() == 16 && tenure.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tenure)
+/// The session id in a `holderIdentity` elect wrote.
+pub fn session_of(identity: &str) -> Option<&str> {
+    let (_, id) = identity.rsplit_once('_')?;
+    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
 /// One of our waiter records, as last written.
@@ -79,7 +79,8 @@ pub struct Waiting {
 /// What a session and its renewers share.
 pub struct Shared {
     pub api: Rc<Api>,
-    pub tenure: String,
+    /// The session id, as `ELECT_LEASE_ID` shows it.
+    pub id: String,
     pub identity: String,
     /// `leaseDurationSeconds`.
     pub seconds: u64,
@@ -230,7 +231,7 @@ impl Shared {
     /// Our key in a records' ConfigMap, holding `waiter` (`None`: removed).
     fn waiter_data(&self, waiter: &Waiter) -> Map<String, Value> {
         let value = serde_json::to_string(waiter).map_or(Value::Null, Value::from);
-        Map::from_iter([(records::waiter_key(&self.tenure), value)])
+        Map::from_iter([(records::waiter_key(&self.id), value)])
     }
 
     /// Our waiter record in the ConfigMap `name` (of `lock`) was written
@@ -264,7 +265,7 @@ impl Shared {
     /// unanswered, since a record left behind looks like a live waiter
     /// for a while.
     async fn remove_waiter(&self, name: &str, waiting: &Waiting) -> Result<(), StoreError> {
-        let patch = json!({ "data": { records::waiter_key(&self.tenure): null } });
+        let patch = json!({ "data": { records::waiter_key(&self.id): null } });
         let path = records::path(self.ns(), name);
         let reply = self
             .api
@@ -314,10 +315,10 @@ impl Shared {
 
     /// A renewal that wrote nothing must still be answered, or a session
     /// that only waits would count as renewed while the API server is out
-    /// of reach: one read of a Lease of this tenure's name, from the API
+    /// of reach: one read of a Lease of this session's name, from the API
     /// server's cache (`resourceVersion=0`), found or not.
     async fn answers(&self) -> Result<(), StoreError> {
-        let name = lease::record_name("elect", &self.tenure);
+        let name = lease::record_name("elect", &self.id);
         let path = format!("{}?resourceVersion=0", lease::path(self.ns(), &name));
         let reply = self.api.request("GET", &path, None).await?;
         match reply.status {
@@ -380,12 +381,12 @@ impl KubeSession {
         // Whole seconds, at least what was asked; elect's own deadline
         // counts from the smaller of the two.
         let seconds = (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1);
-        let tenure = tenure_id();
+        let id = session_id();
         KubeSession {
             shared: Rc::new(Shared {
                 api,
-                identity: identity(&tenure),
-                tenure,
+                identity: identity(&id),
+                id,
                 seconds,
                 held: RefCell::default(),
                 waiting: RefCell::default(),
@@ -400,7 +401,7 @@ impl KubeSession {
 
 impl Session for KubeSession {
     fn id(&self) -> String {
-        self.shared.tenure.clone()
+        self.shared.id.clone()
     }
 
     fn ttl(&self) -> Option<Duration> {
@@ -972,7 +973,7 @@ pub fn holder_of(lease: &Lease) -> Option<crate::store::Holder> {
     Some(crate::store::Holder {
         key: identity.to_string(),
         token: Token::new(token),
-        lease: record.as_ref().and(tenure_of(identity)).map(String::from),
+        lease: record.as_ref().and(session_of(identity)).map(String::from),
         record,
         ttl_left: Some(lease.left_by_wall_clock()),
     })
@@ -1002,11 +1003,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_tenure_has_an_identity_of_its_own() {
-        let (a, b) = (tenure_id(), tenure_id());
+    fn each_session_has_an_identity_of_its_own() {
+        let (a, b) = (session_id(), session_id());
         assert_ne!(a, b);
         let id = identity(&a);
-        assert_eq!(tenure_of(&id), Some(a.as_str()));
-        assert_eq!(tenure_of("client-go-1"), None);
+        assert_eq!(session_of(&id), Some(a.as_str()));
+        assert_eq!(session_of("client-go-1"), None);
     }
 }

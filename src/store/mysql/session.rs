@@ -1,4 +1,4 @@
-//! A session on MySQL or MariaDB: a tenure id, the rows it holds, and the
+//! A session on MySQL or MariaDB: its id, the rows it holds, and the
 //! renewals that keep them.
 //!
 //! There is no lease object in the database; the session's lease is the
@@ -48,7 +48,7 @@ use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
 };
 
-/// A new tenure id: 128 random bits, in hex.
+/// A new session id: 128 random bits, in hex.
 pub fn tenure_id() -> String {
     crate::store::ids::tenure()
 }

@@ -1,4 +1,4 @@
-//! A session on PostgreSQL: a tenure id, the rows it holds, and the
+//! A session on PostgreSQL: its id, the rows it holds, and the
 //! renewals that keep them.
 //!
 //! There is no lease object in the database; the session's lease is the
@@ -43,7 +43,7 @@ use crate::store::{
 /// its lock on a second connection.
 const LISTEN_AFTER: Duration = Duration::from_millis(200);
 
-/// A new tenure id: 128 random bits, in hex.
+/// A new session id: 128 random bits, in hex.
 pub fn tenure_id() -> String {
     crate::store::ids::tenure()
 }
