@@ -41,7 +41,7 @@ pub enum State {
     /// minus the grace.
     Running {
         deadline: Instant,
-        standing: Standing,
+        job_state: JobState,
     },
     /// Its signal went out; SIGKILL is due at this instant, never after the
     /// deadline. Final: no renewal un-stops it.
@@ -60,7 +60,7 @@ pub enum State {
 
 /// The command under the lease, as job control left it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub enum JobState {
     /// Not stopped, as far as its last SIGCHLD said.
     Going,
     /// Stopped, though not with elect's job (a signal to its group, or a
@@ -75,24 +75,24 @@ pub enum Standing {
     Suspended,
 }
 
-impl Standing {
-    fn of(stopped: bool, suspended: bool) -> Standing {
+impl JobState {
+    fn of(stopped: bool, suspended: bool) -> JobState {
         match (stopped, suspended) {
-            (false, false) => Standing::Going,
-            (true, false) => Standing::Stopped,
-            (false, true) => Standing::Suspending,
-            (true, true) => Standing::Suspended,
+            (false, false) => JobState::Going,
+            (true, false) => JobState::Stopped,
+            (false, true) => JobState::Suspending,
+            (true, true) => JobState::Suspended,
         }
     }
 
     /// Its last SIGCHLD said it stopped.
     fn stopped(self) -> bool {
-        matches!(self, Standing::Stopped | Standing::Suspended)
+        matches!(self, JobState::Stopped | JobState::Suspended)
     }
 
     /// It was stopped with elect's job, which is not continued yet.
     fn suspended(self) -> bool {
-        matches!(self, Standing::Suspending | Standing::Suspended)
+        matches!(self, JobState::Suspending | JobState::Suspended)
     }
 }
 
@@ -243,7 +243,7 @@ impl Rules {
             (S::Starting { deadline }, E::Ready) if now < deadline - self.grace => (
                 S::Running {
                     deadline,
-                    standing: Standing::Going,
+                    job_state: JobState::Going,
                 },
                 vec![A::Start {
                     stop_at: deadline - self.grace,
@@ -253,8 +253,14 @@ impl Rules {
             (S::Starting { .. } | S::CalledOff, _) => (state, vec![]),
 
             // The deadline.
-            (S::Running { deadline, standing }, E::Clock) if now >= deadline - self.grace => {
-                if standing == Standing::Suspended {
+            (
+                S::Running {
+                    deadline,
+                    job_state,
+                },
+                E::Clock,
+            ) if now >= deadline - self.grace => {
+                if job_state == JobState::Suspended {
                     // Stopped with elect's job: never resume a command whose
                     // lease may be gone.
                     let why = Message::Stopping(Stop::ExpiredWhileStopped);
@@ -268,10 +274,16 @@ impl Rules {
             (S::Stopping { kill_at }, E::Clock) if now >= kill_at => {
                 (S::Killed, vec![A::Signal(Signal::SIGKILL)])
             }
-            (S::Running { deadline, standing }, E::Renewed(at)) => (
+            (
+                S::Running {
+                    deadline,
+                    job_state,
+                },
+                E::Renewed(at),
+            ) => (
                 S::Running {
                     deadline: deadline.max(at),
-                    standing,
+                    job_state,
                 },
                 vec![],
             ),
@@ -280,37 +292,67 @@ impl Rules {
             }
 
             // Job control, under the lease.
-            (S::Running { deadline, standing }, E::Suspend) => (
+            (
                 S::Running {
                     deadline,
-                    standing: Standing::of(standing.stopped(), true),
+                    job_state,
+                },
+                E::Suspend,
+            ) => (
+                S::Running {
+                    deadline,
+                    job_state: JobState::of(job_state.stopped(), true),
                 },
                 vec![A::Signal(Signal::SIGTSTP)],
             ),
-            (S::Running { deadline, standing }, E::Resume) => {
-                let mut actions = Vec::new();
-                if standing.stopped() {
-                    actions.push(A::GiveTerminal {
-                        and_continue: !standing.suspended(),
-                    });
-                }
-                if standing.suspended() {
-                    actions.push(A::Signal(Signal::SIGCONT));
-                }
-                let standing = Standing::of(standing.stopped(), false);
-                (S::Running { deadline, standing }, actions)
-            }
-            (S::Running { deadline, standing }, E::CommandStopped { had_terminal }) => (
+            (
                 S::Running {
                     deadline,
-                    standing: Standing::of(true, standing.suspended() || had_terminal),
+                    job_state,
+                },
+                E::Resume,
+            ) => {
+                let mut actions = Vec::new();
+                if job_state.stopped() {
+                    actions.push(A::GiveTerminal {
+                        and_continue: !job_state.suspended(),
+                    });
+                }
+                if job_state.suspended() {
+                    actions.push(A::Signal(Signal::SIGCONT));
+                }
+                let job_state = JobState::of(job_state.stopped(), false);
+                (
+                    S::Running {
+                        deadline,
+                        job_state,
+                    },
+                    actions,
+                )
+            }
+            (
+                S::Running {
+                    deadline,
+                    job_state,
+                },
+                E::CommandStopped { had_terminal },
+            ) => (
+                S::Running {
+                    deadline,
+                    job_state: JobState::of(true, job_state.suspended() || had_terminal),
                 },
                 Self::stopped_with(had_terminal),
             ),
-            (S::Running { deadline, standing }, E::CommandContinued) => (
+            (
                 S::Running {
                     deadline,
-                    standing: Standing::of(false, standing.suspended()),
+                    job_state,
+                },
+                E::CommandContinued,
+            ) => (
+                S::Running {
+                    deadline,
+                    job_state: JobState::of(false, job_state.suspended()),
                 },
                 vec![],
             ),
@@ -392,7 +434,7 @@ mod tests {
     fn running() -> State {
         State::Running {
             deadline: at(10.0),
-            standing: Standing::Going,
+            job_state: JobState::Going,
         }
     }
 
@@ -658,7 +700,7 @@ mod tests {
             state,
             State::Running {
                 deadline: at(10.0),
-                standing: Standing::Suspended
+                job_state: JobState::Suspended
             }
         );
         let (state, actions) = RULES.step(state, Event::Clock, at(7.0));
@@ -731,35 +773,35 @@ mod tests {
 
     #[test]
     fn elect_continued_continues_the_command_and_hands_it_the_terminal_if_it_was_stopped() {
-        let with = |standing| State::Running {
+        let with = |job_state| State::Running {
             deadline: at(10.0),
-            standing,
+            job_state,
         };
         let hand_back = |and_continue| Action::GiveTerminal { and_continue };
         let sigcont = Action::Signal(Signal::SIGCONT);
-        for (standing, actions, after) in [
+        for (job_state, actions, after) in [
             // `fg` after Ctrl-Z: the terminal back (if the job has it), then
             // SIGCONT; the command counts as stopped until its SIGCHLD says
             // otherwise.
             (
-                Standing::Suspended,
+                JobState::Suspended,
                 vec![hand_back(false), sigcont],
-                Standing::Stopped,
+                JobState::Stopped,
             ),
-            (Standing::Suspending, vec![sigcont], Standing::Going),
+            (JobState::Suspending, vec![sigcont], JobState::Going),
             // Stopped, not with the job: continued only with the terminal.
-            (Standing::Stopped, vec![hand_back(true)], Standing::Stopped),
-            (Standing::Going, vec![], Standing::Going),
+            (JobState::Stopped, vec![hand_back(true)], JobState::Stopped),
+            (JobState::Going, vec![], JobState::Going),
         ] {
             assert_eq!(
-                RULES.step(with(standing), Event::Resume, at(3.0)),
+                RULES.step(with(job_state), Event::Resume, at(3.0)),
                 (with(after), actions),
-                "{standing:?}"
+                "{job_state:?}"
             );
         }
         assert_eq!(
-            RULES.step(with(Standing::Stopped), Event::CommandContinued, at(3.0)),
-            (with(Standing::Going), vec![])
+            RULES.step(with(JobState::Stopped), Event::CommandContinued, at(3.0)),
+            (with(JobState::Going), vec![])
         );
     }
 
@@ -931,7 +973,7 @@ mod tests {
                     }
                     _ => {}
                 }
-                if let State::Running { standing: Standing::Suspended, .. } = before
+                if let State::Running { job_state: JobState::Suspended, .. } = before
                     && event == Event::Clock
                     && now >= deadline - RULES.grace
                 {
