@@ -13,7 +13,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::Token;
-use super::holder::{Check, Checkpoint, Holder, HolderRecord, LockStatus, Owner, Put, Record};
+use super::holder::{Check, Holder, HolderRecord, LockStatus, Owner};
+use super::records::{Checkpoint, Put, Record};
 use crate::clock::Instant;
 
 /// A future a store returns.

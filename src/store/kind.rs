@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::api::{Boxed, Store, StoreError};
-use super::holder::to_json;
 use super::probe;
+use super::records::to_json;
 use super::secret::Secret;
 
 /// A kind of store: the URLs it answers to, and how to set one up.

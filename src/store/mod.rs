@@ -21,6 +21,7 @@ pub mod ids;
 pub mod k8s;
 mod kind;
 pub mod mysql;
+mod names;
 mod observed;
 pub mod postgres;
 pub mod probe;
@@ -38,12 +39,12 @@ pub use api::{
     Boxed, Breaking, ErrorKind, Fence, Lock, Loss, Renewal, Renewer, Session, Store, StoreError,
     Turn, Versioned, first_turn, with_causes,
 };
-pub use holder::{
-    Broken, CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Check, Checkpoint, Forced, HISTORY, Holder,
-    HolderRecord, LockStatus, MAX_SHARDS, Owner, Put, Record, check_lock_name, check_slot,
-    is_lock_or_shard, shard_lock, to_json,
-};
+pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, Owner};
 pub use kind::{About, Credentials, Kind, Settings, Target};
+pub use names::{MAX_SHARDS, check_lock_name, check_slot, is_lock_or_shard, shard_lock};
+pub use records::{
+    CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Checkpoint, HISTORY, Put, Record, to_json,
+};
 
 /// How often a waiter on a lease row (PostgreSQL, MySQL) reads a busy
 /// lock's row at most, when nothing wakes it: no LISTEN (a transaction

@@ -9,7 +9,113 @@
 //! ([`super::Lock::acquired`], or the take itself where the lock's record
 //! keeps its holder), and read here.
 
-use super::{Checkpoint, Fence, Owner, Put, Record, Store, StoreError};
+use serde::{Deserialize, Serialize};
+
+use super::{Fence, Owner, Store, StoreError, Token};
+
+/// What a store keeps of a lock beside its queue, named after the lock:
+/// `NAME.checkpoint`, `NAME.shards`, `NAME.last`, and the [`Record`]s.
+pub const RECORD_SUFFIXES: [&str; 6] = [
+    ".checkpoint",
+    ".shards",
+    ".last",
+    ".done",
+    ".slots",
+    ".history",
+];
+
+/// A record elect keeps beside a lock alike on every store: what they
+/// mean and the rules for writing them are [`super::records`]' and
+/// [`crate::history`]'s; where each lives is its store's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// The progress a holder committed ([`Checkpoint`] as JSON), written
+    /// fenced by its token.
+    Checkpoint,
+    /// The number of shards of a sharded lock, written once, by the first.
+    Shards,
+    /// The identity of the last holder of a shard.
+    Last,
+    /// The last run that succeeded.
+    Done,
+    /// Each `--slot` done.
+    Slot(&'a str),
+    /// One tenure in the lock's history, by its id ([`crate::history`]).
+    Tenure(&'a str),
+}
+
+impl Record<'_> {
+    /// Its name beside the lock's: `.checkpoint`, `.shards`, `.last`,
+    /// `.done`, `.slots/KEY`, `.history/ID`.
+    pub fn suffix(&self) -> String {
+        match self {
+            Record::Checkpoint => ".checkpoint".into(),
+            Record::Shards => ".shards".into(),
+            Record::Last => ".last".into(),
+            Record::Done => ".done".into(),
+            Record::Slot(key) => format!(".slots/{key}"),
+            Record::Tenure(id) => format!("{HISTORY}{id}"),
+        }
+    }
+}
+
+/// Where a lock's history lives beside it: one record per tenure under it.
+pub const HISTORY: &str = ".history/";
+
+/// `value` as JSON: what elect writes of its own records, plain data of
+/// strings, numbers and lists, which always serializes.
+pub fn to_json(value: &impl Serialize) -> String {
+    #[allow(
+        clippy::expect_used,
+        reason = "serde_json fails only on maps with non-string keys or a failing Serialize impl; these records have neither"
+    )]
+    serde_json::to_string(value).expect("a record of plain data serializes")
+}
+
+/// The largest checkpoint a store keeps: a checkpoint is a position to
+/// resume from (an offset, a key, a little JSON), not the work's data.
+pub const CHECKPOINT_MAX: usize = 64 * 1024;
+
+/// The largest checkpoint handed to the command in `ELECT_CHECKPOINT`; a
+/// larger one is read with `elect checkpoint get`.
+pub const CHECKPOINT_IN_ENV_MAX: usize = 4096;
+
+/// The progress a holder committed for the next one to resume from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub value: String,
+    /// The token of the holder that wrote it.
+    pub token: Token,
+    /// When it was written, RFC 3339 UTC.
+    pub at: String,
+}
+
+impl Checkpoint {
+    /// A checkpoint written now by the holder of `token`.
+    pub fn now(value: String, token: Token) -> Checkpoint {
+        Checkpoint {
+            value,
+            token,
+            at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// What `elect checkpoint put` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    Stored,
+    /// The caller no longer holds the lock, and why (naming the newer token).
+    Stale(String),
+}
 
 /// The last checkpoint of `lock`, if any.
 pub async fn checkpoint(store: &dyn Store, lock: &str) -> Result<Option<Checkpoint>, StoreError> {
