@@ -55,42 +55,36 @@ struct Watch {
 /// as running: a short one is written once, when it ends.
 const NOTE_RUNNING_AFTER: Duration = Duration::from_secs(1);
 
+/// What a turn holds while its command runs, borrowed from the turn: the
+/// store and session the lock was taken in, the lease's keeper, the tenure
+/// being recorded, and the history's trim under way.
+pub(super) struct Held<'t, 's> {
+    pub store: &'t dyn Store,
+    pub session: &'t dyn Session,
+    pub keeper: &'t mut Keeper,
+    pub tenure: &'t mut Tenure,
+    pub trimming: &'t mut Option<Boxed<'s, ()>>,
+}
+
 impl Job {
     /// Run the command while the lease holds. How the turn ended, and the
     /// guard if it reported the end of the command's group: it is reaped
     /// while the lease is released, which need not wait for it to exit.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn hold(
         &self,
         won: &Won<'_>,
-        store: &dyn Store,
-        session: &dyn Session,
         guard: Preparing,
-        keeper: &mut Keeper,
         signals: &mut Signals,
-        tenure: &mut Tenure,
-        trimming: &mut Option<Boxed<'_, ()>>,
+        mut ours: Held<'_, '_>,
     ) -> (TurnEnd, Option<Supervisor>) {
         let lock = &*won.lock;
         let mut lost_watch = lock.lost();
-        let (mut child, loss) = match self
-            .start(
-                won,
-                store,
-                session,
-                guard,
-                keeper,
-                &mut lost_watch,
-                tenure,
-                trimming,
-            )
-            .await
-        {
+        let (mut child, loss) = match self.start(won, guard, &mut lost_watch, &mut ours).await {
             Ok(started) => started,
             Err(end) => {
-                if matches!(end, TurnEnd::NotStarted) && tenure.outcome == Ended::Running {
-                    tenure.outcome = Ended::Lost;
-                    tenure.why = Some("lost as the command was about to start".into());
+                if matches!(end, TurnEnd::NotStarted) && ours.tenure.outcome == Ended::Running {
+                    ours.tenure.outcome = Ended::Lost;
+                    ours.tenure.why = Some("lost as the command was about to start".into());
                 }
                 return (end, None);
             }
@@ -100,10 +94,10 @@ impl Job {
         self.standing.started();
 
         // A command that runs a second is written in as running.
-        let running = tenure.clone();
+        let running = ours.tenure.clone();
         let noting = async {
             tokio::time::sleep(NOTE_RUNNING_AFTER).await;
-            history::note_or_warn(store, &running, self.keep_history, true).await;
+            history::note_or_warn(ours.store, &running, self.keep_history, true).await;
         };
         tokio::pin!(noting);
         let mut noted = self.keep_history == 0;
@@ -114,7 +108,7 @@ impl Job {
                 "started the command as pid {} in process group {} under lease {}",
                 child.pid(),
                 child.group(),
-                session.id()
+                ours.session.id()
             ),
         );
         let mut watch = Watch::default();
@@ -127,7 +121,7 @@ impl Job {
             // elect's own kill, in case the guard cannot (it is stopped).
             let backstop = watch
                 .kill_by
-                .map_or(keeper.deadline(), |at| at.min(keeper.deadline()));
+                .map_or(ours.keeper.deadline(), |at| at.min(ours.keeper.deadline()));
             tokio::select! {
                 // The guard's word first: after a stop, its report of what
                 // it did is waiting, and the backstop below is due too.
@@ -137,7 +131,7 @@ impl Job {
                     Event::Stopping(why) => self.guard_stops(&mut watch, why),
                     Event::GuardLost => return (self.guard_lost(child).await, None),
                 },
-                kept = keeper.next(), if !watch.lost => match kept {
+                kept = ours.keeper.next(), if !watch.lost => match kept {
                     Kept::Extended(at) => child.extend(at).await,
                     // An expiry is the guard's to act on: it keeps the same
                     // deadline, and says why it stops.
@@ -190,15 +184,15 @@ impl Job {
                     child.kill_now();
                 },
                 () = &mut noting, if !noted => noted = true,
-                () = drive(trimming) => {}
+                () = drive(ours.trimming) => {}
             }
         };
         if watch.lost {
-            tenure.outcome = match watch.asked {
+            ours.tenure.outcome = match watch.asked {
                 true => Ended::Broken,
                 false => Ended::Lost,
             };
-            tenure.why = watch.why.clone();
+            ours.tenure.why = watch.why.clone();
         }
         timeline::step("command ended");
         if let Ending::Exited(code) = ending {
@@ -222,9 +216,9 @@ impl Job {
         let ending = match (watch.stop_enforced, watch.stop_by, ending) {
             (true, Some((_, sig)), Ending::Killed(libc::SIGKILL)) => {
                 if !watch.lost {
-                    tenure.outcome = Ended::Killed;
-                    tenure.signal = Some(Signal::SIGKILL as i32);
-                    tenure.why = Some(format!("it did not end within --grace of {sig}"));
+                    ours.tenure.outcome = Ended::Killed;
+                    ours.tenure.signal = Some(Signal::SIGKILL as i32);
+                    ours.tenure.why = Some(format!("it did not end within --grace of {sig}"));
                 }
                 Ending::Killed(sig as i32)
             }
@@ -245,17 +239,12 @@ impl Job {
     /// is told ends the turn with nothing started; a loss after is passed
     /// on, and the guard does not start the command, unless it already had:
     /// then the command is started, and the loss is returned with it.
-    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
         won: &Won<'_>,
-        store: &dyn Store,
-        session: &dyn Session,
         guard: Preparing,
-        keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
-        tenure: &mut Tenure,
-        trimming: &mut Option<Boxed<'_, ()>>,
+        ours: &mut Held<'_, '_>,
     ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e: SpawnError| match e {
@@ -267,10 +256,10 @@ impl Job {
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
         // beside the guard's start, and so is the record of work done.
-        let name = tenure.lock.clone();
+        let name = ours.tenure.lock.clone();
         let done = async {
             match &self.once {
-                Some(once) => history::done_before(store, &name, once).await,
+                Some(once) => history::done_before(ours.store, &name, once).await,
                 None => Ok(None),
             }
         };
@@ -280,14 +269,14 @@ impl Job {
             tokio::select! {
                 // The lease first: nothing may start once it is lost.
                 biased;
-                kept = keeper.next() => match kept {
+                kept = ours.keeper.next() => match kept {
                     // The guard is told the latest deadline.
                     Kept::Extended(_) => {}
                     Kept::Lost(loss) => return Err(self.not_started(Cause::of(&loss), &loss)),
                 },
                 loss = &mut *lost_watch => return Err(self.not_started(Cause::of(&loss), &loss)),
                 ready = &mut ready => break ready,
-                () = drive(trimming) => {}
+                () = drive(ours.trimming) => {}
             }
         };
         let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
@@ -305,11 +294,11 @@ impl Job {
         };
         match done {
             Ok(None) => {}
-            Ok(Some(done)) => return Err(self.done_before(tenure, &done)),
+            Ok(Some(done)) => return Err(self.done_before(ours.tenure, &done)),
             Err(e) => {
                 return failed(Failure::from(e).about(format_args!(
                     "the record of lock {}'s last success",
-                    tenure.lock
+                    ours.tenure.lock
                 )));
             }
         }
@@ -325,7 +314,7 @@ impl Job {
         let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
         let mut set_env = vec![
             ("ELECT_KEY".into(), lock.key().to_string()),
-            ("ELECT_LEASE_ID".into(), session.id()),
+            ("ELECT_LEASE_ID".into(), ours.session.id()),
         ];
         if let (Some(k), Some(n)) = (shard, self.shards) {
             set_env.push(("ELECT_SHARD".into(), k.to_string()));
@@ -343,31 +332,34 @@ impl Job {
             None => {}
         }
         // Before the command can look.
-        tenure.started = Some(history::timestamp(SystemTime::now()));
-        self.reports.started(tenure);
+        ours.tenure.started = Some(history::timestamp(SystemTime::now()));
+        self.reports.started(ours.tenure);
         let handover = Handover {
             set_env,
             held: &held,
             release_order: crate::release::order(
                 &self.location,
-                &session.release_token(),
-                tenure,
+                &ours.session.release_token(),
+                ours.tenure,
                 self.keep_history,
                 &self.reports,
             ),
         };
-        let mut child = match guard.start(token.get(), keeper.deadline(), handover).await {
+        let mut child = match guard
+            .start(token.get(), ours.keeper.deadline(), handover)
+            .await
+        {
             Ok(child) => child,
             Err(e) => {
-                tenure.started = None;
+                ours.tenure.started = None;
                 return failed(self.spawn_failure(e));
             }
         };
         let (started, loss) = self
-            .await_start(&mut child, keeper, lost_watch, trimming)
+            .await_start(&mut child, ours.keeper, lost_watch, ours.trimming)
             .await;
         if started.is_err() {
-            tenure.started = None;
+            ours.tenure.started = None;
         }
         match started {
             Ok(()) => Ok((child, loss)),

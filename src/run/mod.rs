@@ -566,13 +566,15 @@ impl Job {
                     let (end, guard) = self
                         .hold(
                             &won,
-                            store,
-                            &*session,
                             guard,
-                            &mut keeper,
                             signals,
-                            &mut tenure,
-                            &mut trimming,
+                            hold::Held {
+                                store,
+                                session: &*session,
+                                keeper: &mut keeper,
+                                tenure: &mut tenure,
+                                trimming: &mut trimming,
+                            },
                         )
                         .await;
                     // While the lock is still ours, fenced by its token.
