@@ -38,7 +38,7 @@ async fn open(
     let location = Location::from_settings(&args.settings())?;
     // The lock first: a key is judged against the lock it names.
     if let Some(lock) = lock {
-        location.check_lock_name(lock).map_err(Failure::usage)?;
+        location.lock_name(lock).map_err(Failure::usage)?;
         if let Some(k) = shard {
             location
                 .check_shard_names(lock, k.saturating_add(1))

@@ -38,8 +38,8 @@ use crate::reach::Reach;
 use crate::store::Token;
 use crate::store::records;
 use crate::store::{
-    ErrorKind, HolderRecord, Location, Lock, LockStatus, MAX_SHARDS, Put, Session, Store,
-    StoreError, Turn, first_turn, shard_lock,
+    ErrorKind, HolderRecord, Location, Lock, LockName, LockStatus, MAX_SHARDS, Put, Session, Store,
+    StoreError, Turn, first_turn,
 };
 use crate::supervisor::{Ending, Plan, Preparing, Supervisor};
 use crate::timeline;
@@ -96,7 +96,7 @@ const UNANSWERED_RELEASE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Everything `elect run` needs, checked.
 struct Job {
-    lock: String,
+    lock: LockName,
     /// `--shards`: how many, and the one to prefer.
     shards: Option<u32>,
     prefer_shard: Option<u32>,
@@ -238,8 +238,8 @@ impl Job {
         command::check_command(&args.command[0])?;
         let settings = args.store.settings();
         let location = Location::from_settings(&settings)?;
-        location.check_lock_name(&args.lock).map_err(usage)?;
-        nested(&args.lock, &location)?;
+        let lock = location.lock_name(&args.lock).map_err(usage)?;
+        nested(&lock, &location)?;
         if let Some(n) = args.shards {
             if !(1..=MAX_SHARDS).contains(&n) {
                 return Err(usage(format!(
@@ -252,7 +252,7 @@ impl Job {
                     n - 1
                 )));
             }
-            location.check_shard_names(&args.lock, n).map_err(usage)?;
+            location.check_shard_names(&lock, n).map_err(usage)?;
         }
         let once = match (args.once_per, &args.slot) {
             (Some(window), _) if window.is_zero() => {
@@ -266,7 +266,7 @@ impl Job {
             (None, None) => None,
         };
         let identity = args.identity.clone().unwrap_or_else(hostname);
-        log::context("lock", args.lock.clone());
+        log::context("lock", lock.to_string());
         log::context("identity", identity.clone());
         let inner = inner::for_the_command(&settings, &location).map_err(|e| {
             crate::descriptors::or(&e, || {
@@ -275,9 +275,9 @@ impl Job {
                 ))
             })
         })?;
-        let standing = Standing::new(&args.lock, args.shards);
+        let standing = Standing::new(&lock, args.shards);
         Ok(Job {
-            lock: args.lock,
+            lock,
             shards: args.shards,
             prefer_shard: args.prefer_shard,
             location,
@@ -701,7 +701,7 @@ impl Job {
     fn tenure(&self, queued: SystemTime, won: Option<&Won<'_>>) -> Tenure {
         let shard = won.and_then(|w| w.shard);
         Tenure {
-            lock: shard.map_or_else(|| self.lock.clone(), |k| shard_lock(&self.lock, k)),
+            lock: shard.map_or_else(|| self.lock.to_string(), |k| self.lock.shard(k).to_string()),
             shard,
             token: won.map(|w| w.token),
             identity: self.identity.clone(),
@@ -785,7 +785,7 @@ impl Job {
         Plan {
             command: self.command.clone(),
             set_env: vec![
-                ("ELECT_LOCK".into(), self.lock.clone()),
+                ("ELECT_LOCK".into(), self.lock.to_string()),
                 ("ELECT_IDENTITY".into(), self.identity.clone()),
                 ("ELECT_STORE".into(), self.location.to_string()),
             ]
@@ -822,7 +822,7 @@ impl Job {
         // run without --shards would wait behind its shards' holders.
         let join_unsharded = async {
             let (joined, shards) = tokio::join!(
-                session.join(self.lock.clone(), record),
+                session.join(self.lock.to_string(), record),
                 records::shards(store, &self.lock, None)
             );
             let lock = joined?;

@@ -14,9 +14,7 @@ use crate::lease::Keeper;
 use crate::log;
 use crate::reach::Reach;
 use crate::store::records;
-use crate::store::{
-    ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Turn, first_turn, shard_lock,
-};
+use crate::store::{ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Turn, first_turn};
 use crate::timeline;
 
 use super::signals::Signals;
@@ -86,7 +84,9 @@ impl Job {
             }
             _ => {}
         }
-        let names: Vec<String> = (0..shards).map(|k| shard_lock(&self.lock, k)).collect();
+        let names: Vec<String> = (0..shards)
+            .map(|k| self.lock.shard(k).to_string())
+            .collect();
         let owners = reach
             .bounded("the shards' owners", store.owners(&names))
             .await?;

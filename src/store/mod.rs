@@ -41,7 +41,7 @@ pub use api::{
 };
 pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, Owner};
 pub use kind::{About, Credentials, Kind, Settings, Target};
-pub use names::{MAX_SHARDS, check_lock_name, check_slot, is_lock_or_shard, shard_lock};
+pub use names::{LockName, MAX_SHARDS, check_lock_name, check_slot, is_lock_or_shard, shard_lock};
 pub use records::{
     CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Checkpoint, HISTORY, Put, Record, to_json,
 };
@@ -144,10 +144,11 @@ impl Location {
         }
     }
 
-    /// Check a lock name for this store.
-    pub fn check_lock_name(&self, name: &str) -> Result<(), String> {
+    /// `name` as a lock's name on this store, or why it cannot be one.
+    pub fn lock_name(&self, name: &str) -> Result<LockName, String> {
         check_lock_name(name)?;
-        self.target.check_lock_name(name)
+        self.target.check_lock_name(name)?;
+        Ok(LockName::checked(name))
     }
 
     /// Check a holder's key (`--holder-key`, `ELECT_KEY`) for this store.

@@ -1,7 +1,43 @@
 //! Lock names and slot keys, alike on every store: what a user may name a
 //! lock or a `--slot`, and the names of a lock's shards.
 
+use std::fmt;
+use std::ops::Deref;
+
 use super::records::RECORD_SUFFIXES;
+
+/// A lock's name as checked for the store it is on: made only by
+/// [`super::Location::lock_name`], so that a name that reaches a store has
+/// passed the rules of every store ([`check_lock_name`]) and its own. It
+/// reads as the `str` it is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LockName(String);
+
+impl LockName {
+    /// `name`, checked by the caller.
+    pub(super) fn checked(name: &str) -> LockName {
+        LockName(name.to_string())
+    }
+
+    /// Shard `k` of this lock: a lock of its own under its name.
+    pub fn shard(&self, k: u32) -> LockName {
+        LockName(shard_lock(&self.0, k))
+    }
+}
+
+impl Deref for LockName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// Lock names: segments of `[A-Za-z0-9._-]` separated by `/`, optionally
 /// starting with `/` as etcd keys often do; no empty, `.` or `..` segments.
