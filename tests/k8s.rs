@@ -309,22 +309,6 @@ fn history_of(store: &KubeStore, lock: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The history ConfigMaps of `store`'s namespace, as the API server lists
-/// them by their label.
-fn history_maps(store: &KubeStore) -> Vec<serde_json::Value> {
-    let (code, body) = store.kube().request(
-        "GET",
-        &format!(
-            "/api/v1/namespaces/{}/configmaps?labelSelector=elect%2Frecords-of",
-            store.namespace
-        ),
-        None,
-    );
-    assert_eq!(code, 200, "{body}");
-    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
-    list["items"].as_array().cloned().unwrap_or_default()
-}
-
 /// A lock's history is one ConfigMap beside its Lease, a key a tenure, the
 /// oldest deleted beyond `--history`: the namespace's Leases are the
 /// locks', as `kubectl get leases` lists them, not one a tenure.
@@ -352,7 +336,7 @@ fn the_history_is_one_configmap_beside_the_lease() {
         .map(|l| l["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(leases, ["nightly-report"]);
-    let maps = history_maps(&store);
+    let maps = store.records_maps();
     assert_eq!(maps.len(), 1, "{maps:#?}");
     let map = &maps[0];
     assert_eq!(map["metadata"]["name"], "nightly-report.elect");

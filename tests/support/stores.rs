@@ -1647,6 +1647,22 @@ impl KubeStore {
         v["items"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Every lock's records' ConfigMap (history and waiters) in the
+    /// namespace, as the API server lists them by their label.
+    pub fn records_maps(&self) -> Vec<serde_json::Value> {
+        let (code, body) = self.kube().request(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{}/configmaps?labelSelector=elect%2Frecords-of",
+                self.namespace
+            ),
+            None,
+        );
+        assert_eq!(code, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
     /// The Lease of `lock` (elect names it so where it can).
     pub fn lease(&self, lock: &str) -> Option<serde_json::Value> {
         self.all_leases().into_iter().find(|l| {
@@ -1811,24 +1827,13 @@ impl StoreUnderTest for KubeStore {
     }
 
     /// The Lease's live holder, and the live waiters' records: keys
-    /// `waiter.<tenure>` of the lock's records' ConfigMap.
+    /// `waiter.<session id>` of the lock's records' ConfigMap.
     fn contenders(&self, lock: &str) -> usize {
         let holder = self.lease(lock).is_some_and(|l| Self::live(&l));
-        let (code, body) = self.kube().request(
-            "GET",
-            &format!(
-                "/api/v1/namespaces/{}/configmaps?labelSelector=elect%2Frecords-of",
-                self.namespace
-            ),
-            None,
-        );
-        assert_eq!(code, 200, "{body}");
-        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
         let now = std::time::SystemTime::now();
-        let waiters = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let waiters = self
+            .records_maps()
+            .iter()
             .filter(|m| m["metadata"]["annotations"]["elect/lock"] == lock)
             .flat_map(|m| m["data"].as_object().cloned().unwrap_or_default())
             .filter(|(key, _)| key.starts_with("waiter."))
