@@ -66,6 +66,7 @@ use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
 
+use super::Ending;
 use super::deadline::ring_at;
 use super::launch::{Launch, Went};
 use super::protocol::{Message, Orders, SIZE};
@@ -73,7 +74,7 @@ use super::sentinel::Sentinel;
 use crate::clock::Instant;
 use crate::disposition::Disposition;
 use crate::release::status_arg;
-use machine::{Action, End, Event, Rules, State};
+use machine::{Action, Event, Rules, State};
 use orders::{HandedOver, orders_in, read_latest_orders, wait_for_the_lock};
 use terminal::Terminal;
 
@@ -614,16 +615,16 @@ impl Guard {
     /// group is emptied: the group's id is the sentinel's pid, which stays
     /// ours whatever else is reaped, and a reaped command is no longer a
     /// member.
-    fn reap(&self) -> End {
+    fn reap(&self) -> Ending {
         use std::os::unix::process::ExitStatusExt;
         match super::reap(self.child, false) {
             Ok(Some(status)) => match (status.code(), status.signal()) {
-                (Some(code), _) => End::Exited(code),
-                (None, Some(sig)) => End::Killed(sig),
-                _ => End::Killed(libc::SIGKILL),
+                (Some(code), _) => Ending::Exited(code),
+                (None, Some(sig)) => Ending::Killed(sig),
+                _ => Ending::Killed(libc::SIGKILL),
             },
             // Not ours to wait for (ECHILD): it is gone, how is unknown.
-            Ok(None) | Err(_) => End::Killed(libc::SIGKILL),
+            Ok(None) | Err(_) => Ending::Killed(libc::SIGKILL),
         }
     }
 
@@ -633,13 +634,13 @@ impl Guard {
     /// through a memory file (never argv or the environment): this process
     /// becomes `elect __elect-release FD`. Returns only if there is nothing
     /// to do, or it cannot be done.
-    fn end_the_session(&mut self, end: End) {
+    fn end_the_session(&mut self, end: Ending) {
         let Some(order) = self.lock.release_order.take() else {
             return;
         };
         let status = match end {
-            End::Exited(code) => status_arg(Some(code), None),
-            End::Killed(sig) => status_arg(None, Some(sig)),
+            Ending::Exited(code) => status_arg(Some(code), None),
+            Ending::Killed(sig) => status_arg(None, Some(sig)),
         };
         // The file store's lock ends with these: the releaser must not
         // hold it on.

@@ -16,6 +16,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::clock::Instant;
+use crate::supervisor::Ending;
 use crate::supervisor::protocol::{Message, Stop};
 
 /// How the command is stopped, as the guard was told at its start.
@@ -53,7 +54,7 @@ pub enum State {
     Reaping { then: Then },
     /// The command was reaped, ending so; its group is killed until none of
     /// it can run.
-    Emptying { end: End, then: Then },
+    Emptying { end: Ending, then: Then },
     /// Nothing left to do.
     Over,
 }
@@ -107,19 +108,12 @@ pub enum Then {
     Release,
 }
 
-/// How the command ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
-    Exited(i32),
-    Killed(i32),
-}
-
-impl End {
+impl Ending {
     /// What elect is told.
     pub fn report(self) -> Message {
         match self {
-            End::Exited(code) => Message::Exited(code),
-            End::Killed(sig) => Message::Killed(sig),
+            Ending::Exited(code) => Message::Exited(code),
+            Ending::Killed(sig) => Message::Killed(sig),
         }
     }
 }
@@ -158,7 +152,7 @@ pub enum Event {
     /// failed).
     Blind,
     /// The command was reaped, ending so.
-    Reaped(End),
+    Reaped(Ending),
     /// None of the command's group can run any more.
     GroupEmpty,
 }
@@ -201,9 +195,9 @@ pub enum Action {
     DismissSentinel,
     /// Tell elect.
     Report(Message),
-    /// End the session from here, in a copy of elect (an exec): returns
+    /// Ending the session from here, in a copy of elect (an exec): returns
     /// only if there is nothing to end, or it cannot be done.
-    Release(End),
+    Release(Ending),
     Exit,
 }
 
@@ -451,7 +445,7 @@ mod tests {
     }
 
     /// The end, from the command's exit (or its being killed) on.
-    fn the_end(end: End, then: Then) -> Vec<Action> {
+    fn the_end(end: Ending, then: Then) -> Vec<Action> {
         let mut actions = vec![
             Action::KillUntilNoneCanRun,
             Action::DismissSentinel,
@@ -471,12 +465,12 @@ mod tests {
             &[
                 (Event::Clock, at(1.0)),
                 (Event::CommandExited, at(2.0)),
-                (Event::Reaped(End::Exited(3)), at(2.0)),
+                (Event::Reaped(Ending::Exited(3)), at(2.0)),
                 (Event::GroupEmpty, at(2.1)),
             ],
         );
         let mut expected = vec![Action::KillGroup, Action::RestoreTerminal, Action::Reap];
-        expected.extend(the_end(End::Exited(3), Then::Exit));
+        expected.extend(the_end(Ending::Exited(3), Then::Exit));
         assert_eq!((state, actions), (State::Over, expected));
     }
 
@@ -518,12 +512,12 @@ mod tests {
             state,
             &[
                 (Event::CommandExited, at(10.01)),
-                (Event::Reaped(End::Killed(9)), at(10.01)),
+                (Event::Reaped(Ending::Killed(9)), at(10.01)),
                 (Event::GroupEmpty, at(10.02)),
             ],
         );
         let mut expected = vec![Action::KillGroup, Action::RestoreTerminal, Action::Reap];
-        expected.extend(the_end(End::Killed(9), Then::Exit));
+        expected.extend(the_end(Ending::Killed(9), Then::Exit));
         assert_eq!((state, actions), (State::Over, expected));
     }
 
@@ -583,7 +577,7 @@ mod tests {
         ] {
             assert_eq!(RULES.step(state, event, at(11.0)), (state, vec![]));
         }
-        let (state, actions) = RULES.step(state, Event::Reaped(End::Killed(9)), at(4.1));
+        let (state, actions) = RULES.step(state, Event::Reaped(Ending::Killed(9)), at(4.1));
         assert_eq!(
             actions,
             [Action::KillUntilNoneCanRun],
@@ -592,7 +586,7 @@ mod tests {
         let (state, actions) = RULES.step(state, Event::GroupEmpty, at(4.2));
         assert_eq!(
             (state, &actions[..]),
-            (State::Over, &the_end(End::Killed(9), Then::Release)[1..])
+            (State::Over, &the_end(Ending::Killed(9), Then::Release)[1..])
         );
         // From any phase of a stop, too.
         for state in [State::Stopping { kill_at: at(9.0) }, State::Killed] {
@@ -831,7 +825,7 @@ mod tests {
             running(),
             &[
                 (Event::Blind, at(1.0)),
-                (Event::Reaped(End::Killed(9)), at(1.0)),
+                (Event::Reaped(Ending::Killed(9)), at(1.0)),
                 (Event::GroupEmpty, at(1.0)),
             ],
         );
@@ -841,7 +835,7 @@ mod tests {
             Action::RestoreTerminal,
             Action::Reap,
         ];
-        expected.extend(the_end(End::Killed(9), Then::Exit));
+        expected.extend(the_end(Ending::Killed(9), Then::Exit));
         assert_eq!((state, actions), (State::Over, expected));
     }
 
@@ -983,7 +977,7 @@ mod tests {
                 }
                 for &action in &actions {
                     match action {
-                        Action::Reap => queue.push_front(Event::Reaped(End::Exited(0))),
+                        Action::Reap => queue.push_front(Event::Reaped(Ending::Exited(0))),
                         Action::KillUntilNoneCanRun => queue.push_front(Event::GroupEmpty),
                         Action::Release(_) => {
                             proptest::prop_assert!(elect_gone, "released with elect alive");
@@ -997,7 +991,7 @@ mod tests {
             }
             proptest::prop_assert_eq!(state, State::Over);
             proptest::prop_assert_eq!(done.last(), Some(&Action::Exit));
-            proptest::prop_assert_eq!(done.contains(&Action::Release(End::Exited(0))), elect_gone);
+            proptest::prop_assert_eq!(done.contains(&Action::Release(Ending::Exited(0))), elect_gone);
         }
     }
 }
