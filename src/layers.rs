@@ -37,7 +37,8 @@ const EXITS: &[(&str, &[&str])] = &[
 ];
 
 /// Every `.rs` file under `src/`, by its path from `src/`, with the lines
-/// of its code: comments and a trailing `#[cfg(test)]` module left out.
+/// of its code: comments, a trailing `#[cfg(test)]` module and `tests.rs`
+/// files left out.
 fn sources() -> Vec<(String, Vec<(usize, String)>)> {
     fn walk(dir: &Path, into: &mut Vec<PathBuf>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -58,8 +59,9 @@ fn sources() -> Vec<(String, Vec<(usize, String)>)> {
     walk(&src, &mut files);
     files
         .into_iter()
-        // This file names what it looks for.
-        .filter(|path| !path.ends_with("layers.rs"))
+        // This file names what it looks for; unit tests in files of
+        // their own are test code.
+        .filter(|path| !path.ends_with("layers.rs") && !path.ends_with("tests.rs"))
         .map(|path| {
             let name = path.strip_prefix(&src).unwrap().display().to_string();
             let text = std::fs::read_to_string(&path).unwrap();
