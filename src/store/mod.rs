@@ -46,6 +46,11 @@ pub use records::{
     CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Checkpoint, HISTORY, Put, Record, to_json,
 };
 
+/// How long after a lease row's expiry a waiter on it (PostgreSQL, MySQL)
+/// looks again: enough that the look finds it expired by the database's
+/// clock too, never so long that a handover waits on it.
+pub const PAST_EXPIRY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// How often a waiter on a lease row (PostgreSQL, MySQL) reads a busy
 /// lock's row at most, when nothing wakes it: no LISTEN (a transaction
 /// pooler), no holder's doorbell.

@@ -41,12 +41,12 @@ use super::conn::{Failed, Link, cell, code, p};
 use super::{MySql, POLL_EVERY, checkpoint_of, sql::Sql};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
-use crate::store::Token;
 use crate::store::observed::Observed;
 use crate::store::retry::{self, Backoff};
 use crate::store::{
     Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
 };
+use crate::store::{PAST_EXPIRY, Token};
 
 /// A new session id: 128 random bits, in hex.
 pub fn tenure_id() -> String {
@@ -635,7 +635,7 @@ impl MyLock<'_> {
                 // up on it, the wait is one TTL once a failover.
                 Ok(Ok(Attempt::Unsettled(left))) => {
                     answered = true;
-                    sleep_until(Instant::now() + left + Duration::from_millis(5)).await;
+                    sleep_until(Instant::now() + left + PAST_EXPIRY).await;
                     continue;
                 }
                 Ok(Err(e)) if e.code() == Some(code::NO_SUCH_TABLE) && !set_up => {

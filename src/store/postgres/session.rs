@@ -31,6 +31,7 @@ use super::conn::{Cells, Link, describe, is_transient};
 use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::PAST_EXPIRY;
 use crate::store::Token;
 use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::{self, Backoff};
@@ -421,7 +422,7 @@ impl PgLock<'_> {
                 // up on it, the wait is one TTL once a failover.
                 Ok(Ok(Attempt::Unsettled(left))) => {
                     answered = true;
-                    sleep_until(Instant::now() + left + Duration::from_millis(5)).await;
+                    sleep_until(Instant::now() + left + PAST_EXPIRY).await;
                     continue;
                 }
                 Ok(Err(Failed::Statement(e)))
@@ -498,8 +499,8 @@ impl PgLock<'_> {
             // Wake when the holder's lease ends by the database's clock and
             // by ours, or on a release, or to poll.
             let nap = match (&notices, left) {
-                (Some(_), Some(left)) => left + Duration::from_millis(5),
-                (Some(_), None) => Duration::from_millis(5),
+                (Some(_), Some(left)) => left + PAST_EXPIRY,
+                (Some(_), None) => PAST_EXPIRY,
                 (None, left) => left.map_or(POLL_EVERY, |l| l.min(POLL_EVERY)),
             };
             let wake_at = |nap: Duration| match until {
@@ -533,7 +534,7 @@ impl PgLock<'_> {
                         // either clock; no statement needed to know it.
                         News::Renewed(version, ttl) => {
                             self.observed.borrow_mut().saw(version, ttl, Instant::now());
-                            wake = wake_at(ttl + Duration::from_millis(5));
+                            wake = wake_at(ttl + PAST_EXPIRY);
                             named_other = None;
                         }
                     },
