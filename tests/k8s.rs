@@ -1253,6 +1253,59 @@ fn waiters_take_the_lease_in_the_order_they_came() {
     assert!(writes <= 11, "{made:#?}");
 }
 
+/// A lock's ConfigMap too full to take another waiter's key: that elect
+/// waits unlisted, sending no more writes that cannot be taken, and takes
+/// the lock when the holder lets go.
+#[test]
+fn a_waiter_that_finds_the_configmap_full_waits_unlisted() {
+    let dir = TempDir::new("k8s-full");
+    let kube = Kube::start_audited("full", &dir);
+    kube.create_namespace("full");
+    kube.register("full");
+    let url = "k8s:full?context=full";
+    // Within 100 bytes of the 1 MiB the API server takes in a ConfigMap.
+    let filler = "x".repeat(1_048_500);
+    let map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "job.elect",
+            "labels": { "elect/records-of": "r-0" },
+            "annotations": { "elect/lock": "job" },
+        },
+        "data": { "filler": filler },
+    });
+    let (code, body) = kube.request(
+        "POST",
+        "/api/v1/namespaces/full/configmaps",
+        Some(&map.to_string()),
+    );
+    assert_eq!(code, 201, "{body}");
+    let script = "echo held; read _line";
+    let mut holder = Running::spawn(elect_run(url, "job", &["--ttl", "2s"], script));
+    holder.expect_line("held", 20 * SECOND);
+    let mut waiter = Running::spawn(elect_run(url, "job", &["--ttl", "2s", "-v"], script));
+    waiter.expect_stderr("unlisted", 10 * SECOND);
+    // A window measured: a TTL and a half, in which a waiter still counting
+    // the record as its own would try it again with each renewal.
+    let from = Kube::requests_of_elect(&dir).len();
+    std::thread::sleep(3 * SECOND);
+    let patches = Kube::requests_of_elect(&dir)[from..]
+        .iter()
+        .filter(|r| *r == "patch /api/v1/namespaces/full/configmaps/job.elect")
+        .count();
+    // The one refused may be logged late; each renewal would add one.
+    assert!(
+        patches <= 1,
+        "{patches} patches of a ConfigMap that cannot take them"
+    );
+    holder.send_line("done");
+    assert_eq!(holder.wait_code(10 * SECOND), 0);
+    waiter.expect_line("held", 10 * SECOND);
+    waiter.send_line("done");
+    assert_eq!(waiter.wait_code(10 * SECOND), 0);
+}
+
 /// What waiting costs: a waiter renews the record that shows it waits
 /// once a TTL, not with each of its session's renewals (three a TTL), while
 /// the holder renews its Lease with each of its own.

@@ -217,6 +217,7 @@ impl Shared {
             }
             Err(e) if e.kind == ErrorKind::Config => {
                 log::verbose(format_args!("waiting for lock {lock} unlisted: {e}"));
+                self.waiting.borrow_mut().remove(&name);
                 Ok(())
             }
             // Unanswered, it may have been written: still ours to remove.
@@ -228,7 +229,7 @@ impl Shared {
         }
     }
 
-    /// Our key in a records' ConfigMap, holding `waiter` (`None`: removed).
+    /// Our key in a records' ConfigMap, holding `waiter`.
     fn waiter_data(&self, waiter: &Waiter) -> Map<String, Value> {
         let value = serde_json::to_string(waiter).map_or(Value::Null, Value::from);
         Map::from_iter([(records::waiter_key(&self.id), value)])
@@ -300,8 +301,20 @@ impl Shared {
             waiter.renew(every);
             let at = Instant::now();
             let data = self.waiter_data(&waiter);
-            let map =
-                records::merge(&self.api, self.ns(), (&lock, &object, &name), data, false).await?;
+            let merged =
+                records::merge(&self.api, self.ns(), (&lock, &object, &name), data, false).await;
+            let map = match merged {
+                Ok(map) => map,
+                // A ConfigMap grown too full to take the key again: wait on
+                // unlisted, as a waiter it never took.
+                Err(e) if e.kind == ErrorKind::Config => {
+                    log::verbose(format_args!("waiting for lock {lock} unlisted: {e}"));
+                    self.waiting.borrow_mut().remove(&name);
+                    answered = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             answered = true;
             // Unless left meanwhile.
             if let Some(w) = self.waiting.borrow_mut().get_mut(&name) {
