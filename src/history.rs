@@ -146,7 +146,9 @@ impl Tenure {
     pub fn how(&self) -> String {
         let mut how = match (self.outcome, self.exit_code, self.signal) {
             (Ended::Failed, Some(code), _) => format!("failed with exit code {code}"),
-            (Ended::Killed, _, Some(sig)) => format!("killed by {}", signal_name(sig)),
+            (Ended::Killed, _, Some(sig)) => {
+                format!("killed by {}", crate::supervisor::signal_name(sig))
+            }
             (outcome, _, _) => outcome.name().to_string(),
         };
         if let Some(why) = &self.why {
@@ -154,11 +156,6 @@ impl Tenure {
         }
         how
     }
-}
-
-fn signal_name(sig: i32) -> String {
-    nix::sys::signal::Signal::try_from(sig)
-        .map_or_else(|_| format!("signal {sig}"), |s| s.to_string())
 }
 
 /// What makes a run unnecessary: a success within a window, or a slot done.

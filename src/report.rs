@@ -265,23 +265,9 @@ pub async fn on_end(command: &str, tenure: &Tenure) {
     }
 }
 
-/// Signal `n` by name ("SIGTERM"), or by number ("signal 35") where it
-/// has none (a real-time signal).
-pub fn signal_name(n: i32) -> String {
-    match nix::sys::signal::Signal::try_from(n) {
-        Ok(sig) => sig.to_string(),
-        Err(_) => format!("signal {n}"),
-    }
-}
-
 /// How a process ended, in words: "was killed by SIGKILL", "exited with 3".
 pub fn describe_status(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(n)) => format!("was killed by {}", signal_name(n)),
-        _ => "ended".to_string(),
-    }
+    crate::supervisor::Ending::of(status).map_or_else(|| "ended".into(), |e| e.to_string())
 }
 
 #[cfg(test)]

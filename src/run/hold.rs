@@ -24,7 +24,7 @@ use crate::exit::{Code, Failure, Outcome};
 use crate::history::{self, Ended, Once, Tenure};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
-use crate::report::{describe_status, signal_name};
+use crate::report::describe_status;
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session, Store};
 use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
 use crate::timeline;
@@ -201,14 +201,7 @@ impl Job {
         log::event(
             log::Level::Verbose,
             "ended",
-            format_args!(
-                "the command {} after {}",
-                match ending {
-                    Ending::Exited(code) => format!("exited with {code}"),
-                    Ending::Killed(sig) => format!("was killed by {}", signal_name(sig)),
-                },
-                show(started.elapsed())
-            ),
+            format_args!("the command {ending} after {}", show(started.elapsed())),
         );
         // A command killed because it outlived --grace after a stop from
         // outside ends elect by the signal that asked for the stop, as a

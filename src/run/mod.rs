@@ -438,14 +438,8 @@ impl Job {
             wait_from = None;
             let why = match (&end, self.rejoin) {
                 (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
-                (TurnEnd::Ended(Ending::Exited(code)), Some(Rejoin::Always)) if *code != 0 => {
-                    format!("the command exited with {code}")
-                }
-                (TurnEnd::Ended(Ending::Killed(sig)), Some(Rejoin::Always)) => {
-                    format!(
-                        "the command was killed by {}",
-                        crate::report::signal_name(*sig)
-                    )
+                (TurnEnd::Ended(ending), Some(Rejoin::Always)) if *ending != Ending::Exited(0) => {
+                    format!("the command {ending}")
                 }
                 _ => return end.outcome(self.lost_code),
             };

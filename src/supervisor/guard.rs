@@ -616,16 +616,11 @@ impl Guard {
     /// ours whatever else is reaped, and a reaped command is no longer a
     /// member.
     fn reap(&self) -> Ending {
-        use std::os::unix::process::ExitStatusExt;
-        match super::reap(self.child, false) {
-            Ok(Some(status)) => match (status.code(), status.signal()) {
-                (Some(code), _) => Ending::Exited(code),
-                (None, Some(sig)) => Ending::Killed(sig),
-                _ => Ending::Killed(libc::SIGKILL),
-            },
-            // Not ours to wait for (ECHILD): it is gone, how is unknown.
-            Ok(None) | Err(_) => Ending::Killed(libc::SIGKILL),
-        }
+        // Not ours to wait for (ECHILD): it is gone, how is unknown.
+        let status = super::reap(self.child, false).ok().flatten();
+        status
+            .and_then(Ending::of)
+            .unwrap_or(Ending::Killed(libc::SIGKILL))
     }
 
     /// elect died while the command ran, and nothing of the command's group

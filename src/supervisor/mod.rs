@@ -186,6 +186,34 @@ pub enum Ending {
     Killed(i32),
 }
 
+impl Ending {
+    /// How a process that ended with `status` ended; `None` for a status
+    /// that is no end (a stop).
+    pub fn of(status: ExitStatus) -> Option<Ending> {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Some(Ending::Exited(code)),
+            (None, Some(sig)) => Some(Ending::Killed(sig)),
+            _ => None,
+        }
+    }
+}
+
+/// In words: "exited with 3", "was killed by SIGKILL".
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ending::Exited(code) => write!(f, "exited with {code}"),
+            Ending::Killed(sig) => write!(f, "was killed by {}", signal_name(*sig)),
+        }
+    }
+}
+
+/// Signal `n` by name ("SIGTERM"), or by number ("signal 35") where it
+/// has none (a real-time signal).
+pub fn signal_name(n: i32) -> String {
+    Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.to_string())
+}
+
 /// What the supervisor has to say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {

@@ -17,9 +17,9 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use super::Ending;
 use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::Pid;
-use std::os::unix::process::ExitStatusExt;
 
 use crate::exit::{Failure, Outcome};
 
@@ -103,12 +103,10 @@ pub fn main(args: &[OsString]) -> ! {
         // Reap everything that has died; remember how the copy ended.
         // Raw statuses: a death by a real-time signal is one too.
         while let Ok(Some((pid, status))) = super::reap_any(None, true) {
-            if pid == copy {
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => std::process::exit(code),
-                    (None, Some(sig)) => die_as(sig),
-                    _ => {}
-                }
+            match Ending::of(status) {
+                Some(Ending::Exited(code)) if pid == copy => std::process::exit(code),
+                Some(Ending::Killed(sig)) if pid == copy => die_as(sig),
+                _ => {}
             }
         }
     }

@@ -176,6 +176,18 @@ pub fn now_micro() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
+/// What is left of a record renewed at `renewed` (a MicroTime, by its
+/// writer's wall clock) that lives `seconds` past it, by our wall clock:
+/// shown, and used to order a wake-up, never who holds a lock.
+pub fn left_by_wall_clock(renewed: Option<&str>, seconds: u64) -> std::time::Duration {
+    let Some(renewed) = renewed.and_then(|t| humantime::parse_rfc3339(t).ok()) else {
+        return std::time::Duration::ZERO;
+    };
+    let end = renewed + std::time::Duration::from_secs(seconds);
+    end.duration_since(std::time::SystemTime::now())
+        .unwrap_or_default()
+}
+
 /// One Lease object, as read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lease(pub Value);
@@ -266,15 +278,7 @@ impl Lease {
     /// What is left of its holder's lease by its `renewTime` and our
     /// wall clock.
     pub fn left_by_wall_clock(&self) -> std::time::Duration {
-        let Some(renewed) = self
-            .renew_time()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-        else {
-            return std::time::Duration::ZERO;
-        };
-        let end = renewed + std::time::Duration::from_secs(self.seconds());
-        end.duration_since(std::time::SystemTime::now())
-            .unwrap_or_default()
+        left_by_wall_clock(self.renew_time(), self.seconds())
     }
 
     fn remove_label(&mut self, key: &str) {

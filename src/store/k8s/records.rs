@@ -171,14 +171,9 @@ impl Waiter {
         self.seconds = lifetime(every);
     }
 
-    /// What is left of its record's life, by its `renewed` and our wall
-    /// clock: shown and used to order a wake-up, never who holds a lock.
+    /// What is left of its record's life, by our wall clock.
     pub fn left_by_wall_clock(&self) -> Duration {
-        let Ok(renewed) = humantime::parse_rfc3339(&self.renewed) else {
-            return Duration::ZERO;
-        };
-        let end = renewed + Duration::from_secs(self.seconds);
-        end.duration_since(SystemTime::now()).unwrap_or_default()
+        lease::left_by_wall_clock(Some(&self.renewed), self.seconds)
     }
 
     pub fn since(&self) -> Option<SystemTime> {

@@ -66,6 +66,7 @@ pub fn session_of(identity: &str) -> Option<&str> {
 }
 
 /// One of our waiter records, as last written.
+#[derive(Clone)]
 pub struct Waiting {
     lock: String,
     /// The Lease of the lock.
@@ -286,18 +287,25 @@ impl Shared {
     /// Renew those of our waiter records due; one whose ConfigMap is gone
     /// is let be. `Ok(true)`: the API server answered a write.
     async fn renew_waiting(&self) -> Result<bool, StoreError> {
-        let due: Vec<(String, String, String, Waiter, Duration)> = self
+        let due: Vec<(String, Waiting)> = self
             .waiting
             .borrow()
             .iter()
             .filter(|(_, w)| w.written.elapsed() >= w.every)
-            .map(|(n, w)| {
-                let (lock, object) = (w.lock.clone(), w.object.clone());
-                (n.clone(), lock, object, w.waiter.clone(), w.every)
-            })
+            .map(|(n, w)| (n.clone(), w.clone()))
             .collect();
         let mut answered = false;
-        for (name, lock, object, mut waiter, every) in due {
+        for (
+            name,
+            Waiting {
+                lock,
+                object,
+                mut waiter,
+                every,
+                ..
+            },
+        ) in due
+        {
             waiter.renew(every);
             let at = Instant::now();
             let data = self.waiter_data(&waiter);
