@@ -14,7 +14,7 @@
 //! one line that names what was found.
 //!
 //! `elect run` also races every such call against a terminating signal
-//! (`run/mod.rs`); the other commands die of one by its default action.
+//! (`run/reaching.rs`); the other commands die of one by its default action.
 
 use std::future::Future;
 use std::time::Duration;

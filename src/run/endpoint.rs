@@ -246,7 +246,10 @@ mod tests {
         assert_eq!(status("GET  /readyz HTTP/1.1"), "400");
         assert_eq!(status("GET readyz HTTP/1.1"), "400");
         assert_eq!(status("\u{1}\u{2}"), "400");
-        s.acquired(None, crate::store::Token::new(3));
+        s.observe(crate::run::standing::Step::Acquired {
+            shard: None,
+            token: crate::store::Token::new(3),
+        });
         assert_eq!(status("GET /readyz HTTP/1.1"), "200");
         let head = String::from_utf8(respond(b"HEAD /readyz HTTP/1.1", &s)).unwrap();
         assert!(head.ends_with("\r\n\r\n"), "{head}");

@@ -10,23 +10,23 @@
 //! - the guard dies: elect kills the command's group itself, and only then
 //!   releases.
 
-use std::os::fd::AsFd;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::command::exec_failure;
+use super::Job;
+use super::handover::Started;
 use super::signals::{Signals, stop_self};
-use super::standing::Cause;
-use super::{Job, TurnEnd, Won};
+use super::standing::{Cause, Step};
+use super::turn::TurnEnd;
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
-use crate::history::{self, Ended, Once, Tenure};
+use crate::history::{self, Ended, Tenure};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
 use crate::report::describe_status;
-use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss, Session, Store};
-use crate::supervisor::{Ending, Event, Handover, Preparing, SpawnError, Stop, Supervisor};
+use crate::store::{Boxed, Loss, Session, Store};
+use crate::supervisor::{Ending, Event, Stop, Supervisor};
 use crate::timeline;
 
 /// Where a held turn stands.
@@ -72,26 +72,15 @@ impl Job {
     /// while the lease is released, which need not wait for it to exit.
     pub(super) async fn hold(
         &self,
-        won: &Won<'_>,
-        guard: Preparing,
+        started: Started,
+        lost_watch: &mut Boxed<'_, Loss>,
         signals: &mut Signals,
-        mut ours: Held<'_, '_>,
+        ours: Held<'_, '_>,
     ) -> (TurnEnd, Option<Supervisor>) {
-        let lock = &*won.lock;
-        let mut lost_watch = lock.lost();
-        let (mut child, loss) = match self.start(won, guard, &mut lost_watch, &mut ours).await {
-            Ok(started) => started,
-            Err(end) => {
-                if matches!(end, TurnEnd::NotStarted) && ours.tenure.outcome == Ended::Running {
-                    ours.tenure.outcome = Ended::Lost;
-                    ours.tenure.why = Some("lost as the command was about to start".into());
-                }
-                return (end, None);
-            }
-        };
+        let Started { mut child, loss } = started;
         timeline::step("command started");
         let started = Instant::now();
-        self.standing.started();
+        self.observe(Step::Started);
 
         // A command that runs a second is written in as running.
         let running = ours.tenure.clone();
@@ -138,7 +127,7 @@ impl Job {
                     Kept::Lost(Loss::Expired { .. }) => {}
                     Kept::Lost(loss) => self.stop(&mut child, &mut watch, &loss).await,
                 },
-                loss = &mut lost_watch, if !watch.lost => {
+                loss = &mut *lost_watch, if !watch.lost => {
                     self.stop(&mut child, &mut watch, &loss).await;
                 },
                 // (Nothing to back up while the lease never expires by time
@@ -157,7 +146,7 @@ impl Job {
                 },
                 sig = signals.any() => {
                     if Signals::is_terminating(sig) {
-                        self.standing.stopping();
+                        self.observe(Step::Stopping);
                     }
                     pass_on(&mut child, &mut watch, sig).await;
                     if Signals::is_terminating(sig) && watch.stop_by.is_none() {
@@ -225,231 +214,6 @@ impl Job {
         (end, Some(child))
     }
 
-    /// Hand the lock to the waiting guard: it starts the command with
-    /// `token`, safe until `deadline`, and holds what holds the lock. The
-    /// lease is renewed all the while: the checkpoint read, the acquisition
-    /// record and the guard may each take a while. A loss before the guard
-    /// is told ends the turn with nothing started; a loss after is passed
-    /// on, and the guard does not start the command, unless it already had:
-    /// then the command is started, and the loss is returned with it.
-    async fn start(
-        &self,
-        won: &Won<'_>,
-        guard: Preparing,
-        lost_watch: &mut Boxed<'_, Loss>,
-        ours: &mut Held<'_, '_>,
-    ) -> Result<(Supervisor, Option<Loss>), TurnEnd> {
-        let (lock, token, shard) = (&*won.lock, won.token, won.shard);
-        let spawned = |e: SpawnError| match e {
-            SpawnError::Guard(e) => crate::descriptors::or(&e, || {
-                Failure::software(format!("cannot start the guard: {e}"))
-            }),
-            e => Failure::software(format!("cannot start the guard: {e}")),
-        };
-        // The checkpoint comes with the acquisition where the store can
-        // (etcd when first at once, PostgreSQL always); else it is read now,
-        // beside the guard's start, and so is the record of work done.
-        let name = ours.tenure.lock.clone();
-        let done = async {
-            match &self.once {
-                Some(once) => history::done_before(ours.store, &name, once).await,
-                None => Ok(None),
-            }
-        };
-        let ready = async { tokio::join!(guard.ready(), lock.checkpoint(), lock.acquired(), done) };
-        tokio::pin!(ready);
-        let (guard, checkpoint, (), done) = loop {
-            tokio::select! {
-                // The lease first: nothing may start once it is lost.
-                biased;
-                kept = ours.keeper.next() => match kept {
-                    // The guard is told the latest deadline.
-                    Kept::Extended(_) => {}
-                    Kept::Lost(loss) => return Err(self.not_started(Cause::of(&loss), &loss)),
-                },
-                loss = &mut *lost_watch => return Err(self.not_started(Cause::of(&loss), &loss)),
-                ready = &mut ready => break ready,
-                () = drive(ours.trimming) => {}
-            }
-        };
-        let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
-        let guard = match guard {
-            Ok(guard) => guard,
-            Err(e) => return failed(spawned(e)),
-        };
-        let checkpoint = match checkpoint {
-            Ok(checkpoint) => checkpoint,
-            Err(e) => {
-                return failed(
-                    Failure::from(e).about(format_args!("the checkpoint of lock {}", self.lock)),
-                );
-            }
-        };
-        match done {
-            Ok(None) => {}
-            Ok(Some(done)) => return Err(self.done_before(ours.tenure, &done)),
-            Err(e) => {
-                return failed(Failure::from(e).about(format_args!(
-                    "the record of lock {}'s last success",
-                    ours.tenure.lock
-                )));
-            }
-        }
-        timeline::step("guard ready");
-        let held = match lock.hold_fds() {
-            Ok(held) => held,
-            Err(e) => {
-                return failed(crate::descriptors::or(&e, || {
-                    Failure::software(format!("cannot hand the lock to the guard: {e}"))
-                }));
-            }
-        };
-        let held: Vec<_> = held.iter().map(|fd| fd.as_fd()).collect();
-        let mut set_env = vec![
-            ("ELECT_KEY".into(), lock.key().to_string()),
-            ("ELECT_LEASE_ID".into(), ours.session.id()),
-        ];
-        if let (Some(k), Some(n)) = (shard, self.shards) {
-            set_env.push(("ELECT_SHARD".into(), k.to_string()));
-            set_env.push(("ELECT_SHARDS".into(), n.to_string()));
-        }
-        match checkpoint {
-            Some(c) if c.value.len() <= CHECKPOINT_IN_ENV_MAX => {
-                set_env.push(("ELECT_CHECKPOINT".into(), c.value));
-            }
-            Some(c) => log::verbose(format_args!(
-                "the checkpoint is {} bytes, more than ELECT_CHECKPOINT takes ({CHECKPOINT_IN_ENV_MAX}); \
-                 the command reads it with elect checkpoint get",
-                c.value.len()
-            )),
-            None => {}
-        }
-        // Before the command can look.
-        ours.tenure.started = Some(history::timestamp(SystemTime::now()));
-        self.reports.started(ours.tenure);
-        let handover = Handover {
-            set_env,
-            held: &held,
-            release_order: crate::release::order(
-                &self.location,
-                &ours.session.release_token(),
-                ours.tenure,
-                self.keep_history,
-                &self.reports,
-            ),
-        };
-        let mut child = match guard
-            .start(token.get(), ours.keeper.deadline(), handover)
-            .await
-        {
-            Ok(child) => child,
-            Err(e) => {
-                ours.tenure.started = None;
-                return failed(self.spawn_failure(e));
-            }
-        };
-        let (started, loss) = self
-            .await_start(&mut child, ours.keeper, lost_watch, ours.trimming)
-            .await;
-        if started.is_err() {
-            ours.tenure.started = None;
-        }
-        match started {
-            Ok(()) => Ok((child, loss)),
-            Err(SpawnError::NotStarted) => {
-                child.reap().await;
-                let cause = loss.as_ref().map_or(Cause::Expired, Cause::of);
-                let why = loss.map_or_else(
-                    || "no renewal was confirmed in time".to_string(),
-                    |loss| loss.to_string(),
-                );
-                Err(self.not_started(cause, why))
-            }
-            Err(e) => {
-                child.reap().await;
-                failed(self.spawn_failure(e))
-            }
-        }
-    }
-
-    /// Until the guard answers the token, each renewal and a loss go to it:
-    /// it reads them before it starts the command. Its answer, and the loss
-    /// if there was one.
-    async fn await_start(
-        &self,
-        child: &mut Supervisor,
-        keeper: &mut Keeper,
-        lost_watch: &mut Boxed<'_, Loss>,
-        trimming: &mut Option<Boxed<'_, ()>>,
-    ) -> (Result<(), SpawnError>, Option<Loss>) {
-        let mut loss = None;
-        loop {
-            let news = tokio::select! {
-                biased;
-                started = child.started() => return (started, loss),
-                kept = keeper.next(), if loss.is_none() => kept,
-                lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
-                () = drive(trimming) => continue,
-            };
-            match news {
-                Kept::Extended(at) => child.extend(at).await,
-                // The guard judges that by the same deadline.
-                Kept::Lost(lost @ Loss::Expired { .. }) => loss = Some(lost),
-                Kept::Lost(lost) => {
-                    child.stop(self.grace_after(&lost)).await;
-                    loss = Some(lost);
-                }
-            }
-        }
-    }
-
-    fn spawn_failure(&self, e: SpawnError) -> Failure {
-        match e {
-            SpawnError::Exec(errno) => exec_failure(&self.command[0], errno),
-            SpawnError::Guard(e) => crate::descriptors::or(&e, || {
-                Failure::software(format!("cannot start the command: {e}"))
-            }),
-            e => Failure::software(format!("cannot start the command: {e}")),
-        }
-    }
-
-    /// A run of this period succeeded already: say who, and end without
-    /// the command.
-    fn done_before(&self, tenure: &mut Tenure, done: &Tenure) -> TurnEnd {
-        let when = done.started.as_deref().unwrap_or(&done.queued);
-        let ago = done
-            .began()
-            .and_then(|t| SystemTime::now().duration_since(t).ok())
-            .map_or_else(String::new, |ago| format!(" ({} ago)", show(ago)));
-        let period = match &self.once {
-            Some(Once::Slot(key)) => format!("slot {key}"),
-            Some(Once::Per(window)) => format!("the last {}", show(*window)),
-            None => "this period".to_string(),
-        };
-        let said = format!(
-            "lock {}: done already for {period}: {} ran it at {when}{ago}; not running the command",
-            tenure.lock,
-            done.who()
-        );
-        log::event(log::Level::Normal, "done-before", format_args!("{said}"));
-        tenure.outcome = Ended::DoneBefore;
-        tenure.done_ended = done.ended_at();
-        tenure.why = Some(format!("{} ran it at {when}", done.who()));
-        TurnEnd::Done(Outcome::Exit(self.done_code))
-    }
-
-    /// The lease was lost before the command started: it never will.
-    fn not_started(&self, cause: Cause, loss: impl std::fmt::Display) -> TurnEnd {
-        self.standing.lost(cause);
-        log::warn(format_args!(
-            "lost the lease on lock {} at {} as the command was about to start: {loss}; \
-             the command was not started; queueing again",
-            self.lock,
-            self.location.shown(),
-        ));
-        TurnEnd::NotStarted
-    }
-
     /// The guard began to stop the command on its own.
     fn guard_stops(&self, watch: &mut Watch, why: Stop) {
         match why {
@@ -481,7 +245,7 @@ impl Job {
     }
 
     /// The grace a command gets after `loss`.
-    fn grace_after(&self, loss: &Loss) -> Duration {
+    pub(super) fn grace_after(&self, loss: &Loss) -> Duration {
         match loss {
             Loss::Asked(_) => self.timing.grace(),
             // Another holder may already run.
@@ -526,7 +290,7 @@ impl Job {
             return false;
         }
         watch.lost = true;
-        self.standing.lost(cause);
+        self.observe(Step::Lost(cause));
         watch.why = Some(loss.to_string());
         let then = self.then();
         let stopping = match grace.is_zero() {

@@ -26,7 +26,7 @@ use std::convert::Infallible;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
 
-use super::standing::{Phase, Standing};
+use super::standing::{Phase, Standing, Step};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
 
@@ -135,7 +135,7 @@ impl Notifier {
 
     /// elect is on its way out: the last message.
     pub fn finish(&self, standing: &Standing, said: &mut String) {
-        standing.stopping();
+        standing.observe(Step::Stopping);
         let message = self.news(standing, said);
         if !message.is_empty() {
             self.send(&message);

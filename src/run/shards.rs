@@ -7,7 +7,8 @@
 //! is its turn and leaves the other queues. A held shard is never taken
 //! away while its lease lives.
 
-use super::{Job, Queued, Won};
+use super::Job;
+use super::queue::{Queued, Won};
 use crate::clock::Instant;
 use crate::exit::Outcome;
 use crate::lease::Keeper;
@@ -18,6 +19,7 @@ use crate::store::{ErrorKind, HolderRecord, Lock, Session, Store, StoreError, Tu
 use crate::timeline;
 
 use super::signals::Signals;
+use super::standing::Step;
 use crate::store::Token;
 
 /// The shard won: its lock, its number, its token and when it was taken
@@ -119,7 +121,7 @@ impl Job {
             locks.push(reach.bounded("a place in a shard's queue", join).await?);
         }
         reach.reached();
-        self.standing.queued();
+        self.observe(Step::Queued);
         log::verbose(format_args!(
             "every shard of lock {} is held; waiting in all {shards} queues",
             self.lock

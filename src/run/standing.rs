@@ -73,6 +73,32 @@ pub enum Phase {
     Stopping,
 }
 
+/// A change in a run, as the turn reports it to those who watch: where
+/// the run stands (the endpoint, systemd, the metrics) follows from these
+/// alone.
+#[derive(Debug)]
+pub enum Step {
+    /// A turn begins: waiting starts.
+    Began,
+    /// In the queue.
+    Queued,
+    /// The lock, or a shard of it, is ours with this token.
+    Acquired { shard: Option<u32>, token: Token },
+    /// The command started under the lock.
+    Started,
+    /// The held lock was lost.
+    Lost(Cause),
+    /// The turn's command ended (or it never started): the lock, if it
+    /// is still ours, is let go.
+    LetGo,
+    /// The turn's session was released; whether the store confirmed it.
+    Released(bool),
+    /// Between turns, under `--rejoin`, after this.
+    Rejoining(String),
+    /// On the way out.
+    Stopping,
+}
+
 /// Where a run stands. One per `elect run`.
 pub struct Standing {
     lock: String,
@@ -108,6 +134,21 @@ impl Standing {
         }
     }
 
+    /// Follow the run to `step`.
+    pub fn observe(&self, step: Step) {
+        match step {
+            Step::Began => self.turn(),
+            Step::Queued => self.queued(),
+            Step::Acquired { shard, token } => self.acquired(shard, token),
+            Step::Started => self.started(),
+            Step::Lost(cause) => self.lost(cause),
+            Step::LetGo => self.let_go(),
+            Step::Released(_) => self.released(),
+            Step::Rejoining(why) => self.rejoining(why),
+            Step::Stopping => self.stopping(),
+        }
+    }
+
     pub fn phase(&self) -> Phase {
         self.phase.borrow().clone()
     }
@@ -122,7 +163,7 @@ impl Standing {
     }
 
     /// A turn begins: waiting starts.
-    pub fn turn(&self) {
+    fn turn(&self) {
         if self.waiting_since.get().is_none() {
             self.waiting_since.set(Some(Instant::now()));
         }
@@ -132,7 +173,7 @@ impl Standing {
     }
 
     /// In the queue.
-    pub fn queued(&self) {
+    fn queued(&self) {
         if !matches!(*self.phase.borrow(), Phase::Waiting { .. }) {
             self.set(Phase::Waiting { holder: None });
         }
@@ -155,7 +196,7 @@ impl Standing {
     }
 
     /// The lock, or `shard` of it, is ours with `token`.
-    pub fn acquired(&self, shard: Option<u32>, token: Token) {
+    fn acquired(&self, shard: Option<u32>, token: Token) {
         self.waited();
         self.acquisitions.set(self.acquisitions.get() + 1);
         if let Some(t) = self
@@ -173,12 +214,12 @@ impl Standing {
     }
 
     /// The command started under the lock.
-    pub fn started(&self) {
+    fn started(&self) {
         self.starts.set(self.starts.get() + 1);
     }
 
     /// The held lock was lost.
-    pub fn lost(&self, cause: Cause) {
+    fn lost(&self, cause: Cause) {
         let i = Cause::ALL.iter().position(|c| *c == cause).unwrap_or(0);
         self.losses[i].set(self.losses[i].get() + 1);
         if cause == Cause::Expired {
@@ -191,7 +232,7 @@ impl Standing {
 
     /// The turn's command ended (or it never started): the lock, if it
     /// is still ours, is let go.
-    pub fn let_go(&self) {
+    fn let_go(&self) {
         self.waited();
         self.tally.retired();
         if matches!(*self.phase.borrow(), Phase::Holding { .. }) {
@@ -200,18 +241,18 @@ impl Standing {
     }
 
     /// The turn's session was released.
-    pub fn released(&self) {
+    fn released(&self) {
         self.let_go();
         self.tally.released();
     }
 
     /// Between turns, under `--rejoin`.
-    pub fn rejoining(&self, why: String) {
+    fn rejoining(&self, why: String) {
         self.set(Phase::Rejoining(why));
     }
 
     /// On the way out.
-    pub fn stopping(&self) {
+    fn stopping(&self) {
         self.set(Phase::Stopping);
     }
 
@@ -415,14 +456,17 @@ mod tests {
     #[test]
     fn a_holder_reads_held_with_its_token_and_a_waiter_does_not() {
         let s = Standing::new("billing", None);
-        s.turn();
-        s.queued();
+        s.observe(Step::Began);
+        s.observe(Step::Queued);
         assert!(!s.holding());
         assert!(
             s.metrics()
                 .contains("elect_lock_held{lock=\"billing\"} 0\n")
         );
-        s.acquired(None, Token::new(41));
+        s.observe(Step::Acquired {
+            shard: None,
+            token: Token::new(41),
+        });
         assert!(s.holding());
         let m = s.metrics();
         assert!(m.contains("elect_lock_held{lock=\"billing\"} 1\n"), "{m}");
@@ -435,7 +479,7 @@ mod tests {
             s.status_line()
                 .starts_with("holding lock billing (token 41) since ")
         );
-        s.lost(Cause::Broken);
+        s.observe(Step::Lost(Cause::Broken));
         let m = s.metrics();
         assert!(m.contains("elect_lock_held{lock=\"billing\"} 0\n"), "{m}");
         assert!(
@@ -451,7 +495,10 @@ mod tests {
     #[test]
     fn every_shard_has_its_gauge() {
         let s = Standing::new("jobs", Some(3));
-        s.acquired(Some(2), Token::new(7));
+        s.observe(Step::Acquired {
+            shard: Some(2),
+            token: Token::new(7),
+        });
         let m = s.metrics();
         assert!(
             m.contains("elect_lock_held{lock=\"jobs\",shard=\"0\"} 0\n"),
@@ -474,8 +521,11 @@ mod tests {
     #[test]
     fn stopping_is_final() {
         let s = Standing::new("x", None);
-        s.stopping();
-        s.acquired(None, Token::new(1));
+        s.observe(Step::Stopping);
+        s.observe(Step::Acquired {
+            shard: None,
+            token: Token::new(1),
+        });
         assert_eq!(s.phase(), Phase::Stopping);
     }
 }

@@ -1,0 +1,167 @@
+//! The turn's phases on tokio's paused clock (which is elect's clock in
+//! unit tests, `clock::Instant`), against a real `file:` store in a
+//! directory of the test's own. The handover and the command need the
+//! guard, a process of its own: the integration tests run those.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use super::{Turn, TurnEnd};
+use crate::clock::Instant;
+use crate::exit::Outcome;
+use crate::reach::Reach;
+use crate::run::job::Job;
+use crate::run::queue::Queued;
+use crate::run::signals::Signals;
+use crate::run::standing::Phase;
+use crate::store::{Store, Token};
+
+/// A job as `elect run` would check it, on a `file:` store in `dir`.
+fn job(dir: &std::path::Path, lock: &str, more: &[&str]) -> Job {
+    let store = format!("file:{}", dir.display());
+    let mut args: Vec<OsString> = ["elect", "run", "--lock", lock, "--store", &store]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    args.extend(more.iter().map(OsString::from));
+    args.extend(["--", "true"].iter().map(OsString::from));
+    let cli = crate::usage::parse(&args).unwrap_or_else(|_| panic!("{args:?} parses"));
+    let crate::cli::Command::Run(run) = cli.command else {
+        panic!("not a run");
+    };
+    match Job::check(run) {
+        Ok(job) => job,
+        Err(failure) => panic!("{}", failure.message),
+    }
+}
+
+/// A directory of the test's own, as the file store wants it (mode 0700).
+fn directory(name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("elect-turn-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .expect("a directory");
+    dir
+}
+
+async fn open(job: &Job) -> Box<dyn Store> {
+    match job
+        .location
+        .open(job.timing.renew_every(), job.connect_timeout)
+        .await
+    {
+        Ok(store) => store,
+        Err(e) => panic!("open: {e}"),
+    }
+}
+
+fn turn<'j>(job: &'j Job, store: &'j dyn Store, signals: &'j mut Signals) -> Turn<'j> {
+    let reach = Reach::new(&job.location, job.connect_timeout);
+    Turn::begin(job, store, signals, None, reach, Instant::now())
+}
+
+/// How waiting ended: the token, or why not.
+fn token(queued: &Queued<'_>) -> Result<Token, &'static str> {
+    match queued {
+        Queued::First(won) => Ok(won.token),
+        Queued::Busy(Outcome::Exit(75)) => Err("busy"),
+        Queued::Busy(_) => Err("busy with another outcome"),
+        Queued::Again(_) => Err("again"),
+        Queued::Done(_) => Err("done"),
+    }
+}
+
+/// Connect, queue, and say how waiting ended; then let go.
+macro_rules! queue {
+    ($turn:expr, $job:expr, |$queued:ident| $then:expr) => {{
+        let session = match $turn.connect().await {
+            Ok(session) => session,
+            Err(_) => panic!("no session"),
+        };
+        let mut keeper =
+            crate::lease::Keeper::start(&*session, $job.timing, $job.standing.tally.clone());
+        let $queued = $turn.queue(&*session, &mut keeper).await;
+        let result = $then;
+        drop($queued);
+        drop(keeper);
+        session.release().await.expect("released");
+        result
+    }};
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn each_turn_that_wins_has_a_higher_token() {
+    let dir = directory("tokens");
+    let job = job(&dir, "nightly", &[]);
+    let store = open(&job).await;
+    let mut signals = Signals::new().expect("signals");
+    let mut last = 0;
+    for _ in 0..3 {
+        let mut turn = turn(&job, &*store, &mut signals);
+        let won = queue!(turn, job, |queued| token(&queued));
+        let won = won.expect("a free lock is ours").get();
+        assert!(won > last, "token {won} after {last}");
+        last = won;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_turn_behind_a_holder_gives_up_when_wait_has_passed() {
+    let dir = directory("wait");
+    let holder = job(&dir, "nightly", &[]);
+    let waiter = job(&dir, "nightly", &["--wait", "30s"]);
+    let store = open(&holder).await;
+    let (mut one, mut two) = (
+        Signals::new().expect("signals"),
+        Signals::new().expect("signals"),
+    );
+    let mut holding = turn(&holder, &*store, &mut one);
+    queue!(holding, holder, |held| {
+        assert!(token(&held).is_ok());
+        let from = Instant::now();
+        let mut waiting = turn(&waiter, &*store, &mut two);
+        let waited = queue!(waiting, waiter, |queued| token(&queued));
+        assert_eq!(waited, Err("busy"));
+        let took = Instant::now().since(from);
+        assert!(
+            (Duration::from_secs(30)..Duration::from_secs(31)).contains(&took),
+            "gave up after {took:?}"
+        );
+        // It stood in the queue, and never held the lock.
+        assert_eq!(waiter.standing.phase(), Phase::Waiting { holder: None });
+        assert!(!waiter.standing.holding());
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_turn_with_no_wait_is_busy_at_once() {
+    let dir = directory("no-wait");
+    let holder = job(&dir, "nightly", &[]);
+    let waiter = job(&dir, "nightly", &["-n"]);
+    let store = open(&holder).await;
+    let (mut one, mut two) = (
+        Signals::new().expect("signals"),
+        Signals::new().expect("signals"),
+    );
+    let mut holding = turn(&holder, &*store, &mut one);
+    queue!(holding, holder, |held| {
+        assert!(token(&held).is_ok());
+        let from = Instant::now();
+        let mut waiting = turn(&waiter, &*store, &mut two);
+        let waited = queue!(waiting, waiter, |queued| token(&queued));
+        assert_eq!(waited, Err("busy"));
+        assert_eq!(Instant::now().since(from), Duration::ZERO);
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_turn_whose_command_never_started_ends_as_lost() {
+    assert!(matches!(TurnEnd::NotStarted.outcome(76), Outcome::Exit(76)));
+    assert!(matches!(TurnEnd::Lost.outcome(9), Outcome::Exit(9)));
+}
