@@ -299,9 +299,10 @@ impl Failure {
         Failure::new(Code::Software, message)
     }
 
-    /// A usage error (exit 64).
-    pub fn usage(message: impl Into<String>) -> Self {
-        Failure::new(Code::Usage, message)
+    /// A usage error (exit 64): a message, or a typed error that says
+    /// what was wrong with the input ([`crate::store::NameError`]).
+    pub fn usage(why: impl std::fmt::Display) -> Self {
+        Failure::new(Code::Usage, why.to_string())
     }
 
     /// The same failure, its message prefixed with what it concerns.

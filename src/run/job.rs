@@ -91,44 +91,45 @@ pub(super) struct Job {
 
 impl Job {
     pub(super) fn check(args: RunArgs) -> Result<Job, Failure> {
-        let usage = |m: String| Failure::usage(m);
-        let timing = Timing::new(args.ttl, args.grace).map_err(usage)?;
+        let timing = Timing::new(args.ttl, args.grace).map_err(Failure::usage)?;
         let wait = args.wait();
         if args
             .identity
             .as_deref()
             .is_some_and(|i| i.is_empty() || i.chars().any(char::is_control))
         {
-            return Err(usage(
-                "--identity must be non-empty text without control characters".into(),
+            return Err(Failure::usage(
+                "--identity must be non-empty text without control characters",
             ));
         }
         command::check_command(&args.command[0])?;
         let settings = args.store.settings();
         let location = Location::from_settings(&settings)?;
-        let lock = location.lock_name(&args.lock).map_err(usage)?;
+        let lock = location.lock_name(&args.lock).map_err(Failure::usage)?;
         nested(&lock, &location)?;
         if let Some(n) = args.shards {
             if !(1..=MAX_SHARDS).contains(&n) {
-                return Err(usage(format!(
+                return Err(Failure::usage(format!(
                     "--shards {n} is out of range: 1 to {MAX_SHARDS}"
                 )));
             }
             if let Some(k) = args.prefer_shard.filter(|k| *k >= n) {
-                return Err(usage(format!(
+                return Err(Failure::usage(format!(
                     "--prefer-shard {k} is not a shard of {n}: 0 to {}",
                     n - 1
                 )));
             }
-            location.check_shard_names(&lock, n).map_err(usage)?;
+            location
+                .check_shard_names(&lock, n)
+                .map_err(Failure::usage)?;
         }
         let once = match (args.once_per, &args.slot) {
             (Some(window), _) if window.is_zero() => {
-                return Err(usage("--once-per must be longer than zero".into()));
+                return Err(Failure::usage("--once-per must be longer than zero"));
             }
             (Some(window), _) => Some(Once::Per(window)),
             (None, Some(key)) => {
-                crate::store::check_slot(key).map_err(usage)?;
+                crate::store::check_slot(key).map_err(Failure::usage)?;
                 Some(Once::Slot(key.clone()))
             }
             (None, None) => None,

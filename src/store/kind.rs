@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::api::{Boxed, Store, StoreError};
+use super::names::NameError;
 use super::probe;
 use super::records::to_json;
 use super::secret::Secret;
@@ -85,13 +86,13 @@ pub type ParseFn = fn(&str, &Settings) -> Result<Box<dyn Target>, StoreError>;
 pub trait Target: fmt::Display + fmt::Debug {
     /// This store's limits on lock names, beyond
     /// [`check_lock_name`](super::check_lock_name).
-    fn check_lock_name(&self, _name: &str) -> Result<(), String> {
+    fn check_lock_name(&self, _name: &str) -> Result<(), NameError> {
         Ok(())
     }
     /// This store's limits on a holder's key as given to `check` and
     /// `checkpoint put` (`--holder-key`, `ELECT_KEY`): a key that could be
     /// no holder's on this store is refused before anything is sent.
-    fn check_holder_key(&self, _key: &str) -> Result<(), String> {
+    fn check_holder_key(&self, _key: &str) -> Result<(), NameError> {
         Ok(())
     }
     /// How the store names itself in messages, where its URL (`Display`,

@@ -41,7 +41,9 @@ pub use api::{
 };
 pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, Owner};
 pub use kind::{About, Credentials, Kind, Settings, Target};
-pub use names::{LockName, MAX_SHARDS, check_lock_name, check_slot, is_lock_or_shard, shard_lock};
+pub use names::{
+    LockName, MAX_SHARDS, NameError, check_lock_name, check_slot, is_lock_or_shard, shard_lock,
+};
 pub use records::{
     CHECKPOINT_IN_ENV_MAX, CHECKPOINT_MAX, Checkpoint, HISTORY, Put, Record, to_json,
 };
@@ -150,19 +152,19 @@ impl Location {
     }
 
     /// `name` as a lock's name on this store, or why it cannot be one.
-    pub fn lock_name(&self, name: &str) -> Result<LockName, String> {
+    pub fn lock_name(&self, name: &str) -> Result<LockName, NameError> {
         check_lock_name(name)?;
         self.target.check_lock_name(name)?;
         Ok(LockName::checked(name))
     }
 
     /// Check a holder's key (`--holder-key`, `ELECT_KEY`) for this store.
-    pub fn check_holder_key(&self, key: &str) -> Result<(), String> {
+    pub fn check_holder_key(&self, key: &str) -> Result<(), NameError> {
         self.target.check_holder_key(key)
     }
 
     /// Check that the names of `shards` shards of `lock` fit this store.
-    pub fn check_shard_names(&self, lock: &str, shards: u32) -> Result<(), String> {
+    pub fn check_shard_names(&self, lock: &str, shards: u32) -> Result<(), NameError> {
         // The longest name is the last shard's.
         self.target
             .check_lock_name(&shard_lock(lock, shards.saturating_sub(1)))

@@ -6,6 +6,58 @@ use std::ops::Deref;
 
 use super::records::RECORD_SUFFIXES;
 
+/// Why a name cannot be a lock's, a `--slot`'s or a holder's key: each a
+/// one-line usage error, said as the user typed the name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("the lock name is empty")]
+    Empty,
+    #[error("the lock name is {len} bytes long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    /// `shown` as typed, its controls escaped; `what` the first character
+    /// no store takes.
+    #[error(
+        "the lock name '{shown}' contains {what}; use ASCII letters, digits, '.', '_', '-' and '/'"
+    )]
+    Character { shown: String, what: String },
+    #[error("the lock name '{name}' has an empty segment")]
+    EmptySegment { name: String },
+    #[error("the lock name '{name}' has a '{segment}' segment")]
+    DotSegment { name: String, segment: String },
+    #[error(
+        "the lock name '{name}' is reserved: a segment ending in '{suffix}' names a lock's record; choose another name"
+    )]
+    Record { name: String, suffix: &'static str },
+    #[error(
+        "the lock name '{name}' is reserved: '{segment}' names a shard; use --shard with the lock's own name"
+    )]
+    Shard { name: String, segment: String },
+    /// A store's own limit on the length of what it makes of a name.
+    #[error(
+        "the lock name '{name}' is too long for {store}: its {what} would be {len} bytes; the limit is {max}"
+    )]
+    TooLongFor {
+        name: String,
+        store: &'static str,
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    /// A holder's key that could be no holder's on the store: `key` as
+    /// typed (escaped), `expected` what the store's keys are.
+    #[error("the holder's key '{key}' is no {expected}")]
+    HolderKey { key: String, expected: &'static str },
+    #[error("--slot is empty: name the period, e.g. --slot \"$(date +%F)\"")]
+    SlotEmpty,
+    #[error("--slot is {len} bytes long; the limit is {max}")]
+    SlotTooLong { len: usize, max: usize },
+    #[error("--slot '{0}' is not a name")]
+    SlotDots(String),
+    /// The key escaped as typed, and the first character no slot takes.
+    #[error("--slot '{key}' holds {c:?}: a slot takes letters, digits and . _ - :")]
+    SlotCharacter { key: String, c: char },
+}
+
 /// A lock's name as checked for the store it is on: made only by
 /// [`super::Location::lock_name`], so that a name that reaches a store has
 /// passed the rules of every store ([`check_lock_name`]) and its own. It
@@ -46,19 +98,21 @@ impl fmt::Display for LockName {
 /// another lock's record or shard (a ZooKeeper container at `/x.checkpoint`
 /// would be reaped with the checkpoint of `x` in it): no segment ends in a
 /// record's suffix or is a shard's (`shard-K`).
-pub fn check_lock_name(name: &str) -> Result<(), String> {
+pub fn check_lock_name(name: &str) -> Result<(), NameError> {
     check_syntax(name)?;
     let body = name.strip_prefix('/').unwrap_or(name);
     for segment in body.split('/') {
         if let Some(suffix) = RECORD_SUFFIXES.iter().find(|s| segment.ends_with(*s)) {
-            return Err(format!(
-                "the lock name '{name}' is reserved: a segment ending in '{suffix}' names a lock's record; choose another name"
-            ));
+            return Err(NameError::Record {
+                name: name.into(),
+                suffix,
+            });
         }
         if shard_segment(segment) {
-            return Err(format!(
-                "the lock name '{name}' is reserved: '{segment}' names a shard; use --shard with the lock's own name"
-            ));
+            return Err(NameError::Shard {
+                name: name.into(),
+                segment: segment.into(),
+            });
         }
     }
     Ok(())
@@ -80,16 +134,16 @@ fn shard_segment(segment: &str) -> bool {
 }
 
 /// The characters and segments every store can take.
-fn check_syntax(name: &str) -> Result<(), String> {
+fn check_syntax(name: &str) -> Result<(), NameError> {
     const MAX: usize = 200;
     if name.is_empty() {
-        return Err("the lock name is empty".into());
+        return Err(NameError::Empty);
     }
     if name.len() > MAX {
-        return Err(format!(
-            "the lock name is {} bytes long; the limit is {MAX}",
-            name.len()
-        ));
+        return Err(NameError::TooLong {
+            len: name.len(),
+            max: MAX,
+        });
     }
     if let Some(c) = name
         .chars()
@@ -108,15 +162,18 @@ fn check_syntax(name: &str) -> Result<(), String> {
             true => format!("the control character {}", c.escape_default()),
             false => format!("'{c}'"),
         };
-        return Err(format!(
-            "the lock name '{shown}' contains {what}; use ASCII letters, digits, '.', '_', '-' and '/'"
-        ));
+        return Err(NameError::Character { shown, what });
     }
     let body = name.strip_prefix('/').unwrap_or(name);
     for segment in body.split('/') {
         match segment {
-            "" => return Err(format!("the lock name '{name}' has an empty segment")),
-            "." | ".." => return Err(format!("the lock name '{name}' has a '{segment}' segment")),
+            "" => return Err(NameError::EmptySegment { name: name.into() }),
+            "." | ".." => {
+                return Err(NameError::DotSegment {
+                    name: name.into(),
+                    segment: segment.into(),
+                });
+            }
             _ => {}
         }
     }
@@ -133,29 +190,28 @@ pub fn shard_lock(lock: &str, k: u32) -> String {
 
 /// A `--slot` key: `[A-Za-z0-9._:-]`, at most 100 bytes, not `.` or `..`;
 /// it names a record in every store (an etcd key, a ZooKeeper node, a file).
-pub fn check_slot(key: &str) -> Result<(), String> {
+pub fn check_slot(key: &str) -> Result<(), NameError> {
     const MAX: usize = 100;
     if key.is_empty() {
-        return Err("--slot is empty: name the period, e.g. --slot \"$(date +%F)\"".into());
+        return Err(NameError::SlotEmpty);
     }
     if key.len() > MAX {
-        return Err(format!(
-            "--slot is {} bytes long; the limit is {MAX}",
-            key.len()
-        ));
+        return Err(NameError::SlotTooLong {
+            len: key.len(),
+            max: MAX,
+        });
     }
     if key == "." || key == ".." {
-        return Err(format!("--slot '{key}' is not a name"));
+        return Err(NameError::SlotDots(key.into()));
     }
     match key
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
     {
-        Some(c) => Err(format!(
-            "--slot '{}' holds {:?}: a slot takes letters, digits and . _ - :",
-            key.escape_default(),
-            c
-        )),
+        Some(c) => Err(NameError::SlotCharacter {
+            key: key.escape_default().to_string(),
+            c,
+        }),
         None => Ok(()),
     }
 }
@@ -183,7 +239,7 @@ mod tests {
             "/a/x.last/b",
             "x/shard-12/y",
         ] {
-            let err = check_lock_name(reserved).unwrap_err();
+            let err = check_lock_name(reserved).unwrap_err().to_string();
             assert!(err.contains("is reserved"), "{reserved}: {err}");
         }
         for fine in [
@@ -197,9 +253,9 @@ mod tests {
         }
         assert!(is_lock_or_shard("x/shard-3") && is_lock_or_shard("x"));
         assert!(!is_lock_or_shard("x/shard-3/shard-1") && !is_lock_or_shard("x.last"));
-        let err = check_lock_name("überweisung").unwrap_err();
+        let err = check_lock_name("überweisung").unwrap_err().to_string();
         assert!(err.contains("'überweisung' contains 'ü'"), "{err}");
-        let err = check_lock_name("a\nb").unwrap_err();
+        let err = check_lock_name("a\nb").unwrap_err().to_string();
         assert!(err.contains("'a\\nb'") && !err.contains('\n'), "{err}");
     }
 }

@@ -11,7 +11,7 @@ use std::io::{ErrorKind as IoKind, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::store::StoreError;
+use crate::store::{NameError, StoreError};
 
 /// The store directory and the file operations in it.
 #[derive(Clone)]
@@ -29,12 +29,16 @@ pub fn stem(lock: &str) -> String {
 }
 
 /// Store-specific limits on lock names.
-pub fn check_name(lock: &str) -> Result<(), String> {
+pub fn check_name(lock: &str) -> Result<(), NameError> {
     let len = stem(lock).len() + LONGEST_SUFFIX.len();
     if len > NAME_MAX {
-        return Err(format!(
-            "the lock name '{lock}' is too long for a file store: its file names would be {len} bytes; the limit is {NAME_MAX}"
-        ));
+        return Err(NameError::TooLongFor {
+            name: lock.into(),
+            store: "a file store",
+            what: "file names",
+            len,
+            max: NAME_MAX,
+        });
     }
     Ok(())
 }

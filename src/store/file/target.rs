@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{FileStore, check_name};
 use crate::store::kind::{About, Kind, Target};
-use crate::store::{Boxed, Store, StoreError};
+use crate::store::{Boxed, NameError, Store, StoreError};
 
 /// `file:DIR`, `file:///DIR`, or `file` alone for the per-user default;
 /// `?network-fs=ok` accepts a network filesystem.
@@ -110,7 +110,7 @@ impl fmt::Display for FileTarget {
 }
 
 impl Target for FileTarget {
-    fn check_lock_name(&self, name: &str) -> Result<(), String> {
+    fn check_lock_name(&self, name: &str) -> Result<(), NameError> {
         check_name(name)
     }
 

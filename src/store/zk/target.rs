@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::ZooKeeper;
 use crate::store::kind::{About, Kind, Settings, Target, redact};
 use crate::store::secret::{Secret, find_password};
-use crate::store::{Boxed, Store, StoreError};
+use crate::store::{Boxed, NameError, Store, StoreError};
 
 /// ZooKeeper's URLs.
 pub const KIND: Kind = Kind {
@@ -225,7 +225,7 @@ impl fmt::Display for ZkTarget {
 impl Target for ZkTarget {
     /// A holder's key is its node's path: absolute, as ZooKeeper's paths
     /// are (a relative one is no node at all, whatever the servers hold).
-    fn check_holder_key(&self, key: &str) -> Result<(), String> {
+    fn check_holder_key(&self, key: &str) -> Result<(), NameError> {
         let reserved = |c: char| {
             c.is_control()
                 || ('\u{e000}'..='\u{f8ff}').contains(&c)
@@ -238,12 +238,12 @@ impl Target for ZkTarget {
         });
         match a_path {
             true => Ok(()),
-            false => Err(format!(
-                "the holder's key '{}' is no ZooKeeper node: a key is the path of the \
-                 holder's node, /LOCK/_c_UUID-lock-SEQ, as elect run gives it in ELECT_KEY \
-                 (--holder-key)",
-                crate::log::escaped(key)
-            )),
+            false => Err(NameError::HolderKey {
+                key: crate::log::escaped(key).to_string(),
+                expected: "ZooKeeper node: a key is the path of the holder's node, \
+                           /LOCK/_c_UUID-lock-SEQ, as elect run gives it in ELECT_KEY \
+                           (--holder-key)",
+            }),
         }
     }
 
