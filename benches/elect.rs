@@ -42,6 +42,41 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+// The tests' trait of a store under test, and each store's server and impl
+// of it (not the tests: those files are not named here).
+#[path = "../tests/suites/store.rs"]
+mod suites;
+#[path = "../tests/stores"]
+#[allow(dead_code, unused_imports)]
+mod stores {
+    pub mod etcd {
+        pub mod http;
+        pub mod server;
+        pub mod under_test;
+        pub use server::{Etcd, EtcdOptions};
+    }
+    pub mod k8s {
+        pub mod server;
+        pub mod under_test;
+        pub use server::*;
+        pub use under_test::KubeStore;
+    }
+    pub mod mysql {
+        pub mod server;
+        pub mod under_test;
+        pub use server::*;
+    }
+    pub mod postgres {
+        pub mod server;
+        pub mod under_test;
+        pub use server::*;
+    }
+    pub mod zookeeper {
+        pub mod server;
+        pub mod under_test;
+        pub use server::*;
+    }
+}
 
 mod fleet;
 mod harness;
@@ -64,9 +99,11 @@ use harness::process::{self, Quiet, Talking};
 use harness::procfs::{self, Usage};
 use harness::report::{Machine, Row, Table, Verdict, ratio};
 use harness::stats::Samples;
-use support::etcd_http::{self, Metrics};
-use support::mariadb::MariaDb;
-use support::{Etcd, PgBouncer, Postgres, ZooKeeper};
+use stores::etcd::Etcd;
+use stores::etcd::http::{self as etcd_http, Metrics};
+use stores::mysql::MariaDb;
+use stores::postgres::{PgBouncer, Postgres};
+use stores::zookeeper::ZooKeeper;
 
 /// Counts and durations for one run.
 struct Mode {
@@ -1133,7 +1170,7 @@ fn postgres(mode: &Mode, scratch: &Scratch, table: &mut Table) {
                     _ => {
                         let mut c = std::process::Command::new("psql");
                         c.args(["-X", "-q", "-At", url.as_str(), "-c", "SELECT 1"])
-                            .env("PGPASSWORD", support::postgres::PASSWORD);
+                            .env("PGPASSWORD", stores::postgres::PASSWORD);
                         c
                     }
                 };
@@ -1301,7 +1338,7 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
     let db = MariaDb::start();
     let tcp = format!(
         "mysql://elect:{}@127.0.0.1:{}/elect?ssl-mode=DISABLED",
-        support::mariadb::PASSWORD,
+        stores::mysql::PASSWORD,
         db.port()
     );
     let socket = db.socket_url();
@@ -1329,7 +1366,7 @@ fn mariadb(mode: &Mode, scratch: &Scratch, table: &mut Table) {
                             "TCP" => c.args([
                                 "-h127.0.0.1",
                                 &format!("-P{}", db.port()),
-                                &format!("-p{}", support::mariadb::PASSWORD),
+                                &format!("-p{}", stores::mysql::PASSWORD),
                             ]),
                             _ => c.arg(format!("--socket={}", db.socket().display())),
                         };
@@ -1489,7 +1526,7 @@ fn cycles(mode: &Mode, lockers: &[&Locker]) -> Vec<Samples> {
 
 /// Figure `k8s`: cycle, handover, failover and requests on Kubernetes.
 fn kubernetes(mode: &Mode, scratch: &Scratch, table: &mut Table) {
-    use support::kube::Kube;
+    use stores::k8s::Kube;
     let audit = support::TempDir::new("bench-k8s-audit");
     let kube = Kube::start_audited("bench", &audit);
     kube.create_namespace("bench");

@@ -237,7 +237,7 @@ fn field<'a>(doc: &'a str, key: &str) -> Option<&'a str> {
 /// YAML of the guide, and are checked where their metrics are.
 #[test]
 fn every_kubernetes_manifest_is_accepted_by_the_api_server() {
-    let kube = support::kube::shared();
+    let kube = crate::stores::k8s::shared();
     let mut accepted = 0;
     for (page, text) in pages() {
         for manifest in blocks(&text, "yaml") {

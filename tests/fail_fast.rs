@@ -1,12 +1,13 @@
 //! A store that is not there, or says no, is answered at once: a new user's
 //! first mistake costs them no ten seconds of silence.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::process::Stdio;
 use std::time::Instant;
 
-use support::{Etcd, elect};
+use support::elect;
 
 /// A loopback port where nothing listens (bound, then let go).
 fn closed_port() -> u16 {

@@ -11,6 +11,7 @@
 //!
 //! Run with `cargo test --test elect -- gc_pause:: --nocapture` to read the story.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use support::contender::{Contender, Sweep};
 use support::history::{self, History, What};
 use support::register::{self, Register};
-use support::{Etcd, SECOND, ms, now_ns};
+use support::{SECOND, ms, now_ns};
 
 /// A write to the register, as the story tells it.
 fn told(w: &What) -> String {

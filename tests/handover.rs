@@ -5,6 +5,7 @@
 //! deadline − grace; elect queues again instead. Measured on one monotonic
 //! clock against the next holder's command.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::os::unix::process::CommandExt;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive};
-use support::{Etcd, GUARD, HOLD, Running, SECOND, TempDir, elect_run, find_child};
+use support::{GUARD, HOLD, Running, SECOND, TempDir, elect_run, find_child};
 
 /// How long a stalled handover lasts: well past the lease.
 const STALL: Duration = Duration::from_millis(5000);

@@ -2,13 +2,14 @@
 //! logs. What `status`, `list`, `check` and `break` show of elect's own
 //! holders, on every store, is in tests/behaviour.rs.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::process::Command;
 
 use serde_json::Value;
 use support::inspect::{holder_and_waiter, status};
-use support::{Etcd, Running, SECOND, TempDir, elect, elect_run, hold};
+use support::{Running, SECOND, TempDir, elect, elect_run, hold};
 
 #[test]
 fn status_shows_holders_that_etcdctl_started() {

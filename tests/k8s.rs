@@ -5,13 +5,14 @@
 //! release, a SIGKILL and a partition of either (a partition of client-go
 //! within the bound its timing gives); and what only this store does.
 
+use crate::stores::k8s::KubeStore;
+use crate::suites::StoreUnderTest;
 use crate::support;
 
 use std::process::Command;
 
+use crate::stores::k8s::{self as kube, Kube};
 use support::inspect::status;
-use support::kube::{self, Kube};
-use support::stores::{KubeStore, StoreUnderTest};
 use support::ticker::{Ticks, group_alive};
 use support::{Running, SECOND, TempDir, elect_run};
 

@@ -6,8 +6,8 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::stores::k8s::{self as kube, Kube};
 use serde_json::{Value, json};
-use support::kube::{self, Kube};
 use support::ticker::Ticks;
 use support::{Running, SECOND, TempDir};
 

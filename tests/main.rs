@@ -5,11 +5,11 @@
 //! Run one file's tests with a filter: `cargo test --test elect -- behaviour::`
 //! (or `behaviour::zookeeper::`, `every_fault::etcd::`).
 
+mod stores;
+mod suites;
 mod support;
 
-mod behaviour;
 mod docs;
-mod every_fault;
 mod fail_fast;
 mod faults;
 mod file;

@@ -10,8 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::mariadb::{MariaDb, PASSWORD, READER_PASSWORD};
-use support::stores::wait_contenders;
+use crate::stores::mysql::{MariaDb, PASSWORD, READER_PASSWORD};
+use crate::suites::wait_contenders;
 use support::ticker::{group_alive, group_members};
 use support::{Running, SECOND, assert_outcome, elect, elect_run, find_child};
 

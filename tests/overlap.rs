@@ -4,6 +4,7 @@
 //! command's last tick must come before the new one's first, and nothing of
 //! the old command's group may be left.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::io::{BufRead, BufReader};
@@ -12,7 +13,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use support::ticker::{Ticks, group_alive};
-use support::{Etcd, Running, SECOND, TempDir, elect, elect_run, find_child};
+use support::{Running, SECOND, TempDir, elect, elect_run, find_child};
 
 /// A holder or waiter of `lock` whose command ticks as `label`, with elect
 /// leading a process group of its own (a shell's job).

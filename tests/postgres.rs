@@ -11,18 +11,18 @@
 //! and an immediate (crash) restart, and a PgBouncer pooling by transaction
 //! passes a query on with the password, and refuses a wrong one.
 
+use crate::stores::postgres::{PgBouncer, Postgres};
 use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::postgres::{PASSWORD, READER_PASSWORD, listen_url, psql_url};
+use crate::stores::postgres::{PASSWORD, READER_PASSWORD, listen_url, psql_url};
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive, group_members};
 use support::{
-    PgBouncer, Postgres, Running, SECOND, TempDir, assert_outcome, elect, elect_run, find_child,
-    ms, now_ns, until,
+    Running, SECOND, TempDir, assert_outcome, elect, elect_run, find_child, ms, now_ns, until,
 };
 
 /// `elect run` on PostgreSQL, with the role's password in PGPASSWORD.

@@ -3,14 +3,13 @@
 //! elect racing a lease that expires by time; and usage errors, which need
 //! no store. What every store does is in tests/behaviour.rs.
 
+use crate::stores::etcd::{Etcd, EtcdOptions};
 use crate::support;
 
 use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
-use support::{
-    Death, Etcd, EtcdOptions, Running, SECOND, elect, elect_run, find_child, ms, now_ns,
-};
+use support::{Death, Running, SECOND, elect, elect_run, find_child, ms, now_ns};
 
 fn hold(etcd: &Etcd, lock: &str, extra: &[&str]) -> (Running, u64) {
     support::hold(&etcd.url(), lock, extra)
@@ -868,7 +867,7 @@ fn every_run_option_comes_from_the_environment_too() {
 /// a shard it leaves the other queues, so each holds only its owner's key.
 #[test]
 fn a_waiter_on_every_shard_costs_only_its_watches_and_leaves_the_other_queues() {
-    use support::etcd_http::Metrics;
+    use crate::stores::etcd::http::Metrics;
     const SHARDS: usize = 8;
     let etcd = Etcd::start();
     let shards = SHARDS.to_string();

@@ -1,6 +1,7 @@
 //! A real etcd with TLS and client certificates, and one with users and
 //! roles: what works, what is refused and how, and where secrets never go.
 
+use crate::stores::etcd::{Etcd, EtcdOptions};
 use crate::support;
 
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 const MS: Duration = Duration::from_millis(1);
 
 use support::certs::{self, Certs};
-use support::{Etcd, EtcdOptions, Running, SECOND, TempDir, elect};
+use support::{Running, SECOND, TempDir, elect};
 
 fn tls_etcd(name: &str) -> (Etcd, Certs) {
     let certs = certs::generate(name);

@@ -1,11 +1,12 @@
 //! Long-running and interactive use: `--rejoin`, elect as PID 1, and
 //! commands that use the terminal.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::time::Duration;
 
-use support::{Etcd, Running, SECOND, elect};
+use support::{Running, SECOND, elect};
 
 #[test]
 fn rejoin_after_a_loss_runs_a_new_command_with_a_new_token() {

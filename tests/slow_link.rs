@@ -5,13 +5,14 @@
 //! The tests in this file run one at a time: they measure round trips to
 //! the millisecond, and CI has two cores.
 
+use crate::stores::etcd::Etcd;
 use crate::support;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
-use support::{Etcd, HOLD, Running, SECOND, elect_run};
+use support::{HOLD, Running, SECOND, elect_run};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 

@@ -13,6 +13,8 @@
 //! as it restarts, and Curator's lock holds, refuses a second taker and
 //! lets go.
 
+use crate::stores::zookeeper::{Curator, Ensemble, ZooKeeper};
+use crate::suites::StoreUnderTest;
 use crate::support;
 
 use std::os::unix::process::CommandExt;
@@ -20,9 +22,7 @@ use std::time::{Duration, Instant};
 
 use support::proxy::{Mode, Proxy};
 use support::ticker::{Ticks, group_alive, group_members};
-use support::{
-    Curator, Running, SECOND, TempDir, ZooKeeper, assert_outcome, elect, elect_run, hold,
-};
+use support::{Running, SECOND, TempDir, assert_outcome, elect, elect_run, hold};
 
 /// Three servers each, with 100 ms ticks, on two cores: one ensemble at a
 /// time (beside another, a waiter once never got its turn within 30 s).
@@ -246,7 +246,6 @@ fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_sessio
     let mut zk = ZooKeeper::ensemble_with_links(3);
     let dir = TempDir::new("zk-follower-cut");
     let mut failures = Vec::new();
-    use support::stores::{Ensemble, StoreUnderTest};
     for (ttl, timeout_ms) in [("1s", 1000), ("1.5s", 1500)] {
         let allowed = Ensemble::cut_off_with_its_member_overlap(Duration::from_millis(timeout_ms))
             .as_secs_f64()
@@ -334,7 +333,6 @@ fn a_holder_cut_off_with_its_follower_stops_before_the_leader_expires_its_sessio
 /// TTL 2 s, three runs at each moment.
 #[test]
 fn a_holder_cut_off_with_its_follower_just_after_a_renewal_stops_before_the_leader_expires_it() {
-    use support::stores::{Ensemble, StoreUnderTest};
     let ttl = Duration::from_secs(2);
     let allowed = Ensemble::cut_off_with_its_member_overlap(ttl).as_secs_f64() * 1e3;
     let _one = one_ensemble_at_a_time();
@@ -357,7 +355,7 @@ fn a_holder_cut_off_with_its_follower_just_after_a_renewal_stops_before_the_lead
             .filter(|&i| i != follower)
             .map(|i| zk.endpoint(i))
             .collect();
-        let (cutter, sync_answers) = support::zookeeper::tell_sync_answers();
+        let (cutter, sync_answers) = crate::stores::zookeeper::tell_sync_answers();
         let proxy = Proxy::cutting(&zk.endpoint(follower), cutter);
         let lock = format!("moment-{run}");
         let run_dir = dir.join(&lock);
@@ -720,7 +718,7 @@ fn digest_authentication_opens_a_protected_chroot_and_a_wrong_password_is_refuse
 #[test]
 fn a_lost_create_reply_leaves_no_ghost_node() {
     let zk = ZooKeeper::start();
-    let (cutter, cut_reply) = support::zookeeper::cut_the_reply_to_a_create("-lock-");
+    let (cutter, cut_reply) = crate::stores::zookeeper::cut_the_reply_to_a_create("-lock-");
     let proxy = Proxy::cutting(&zk.endpoint(0), cutter);
     let via = format!("zk://127.0.0.1:{}", proxy.port);
     let ghost_run = |script: &str| {

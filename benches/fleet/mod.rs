@@ -27,8 +27,10 @@ use std::time::{Duration, Instant};
 use crate::harness::plot::{self, Panel, Series};
 use crate::harness::process::Quiet;
 use crate::harness::served::Served;
-use crate::support::stores::KubeStore;
-use crate::support::{Etcd, Postgres, ZooKeeper};
+use crate::stores::etcd::Etcd;
+use crate::stores::k8s::KubeStore;
+use crate::stores::postgres::Postgres;
+use crate::stores::zookeeper::ZooKeeper;
 
 /// The stores the fleet figures run against, by name.
 pub const STORES: [&str; 4] = ["etcd", "postgres", "zookeeper", "k8s"];

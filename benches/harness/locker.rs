@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{self, Etcd};
+use crate::stores::etcd::Etcd;
+use crate::support;
 
 #[derive(Clone)]
 enum Kind {
@@ -199,7 +200,7 @@ impl Locker {
             }
             Kind::ElectPostgres { url } | Kind::ElectOn { url } => {
                 let mut c = elect_run(support::elect(), url, lock, ttl_secs, argv);
-                c.env("PGPASSWORD", support::postgres::PASSWORD);
+                c.env("PGPASSWORD", crate::stores::postgres::PASSWORD);
                 c
             }
             Kind::ElectAt {
@@ -218,7 +219,7 @@ impl Locker {
                 };
                 let mut c = elect_run(elect, url, lock, ttl, argv);
                 if *postgres {
-                    c.env("PGPASSWORD", support::postgres::PASSWORD);
+                    c.env("PGPASSWORD", crate::stores::postgres::PASSWORD);
                 }
                 c
             }

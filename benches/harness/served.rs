@@ -5,9 +5,12 @@
 use std::time::{Duration, Instant};
 
 use super::procfs;
-use crate::support::etcd_http::Metrics;
-use crate::support::stores::{KubeStore, StoreUnderTest};
-use crate::support::{Etcd, Postgres, ZooKeeper};
+use crate::stores::etcd::Etcd;
+use crate::stores::etcd::http::Metrics;
+use crate::stores::k8s::KubeStore;
+use crate::stores::postgres::Postgres;
+use crate::stores::zookeeper::ZooKeeper;
+use crate::suites::StoreUnderTest;
 
 /// A store server started for a figure.
 pub trait Served: StoreUnderTest {
@@ -121,7 +124,7 @@ impl Served for ZooKeeper {
 
     /// A heap that holds `clients` sessions beside the tests' own.
     fn for_fleet(_figure: &str, clients: usize) -> ZooKeeper {
-        ZooKeeper::start_with_heap(crate::support::zookeeper::HEAP_MIB + clients / 16)
+        ZooKeeper::start_with_heap(crate::stores::zookeeper::HEAP_MIB + clients / 16)
     }
 
     /// Every packet, session pings (a session's renewal) included.

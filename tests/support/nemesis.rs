@@ -23,11 +23,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::contender::{Contender, Sweep, comm, marked};
-use super::etcd::Etcd;
 use super::history::{History, What};
 use super::now_ns;
 use super::proxy::{Mode, Proxy};
 use super::register::Register;
+use crate::stores::etcd::Etcd;
 
 /// A small, seedable generator (xorshift64*): the seed is all it takes to
 /// replay the nemesis's choices.

@@ -23,7 +23,7 @@ pub fn elect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_elect"));
     c.env_remove("ELECT_STORE").env_remove("ETCDCTL_ENDPOINTS");
     // The servers of the k8s: store's tests, each a context.
-    match super::kube::kubeconfig() {
+    match crate::stores::k8s::kubeconfig() {
         Some(path) => c.env("KUBECONFIG", path),
         None => c.env_remove("KUBECONFIG"),
     };
@@ -375,4 +375,38 @@ pub fn pgid(pid: i32) -> Option<i32> {
 pub fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Send `sig` to the process `pid`.
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: plain kill(2).
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        r,
+        0,
+        "signal {sig} to {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// SIGTERM to `pid`, and wait until it is gone (or a zombie) for at most
+/// 30 s; SIGKILL then.
+pub fn terminate(pid: i32) {
+    signal(pid, libc::SIGTERM);
+    let give_up = Instant::now() + 30 * SECOND;
+    while alive(pid) && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `sig` to `root`, then to each of its children.
+pub fn signal_tree(root: i32, sig: i32) {
+    signal(root, sig);
+    let children =
+        std::fs::read_to_string(format!("/proc/{root}/task/{root}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        // One that ended meanwhile is no matter.
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(child, sig) };
+    }
 }

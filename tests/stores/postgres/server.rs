@@ -35,7 +35,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::tools::{free_port, which};
+use crate::support::clock::{faketime_secs, write_clock};
+use crate::support::tools::{free_port, which};
 
 /// The role `elect`'s password.
 pub const PASSWORD: &str = "elect-secret";
@@ -349,32 +350,10 @@ pub struct Postgres {
     clock: Option<PathBuf>,
     /// An asynchronous standby of this server and the proxy its WAL
     /// streams through ([`Postgres::add_a_standby`]).
-    standby: Option<Box<(Postgres, super::proxy::Proxy)>>,
+    standby: Option<Box<(Postgres, crate::support::proxy::Proxy)>>,
 }
 
 static CLOCKS: AtomicUsize = AtomicUsize::new(0);
-
-/// Write faketime's `offset` to `path` in one rename, readable by the
-/// server: a backend never reads half a line.
-pub fn write_clock(path: &Path, offset: &str) {
-    let next = path.with_extension("next");
-    std::fs::write(&next, format!("{offset}\n")).unwrap();
-    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::rename(&next, path).unwrap();
-}
-
-/// Seconds of an offset in faketime's form: `+1h`, `-1d`, `+30m`, `+0`.
-pub fn faketime_secs(offset: &str) -> f64 {
-    let (number, unit) = offset.split_at(offset.len() - 1);
-    let (number, scale) = match unit {
-        "s" => (number, 1.0),
-        "m" => (number, 60.0),
-        "h" => (number, 3600.0),
-        "d" => (number, 86400.0),
-        _ => (offset, 1.0),
-    };
-    number.parse::<f64>().unwrap() * scale
-}
 
 impl Postgres {
     /// A server of the template's, on a free port. Starts again on another
@@ -426,7 +405,7 @@ impl Postgres {
         let clock = self.clock.as_ref().expect("a server of start_skewed");
         write_clock(clock, offset);
         let wanted = faketime_secs(offset);
-        let give_up = Instant::now() + 10 * super::SECOND;
+        let give_up = Instant::now() + 10 * crate::support::SECOND;
         loop {
             let skew = self.clock_skew();
             if (skew - wanted).abs() < 60.0 {
@@ -657,7 +636,7 @@ impl Postgres {
     /// connect in the clear; role `certified` (password [`PASSWORD`]) only
     /// over TLS with a client certificate that `certs`' CA signed.
     /// Restarts the server.
-    pub fn enable_tls(&self, certs: &super::certs::Certs) {
+    pub fn enable_tls(&self, certs: &crate::support::certs::Certs) {
         for (from, to) in [
             (&certs.server_cert, "server.crt"),
             (&certs.server_key, "server.key"),
@@ -766,7 +745,7 @@ ssl_ca_file = 'ca.crt'
     /// fault proxy (returned), which a test can blackhole: then nothing the
     /// primary writes reaches the standby, as with a lagging asynchronous
     /// standby. Returns once the standby streams through it.
-    pub fn stream_through_a_proxy(&self, primary: &Postgres) -> super::proxy::Proxy {
+    pub fn stream_through_a_proxy(&self, primary: &Postgres) -> crate::support::proxy::Proxy {
         let hba = primary.data().join("pg_hba.conf");
         let rest = std::fs::read_to_string(&hba).unwrap();
         if !rest.contains("host replication all 127.0.0.1/32 trust") {
@@ -776,7 +755,7 @@ ssl_ca_file = 'ca.crt'
             );
             primary.psql("SELECT pg_reload_conf()");
         }
-        let proxy = super::proxy::Proxy::start(&format!("127.0.0.1:{}", primary.port));
+        let proxy = crate::support::proxy::Proxy::start(&format!("127.0.0.1:{}", primary.port));
         self.psql(&format!(
             "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres'",
             proxy.port
@@ -813,7 +792,7 @@ ssl_ca_file = 'ca.crt'
         self.standby = Some(Box::new((standby, link)));
     }
 
-    fn standby(&self) -> &(Postgres, super::proxy::Proxy) {
+    fn standby(&self) -> &(Postgres, crate::support::proxy::Proxy) {
         self.standby.as_deref().expect("a standby: add_a_standby")
     }
 
@@ -822,7 +801,7 @@ ssl_ca_file = 'ca.crt'
     pub fn lag_the_standby(&self) {
         let (standby, link) = self.standby();
         standby.catch_up(self);
-        link.set(super::proxy::Mode::Blackhole);
+        link.set(crate::support::proxy::Mode::Blackhole);
     }
 
     /// This server crashes (an immediate stop) and its standby is promoted;

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::certs::Certs;
-use super::netns::Network;
-use super::proxy::Proxy;
-use super::tools::{free_port, tool};
+use crate::support::certs::Certs;
+use crate::support::netns::Network;
+use crate::support::proxy::Proxy;
+use crate::support::tools::{free_port, tool};
 
 /// How long a member (or the cluster) may take to become healthy.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(20);
@@ -475,7 +475,7 @@ impl Etcd {
 
     /// Poll for the leader.
     pub fn wait_leader(&self) -> usize {
-        super::eventually("an etcd leader", HEALTHY_WITHIN, || {
+        crate::support::eventually("an etcd leader", HEALTHY_WITHIN, || {
             self.leader().ok_or_else(|| "none".to_string())
         })
     }
@@ -535,7 +535,7 @@ impl Etcd {
     /// Poll until `prefix` has `n` keys: etcd has no "tell me when", short of a watch.
     pub fn wait_keys(&self, prefix: &str, n: usize) {
         let what = format!("{n} keys under {prefix}");
-        super::eventually(&what, Duration::from_secs(10), || {
+        crate::support::eventually(&what, Duration::from_secs(10), || {
             let keys = self.keys(prefix);
             match keys.len() == n {
                 true => Ok(()),

@@ -11,7 +11,7 @@
 //! (never sits stuck). Every run prints `STORE, FAULT: overlap N ms`
 //! (negative: the gap between the two holders).
 //!
-//! A store says what it can suffer in `StoreUnderTest` (`support/stores.rs`):
+//! A store says what it can suffer in `StoreUnderTest` (`suites/mod.rs`):
 //! a link (a TCP fault proxy between A and the store, `support/proxy.rs`,
 //! and real packet loss on it, `support/loss.rs`), a server process
 //! (paused, restarted), a wall clock it judges expiry by (stepped), and
@@ -31,21 +31,25 @@
 //! and SIGKILL 1.91 s after the send of its last confirmed renewal
 //! (`src/lease.rs`), the store lets the lease go 2 s after it.
 
+use crate::stores::etcd::{Etcd, EtcdCluster};
+use crate::stores::file::FileStore;
+use crate::stores::k8s::KubeStore;
+use crate::stores::postgres::{Pooled, Postgres};
+use crate::stores::zookeeper::{Ensemble, ZooKeeper};
+use crate::suites::StoreUnderTest;
 use crate::support;
+use support::process::signal;
 
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::stores::mysql::MariaDb;
 use support::limits;
 use support::loss::Loss;
-use support::mariadb::MariaDb;
 use support::proxy::{Mode, Proxy};
-use support::stores::{
-    Ensemble, EtcdCluster, FileStore, KubeStore, Pooled, StoreUnderTest, signal,
-};
 use support::ticker::{Ticks, group_alive, group_members, monotonic_ns};
-use support::{Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, elect, elect_run, find_child};
+use support::{Running, SECOND, TempDir, elect, elect_run, find_child};
 
 const TTL: Duration = Duration::from_secs(2);
 /// A waiter outlives any fault here: a quorum lost and restarted members

@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::process::Running;
-use super::tools::tool;
-use super::zookeeper::{jar, java};
+use super::server::{jar, java};
+use crate::support::process::Running;
+use crate::support::tools::tool;
 
 /// The program.
 pub const SOURCE: &str = r#"

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::postgres::{faketime_secs, write_clock};
-use super::tools::free_port;
+use crate::support::clock::{faketime_secs, write_clock};
+use crate::support::tools::free_port;
 
 /// The account `elect`'s password over TCP.
 pub const PASSWORD: &str = "elect-secret";
@@ -215,10 +215,10 @@ pub struct MariaDb {
 struct Standby {
     server: MariaDb,
     /// Its replication link to the primary, through a fault proxy.
-    link: super::proxy::Proxy,
+    link: crate::support::proxy::Proxy,
     /// The address clients are given (a virtual IP's part), moved to the
     /// replica in a failover.
-    address: super::proxy::Proxy,
+    address: crate::support::proxy::Proxy,
 }
 
 /// The replication account's name and password.
@@ -305,7 +305,7 @@ impl MariaDb {
         let clock = self.clock.as_ref().expect("a server of start_skewed");
         write_clock(clock, offset);
         let wanted = faketime_secs(offset);
-        let give_up = Instant::now() + 10 * super::SECOND;
+        let give_up = Instant::now() + 10 * crate::support::SECOND;
         loop {
             let skew = self.clock_skew();
             if (skew - wanted).abs() < 60.0 {
@@ -477,7 +477,7 @@ impl MariaDb {
     /// still connect in the clear; account `certified` (password
     /// [`PASSWORD`]) only over TLS with a client certificate that `certs`'
     /// CA signed. Restarts the server.
-    pub fn enable_tls(&mut self, certs: &super::certs::Certs) {
+    pub fn enable_tls(&mut self, certs: &crate::support::certs::Certs) {
         let mut args = Vec::new();
         for (from, to, option) in [
             (&certs.server_cert, "server.crt", "--ssl-cert"),
@@ -518,14 +518,14 @@ impl MariaDb {
         ));
         let server = MariaDb::start_with_args(Vec::new(), vec!["--server-id=2".to_string()]);
         let here = format!("127.0.0.1:{}", self.port);
-        let link = super::proxy::Proxy::start(&here);
+        let link = crate::support::proxy::Proxy::start(&here);
         server.sql(&format!(
             "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
              MASTER_USER = '{REPLICATION}', MASTER_PASSWORD = '{REPLICATION}', \
              MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1; START SLAVE",
             link.port
         ));
-        let address = super::proxy::Proxy::start(&here);
+        let address = crate::support::proxy::Proxy::start(&here);
         self.standby = Some(Box::new(Standby {
             server,
             link,
@@ -551,7 +551,7 @@ impl MariaDb {
             "the replica never applied {written}:\n{}",
             tail(&standby.server.log())
         );
-        standby.link.set(super::proxy::Mode::Blackhole);
+        standby.link.set(crate::support::proxy::Mode::Blackhole);
     }
 
     /// This server crashes (SIGKILL), its replica is made the primary
@@ -560,7 +560,7 @@ impl MariaDb {
     pub fn fail_over(&mut self) {
         self.kill();
         let standby = self.standby();
-        standby.link.set(super::proxy::Mode::Reset);
+        standby.link.set(crate::support::proxy::Mode::Reset);
         standby.server.sql("STOP SLAVE; RESET SLAVE ALL");
         standby
             .address

@@ -2,37 +2,41 @@
 //! etcd, PostgreSQL, MariaDB (the MySQL store), ZooKeeper and Kubernetes
 //! (real servers the test starts) and `file:` (a directory).
 //!
-//! A store takes part through [`StoreUnderTest`] (`support/stores.rs`): how
+//! A store takes part through [`StoreUnderTest`] (`suites/mod.rs`): how
 //! to start it, how to look into it without elect, how to end a holder's
 //! lease from outside, and where stores legitimately differ (what a key
 //! looks like, how soon an outside end is noticed, whether tokens come from
 //! a counter). Each scenario becomes one test per store, `etcd::NAME`,
-//! `file::NAME` and so on. Adding a store is one impl of the trait and one
-//! line in `stores!` at the end of this file.
+//! `file::NAME` and so on. Adding a store is one impl of the trait (in
+//! `tests/stores/STORE/under_test.rs`) and one line in `stores!` at the end
+//! of this file.
 //!
 //! What only one store does is tested beside it: tests/run.rs (etcd),
 //! tests/postgres.rs, tests/mariadb.rs, tests/zookeeper.rs, tests/k8s.rs,
 //! tests/file.rs.
 
+use crate::stores::etcd::Etcd;
+use crate::stores::file::FileStore;
+use crate::stores::k8s::KubeStore;
+use crate::stores::postgres::Postgres;
+use crate::stores::zookeeper::ZooKeeper;
+use crate::suites::{Held, StoreUnderTest, assert_rising, other_servers, wait_contenders};
 use crate::support;
+use crate::support::process::signal;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::time::{Duration, Instant};
 
+use crate::stores::mysql::MariaDb;
 use serde_json::{Value, json};
 use support::contender::children;
 use support::endpoint::{NotifySocket, Prometheus, code, get};
 use support::inspect::{check, holder_and_waiter, status};
-use support::mariadb::MariaDb;
 use support::silent::{Listener, Manner, UNRESOLVED, refused};
-use support::stores::{
-    FileStore, Held, KubeStore, StoreUnderTest, assert_rising, other_servers, wait_contenders,
-};
 use support::ticker::{Left, Ticks, group_alive, group_members};
 use support::tools::free_port;
 use support::{
-    Death, Etcd, Postgres, Running, SECOND, TempDir, ZooKeeper, alive, elect, elect_run,
-    eventually, hold, ms, now_ns, until,
+    Death, Running, SECOND, TempDir, alive, elect, elect_run, eventually, hold, ms, now_ns, until,
 };
 
 fn stdout_of(out: &std::process::Output) -> String {
@@ -798,11 +802,6 @@ fn a_break_of_a_dead_holder_says_nobody_let_go<S: StoreUnderTest>() {
         "free" => assert_eq!(out.status.code(), Some(1), "{said}"),
         _ => panic!("{}: outcome {outcome:?}: {said}", S::NAME),
     }
-}
-
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: plain kill(2) of a process this test started.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
 fn ctrl_c_while_waiting_leaves_the_queue_at_once<S: StoreUnderTest>() {

@@ -11,11 +11,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::certs::{self, Certs};
-use super::tools::free_port;
-use super::{Etcd, EtcdOptions, TempDir};
+use crate::stores::etcd::{Etcd, EtcdOptions};
+use crate::support::TempDir;
+use crate::support::certs::{self, Certs};
+use crate::support::tools::free_port;
 
 /// How long a fresh kube-apiserver may take to be ready.
 const READY_WITHIN: Duration = Duration::from_secs(90);
@@ -314,14 +315,14 @@ impl Kube {
                 nix::unistd::Pid::from_raw(self.pid()),
                 nix::sys::signal::Signal::SIGTERM,
             );
-            super::eventually("kube-apiserver stopped", 30 * super::SECOND, || match self
-                .process
-                .try_wait()
-                .unwrap()
-            {
-                Some(_) => Ok(()),
-                None => Err("running".to_string()),
-            });
+            crate::support::eventually(
+                "kube-apiserver stopped",
+                30 * crate::support::SECOND,
+                || match self.process.try_wait().unwrap() {
+                    Some(_) => Ok(()),
+                    None => Err("running".to_string()),
+                },
+            );
         }
         let _ = self.process.kill();
         let _ = self.process.wait();
@@ -396,7 +397,7 @@ fn register(context: &str, url: &str, ca: Option<&std::path::Path>, token: &str)
 
 impl Kube {
     fn wait_ready(&mut self) {
-        super::eventually("kube-apiserver ready", READY_WITHIN, || {
+        crate::support::eventually("kube-apiserver ready", READY_WITHIN, || {
             if let Some(status) = self.process.try_wait().unwrap() {
                 panic!("kube-apiserver exited with {status}: {}", self.log_tail());
             }
@@ -415,7 +416,11 @@ impl Kube {
 
     /// curl with the test's token and the server's CA, and no arguments yet.
     pub fn curl(&self) -> Command {
-        let mut c = Command::new(super::tools::tool("ELECT_TEST_CURL", "curl", "curl"));
+        let mut c = Command::new(crate::support::tools::tool(
+            "ELECT_TEST_CURL",
+            "curl",
+            "curl",
+        ));
         c.args(["-sS", "--max-time", "10", "--cacert"])
             .arg(&self.certs.ca)
             .args(["-H", &format!("Authorization: Bearer {}", self.token)]);

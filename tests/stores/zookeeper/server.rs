@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode, Error};
 
-use super::proxy::{Mode, Proxy};
-use super::tools::{free_port, tool};
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::tools::{free_port, tool};
 
 /// How long a server (or the ensemble) may take to serve.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -199,7 +199,7 @@ impl ZooKeeper {
 
     /// One server that also serves TLS with `certs`' server certificate,
     /// and requires a client certificate that `certs`' CA signed.
-    pub fn start_tls(certs: &super::certs::Certs) -> ZooKeeper {
+    pub fn start_tls(certs: &crate::support::certs::Certs) -> ZooKeeper {
         ZooKeeper::start_servers(1, Some(certs), false, "", HEAP_MIB)
     }
 
@@ -216,7 +216,7 @@ impl ZooKeeper {
     /// other ports. With `links`, servers reach each other through proxies.
     fn start_servers(
         n: usize,
-        certs: Option<&super::certs::Certs>,
+        certs: Option<&crate::support::certs::Certs>,
         links: bool,
         settings: &str,
         heap_mib: usize,
@@ -497,7 +497,7 @@ impl ZooKeeper {
 
     /// Poll for the leader.
     pub fn wait_leader(&self) -> usize {
-        super::eventually("a ZooKeeper leader", READY_WITHIN, || {
+        crate::support::eventually("a ZooKeeper leader", READY_WITHIN, || {
             self.leader()
                 .ok_or_else(|| format!("none; logs in {}", self.dir.display()))
         })
@@ -767,7 +767,10 @@ impl Drop for Inspector {
 /// (the czxid of the node it made), once it was.
 pub fn cut_the_reply_to_a_create(
     marker: &'static str,
-) -> (super::proxy::Cutter, std::sync::Arc<Mutex<Option<i64>>>) {
+) -> (
+    crate::support::proxy::Cutter,
+    std::sync::Arc<Mutex<Option<i64>>>,
+) {
     use std::collections::{HashMap, HashSet};
     /// create, create2, createContainer, createTTL.
     const CREATES: [i32; 4] = [1, 15, 19, 21];
@@ -829,7 +832,10 @@ pub fn cut_the_reply_to_a_create(
 /// A cutter for [`Proxy::cutting`] that cuts nothing and tells, on the
 /// channel, of every answer to a `sync` (opcode 9) it passes to the client,
 /// as it passes, with the moment: a moment a test can cut something else at.
-pub fn tell_sync_answers() -> (super::proxy::Cutter, std::sync::mpsc::Receiver<Instant>) {
+pub fn tell_sync_answers() -> (
+    crate::support::proxy::Cutter,
+    std::sync::mpsc::Receiver<Instant>,
+) {
     use std::collections::{HashMap, HashSet};
     const SYNC: i32 = 9;
     #[derive(Default)]
