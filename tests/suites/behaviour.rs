@@ -11,9 +11,8 @@
 //! `tests/stores/STORE/under_test.rs`) and one line in `stores!` at the end
 //! of this file.
 //!
-//! What only one store does is tested beside it: tests/run.rs (etcd),
-//! tests/postgres.rs, tests/mariadb.rs, tests/zookeeper.rs, tests/k8s.rs,
-//! tests/file.rs.
+//! What only one store does is tested beside it, in its folder:
+//! tests/stores/{etcd,postgres,mysql,zookeeper,k8s,file}/.
 
 use crate::stores::etcd::Etcd;
 use crate::stores::file::FileStore;

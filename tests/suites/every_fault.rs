@@ -441,7 +441,7 @@ fn delay<S: StoreUnderTest>(scenario: &str, one_way: Duration, expected: Tenure)
 /// A 400 ms round trip: within what a 2 s lease with a 500 ms grace
 /// survives (TTL − TTL/3 − grace − margin: 744 ms), when nothing else is
 /// slow; with two tests at a time on two cores, not always. That the lease
-/// holds is `tests/slow_link.rs`'s, one test at a time.
+/// holds is `tests/stores/etcd/slow_link.rs`'s, one test at a time.
 fn link_delayed_200ms_each_way<S: StoreUnderTest>() {
     delay::<S>("delay-200", Duration::from_millis(200), Tenure::Either);
 }

@@ -16,8 +16,7 @@
 //!   server) and reads its systemd notifications (a datagram socket);
 //! - [`limits`]: elect under a low open-file limit;
 //! - the fault suites: [`proxy`], [`loss`], [`netns`] (members cut apart
-//!   below TCP), [`contender`], [`register`], [`history`], [`nemesis`],
-//!   [`ticker`].
+//!   below TCP), [`contender`], [`register`], [`history`], [`ticker`].
 
 // Not every test uses every part of this.
 #![allow(dead_code, unused_imports)]
@@ -31,7 +30,6 @@ pub mod history;
 pub mod inspect;
 pub mod limits;
 pub mod loss;
-pub mod nemesis;
 pub mod netns;
 pub mod process;
 pub mod proxy;

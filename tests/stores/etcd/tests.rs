@@ -1,7 +1,7 @@
 //! What only etcd does: `elect run` beside `etcdctl lock`, partitions
 //! through a proxy, unreachable endpoints, a stopped child and a frozen
 //! elect racing a lease that expires by time; and usage errors, which need
-//! no store. What every store does is in tests/behaviour.rs.
+//! no store. What every store does is in tests/suites/behaviour.rs.
 
 use crate::stores::etcd::{Etcd, EtcdOptions};
 use crate::support;

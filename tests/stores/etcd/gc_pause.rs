@@ -9,7 +9,7 @@
 //! t'. elect, once it runs again, sees that its lease ran out, kills its
 //! command and exits 76.
 //!
-//! Run with `cargo test --test elect -- gc_pause:: --nocapture` to read the story.
+//! Run with `cargo test --test elect -- stores::etcd::gc_pause:: --nocapture` to read the story.
 
 use crate::stores::etcd::Etcd;
 use crate::support;

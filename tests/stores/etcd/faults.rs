@@ -15,8 +15,8 @@ use crate::support;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::nemesis::{Nemesis, World};
 use support::history::{self, Figures, Violation, What};
-use support::nemesis::{Nemesis, World};
 use support::now_ns;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -1,11 +1,11 @@
-//! The PostgreSQL store beyond the behaviour suite (tests/behaviour.rs):
+//! The PostgreSQL store beyond the behaviour suite (tests/suites/behaviour.rs):
 //! tokens across crashes, breaks and restarts of the database, partitions,
 //! the GC-pause story with a fenced write in the same database, clock skew,
 //! PgBouncer pooling by transaction, and bad input. Overlap is measured on
 //! one monotonic clock (support::ticker).
 //!
 //! First, the test PostgreSQL and PgBouncer themselves
-//! (tests/support/postgres.rs), before any store test leans on them: the
+//! ([`super::server`]), before any store test leans on them: the
 //! server answers as the superuser over its socket and to `elect` over TCP
 //! with a password, `reader` can create nothing, the data outlives a fast
 //! and an immediate (crash) restart, and a PgBouncer pooling by transaction

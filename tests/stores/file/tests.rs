@@ -3,7 +3,7 @@
 //! token counter is kept on disk and survives a crash between increment
 //! and exec, and a kill at any system call on the way, a stale holder
 //! record is not believed. What every store does
-//! is in tests/behaviour.rs.
+//! is in tests/suites/behaviour.rs.
 
 use crate::support;
 

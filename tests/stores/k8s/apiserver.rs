@@ -1,4 +1,4 @@
-//! The Kubernetes API server the tests start (`support/kube.rs`), and the
+//! The Kubernetes API server the tests start ([`super::server`]), and the
 //! client-go contender beside it: what the Kubernetes Lease store builds on,
 //! seen through the API with the test's own credentials.
 

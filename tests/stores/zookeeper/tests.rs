@@ -1,4 +1,4 @@
-//! The ZooKeeper store beyond the behaviour suite (tests/behaviour.rs):
+//! The ZooKeeper store beyond the behaviour suite (tests/suites/behaviour.rs):
 //! elect and Apache Curator's InterProcessMutex exclude each other both
 //! ways, tokens (czxids) keep rising when the lock's parent node is removed
 //! and made again, a partitioned holder stops before its session can
@@ -7,7 +7,7 @@
 //! create reply leaves no ghost node, and bad input.
 //!
 //! First, the test ZooKeeper and Curator themselves
-//! (tests/support/zookeeper.rs, tests/support/curator.rs), before any store
+//! ([`super::server`], [`super::curator`]), before any store
 //! test leans on them: a server takes and gives back a node, an ensemble
 //! elects a new leader when its leader is killed and takes the old one back
 //! as it restarts, and Curator's lock holds, refuses a second taker and

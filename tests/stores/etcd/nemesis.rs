@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::contender::{Contender, Sweep, comm, marked};
-use super::history::{History, What};
-use super::now_ns;
-use super::proxy::{Mode, Proxy};
-use super::register::Register;
-use crate::stores::etcd::Etcd;
+use super::Etcd;
+use crate::support::contender::{Contender, Sweep, comm, marked};
+use crate::support::history::{History, What};
+use crate::support::now_ns;
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::register::Register;
 
 /// A small, seedable generator (xorshift64*): the seed is all it takes to
 /// replay the nemesis's choices.
@@ -193,7 +193,7 @@ impl World {
         let register = Register::start(history.clone());
         let sweep = Sweep(format!(
             "{}={}",
-            super::register::ENV,
+            crate::support::register::ENV,
             register.path.display()
         ));
         let cluster = Etcd::cluster(members);
@@ -485,7 +485,11 @@ impl World {
     /// Processes started by any elect of this world that are still there,
     /// polled for up to `within`; described for a failure message.
     pub fn orphans(&self, within: Duration) -> Vec<String> {
-        let marker = format!("{}={}", super::register::ENV, self.register.path.display());
+        let marker = format!(
+            "{}={}",
+            crate::support::register::ENV,
+            self.register.path.display()
+        );
         let give_up = Instant::now() + within;
         loop {
             let left = marked(&marker);
