@@ -3,7 +3,7 @@
 //! kill(2) of the group says whether anything of it is left; `/proc` is
 //! looked through only when something is. (That the lock passes only once
 //! nothing of the group can run is checked on every store in
-//! tests/behaviour.rs.)
+//! tests/suites/behaviour.rs.)
 
 use crate::support;
 

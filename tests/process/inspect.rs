@@ -1,6 +1,6 @@
 //! `elect status` of etcdctl's holders, the live waiting line and JSON
 //! logs. What `status`, `list`, `check` and `break` show of elect's own
-//! holders, on every store, is in tests/behaviour.rs.
+//! holders, on every store, is in tests/suites/behaviour.rs.
 
 use crate::stores::etcd::Etcd;
 use crate::support;

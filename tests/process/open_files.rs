@@ -2,7 +2,7 @@
 //! `LimitNOFILE=`), elect runs or says why in one line and exits 71 at
 //! once: never an abort, never the store's fault (69), never a wait for
 //! `--connect-timeout`, and nothing left behind in the store. On every
-//! store, in `tests/every_fault.rs`; here, on `file:`, every limit from 3
+//! store, in `tests/suites/every_fault.rs`; here, on `file:`, every limit from 3
 //! to 40 and every subcommand, and a soft limit raised for elect and
 //! given back to the command.
 
