@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::clock::{faketime_secs, write_clock};
+use crate::support::clock;
 use crate::support::tools::free_port;
 
 /// The account `elect`'s password over TCP.
@@ -268,33 +268,8 @@ impl MariaDb {
     /// libfaketime preloaded, reading its offset from a file on every look
     /// at the clock. Its monotonic clock is left alone.
     pub fn start_skewed(offset: &str) -> MariaDb {
-        static CLOCKS: AtomicUsize = AtomicUsize::new(0);
-        let library = [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib",
-        ]
-        .iter()
-        .map(|dir| PathBuf::from(dir).join("faketime/libfaketime.so.1"))
-        .find(|path| path.exists())
-        .expect(
-            "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
-        );
-        let clock = std::env::temp_dir().join(format!(
-            "elect-test-mariadb-clock-{}-{}",
-            std::process::id(),
-            CLOCKS.fetch_add(1, Ordering::Relaxed)
-        ));
-        write_clock(&clock, offset);
-        let mut db = MariaDb::start_with(vec![
-            ("LD_PRELOAD".into(), library.display().to_string()),
-            (
-                "FAKETIME_TIMESTAMP_FILE".into(),
-                clock.display().to_string(),
-            ),
-            ("FAKETIME_NO_CACHE".into(), "1".into()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-        ]);
+        let (clock, env) = clock::skewed_clock("mariadb", offset);
+        let mut db = MariaDb::start_with(env);
         db.clock = Some(clock);
         db
     }
@@ -303,20 +278,7 @@ impl MariaDb {
     /// returns once the server's `UTC_TIMESTAMP(6)` shows it.
     pub fn step_clock(&self, offset: &str) {
         let clock = self.clock.as_ref().expect("a server of start_skewed");
-        write_clock(clock, offset);
-        let wanted = faketime_secs(offset);
-        let give_up = Instant::now() + 10 * crate::support::SECOND;
-        loop {
-            let skew = self.clock_skew();
-            if (skew - wanted).abs() < 60.0 {
-                return;
-            }
-            assert!(
-                Instant::now() < give_up,
-                "the server's clock is {skew:.0} s off, not {offset}"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        clock::step_clock(clock, offset, || self.clock_skew());
     }
 
     /// How far the server's `UTC_TIMESTAMP(6)` is from the machine's wall

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::clock::{faketime_secs, write_clock};
+use crate::support::clock;
 use crate::support::tools::{free_port, which};
 
 /// The role `elect`'s password.
@@ -353,8 +353,6 @@ pub struct Postgres {
     standby: Option<Box<(Postgres, crate::support::proxy::Proxy)>>,
 }
 
-static CLOCKS: AtomicUsize = AtomicUsize::new(0);
-
 impl Postgres {
     /// A server of the template's, on a free port. Starts again on another
     /// port if the port is taken meanwhile.
@@ -368,32 +366,8 @@ impl Postgres {
     /// [`Self::step_clock`] moves it while the server runs (in every
     /// backend, forked before or after). Its monotonic clock is left alone.
     pub fn start_skewed(offset: &str) -> Postgres {
-        let library = [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib",
-        ]
-        .iter()
-        .map(|dir| PathBuf::from(dir).join("faketime/libfaketime.so.1"))
-        .find(|path| path.exists())
-        .expect(
-            "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
-        );
-        let clock = std::env::temp_dir().join(format!(
-            "elect-test-pg-clock-{}-{}",
-            std::process::id(),
-            CLOCKS.fetch_add(1, Ordering::Relaxed)
-        ));
-        write_clock(&clock, offset);
-        let mut pg = Postgres::start_with(vec![
-            ("LD_PRELOAD".into(), library.display().to_string()),
-            (
-                "FAKETIME_TIMESTAMP_FILE".into(),
-                clock.display().to_string(),
-            ),
-            ("FAKETIME_NO_CACHE".into(), "1".into()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-        ]);
+        let (clock, env) = clock::skewed_clock("pg", offset);
+        let mut pg = Postgres::start_with(env);
         pg.clock = Some(clock);
         pg
     }
@@ -403,20 +377,7 @@ impl Postgres {
     /// once the server's `clock_timestamp()` shows it.
     pub fn step_clock(&self, offset: &str) {
         let clock = self.clock.as_ref().expect("a server of start_skewed");
-        write_clock(clock, offset);
-        let wanted = faketime_secs(offset);
-        let give_up = Instant::now() + 10 * crate::support::SECOND;
-        loop {
-            let skew = self.clock_skew();
-            if (skew - wanted).abs() < 60.0 {
-                return;
-            }
-            assert!(
-                Instant::now() < give_up,
-                "the server's clock is {skew:.0} s off, not {offset}"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        clock::step_clock(clock, offset, || self.clock_skew());
     }
 
     /// How far the server's `clock_timestamp()` is from the machine's wall
