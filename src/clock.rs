@@ -6,8 +6,15 @@
 //! suspend. It is system-wide, so elect and its guard process (see
 //! [`crate::supervisor`]) can exchange instants as plain nanoseconds.
 
+use std::io;
 use std::ops::{Add, Sub};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
+
+use rustix::time::{
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+    timerfd_settime,
+};
 
 /// A point on `CLOCK_BOOTTIME`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,52 +107,105 @@ pub async fn sleep_until(at: Instant) {
 
 #[cfg(not(test))]
 mod boot_timer {
-    use std::os::fd::{AsFd, AsRawFd, RawFd};
-
-    use nix::sys::time::TimeSpec;
-    use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
-    use tokio::io::Interest;
-    use tokio::io::unix::AsyncFd;
-
-    use super::Instant;
-
-    /// A timerfd, as tokio's readiness wants it.
-    struct Timer(TimerFd);
-
-    impl AsRawFd for Timer {
-        fn as_raw_fd(&self) -> RawFd {
-            self.0.as_fd().as_raw_fd()
-        }
-    }
+    use super::{BootTimer, Instant};
 
     /// Sleep on a timerfd until `at`; an error if none can be made.
     pub async fn sleep_until(at: Instant) -> std::io::Result<()> {
-        let timer = TimerFd::new(
-            ClockId::CLOCK_BOOTTIME,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )?;
-        // SAFETY: the timerfd's OwnedFd: open, and the same descriptor for
-        // as long as the AsyncFd owns it.
-        let timer = unsafe { AsyncFd::register_with_interest(Timer(timer), Interest::READABLE) }
-            .map_err(std::io::Error::from)?;
+        let timer = crate::descriptors::readiness(BootTimer::new(true)?.into())?;
         loop {
             let left = at.remaining();
             if left.is_zero() {
                 return Ok(());
             }
-            timer
-                .get_ref()
-                .0
-                .set(
-                    Expiration::OneShot(TimeSpec::from_duration(left)),
-                    TimerSetTimeFlags::empty(),
-                )
-                .map_err(std::io::Error::from)?;
+            BootTimer::of(timer.get_ref()).ring_in(left)?;
             let mut ready = timer.readable().await?;
             // Readable until read; armed again, if need be, above.
-            let _ = ready.get_inner().0.wait();
+            let _ = BootTimer::of(ready.get_inner()).clear();
             ready.clear_ready();
         }
+    }
+}
+
+/// A timerfd on `CLOCK_BOOTTIME`, over any descriptor: one that another
+/// process sent needs no unchecked conversion, since a descriptor that is
+/// no timerfd only makes each call fail (EINVAL).
+pub struct BootTimer<F: AsFd = OwnedFd>(F);
+
+impl BootTimer {
+    /// A new timer, unset; close-on-exec, and non-blocking if asked.
+    pub fn new(nonblocking: bool) -> io::Result<BootTimer> {
+        let mut flags = TimerfdFlags::CLOEXEC;
+        if nonblocking {
+            flags |= TimerfdFlags::NONBLOCK;
+        }
+        Ok(BootTimer(timerfd_create(TimerfdClockId::Boottime, flags)?))
+    }
+}
+
+impl<F: AsFd> BootTimer<F> {
+    /// The timer behind `fd`.
+    pub fn of(fd: F) -> BootTimer<F> {
+        BootTimer(fd)
+    }
+
+    /// Ring at `at` on the boot clock; an instant already past rings at once.
+    pub fn ring_at(&self, at: Instant) -> io::Result<()> {
+        // Zero would disarm it.
+        self.set(
+            Duration::from_nanos(at.as_nanos().max(1)),
+            TimerfdTimerFlags::ABSTIME,
+        )
+    }
+
+    /// Ring `after` from now (at once if zero).
+    #[cfg(not(test))]
+    pub fn ring_in(&self, after: Duration) -> io::Result<()> {
+        self.set(
+            after.max(Duration::from_nanos(1)),
+            TimerfdTimerFlags::empty(),
+        )
+    }
+
+    /// Disarm it.
+    pub fn unset(&self) -> io::Result<()> {
+        self.set(Duration::ZERO, TimerfdTimerFlags::empty())
+    }
+
+    /// How long until it rings; `None` if it is not set.
+    #[cfg(test)]
+    pub fn left(&self) -> io::Result<Option<Duration>> {
+        let left = rustix::time::timerfd_gettime(&self.0)?.it_value;
+        let left = Duration::try_from(left).map_err(io::Error::other)?;
+        Ok((!left.is_zero()).then_some(left))
+    }
+
+    /// Read off that it rang, so that it is readable no more; EAGAIN on a
+    /// non-blocking timer that has not.
+    pub fn clear(&self) -> io::Result<()> {
+        let mut rang = [0u8; 8];
+        rustix::io::read(&self.0, &mut rang)?;
+        Ok(())
+    }
+
+    fn set(&self, value: Duration, flags: TimerfdTimerFlags) -> io::Result<()> {
+        let spec = Itimerspec {
+            it_interval: Timespec::try_from(Duration::ZERO).map_err(io::Error::other)?,
+            it_value: Timespec::try_from(value).map_err(io::Error::other)?,
+        };
+        timerfd_settime(&self.0, flags, &spec)?;
+        Ok(())
+    }
+}
+
+impl<F: AsFd> AsFd for BootTimer<F> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl From<BootTimer> for OwnedFd {
+    fn from(timer: BootTimer) -> OwnedFd {
+        timer.0
     }
 }
 

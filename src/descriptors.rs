@@ -12,12 +12,17 @@
 //! the system's table) is the same local failure wherever it shows, told
 //! at once and never tried again: not the store's doing, and no wait would
 //! cure it.
+//!
+//! Also the two ways a descriptor is taken in that Rust cannot check: by
+//! its number ([`handed`]) and onto tokio's reactor ([`readiness`]).
 
 use std::error::Error;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::resource::{Resource, getrlimit, rlim_t, setrlimit};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 
 use crate::exit::{Code, Failure};
 
@@ -123,18 +128,24 @@ fn least_limit(wanted: rlim_t) -> rlim_t {
     let mut fd: rlim_t = 0;
     // No process has more than the kernel's most (fs.nr_open, at most 2^30).
     while free < wanted && fd < 1 << 30 {
-        let Ok(raw) = libc::c_int::try_from(fd) else {
-            break;
-        };
-        // SAFETY: F_GETFD only reads the descriptor's flags; on a number
-        // that is not open it fails with EBADF and touches nothing.
-        let flags = unsafe { libc::fcntl(raw, libc::F_GETFD) };
-        if flags == -1 && nix::errno::Errno::last() == nix::errno::Errno::EBADF {
+        // A look at the number's link, which takes no descriptor: the limit
+        // may have none to spare. Not there: the number is free.
+        let link = std::fs::symlink_metadata(format!("/proc/self/fd/{fd}"));
+        if link.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
             free += 1;
         }
         fd += 1;
     }
     fd
+}
+
+/// `fd`, which this process owns, on tokio's reactor: readable when it is
+/// (a pidfd when its process ends, a timerfd when it rings). The one
+/// registration for both, which tokio makes unsafe.
+pub fn readiness(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is open, and is the same descriptor for as long as
+    // the AsyncFd owns it: what registration asks.
+    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(std::io::Error::from)
 }
 
 /// Give the soft limit elect was started with back to this process, which

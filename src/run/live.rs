@@ -31,14 +31,6 @@ impl Drop for LiveLine {
 }
 
 fn terminal_width() -> Option<usize> {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ fills the winsize struct it is given; no safe
-    // wrapper exists in std or nix.
-    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
+    let size = rustix::termios::tcgetwinsize(std::io::stderr()).ok()?;
+    (size.ws_col > 0).then_some(usize::from(size.ws_col))
 }

@@ -28,25 +28,13 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
-use crate::clock::Instant;
-
-/// Set `timer` to ring at `at` on the boot clock.
-pub(super) fn ring_at(timer: &TimerFd, at: Instant) -> nix::Result<()> {
-    // Zero would disarm it: an instant already past rings at once.
-    let when = TimeSpec::from_duration(Duration::from_nanos(at.as_nanos().max(1)));
-    timer.set(
-        Expiration::OneShot(when),
-        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-    )
-}
+use crate::clock::{BootTimer, Instant};
 
 /// elect's end: tells the guard each later deadline.
 pub(super) struct Teller {
     added: EventFd,
-    timer: TimerFd,
+    timer: BootTimer,
     /// The deadline the guard can read: the handover's plus all added.
     told: Instant,
     /// The guard's grace: its timer rings this long before the deadline.
@@ -59,7 +47,7 @@ impl Teller {
     pub(super) fn new(deadline: Instant, grace: Duration) -> io::Result<Teller> {
         Ok(Teller {
             added: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
-            timer: TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?,
+            timer: BootTimer::new(false)?,
             told: deadline,
             grace,
         })
@@ -82,7 +70,7 @@ impl Teller {
         }
         self.added.write(moved)?;
         self.told = deadline;
-        ring_at(&self.timer, deadline - self.grace)?;
+        self.timer.ring_at(deadline - self.grace)?;
         Ok(())
     }
 }
@@ -91,7 +79,7 @@ impl Teller {
 /// elect sets for it.
 pub(super) struct Told {
     added: OwnedFd,
-    timer: TimerFd,
+    timer: BootTimer,
     deadline: Instant,
 }
 
@@ -100,14 +88,9 @@ impl Told {
     /// [`Teller::shared`]'s order; `None` if they are not two.
     pub(super) fn new(fds: Vec<OwnedFd>, deadline: Instant) -> Option<Told> {
         let [added, timer]: [OwnedFd; 2] = fds.try_into().ok()?;
-        // SAFETY: elect sent this descriptor as the timerfd of
-        // `Teller::shared`, and the kernel installed it for us alone: it is
-        // a timerfd, which is what from_owned_fd asks (nix has no checked
-        // conversion).
-        let timer = unsafe { TimerFd::from_owned_fd(timer) };
         Some(Told {
             added,
-            timer,
+            timer: BootTimer::of(timer),
             deadline,
         })
     }
@@ -130,7 +113,7 @@ impl Told {
     }
 
     /// The lease timer, which elect sets too.
-    pub(super) fn timer(&self) -> &TimerFd {
+    pub(super) fn timer(&self) -> &BootTimer {
         &self.timer
     }
 }
@@ -163,10 +146,9 @@ mod tests {
         teller.tell(now + Duration::from_secs(15)).unwrap();
         assert_eq!(told.moved(), Some(now + Duration::from_secs(17)));
         assert_eq!(told.moved(), None, "read once");
-        let Some(Expiration::OneShot(left)) = told.timer().get().unwrap() else {
-            panic!("the lease timer is set, once");
+        let Some(left) = told.timer().left().unwrap() else {
+            panic!("the lease timer is set");
         };
-        let left = Duration::from(left);
         // Set for now + 17 s − 5 s, read a moment later.
         assert!(
             left <= Duration::from_secs(12) && left > Duration::from_secs(11),

@@ -60,18 +60,16 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
 use nix::sys::memfd::MFdFlags;
 
 use super::Ending;
-use super::deadline::ring_at;
 use super::launch::{Launch, Went};
 use super::protocol::{Message, Orders, SIZE};
 use super::sentinel::Sentinel;
-use crate::clock::Instant;
+use crate::clock::{BootTimer, Instant};
 use crate::disposition::Disposition;
 use crate::release::status_arg;
 use machine::{Action, Event, Rules, State};
@@ -264,7 +262,7 @@ struct Guard {
     /// Readable when the command exits, stops or continues.
     sigchld: SignalFd,
     terminal: Option<Terminal>,
-    timer: TimerFd,
+    timer: BootTimer,
     rules: Rules,
     /// Where the command's life is: [`machine`] decides what follows.
     state: State,
@@ -374,7 +372,7 @@ impl Guard {
             }
             .encode(),
         )?;
-        let timer = TimerFd::new(ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC)?;
+        let timer = BootTimer::new(false)?;
         Ok(Some(Guard {
             socket,
             lock,
@@ -413,9 +411,9 @@ impl Guard {
                 State::Running { .. } => (alarm, None),
                 _ => (None, alarm),
             };
-            let set = |timer: &TimerFd, at: Option<Instant>| match at {
+            let set = |timer: &BootTimer, at: Option<Instant>| match at {
                 // Setting it also clears an expiry we have acted on.
-                Some(at) => ring_at(timer, at),
+                Some(at) => timer.ring_at(at),
                 None => timer.unset(),
             };
             let set = set(self.lock.told.timer(), lease).and_then(|()| set(&self.timer, own));

@@ -84,7 +84,7 @@ impl Launch {
         )?;
         let (answer_read, answer_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let guard = nix::unistd::getpid();
-        match super::fork_in_guard()? {
+        match super::fork_single_threaded()? {
             ForkResult::Child => {
                 drop(go_write);
                 drop(answer_read);

@@ -20,7 +20,7 @@ mod sentinel;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -90,10 +90,7 @@ impl Preparing {
                     grace,
                 } = forked?;
                 socket.set_nonblocking(true).map_err(SpawnError::Guard)?;
-                // SAFETY: an OwnedFd: open, and the same descriptor for as
-                // long as the AsyncFd owns it.
-                let exited = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
-                    .map_err(|e| SpawnError::Guard(e.into()))?;
+                let exited = crate::descriptors::readiness(pidfd).map_err(SpawnError::Guard)?;
                 Ok(Prepared {
                     socket: UnixStream::from_std(socket).map_err(SpawnError::Guard)?,
                     guard: GuardProcess::Forked {
@@ -156,24 +153,44 @@ impl GuardProcess {
 }
 
 /// Reap our child `pid`, waiting for its end unless `nohang` (then `None`
-/// while it runs); EINTR is tried again. libc's waitpid, not nix's: nix
+/// while it runs); EINTR is tried again. rustix's waitpid, not nix's: nix
 /// turns the status of a death by a real-time signal, which it has no
-/// `Signal` for, into EINVAL, and loses the status of a child it reaped.
+/// `Signal` for, into EINVAL, and loses the status of a child it reaped;
+/// rustix hands back the raw status.
 pub fn reap(pid: Pid, nohang: bool) -> io::Result<Option<ExitStatus>> {
     Ok(reap_any(Some(pid), nohang)?.map(|(_, status)| status))
 }
 
 /// [`reap`] of child `pid`, or of any child (`None`): which, and how.
 pub fn reap_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, ExitStatus)>> {
-    let flags = if nohang { libc::WNOHANG } else { 0 };
+    let flags = match nohang {
+        true => rustix::process::WaitOptions::NOHANG,
+        false => rustix::process::WaitOptions::empty(),
+    };
+    // A pid that is no process's (not positive) waits for none: ECHILD.
+    let pid = match pid {
+        Some(pid) => Some(
+            rustix::process::Pid::from_raw(pid.as_raw())
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ECHILD))?,
+        ),
+        None => None,
+    };
     loop {
-        let mut raw = 0;
-        // SAFETY: waitpid on our own children, into a local.
-        match unsafe { libc::waitpid(pid.map_or(-1, Pid::as_raw), &mut raw, flags) } {
-            0 => return Ok(None),
-            -1 if Errno::last() == Errno::EINTR => continue,
-            -1 => return Err(io::Error::last_os_error()),
-            reaped => return Ok(Some((Pid::from_raw(reaped), ExitStatus::from_raw(raw)))),
+        // rustix's waitpid(None) is our group's children; wait is any child.
+        let reaped = match pid {
+            Some(pid) => rustix::process::waitpid(Some(pid), flags),
+            None => rustix::process::wait(flags),
+        };
+        match reaped {
+            Ok(None) => return Ok(None),
+            Ok(Some((reaped, status))) => {
+                return Ok(Some((
+                    Pid::from_raw(reaped.as_raw_pid()),
+                    ExitStatus::from_raw(status.as_raw()),
+                )));
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -292,8 +309,8 @@ impl Supervisor {
                 SockFlag::SOCK_CLOEXEC,
             )
             .map_err(fail)?;
-            // SAFETY: the caller promises a single thread (see above).
-            match unsafe { nix::unistd::fork() }.map_err(fail)? {
+            // The caller promises a single thread (see above).
+            match fork_single_threaded().map_err(fail)? {
                 ForkResult::Child => {
                     // elect's end must close when elect dies: the guard
                     // must not hold it open itself.
@@ -609,13 +626,15 @@ impl Supervisor {
     }
 }
 
-/// fork(2) in the guard, for the command's process and the sentinel. Only
-/// the guard's code calls it: the guard has one thread from its start
-/// (forked from elect before the runtime, or exec'd) and starts none.
-fn fork_in_guard() -> nix::Result<ForkResult> {
-    // SAFETY: the guard is single-threaded, so no lock that the child
-    // could need is held by a thread the fork leaves behind: the child may
-    // allocate and use std freely.
+/// fork(2) in a process of one thread: elect's, forking the guard, whose
+/// caller promises that no thread has started (see [`Supervisor::fork`]),
+/// and the guard's, forking the command's process and the sentinel (the
+/// guard has one thread from its start, forked from elect before the
+/// runtime or exec'd, and starts none). Only those call it.
+fn fork_single_threaded() -> nix::Result<ForkResult> {
+    // SAFETY: the process is single-threaded (see above), so no lock that
+    // the child could need is held by a thread the fork leaves behind: the
+    // child may allocate and use std freely.
     unsafe { nix::unistd::fork() }
 }
 
@@ -631,17 +650,12 @@ fn exit_forked(code: i32) -> ! {
 /// A pidfd for process `pid` (our child: unreaped, its pid cannot be reused
 /// first).
 fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) with no flags takes no pointers (no wrapper in
-    // libc or nix). On success the descriptor it returns is new, and this
-    // OwnedFd is its only owner; on failure no descriptor is made.
-    unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = i32::try_from(fd).map_err(io::Error::other)?;
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
+    let pid = rustix::process::Pid::from_raw(pid.as_raw())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// SIGKILL process group `pgid` until none of it can run any more: the group

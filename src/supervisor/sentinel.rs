@@ -44,7 +44,7 @@ impl Sentinel {
     pub fn fork() -> nix::Result<Sentinel> {
         let guard = getpid();
         // The child only makes system calls and exits.
-        match super::fork_in_guard()? {
+        match super::fork_single_threaded()? {
             ForkResult::Parent { child } => Ok(Sentinel {
                 pid: child,
                 dismissed: false,

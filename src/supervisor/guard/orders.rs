@@ -5,13 +5,15 @@
 //! the guard's machine takes as events.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+use nix::sys::socket::MsgFlags;
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, recvmsg};
 
 use super::machine::Event;
 use crate::clock::Instant;
@@ -122,32 +124,29 @@ pub(super) fn orders_in(inbox: &mut Vec<u8>) -> Vec<Event> {
     events
 }
 
-/// One message and any descriptors sent with it (SCM_RIGHTS).
+/// One message and any descriptors sent with it (SCM_RIGHTS), received as
+/// the OwnedFds they are.
 fn receive_with_fds(socket: &UnixStream) -> Option<([u8; SIZE], Vec<OwnedFd>)> {
     let mut record = [0u8; SIZE];
     let mut filled = 0;
     let mut held = Vec::new();
     while filled < SIZE {
-        let mut space = nix::cmsg_space!([RawFd; MAX_HELD]);
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_HELD))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
         let mut iov = [std::io::IoSliceMut::new(&mut record[filled..])];
-        let message = match recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
+        let message = match recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
             Ok(m) => m,
-            Err(Errno::EINTR) => continue,
+            Err(rustix::io::Errno::INTR) => continue,
             Err(_) => return None,
         };
-        for cmsg in message.cmsgs().ok()? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                // SAFETY: the kernel just installed these descriptors for us.
-                held.extend(
-                    fds.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
+        for cmsg in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = cmsg {
+                held.extend(fds);
             }
+        }
+        // Descriptors cut off for want of room: the handover is not whole.
+        if message.flags.contains(ReturnFlags::CTRUNC) {
+            return None;
         }
         match message.bytes {
             0 => return None,
