@@ -10,7 +10,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use crate::cli::{parse_duration, parse_signal};
+use crate::cli::parse::{parse_duration, parse_signal};
 use crate::store::file::{check_name, stem};
 use crate::store::{HolderRecord, Location, Settings, check_lock_name};
 
