@@ -125,8 +125,23 @@ pub enum Fence<'a> {
 /// A break begun on one holder's tenure ([`Store::begin_break`]).
 pub trait Breaking {
     /// Return once the holder's tenure has ended: it let go, or its lease
-    /// ended.
-    fn ended(&self) -> Boxed<'_, Result<(), StoreError>>;
+    /// ended. Unless the store is told of that, by looking every 50 ms
+    /// whether the holder still [`Self::held`] the lock.
+    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(crate::store::breaking::until_let_go(self.lock(), || {
+            self.held()
+        }))
+    }
+    /// The lock being broken, for what the default [`Self::ended`] logs.
+    fn lock(&self) -> &str {
+        ""
+    }
+    /// Whether the holder still holds the lock, as the default
+    /// [`Self::ended`] looks. A store that overrides `ended` need not say:
+    /// by default never answered, so that no break is taken for done.
+    fn held(&self) -> Boxed<'_, Result<bool, StoreError>> {
+        Box::pin(std::future::pending())
+    }
     /// End the holder's tenure now, so that the next in line may go ahead
     /// (its command may still run until its elect notices).
     fn end(&self) -> Boxed<'_, Result<(), StoreError>>;

@@ -20,6 +20,7 @@ mod holder;
 pub mod ids;
 pub mod k8s;
 mod kind;
+mod lease_row;
 pub mod mysql;
 mod names;
 mod observed;

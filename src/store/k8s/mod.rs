@@ -484,13 +484,17 @@ struct KubeBreaking<'a> {
 }
 
 impl Breaking for KubeBreaking<'_> {
+    fn lock(&self) -> &str {
+        self.lock
+    }
+
     /// Its elect sees the request through its watch, stops the command
     /// within its grace and lets go.
-    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(crate::store::breaking::until_let_go(self.lock, || async {
+    fn held(&self) -> Boxed<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
             let lease = self.store.read(self.lock).await?;
             Ok(lease.as_ref().map(Lease::holder) == Some(&self.identity))
-        }))
+        })
     }
 
     /// Write a holder that is no one's ([`lease::BROKEN`]). elect's holder

@@ -41,26 +41,14 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mysql_async::{Row, Value};
-use serde::{Deserialize, Serialize};
 
 use crate::log;
-use crate::store::Token;
-use crate::store::records;
-use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Versioned,
-};
+use crate::store::lease_row::{Access, Answer, Arg, Cell, Col, Dialect, Op};
+use crate::store::{Session, StoreError};
 use conn::{Failed, Link, cell, code, p};
 pub use target::{KIND, MyTarget};
 
 pub use crate::store::POLL_EVERY;
-
-/// Everything needed to end a session from another process.
-#[derive(Serialize, Deserialize)]
-struct ReleaseOrder {
-    target: MyTarget,
-    tenure: String,
-}
 
 /// How long a release may take here: within `elect run`'s bound for it,
 /// with room to cancel what the server did not answer.
@@ -276,419 +264,98 @@ impl MySql {
             Ok((rows, _)) => Ok(rows),
         }
     }
-
-    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        let rows = self
-            .read(&self.sql.status, vec![p(lock), p(lock), p(lock)])
-            .await?;
-        let Some(row) = rows.first() else {
-            return Ok(LockStatus {
-                lock: lock.to_string(),
-                holder: None,
-                waiting: 0,
-                ranks: Vec::new(),
-            });
-        };
-        let fence: Option<i64> = cell(row, 0)?;
-        let tenure: Option<String> = cell(row, 1)?;
-        let record: Option<String> = cell(row, 2)?;
-        let left: Option<i64> = cell(row, 3)?;
-        let waiting: i64 = cell(row, 5)?;
-        let holder = match (tenure, left) {
-            (Some(tenure), Some(left)) => Some(Holder {
-                key: session::key(lock, &tenure),
-                token: Token::new(fence.unwrap_or(0) as u64),
-                record: record.and_then(|r| HolderRecord::from_json(r.as_bytes())),
-                lease: Some(tenure),
-                ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
-            }),
-            _ => None,
-        };
-        Ok(LockStatus {
-            lock: lock.to_string(),
-            holder,
-            waiting: waiting as usize,
-            ranks: Vec::new(),
-        })
-    }
-
-    /// The lease TTL of the holder of `lock`, from its last renewal.
-    async fn holder_ttl(&self, lock: &str) -> Result<Option<Duration>, StoreError> {
-        let rows = self
-            .read(&self.sql.status, vec![p(lock), p(lock), p(lock)])
-            .await?;
-        let ms = match rows.first() {
-            Some(row) => cell::<Option<i64>>(row, 4)?,
-            None => None,
-        };
-        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
-    }
 }
 
-/// A break begun on the holder of `lock` with `tenure`.
-struct MyBreaking<'a> {
-    my: &'a MySql,
-    lock: &'a str,
-    tenure: String,
-}
-
-impl Breaking for MyBreaking<'_> {
-    /// Its elect sees the request at its next renewal (TTL/3), stops the
-    /// command within its grace and releases.
-    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(crate::store::breaking::until_let_go(self.lock, || async {
-            let status = self.my.read_status(self.lock).await?;
-            Ok(status.holder.and_then(|h| h.lease).as_deref() == Some(&self.tenure))
-        }))
-    }
-
-    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.my
-                .query(
-                    &self.my.sql.end,
-                    vec![p(self.lock), p(self.tenure.as_str())],
-                )
-                .await
-                .map(drop)
-        })
-    }
-}
-
-impl Store for MySql {
-    fn open_session(
-        &self,
-        ttl: Duration,
-        _within: Duration,
-    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
-        Box::pin(async move {
-            let session: Box<dyn Session + '_> = Box::new(session::MySession::new(self, ttl));
-            Ok(session)
-        })
-    }
-
-    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
-        Box::pin(self.read_status(lock))
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
-        Box::pin(async move {
-            let rows = self
-                .read(
-                    &self.sql.list,
-                    vec![p(prefix), p(prefix), p(prefix), p(prefix)],
-                )
-                .await?;
-            let mut all = Vec::new();
-            for row in &rows {
-                let lock: String = cell(row, 0)?;
-                let status = self.read_status(&lock).await?;
-                if status.holder.is_some() || status.waiting > 0 {
-                    all.push(status);
-                }
+impl Dialect for MySql {
+    async fn send(&self, op: Op, access: Access, args: &[Arg<'_>]) -> Result<Answer, StoreError> {
+        // Each statement's `?`s, by the place of the core's argument.
+        let statement = self.sql.ops.of(op);
+        let places: &[usize] = match op {
+            Op::Status => &[0, 0, 0],
+            Op::List => &[0, 0, 0, 0],
+            Op::Ask => &[2, 0, 1],
+            Op::End => &[0, 1],
+            Op::Checkpoint => &[0],
+            Op::PutCheckpoint => &[3, 0, 1, 2],
+            Op::Record => &[0, 1],
+            Op::PutRecordHeld => &[0, 1, 2, 0, 3, 4],
+            Op::PutRecordNew => &[0, 1, 2],
+            Op::PutRecordVersion => &[2, 0, 1, 3],
+            Op::PutRecordAny => &[0, 1, 2],
+            Op::DeleteRecord => &[0, 1],
+            Op::Tenures => &[1, 2, 0, 1, 1],
+            Op::Recorded => &[0, 0, 1, 1],
+            Op::RecordShards => &[0, 1],
+            Op::Shards => &[0],
+            Op::Last => &[0],
+            Op::Owners => &[0],
+        };
+        let mut params = Vec::new();
+        for &at in places {
+            match args[at] {
+                Arg::Text(text) => params.push(p(text)),
+                Arg::Int(n) => params.push(p(n)),
+                Arg::Flag(b) => params.push(p(b)),
+                Arg::Texts(texts) => params.extend(texts.iter().map(|t| p(t.as_str()))),
             }
-            Ok(all)
-        })
-    }
-
-    fn begin_break<'a>(
-        &'a self,
-        lock: &'a str,
-        holder: &'a Holder,
-        ask: bool,
-    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
-        Box::pin(async move {
-            // Each statement names the tenure: one that ended meanwhile is
-            // neither asked nor ended.
-            let tenure = holder.lease.clone().unwrap_or_default();
-            if ask {
-                let request = crate::store::holder::break_request();
-                let (_, matched) = self
-                    .query(&self.sql.ask, vec![p(request), p(lock), p(tenure.as_str())])
-                    .await?;
-                if matched == 0 {
-                    return Ok(None);
-                }
+        }
+        // As many `?` as locks asked about.
+        let owners;
+        let statement = match args.first() {
+            Some(Arg::Texts(texts)) => {
+                owners = format!("{statement}({})", vec!["?"; texts.len()].join(", "));
+                owners.as_str()
             }
-            let breaking: Box<dyn Breaking + 'a> = Box::new(MyBreaking {
-                my: self,
-                lock,
-                tenure,
-            });
-            Ok(Some(breaking))
-        })
-    }
-
-    fn lease_ttl<'a>(
-        &'a self,
-        lock: &'a str,
-        _holder: &'a Holder,
-    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
-        Box::pin(self.holder_ttl(lock))
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move {
-            if locks.is_empty() {
-                return Ok(Vec::new());
+            _ => statement,
+        };
+        let (rows, matched) = match access {
+            Access::Read => (self.read(statement, params).await?, 0),
+            Access::Write if op == Op::PutRecordNew => {
+                (Vec::new(), self.put_new(statement, params).await?)
             }
-            let marks = vec!["?"; locks.len()].join(", ");
-            let statement = format!("{}({marks})", self.sql.owners);
-            let rows = self
-                .read(&statement, locks.iter().map(|l| p(l.as_str())).collect())
-                .await?;
-            let mut owners = vec![Owner::default(); locks.len()];
-            for row in &rows {
-                let name: String = cell(row, 0)?;
-                let held: Option<i64> = cell(row, 1)?;
-                let last: Option<String> = cell(row, 2)?;
-                if let Some(i) = locks.iter().position(|l| *l == name) {
-                    owners[i] = Owner {
-                        held: held.unwrap_or(0) != 0,
-                        last,
+            Access::Write => self.on_tables(statement, params).await?,
+            Access::Plain => self.query(statement, params).await?,
+        };
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let cells = op.columns().iter().enumerate().map(|(i, col)| {
+                    let cell = match col {
+                        Col::Text => cell::<Option<String>>(row, i)?.map(Cell::Text),
+                        Col::Int | Col::Small => cell::<Option<i64>>(row, i)?.map(Cell::Int),
+                        Col::Flag => cell::<Option<bool>>(row, i)?.map(Cell::Flag),
                     };
-                }
-            }
-            Ok(owners)
-        })
-    }
-
-    fn record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
-        Box::pin(async move {
-            if let Some(found) = self.row_record(lock, record).await {
-                return found;
-            }
-            let name = record.suffix();
-            let rows = self.read(&self.sql.record, vec![p(lock), p(name)]).await?;
-            let Some(row) = rows.first() else {
-                return Ok(None);
-            };
-            Ok(Some(Versioned {
-                value: cell(row, 0)?,
-                version: cell::<i64>(row, 1)? as u64,
-            }))
-        })
-    }
-
-    fn put_record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-        value: &'a str,
-        fence: Fence<'a>,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move {
-            match (record, fence) {
-                (Record::Checkpoint, Fence::Holder { key, token }) => {
-                    return self.put_checkpoint(lock, key, token, value).await;
-                }
-                (Record::Shards, Fence::Version(None)) => {
-                    return self.put_shards(lock, value).await;
-                }
-                (Record::Checkpoint | Record::Shards | Record::Last, _) => {
-                    return Err(records::kept_in_the_row(lock, record));
-                }
-                _ => {}
-            }
-            let name = record.suffix();
-            let stored = match fence {
-                Fence::Holder { key, token } => {
-                    let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-                        return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-                    };
-                    let params = vec![
-                        p(lock),
-                        p(name.as_str()),
-                        p(value),
-                        p(lock),
-                        p(tenure),
-                        p(token.get() as i64),
-                    ];
-                    self.on_tables(&self.sql.put_record_held, params).await?.1 > 0
-                }
-                Fence::Version(None) => {
-                    let params = vec![p(lock), p(name.as_str()), p(value)];
-                    match self
-                        .try_query(&self.sql.put_record_new, params.clone())
-                        .await
-                    {
-                        Ok((_, n)) => n > 0,
-                        Err(e) if e.code() == Some(code::DUPLICATE_KEY) => false,
-                        Err(e) if e.code() == Some(code::NO_SUCH_TABLE) => {
-                            self.set_up().await?;
-                            match self.try_query(&self.sql.put_record_new, params).await {
-                                Ok((_, n)) => n > 0,
-                                Err(e) if e.code() == Some(code::DUPLICATE_KEY) => false,
-                                Err(e) => return Err(self.failed(&e).await),
-                            }
-                        }
-                        Err(e) => return Err(self.failed(&e).await),
-                    }
-                }
-                Fence::Any => {
-                    let params = vec![p(lock), p(name.as_str()), p(value)];
-                    self.on_tables(&self.sql.put_record_any, params).await?.1 > 0
-                }
-                Fence::Version(Some(v)) => {
-                    let params = vec![p(value), p(lock), p(name.as_str()), p(v as i64)];
-                    self.on_tables(&self.sql.put_record_version, params)
-                        .await?
-                        .1
-                        > 0
-                }
-            };
-            Ok(match (stored, fence) {
-                (true, _) => Put::Stored,
-                (false, Fence::Holder { token, .. }) => {
-                    Put::Stale(format!("token {token} no longer holds lock {lock}"))
-                }
-                (false, _) => Put::Stale(format!("record {name} of lock {lock} changed meanwhile")),
+                    Ok(cell.unwrap_or(Cell::Null))
+                });
+                cells
+                    .collect::<Result<_, StoreError>>()
+                    .map(crate::store::lease_row::Row)
             })
-        })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Answer { rows, matched })
     }
 
-    fn delete_record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-    ) -> Boxed<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            if let Record::Checkpoint | Record::Shards | Record::Last = record {
-                return Err(records::kept_in_the_row(lock, record));
-            }
-            let name = record.suffix();
-            self.read(&self.sql.delete_record, vec![p(lock), p(name)])
-                .await?;
-            Ok(())
-        })
-    }
-
-    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move {
-            let history = crate::store::HISTORY;
-            let rows = self
-                .read(
-                    &self.sql.recorded,
-                    vec![p(prefix), p(prefix), p(history), p(history)],
-                )
-                .await?;
-            rows.iter().map(|r| cell(r, 0)).collect()
-        })
-    }
-
-    fn tenures<'a>(
-        &'a self,
-        lock: &'a str,
-        values: bool,
-    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
-        Box::pin(async move {
-            let prefix = crate::store::HISTORY;
-            let rows = self
-                .read(
-                    &self.sql.tenures,
-                    vec![p(prefix), p(values), p(lock), p(prefix), p(prefix)],
-                )
-                .await?;
-            rows.iter()
-                .map(|r| Ok((cell(r, 0)?, cell(r, 1)?)))
-                .collect()
-        })
+    fn open_session(&self, ttl: Duration) -> Box<dyn Session + '_> {
+        Box::new(session::MySession::new(self, ttl))
     }
 }
 
 impl MySql {
-    /// The records kept in the lock's own row, not the record table: its
-    /// checkpoint, its shard count, and its last holder, whose identity
-    /// the row keeps after it lets go. `None` for the others.
-    async fn row_record(
-        &self,
-        lock: &str,
-        record: Record<'_>,
-    ) -> Option<Result<Option<Versioned>, StoreError>> {
-        let read = |statement| async move {
-            let rows = self.read(statement, vec![p(lock)]).await?;
-            Ok::<_, StoreError>(rows.into_iter().next())
-        };
-        let found = match record {
-            Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
-                    version: c.token.get(),
-                    value: c.to_json(),
-                }))
-            }),
-            Record::Shards => read(&self.sql.shards).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(cell::<Option<i64>>(&row, 0)?.map(|n| Versioned {
-                    value: n.to_string(),
-                    version: 0,
-                }))
-            }),
-            Record::Last => read(&self.sql.last).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(cell::<Option<String>>(&row, 0)?.map(|value| Versioned { value, version: 0 }))
-            }),
-            _ => return None,
-        };
-        Some(found)
+    /// A record written only if there is none: a duplicate key is one
+    /// there already (no row written).
+    async fn put_new(&self, statement: &str, params: Vec<Value>) -> Result<u64, StoreError> {
+        match self.try_query(statement, params.clone()).await {
+            Ok((_, n)) => Ok(n),
+            Err(e) if e.code() == Some(code::DUPLICATE_KEY) => Ok(0),
+            Err(e) if e.code() == Some(code::NO_SUCH_TABLE) => {
+                self.set_up().await?;
+                match self.try_query(statement, params).await {
+                    Ok((_, n)) => Ok(n),
+                    Err(e) if e.code() == Some(code::DUPLICATE_KEY) => Ok(0),
+                    Err(e) => Err(self.failed(&e).await),
+                }
+            }
+            Err(e) => Err(self.failed(&e).await),
+        }
     }
-
-    /// Store the checkpoint `json` if the tenure of `key` still holds the
-    /// lock's row with `token`.
-    async fn put_checkpoint(
-        &self,
-        lock: &str,
-        key: &str,
-        token: Token,
-        json: &str,
-    ) -> Result<Put, StoreError> {
-        let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-            return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-        };
-        let checkpoint = records::checkpoint_of(lock, json)?;
-        let params = vec![
-            p(checkpoint.value.as_str()),
-            p(lock),
-            p(tenure),
-            p(token.get() as i64),
-        ];
-        let (_, matched) = self.query(&self.sql.put_checkpoint, params).await?;
-        Ok(match matched > 0 {
-            true => Put::Stored,
-            false => Put::Stale(format!("token {token} no longer holds lock {lock}")),
-        })
-    }
-
-    /// Record `count` shards in the lock's row unless a number is recorded.
-    async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
-        let n = records::shard_count(lock, count)?;
-        self.on_tables(&self.sql.record_shards, vec![p(lock), p(n)])
-            .await?;
-        let rows = self.read(&self.sql.shards, vec![p(lock)]).await?;
-        let recorded = match rows.first() {
-            Some(row) => cell::<Option<i64>>(row, 0)?,
-            None => None,
-        };
-        Ok(match recorded == Some(i64::from(n)) {
-            true => Put::Stored,
-            false => Put::Stale(format!("lock {lock} has a shard count recorded already")),
-        })
-    }
-}
-
-/// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
-/// token, time.
-fn checkpoint_of(row: &Row, at: usize) -> Result<Option<Checkpoint>, StoreError> {
-    let Some(value) = cell::<Option<String>>(row, at)? else {
-        return Ok(None);
-    };
-    Ok(Some(Checkpoint {
-        value,
-        token: Token::new(cell::<Option<i64>>(row, at + 1)?.unwrap_or(0) as u64),
-        at: cell::<Option<String>>(row, at + 2)?.unwrap_or_default(),
-    }))
 }

@@ -35,12 +35,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use super::conn::{Failed, Link, cell, code, p};
-use super::{MySql, POLL_EVERY, checkpoint_of, sql::Sql};
+use super::{MySql, POLL_EVERY, sql::Sql};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
+use crate::store::lease_row::session::worth_a_take_in;
+use crate::store::lease_row::store::checkpoint_of;
+use crate::store::lease_row::{self, Cell as Value, Version, key};
 use crate::store::observed::Observed;
 use crate::store::retry::{self, Backoff};
 use crate::store::{
@@ -48,27 +49,11 @@ use crate::store::{
 };
 use crate::store::{PAST_EXPIRY, Token};
 
-/// A new session id: 128 random bits, in hex.
-pub fn tenure_id() -> String {
-    crate::store::ids::tenure()
-}
-
-/// The key of a holder (`ELECT_KEY`): the lock and the holder's tenure.
-pub fn key(lock: &str, tenure: &str) -> String {
-    format!("{lock}/{tenure}")
-}
-
-/// What a session and its renewers share.
-struct Shared {
-    tenure: String,
-    ttl: Duration,
-    /// The locks whose rows we hold.
-    held: RefCell<BTreeSet<String>>,
+/// What a session adds to the [`Shared`] of every lease-row session.
+#[derive(Default)]
+struct Own {
     /// The locks we are queued for.
     queued: RefCell<BTreeSet<String>>,
-    /// Break requests seen by renewals, by lock.
-    asked: RefCell<BTreeMap<String, String>>,
-    news: Notify,
     /// The doorbells of the rows we hold, by lock: the fence and the
     /// connection that holds the bell.
     bells: RefCell<BTreeMap<String, (i64, Link)>>,
@@ -77,10 +62,10 @@ struct Shared {
     silent: RefCell<BTreeSet<String>>,
 }
 
-impl Shared {
-    fn ttl_us(&self) -> i64 {
-        self.ttl.as_micros() as i64
-    }
+type Shared = lease_row::Shared<Own>;
+
+fn ttl_us(shared: &Shared) -> i64 {
+    shared.ttl.as_micros() as i64
 }
 
 pub struct MySession<'s> {
@@ -93,16 +78,7 @@ impl<'s> MySession<'s> {
     pub fn new(store: &'s MySql, ttl: Duration) -> Self {
         MySession {
             store,
-            shared: Rc::new(Shared {
-                tenure: tenure_id(),
-                ttl,
-                held: RefCell::default(),
-                queued: RefCell::default(),
-                asked: RefCell::default(),
-                news: Notify::new(),
-                bells: RefCell::default(),
-                silent: RefCell::default(),
-            }),
+            shared: Rc::new(Shared::new(ttl, Own::default())),
             granted_at: Instant::now(),
         }
     }
@@ -153,11 +129,11 @@ impl Session for MySession<'_> {
         Box::pin(async move {
             // Before: no renewal may count them lost once they are let go.
             self.shared.held.borrow_mut().clear();
-            self.shared.queued.borrow_mut().clear();
+            self.shared.own.queued.borrow_mut().clear();
             let released = self.store.release(&self.shared.tenure).await;
             // After: a waiter woken finds the rows free. A connection that
             // ends lets its doorbells go: no statement to wait for.
-            let bells = std::mem::take(&mut *self.shared.bells.borrow_mut());
+            let bells = std::mem::take(&mut *self.shared.own.bells.borrow_mut());
             for (_, (_, link)) in bells {
                 link.reset();
             }
@@ -194,13 +170,13 @@ impl Renewer for MyRenewer {
         Box::pin(async move {
             let held = self.shared.held.borrow().clone();
             let tenure = self.shared.tenure.as_str();
-            let ttl_us = self.shared.ttl_us();
-            if !self.shared.queued.borrow().is_empty() {
+            let ttl_us = ttl_us(&self.shared);
+            if !self.shared.own.queued.borrow().is_empty() {
                 self.exec(&self.sql.renew_queued, vec![p(ttl_us), p(tenure)])
                     .await?;
             }
             if held.is_empty() {
-                if self.shared.queued.borrow().is_empty() {
+                if self.shared.own.queued.borrow().is_empty() {
                     self.exec("SELECT 1", Vec::new()).await?;
                 }
                 return Ok(Renewal::Alive(self.shared.ttl));
@@ -208,42 +184,27 @@ impl Renewer for MyRenewer {
             self.exec(&self.sql.renew, vec![p(ttl_us), p(tenure)])
                 .await?;
             let rows = self.exec(&self.sql.renewed, vec![p(tenure)]).await?;
-            let mut renewed = BTreeSet::new();
+            let mut renewed = Vec::new();
             let mut silent = Vec::new();
             for row in &rows {
                 let lock: String = cell(row, 0)?;
                 if !cell::<bool>(row, 2)? {
                     silent.push(lock.clone());
                 }
-                if let Some(why) = cell::<Option<String>>(row, 1)? {
-                    self.shared
-                        .asked
-                        .borrow_mut()
-                        .insert(lock.clone(), format!("{why} asked it to let go"));
-                    self.shared.news.notify_waiters();
-                }
-                renewed.insert(lock);
+                renewed.push((lock, cell::<Option<String>>(row, 1)?));
             }
-            let lost = {
-                let still = self.shared.held.borrow();
-                held.iter()
-                    .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
-                    .cloned()
-            };
-            if let Some(lost) = lost {
-                return Ok(Renewal::Gone(format!(
-                    "the lease row of lock {lost} was ended or taken over"
-                )));
+            if let Renewal::Gone(why) = self.shared.judge(&held, renewed) {
+                return Ok(Renewal::Gone(why));
             }
             // Its connection ended: waiters fell back to reading the row;
             // the lock's holder hangs the doorbell again.
-            let bells = self.shared.bells.borrow();
+            let bells = self.shared.own.bells.borrow();
             let silent: Vec<String> = silent
                 .into_iter()
                 .filter(|l| bells.contains_key(l))
                 .collect();
             if !silent.is_empty() {
-                self.shared.silent.borrow_mut().extend(silent);
+                self.shared.own.silent.borrow_mut().extend(silent);
                 self.shared.news.notify_waiters();
             }
             Ok(Renewal::Alive(self.shared.ttl))
@@ -270,16 +231,6 @@ struct MyLock<'s> {
     bell: Link,
     /// Our fence, once the row is ours.
     fence: Cell<Option<i64>>,
-}
-
-/// A version of a lease row held by someone: its holder's tenure (empty:
-/// let go on another server, a failover since), its count of renewals,
-/// and the database's time of the last.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Version {
-    tenure: String,
-    renewals: i64,
-    micros: Option<i64>,
 }
 
 /// A lease row as read.
@@ -388,14 +339,27 @@ impl MyLock<'_> {
         Ok(Some(Seen {
             fence: cell(row, 1).map_err(bad)?,
             version: Version {
-                tenure: tenure.clone().unwrap_or_default(),
+                tenure: tenure.clone(),
                 renewals: cell(row, 2).map_err(bad)?,
                 micros: cell(row, 3).map_err(bad)?,
             },
             tenure,
             ttl: millis(cell(row, 4).map_err(bad)?),
             left: millis(cell(row, 5).map_err(bad)?),
-            checkpoint: checkpoint_of(row, 6).map_err(bad)?,
+            checkpoint: {
+                let cells = lease_row::Row(vec![
+                    cell::<Option<String>>(row, 6)
+                        .map_err(bad)?
+                        .map_or(Value::Null, Value::Text),
+                    cell::<Option<i64>>(row, 7)
+                        .map_err(bad)?
+                        .map_or(Value::Null, Value::Int),
+                    cell::<Option<String>>(row, 8)
+                        .map_err(bad)?
+                        .map_or(Value::Null, Value::Text),
+                ]);
+                checkpoint_of(&cells, 0).map_err(bad)?
+            },
             unsettled: cell::<Option<i64>>(row, 9).map_err(bad)? == Some(1),
         }))
     }
@@ -406,11 +370,7 @@ impl MyLock<'_> {
         let shared = &self.session.shared;
         let mut observed = self.observed.borrow_mut();
         observed.saw(seen.version, seen.ttl.unwrap_or(shared.ttl), answered);
-        let by_database = seen.left.unwrap_or(Duration::ZERO);
-        let by_us = observed
-            .ripe_at()
-            .map_or(Duration::ZERO, Instant::remaining);
-        by_database.max(by_us)
+        worth_a_take_in(&observed, seen.left)
     }
 
     /// One acquisition: with `look_first`, a read alone while the row is
@@ -427,10 +387,7 @@ impl MyLock<'_> {
                 return Ok(Attempt::Busy(Some(wait), Some(fence)));
             }
         }
-        let (t, r, m) = match self.observed.borrow().ripe(Instant::now()) {
-            Some(v) => (Some(v.tenure.clone()), Some(v.renewals), v.micros),
-            None => (None, None, None),
-        };
+        let (t, r, m) = Version::ripe(&self.observed.borrow());
         let tenure = self.tenure();
         let sent = Instant::now();
         let take = vec![
@@ -439,7 +396,7 @@ impl MyLock<'_> {
             p(tenure),
             p(self.record.as_str()),
             p(tenure),
-            p(shared.ttl_us()),
+            p(ttl_us(shared)),
             p(self.lock.as_str()),
             p(tenure),
             p(t),
@@ -456,7 +413,7 @@ impl MyLock<'_> {
                     let insert = vec![
                         p(self.lock.as_str()),
                         p(tenure),
-                        p(shared.ttl_us()),
+                        p(ttl_us(shared)),
                         p(self.record.as_str()),
                     ];
                     match self.exec(&self.store().sql.insert, insert).await {
@@ -485,7 +442,7 @@ impl MyLock<'_> {
         let answered = Instant::now();
         if seen.tenure.as_deref() == Some(tenure) {
             shared.held.borrow_mut().insert(self.lock.clone());
-            shared.queued.borrow_mut().remove(&self.lock);
+            shared.own.queued.borrow_mut().remove(&self.lock);
             *self.checkpoint.borrow_mut() = seen.checkpoint;
             self.fence.set(Some(seen.fence));
             let unqueue = vec![p(self.lock.as_str()), p(tenure)];
@@ -518,10 +475,10 @@ impl MyLock<'_> {
         }
         let fence = seen.fence;
         let wait = self.judge(seen, answered);
-        if !shared.queued.borrow().contains(&self.lock) {
-            let queue = vec![p(self.lock.as_str()), p(tenure), p(shared.ttl_us())];
+        if !shared.own.queued.borrow().contains(&self.lock) {
+            let queue = vec![p(self.lock.as_str()), p(tenure), p(ttl_us(shared))];
             self.exec(&self.store().sql.queue, queue).await?;
-            shared.queued.borrow_mut().insert(self.lock.clone());
+            shared.own.queued.borrow_mut().insert(self.lock.clone());
         }
         Ok(Attempt::Busy(
             (!wait.is_zero()).then_some(wait),
@@ -710,6 +667,7 @@ impl MyLock<'_> {
         };
         // Before: a renewal hangs it again if this one fails.
         shared
+            .own
             .bells
             .borrow_mut()
             .insert(self.lock.clone(), (fence, self.bell.clone()));
@@ -723,24 +681,12 @@ impl MyLock<'_> {
             self.hang_bell().await;
             loop {
                 let news = shared.news.notified();
-                if shared.silent.borrow_mut().remove(&self.lock) {
+                if shared.own.silent.borrow_mut().remove(&self.lock) {
                     self.bell.reset();
                     break;
                 }
                 news.await;
             }
-        }
-    }
-
-    /// Wait for a break request that a renewal found.
-    async fn asked(&self) -> Loss {
-        let shared = &self.session.shared;
-        loop {
-            let news = shared.news.notified();
-            if let Some(why) = shared.asked.borrow().get(&self.lock) {
-                return Loss::Asked(why.clone());
-            }
-            news.await;
         }
     }
 }
@@ -768,7 +714,7 @@ impl Lock for MyLock<'_> {
     fn lost(&self) -> Boxed<'_, Loss> {
         Box::pin(async move {
             tokio::select! {
-                loss = self.asked() => loss,
+                loss = self.session.shared.asked(&self.lock) => loss,
                 never = self.keep_bell() => match never {},
             }
         })
@@ -783,7 +729,7 @@ impl Lock for MyLock<'_> {
             let shared = &self.session.shared;
             // Before: no renewal may count it lost once it is let go.
             shared.held.borrow_mut().remove(&self.lock);
-            shared.queued.borrow_mut().remove(&self.lock);
+            shared.own.queued.borrow_mut().remove(&self.lock);
             let params = vec![p(self.lock.as_str()), p(self.tenure())];
             self.store()
                 .query(&self.store().sql.leave, params.clone())
@@ -791,7 +737,7 @@ impl Lock for MyLock<'_> {
             self.store()
                 .query(&self.store().sql.leave_queue, params)
                 .await?;
-            let bell = shared.bells.borrow_mut().remove(&self.lock);
+            let bell = shared.own.bells.borrow_mut().remove(&self.lock);
             if let Some((_, link)) = bell {
                 link.reset();
             }

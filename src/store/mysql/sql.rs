@@ -128,9 +128,13 @@ impl Tables {
     }
 }
 
+use crate::store::lease_row::Statements;
+
 /// The statements, for one set of tables. `?` are positional parameters,
 /// named in each statement's comment.
 pub struct Sql {
+    /// The core's statements.
+    pub ops: Statements,
     pub take: String,
     pub insert: String,
     pub row: String,
@@ -143,24 +147,6 @@ pub struct Sql {
     pub leave: String,
     pub leave_queue: String,
     pub unqueue_taken: String,
-    pub status: String,
-    pub list: String,
-    pub ask: String,
-    pub checkpoint: String,
-    pub put_checkpoint: String,
-    pub record: String,
-    pub put_record_held: String,
-    pub put_record_new: String,
-    pub put_record_version: String,
-    pub put_record_any: String,
-    pub delete_record: String,
-    pub tenures: String,
-    pub recorded: String,
-    pub record_shards: String,
-    pub shards: String,
-    pub last: String,
-    pub owners: String,
-    pub end: String,
     pub ring: String,
     pub listen: String,
     pub unring: String,
@@ -223,6 +209,113 @@ impl Sql {
         let scope = format!("X'{scope}'");
         let bell = |lock: &str, fence: &str| bell(&scope, lock, fence);
         Sql {
+            ops: Statements {
+                // 1 lock, 2 lock, 3 lock: fence, tenure, holder, ms left (NULL:
+                // free), lease TTL in ms, live waiters.
+                status: format!(
+                    "SELECT l.fence, l.tenure, l.holder, {}, {}, \
+                       (SELECT COUNT(*) FROM {w} q WHERE q.name = ? AND q.expires_at > {NOW} \
+                          AND NOT (q.tenure <=> (SELECT tenure FROM {l} WHERE name = ?))) \
+                     FROM (SELECT 1) one LEFT JOIN {l} l ON l.name = ?",
+                    left("l.expires_at"),
+                    ttl_of("l"),
+                ),
+                // 1-2 prefix, 3-4 prefix: as status, and the name, for every
+                // lock with a holder or waiters.
+                list: format!(
+                    "SELECT l.fence, l.tenure, l.holder, {}, {}, \
+                       (SELECT COUNT(*) FROM {w} q WHERE q.name = n.name AND q.expires_at > {NOW} \
+                          AND NOT (q.tenure <=> l.tenure)), \
+                       n.name \
+                     FROM (SELECT name FROM {l} WHERE tenure IS NOT NULL AND expires_at > {NOW} \
+                         AND LEFT(name, CHAR_LENGTH(?)) = ? \
+                       UNION SELECT name FROM {w} WHERE expires_at > {NOW} \
+                         AND LEFT(name, CHAR_LENGTH(?)) = ?) n \
+                     LEFT JOIN {l} l ON l.name = n.name ORDER BY n.name",
+                    left("l.expires_at"),
+                    ttl_of("l"),
+                ),
+                // 1 request, 2 lock, 3 tenure: ask the holder to let go.
+                ask: format!(
+                    "UPDATE {l} SET holder = JSON_SET(COALESCE(holder, '{{}}'), '$.break_request', ?) \
+                     WHERE name = ? AND tenure = ? AND expires_at > {NOW}"
+                ),
+                // 1 lock: its checkpoint, the token that wrote it, when.
+                checkpoint: format!(
+                    "SELECT checkpoint, checkpoint_fence, {} FROM {l} \
+                     WHERE name = ? AND checkpoint IS NOT NULL",
+                    rfc3339("checkpoint_at")
+                ),
+                // 1 value, 2 lock, 3 tenure, 4 fence: store the checkpoint if
+                // the writer still holds the row with that fence (its own
+                // clock, not the database's, tells whether its lease lives).
+                put_checkpoint: format!(
+                    "UPDATE {l} SET checkpoint = ?, checkpoint_fence = fence, checkpoint_at = {NOW} \
+                     WHERE name = ? AND tenure = ? AND fence = ?"
+                ),
+                // 1 lock, 2 record: its value and version.
+                record: format!("SELECT value, version FROM {r} WHERE name = ? AND record = ?"),
+                // 1 lock, 2 record, 3 value, 4 lock, 5 tenure, 6 fence: written
+                // if the tenure still holds the lock with that fence, its row
+                // share-locked until the write commits, so that no taker
+                // comes between.
+                put_record_held: format!(
+                    "INSERT INTO {r} (name, record, version, value) \
+                     SELECT ?, ?, 1, ? FROM {l} WHERE name = ? AND tenure = ? AND fence = ? \
+                     LOCK IN SHARE MODE \
+                     ON DUPLICATE KEY UPDATE value = VALUES(value), version = {r}.version + 1"
+                ),
+                // 1 lock, 2 record, 3 value: a duplicate key if there is one.
+                put_record_new: format!(
+                    "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?)"
+                ),
+                // 1 value, 2 lock, 3 record, 4 version: written if still that version.
+                put_record_version: format!(
+                    "UPDATE {r} SET value = ?, version = version + 1 \
+                     WHERE name = ? AND record = ? AND version = ?"
+                ),
+                // 1 lock, 2 record, 3 value: written whatever was there.
+                put_record_any: format!(
+                    "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?) \
+                     ON DUPLICATE KEY UPDATE value = VALUES(value), version = version + 1"
+                ),
+                // 1 lock, 2 record.
+                delete_record: format!("DELETE FROM {r} WHERE name = ? AND record = ?"),
+                // 1 prefix, 2 with values, 3 lock, 4-5 prefix: each tenure's id and value.
+                tenures: format!(
+                    "SELECT SUBSTRING(record, CHAR_LENGTH(?) + 1), IF(?, value, '') FROM {r} \
+                     WHERE name = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
+                ),
+                // 1-2 the locks' prefix, 3-4 the history's prefix: the locks with a history.
+                recorded: format!(
+                    "SELECT DISTINCT name FROM {r} \
+                     WHERE LEFT(name, CHAR_LENGTH(?)) = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
+                ),
+                // 1 lock, 2 count: record the number of shards in the lock's
+                // own row unless one is.
+                record_shards: format!(
+                    "INSERT INTO {l} (name, fence, expires_at, shards) VALUES (?, 0, {NEVER}, ?) \
+                     ON DUPLICATE KEY UPDATE shards = COALESCE(shards, VALUES(shards))"
+                ),
+                // 1 lock: the number of shards recorded.
+                shards: format!("SELECT shards FROM {l} WHERE name = ?"),
+                // 1 lock: its last holder's identity, kept after it lets go.
+                last: format!(
+                    "SELECT {} FROM {l} WHERE name = ?",
+                    holder_field("identity")
+                ),
+                // Locks as parameters, as many as asked: for each, held now,
+                // and its last holder's identity (`IN (…)` added by the caller).
+                owners: format!(
+                    "SELECT name, tenure IS NOT NULL AND expires_at > {NOW}, {} FROM {l} WHERE name IN ",
+                    holder_field("identity")
+                ),
+                // 1 lock, 2 tenure: end a holder's lease now.
+                end: format!(
+                    "UPDATE {l} SET tenure = NULL, holder = NULL, expires_at = {NEVER}, \
+                       renewed_at = NULL, acquired_at = NULL WHERE name = ? AND tenure = ?"
+                ),
+            },
             // 1-3 tenure, 4 holder record, 5 tenure, 6 ttl µs, 7 lock,
             // 8 tenure; 9 tenure ('' for none), 10 renewals and 11 renewal
             // time (µs) of the version the taker has seen unchanged for its
@@ -302,103 +395,6 @@ impl Sql {
             // those of waiters gone.
             unqueue_taken: format!(
                 "DELETE FROM {w} WHERE name = ? AND (tenure = ? OR expires_at < {NOW})"
-            ),
-            // 1 lock, 2 lock, 3 lock: fence, tenure, holder, ms left (NULL:
-            // free), lease TTL in ms, live waiters.
-            status: format!(
-                "SELECT l.fence, l.tenure, l.holder, {}, {}, \
-                   (SELECT COUNT(*) FROM {w} q WHERE q.name = ? AND q.expires_at > {NOW} \
-                      AND NOT (q.tenure <=> (SELECT tenure FROM {l} WHERE name = ?))) \
-                 FROM (SELECT 1) one LEFT JOIN {l} l ON l.name = ?",
-                left("l.expires_at"),
-                ttl_of("l"),
-            ),
-            // 1-2 prefix, 3-4 prefix: every lock with a holder or waiters.
-            list: format!(
-                "SELECT name FROM {l} WHERE tenure IS NOT NULL AND expires_at > {NOW} \
-                   AND LEFT(name, CHAR_LENGTH(?)) = ? \
-                 UNION SELECT name FROM {w} WHERE expires_at > {NOW} \
-                   AND LEFT(name, CHAR_LENGTH(?)) = ? ORDER BY 1"
-            ),
-            // 1 request, 2 lock, 3 tenure: ask the holder to let go.
-            ask: format!(
-                "UPDATE {l} SET holder = JSON_SET(COALESCE(holder, '{{}}'), '$.break_request', ?) \
-                 WHERE name = ? AND tenure = ? AND expires_at > {NOW}"
-            ),
-            // 1 lock: its checkpoint, the token that wrote it, when.
-            checkpoint: format!(
-                "SELECT checkpoint, checkpoint_fence, {} FROM {l} \
-                 WHERE name = ? AND checkpoint IS NOT NULL",
-                rfc3339("checkpoint_at")
-            ),
-            // 1 value, 2 lock, 3 tenure, 4 fence: store the checkpoint if
-            // the writer still holds the row with that fence (its own
-            // clock, not the database's, tells whether its lease lives).
-            put_checkpoint: format!(
-                "UPDATE {l} SET checkpoint = ?, checkpoint_fence = fence, checkpoint_at = {NOW} \
-                 WHERE name = ? AND tenure = ? AND fence = ?"
-            ),
-            // 1 lock, 2 record: its value and version.
-            record: format!("SELECT value, version FROM {r} WHERE name = ? AND record = ?"),
-            // 1 lock, 2 record, 3 value, 4 lock, 5 tenure, 6 fence: written
-            // if the tenure still holds the lock with that fence, its row
-            // share-locked until the write commits, so that no taker
-            // comes between.
-            put_record_held: format!(
-                "INSERT INTO {r} (name, record, version, value) \
-                 SELECT ?, ?, 1, ? FROM {l} WHERE name = ? AND tenure = ? AND fence = ? \
-                 LOCK IN SHARE MODE \
-                 ON DUPLICATE KEY UPDATE value = VALUES(value), version = {r}.version + 1"
-            ),
-            // 1 lock, 2 record, 3 value: a duplicate key if there is one.
-            put_record_new: format!(
-                "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?)"
-            ),
-            // 1 value, 2 lock, 3 record, 4 version: written if still that version.
-            put_record_version: format!(
-                "UPDATE {r} SET value = ?, version = version + 1 \
-                 WHERE name = ? AND record = ? AND version = ?"
-            ),
-            // 1 lock, 2 record, 3 value: written whatever was there.
-            put_record_any: format!(
-                "INSERT INTO {r} (name, record, version, value) VALUES (?, ?, 1, ?) \
-                 ON DUPLICATE KEY UPDATE value = VALUES(value), version = version + 1"
-            ),
-            // 1 lock, 2 record.
-            delete_record: format!("DELETE FROM {r} WHERE name = ? AND record = ?"),
-            // 1 prefix, 2 with values, 3 lock, 4-5 prefix: each tenure's id and value.
-            tenures: format!(
-                "SELECT SUBSTRING(record, CHAR_LENGTH(?) + 1), IF(?, value, '') FROM {r} \
-                 WHERE name = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
-            ),
-            // 1-2 the locks' prefix, 3-4 the history's prefix: the locks with a history.
-            recorded: format!(
-                "SELECT DISTINCT name FROM {r} \
-                 WHERE LEFT(name, CHAR_LENGTH(?)) = ? AND LEFT(record, CHAR_LENGTH(?)) = ?"
-            ),
-            // 1 lock, 2 count: record the number of shards in the lock's
-            // own row unless one is.
-            record_shards: format!(
-                "INSERT INTO {l} (name, fence, expires_at, shards) VALUES (?, 0, {NEVER}, ?) \
-                 ON DUPLICATE KEY UPDATE shards = COALESCE(shards, VALUES(shards))"
-            ),
-            // 1 lock: the number of shards recorded.
-            shards: format!("SELECT shards FROM {l} WHERE name = ?"),
-            // 1 lock: its last holder's identity, kept after it lets go.
-            last: format!(
-                "SELECT {} FROM {l} WHERE name = ?",
-                holder_field("identity")
-            ),
-            // Locks as parameters, as many as asked: for each, held now,
-            // and its last holder's identity (`IN (…)` added by the caller).
-            owners: format!(
-                "SELECT name, tenure IS NOT NULL AND expires_at > {NOW}, {} FROM {l} WHERE name IN ",
-                holder_field("identity")
-            ),
-            // 1 lock, 2 tenure: end a holder's lease now.
-            end: format!(
-                "UPDATE {l} SET tenure = NULL, holder = NULL, expires_at = {NEVER}, \
-                   renewed_at = NULL, acquired_at = NULL WHERE name = ? AND tenure = ?"
             ),
             // 1 lock, 2 fence: the holder takes its doorbell, waiting out a
             // waiter that holds it for a moment. 1 taken, 0 held elsewhere.

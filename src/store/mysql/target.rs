@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::MySql;
 use crate::store::kind::{About, Kind, Settings, Target};
+use crate::store::lease_row::LeaseRows;
+use crate::store::lease_row::target::{Env, ReleaseOrder, encode};
 use crate::store::secret::{Secret, find_password};
 use crate::store::{Boxed, Store, StoreError};
 
@@ -44,12 +46,12 @@ pub const KIND: Kind = Kind {
     parse: |url, settings| Ok(Box::new(MyTarget::parse(url, settings)?)),
     from_env: || None,
     release: |order, within| {
-        let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
+        let order: Result<ReleaseOrder<MyTarget>, _> = serde_json::from_slice(order);
         Box::pin(async move {
             let order =
                 order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
             let store = MySql::release_tenure(&order.target, &order.tenure, within).await?;
-            Ok(Box::new(store) as Box<dyn Store>)
+            Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
         })
     },
     about: About {
@@ -140,8 +142,17 @@ const DEFAULT_SOCKET: &str = "/run/mysqld/mysqld.sock";
 impl MyTarget {
     pub fn parse(url: &str, settings: &Settings) -> Result<MyTarget, StoreError> {
         let shown = format!("store URL '{}'", crate::store::kind::redact(url));
-        MyTarget::from_url(url, settings, &Env::process())
-            .map_err(|e| StoreError::config(format!("{shown}: {e}")))
+        MyTarget::from_url(
+            url,
+            settings,
+            &Env::process(|k| {
+                matches!(
+                    k,
+                    "MYSQL_HOST" | "MYSQL_TCP_PORT" | "MYSQL_UNIX_PORT" | "HOME" | "ELECT_PASSWORD"
+                )
+            }),
+        )
+        .map_err(|e| StoreError::config(format!("{shown}: {e}")))
     }
 
     fn from_url(url: &str, settings: &Settings, env: &Env) -> Result<MyTarget, String> {
@@ -381,18 +392,6 @@ fn decode(text: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| format!("'{text}' is not UTF-8 once decoded"))
 }
 
-/// Percent-encode what would break a URL part.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// Database and table-prefix names: a plain identifier, so that it needs
 /// no quoting beyond the backticks elect puts around it.
 fn check_name(name: &str, what: &str) -> Result<(), String> {
@@ -465,42 +464,6 @@ fn my_cnf_client(file: &Path) -> BTreeMap<String, String> {
     found
 }
 
-/// The environment, as the parser sees it.
-struct Env {
-    vars: BTreeMap<String, String>,
-}
-
-impl Env {
-    fn process() -> Env {
-        Env {
-            vars: std::env::vars()
-                .filter(|(k, _)| {
-                    matches!(
-                        k.as_str(),
-                        "MYSQL_HOST" | "MYSQL_TCP_PORT" | "MYSQL_UNIX_PORT" | "HOME"
-                    ) || k == "ELECT_PASSWORD"
-                })
-                .collect(),
-        }
-    }
-
-    fn var(&self, name: &str) -> Option<String> {
-        self.vars.get(name).filter(|v| !v.is_empty()).cloned()
-    }
-
-    fn home(&self) -> Option<PathBuf> {
-        self.var("HOME").map(PathBuf::from)
-    }
-
-    /// The login name, the clients' default user.
-    fn login(&self) -> Option<String> {
-        nix::unistd::User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-    }
-}
-
 impl fmt::Display for MyTarget {
     /// A URL that elect reads back to the same target, without the
     /// password: this is what the command sees in `ELECT_STORE`.
@@ -545,7 +508,7 @@ impl Target for MyTarget {
     }
 
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {
-        serde_json::to_vec(&super::ReleaseOrder {
+        serde_json::to_vec(&ReleaseOrder {
             target: self.clone(),
             tenure: id.to_string(),
         })
@@ -558,7 +521,8 @@ impl Target for MyTarget {
         connect_timeout: Duration,
     ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
         Box::pin(async move {
-            let store: Box<dyn Store> = Box::new(MySql::connect(self, connect_timeout).await?);
+            let store = LeaseRows(MySql::connect(self, connect_timeout).await?);
+            let store: Box<dyn Store> = Box::new(store);
             Ok(store)
         })
     }

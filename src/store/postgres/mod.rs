@@ -54,19 +54,14 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::log;
-use crate::store::Token;
-use crate::store::records;
-use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Versioned,
-};
+use crate::store::lease_row::{Access, Answer, Arg, Cell as Value, Col, Dialect, Op, Row};
+use crate::store::{Session, StoreError};
 use conn::{Cells, Link, describe, is_transient};
 pub use target::{KIND, PgTarget};
 
@@ -75,13 +70,6 @@ pub use target::{KIND, PgTarget};
 const ASK_WITHIN: Duration = Duration::from_millis(500);
 
 pub use crate::store::POLL_EVERY;
-
-/// Everything needed to end a session from another process.
-#[derive(Serialize, Deserialize)]
-struct ReleaseOrder {
-    target: PgTarget,
-    tenure: String,
-}
 
 /// A connected PostgreSQL store.
 pub struct Postgres {
@@ -390,7 +378,7 @@ impl Postgres {
             .listen_works
             .get()
             .is_none()
-            .then(|| format!("elect probe {}", session::tenure_id()));
+            .then(|| format!("elect probe {}", crate::store::ids::tenure()));
         let listening = async {
             let client = conn::connect(self.target(), self.within, Some(tx.clone())).await?;
             let mut listen = format!("LISTEN {}", self.target().schema_sql());
@@ -445,36 +433,6 @@ impl Postgres {
     /// once lost): not behind a transaction pooler, nor with `?listen=off`.
     pub(super) fn may_listen(&self) -> bool {
         self.target().listen && self.listen_works.get() != Some(false)
-    }
-
-    /// Lock statuses from rows of [`sql::Sql::status`] or [`sql::Sql::list`].
-    fn statuses(rows: &[tokio_postgres::Row]) -> Result<Vec<LockStatus>, StoreError> {
-        rows.iter()
-            .map(|row| {
-                let lock: String = row.cell(6)?;
-                let fence: Option<i64> = row.cell(0)?;
-                let tenure: Option<String> = row.cell(1)?;
-                let record: Option<String> = row.cell(2)?;
-                let left: Option<i64> = row.cell(3)?;
-                let waiting: i64 = row.cell(5)?;
-                let holder = match (tenure, left) {
-                    (Some(tenure), Some(left)) => Some(Holder {
-                        key: session::key(&lock, &tenure),
-                        token: Token::new(fence.unwrap_or(0) as u64),
-                        record: record.and_then(|r| HolderRecord::from_json(r.as_bytes())),
-                        lease: Some(tenure),
-                        ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
-                    }),
-                    _ => None,
-                };
-                Ok(LockStatus {
-                    lock,
-                    holder,
-                    waiting: waiting as usize,
-                    ranks: Vec::new(),
-                })
-            })
-            .collect()
     }
 
     /// Give up on the statement of the link's connection, unanswered
@@ -532,75 +490,18 @@ impl Postgres {
     async fn read(
         &self,
         statement: &str,
-        arg: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let client = self.link.client().await?;
-        let params = [(&arg as &(dyn ToSql + Sync), Type::TEXT)];
-        let answer = tokio::time::timeout(self.within, client.query_typed(statement, &params));
+        let answer = tokio::time::timeout(self.within, client.query_typed(statement, params));
         match answer.await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) if missing_tables(&e) => Ok(Vec::new()),
             _ => {
                 self.link.reset();
-                self.query(statement, &[(&arg, Type::TEXT)]).await
+                self.query(statement, params).await
             }
         }
-    }
-
-    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        let rows = self.read(&self.sql.status, lock).await?;
-        Ok(Self::statuses(&rows)?.pop().unwrap_or(LockStatus {
-            lock: lock.to_string(),
-            holder: None,
-            waiting: 0,
-            ranks: Vec::new(),
-        }))
-    }
-
-    /// The lease TTL of the holder of `lock`, from its last renewal.
-    async fn holder_ttl(&self, lock: &str) -> Result<Option<Duration>, StoreError> {
-        let rows = self.read(&self.sql.status, lock).await?;
-        let ms = match rows.first() {
-            Some(row) => row.cell::<Option<i64>>(4)?,
-            None => None,
-        };
-        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
-    }
-
-    /// Whether the row of `lock` is still held by `tenure`.
-    async fn held_by(&self, lock: &str, tenure: &str) -> Result<bool, StoreError> {
-        let status = self.read_status(lock).await?;
-        Ok(status
-            .holder
-            .is_some_and(|h| h.lease.as_deref() == Some(tenure)))
-    }
-}
-
-/// A break begun on the holder of `lock` with `tenure`.
-struct PgBreaking<'a> {
-    pg: &'a Postgres,
-    lock: &'a str,
-    tenure: String,
-}
-
-impl Breaking for PgBreaking<'_> {
-    /// Its elect sees the request at once when it listens, else at its next
-    /// renewal (TTL/3), stops the command within its grace and releases.
-    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(crate::store::breaking::until_let_go(self.lock, || {
-            self.pg.held_by(self.lock, &self.tenure)
-        }))
-    }
-
-    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let lock = self.lock;
-            let args = [
-                (&lock as &(dyn ToSql + Sync), Type::TEXT),
-                (&self.tenure, Type::TEXT),
-            ];
-            self.pg.query(&self.pg.sql.end, &args).await.map(drop)
-        })
     }
 }
 
@@ -628,354 +529,7 @@ enum Layout {
     Earlier,
 }
 
-impl Store for Postgres {
-    fn open_session(
-        &self,
-        ttl: Duration,
-        _within: Duration,
-    ) -> Boxed<'_, Result<Box<dyn Session + '_>, StoreError>> {
-        Box::pin(async move {
-            let session: Box<dyn Session + '_> = Box::new(session::PgSession::new(self, ttl));
-            Ok(session)
-        })
-    }
-
-    fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
-        Box::pin(self.read_status(lock))
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
-        Box::pin(async move {
-            let rows = self.read(&self.sql.list, prefix).await?;
-            Self::statuses(&rows)
-        })
-    }
-
-    fn begin_break<'a>(
-        &'a self,
-        lock: &'a str,
-        holder: &'a Holder,
-        ask: bool,
-    ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
-        Box::pin(async move {
-            // Each statement names the tenure: one that ended meanwhile is
-            // neither asked nor ended.
-            let tenure = holder.lease.clone().unwrap_or_default();
-            if ask {
-                let request = crate::store::holder::break_request();
-                let asked = self
-                    .query(
-                        &self.sql.ask,
-                        &[
-                            (&lock, Type::TEXT),
-                            (&tenure, Type::TEXT),
-                            (&request, Type::TEXT),
-                        ],
-                    )
-                    .await?;
-                if asked.is_empty() {
-                    return Ok(None);
-                }
-            }
-            let breaking: Box<dyn Breaking + 'a> = Box::new(PgBreaking {
-                pg: self,
-                lock,
-                tenure,
-            });
-            Ok(Some(breaking))
-        })
-    }
-
-    fn lease_ttl<'a>(
-        &'a self,
-        lock: &'a str,
-        _holder: &'a Holder,
-    ) -> Boxed<'a, Result<Option<Duration>, StoreError>> {
-        Box::pin(self.holder_ttl(lock))
-    }
-
-    fn owners<'a>(&'a self, locks: &'a [String]) -> Boxed<'a, Result<Vec<Owner>, StoreError>> {
-        Box::pin(async move {
-            let rows = match self
-                .query(&self.sql.owners, &[(&locks, Type::TEXT_ARRAY)])
-                .await
-            {
-                Err(_) if self.tables_missing().await => Vec::new(),
-                rows => rows?,
-            };
-            let mut owners: Vec<Owner> = rows
-                .iter()
-                .map(|row| {
-                    Ok(Owner {
-                        held: row.cell(0)?,
-                        last: row.cell(1)?,
-                    })
-                })
-                .collect::<Result<_, StoreError>>()?;
-            owners.resize(locks.len(), Owner::default());
-            Ok(owners)
-        })
-    }
-
-    fn record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-    ) -> Boxed<'a, Result<Option<Versioned>, StoreError>> {
-        Box::pin(async move {
-            if let Some(found) = self.row_record(lock, record).await {
-                return found;
-            }
-            let name = record.suffix();
-            // A read never creates anything: no table, no record.
-            let rows = self
-                .off_records(
-                    &self.sql.record,
-                    &[(&lock, Type::TEXT), (&name, Type::TEXT)],
-                )
-                .await?;
-            let Some(row) = rows.first() else {
-                return Ok(None);
-            };
-            Ok(Some(Versioned {
-                value: row.cell(0)?,
-                version: row.cell::<i64>(1)? as u64,
-            }))
-        })
-    }
-
-    fn put_record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-        value: &'a str,
-        fence: Fence<'a>,
-    ) -> Boxed<'a, Result<Put, StoreError>> {
-        Box::pin(async move {
-            match (record, fence) {
-                (Record::Checkpoint, Fence::Holder { key, token }) => {
-                    return self.put_checkpoint(lock, key, token, value).await;
-                }
-                (Record::Shards, Fence::Version(None)) => {
-                    return self.put_shards(lock, value).await;
-                }
-                (Record::Checkpoint | Record::Shards | Record::Last, _) => {
-                    return Err(records::kept_in_the_row(lock, record));
-                }
-                _ => {}
-            }
-            let name = record.suffix();
-            let rows = match fence {
-                Fence::Holder { key, token } => {
-                    let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-                        return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-                    };
-                    let fence = token.get() as i64;
-                    self.on_records(
-                        &self.sql.put_record_held,
-                        &[
-                            (&lock, Type::TEXT),
-                            (&name, Type::TEXT),
-                            (&value, Type::TEXT),
-                            (&tenure, Type::TEXT),
-                            (&fence, Type::INT8),
-                        ],
-                    )
-                    .await?
-                }
-                Fence::Version(None) => {
-                    self.on_records(
-                        &self.sql.put_record_new,
-                        &[
-                            (&lock, Type::TEXT),
-                            (&name, Type::TEXT),
-                            (&value, Type::TEXT),
-                        ],
-                    )
-                    .await?
-                }
-                Fence::Any => {
-                    self.on_records(
-                        &self.sql.put_record_any,
-                        &[
-                            (&lock, Type::TEXT),
-                            (&name, Type::TEXT),
-                            (&value, Type::TEXT),
-                        ],
-                    )
-                    .await?
-                }
-                Fence::Version(Some(v)) => {
-                    let v = v as i64;
-                    self.on_records(
-                        &self.sql.put_record_version,
-                        &[
-                            (&lock, Type::TEXT),
-                            (&name, Type::TEXT),
-                            (&value, Type::TEXT),
-                            (&v, Type::INT8),
-                        ],
-                    )
-                    .await?
-                }
-            };
-            Ok(match (first_row(&rows)?.cell::<bool>(0)?, fence) {
-                (true, _) => Put::Stored,
-                (false, Fence::Holder { token, .. }) => {
-                    Put::Stale(format!("token {token} no longer holds lock {lock}"))
-                }
-                (false, _) => Put::Stale(format!("record {name} of lock {lock} changed meanwhile")),
-            })
-        })
-    }
-
-    fn delete_record<'a>(
-        &'a self,
-        lock: &'a str,
-        record: Record<'a>,
-    ) -> Boxed<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            if let Record::Checkpoint | Record::Shards | Record::Last = record {
-                return Err(records::kept_in_the_row(lock, record));
-            }
-            let name = record.suffix();
-            self.off_records(
-                &self.sql.delete_record,
-                &[(&lock, Type::TEXT), (&name, Type::TEXT)],
-            )
-            .await?;
-            Ok(())
-        })
-    }
-
-    fn recorded<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move {
-            let history = crate::store::HISTORY;
-            let rows = self
-                .off_records(
-                    &self.sql.recorded,
-                    &[(&prefix, Type::TEXT), (&history, Type::TEXT)],
-                )
-                .await?;
-            rows.iter().map(|r| r.cell(0)).collect()
-        })
-    }
-
-    fn tenures<'a>(
-        &'a self,
-        lock: &'a str,
-        values: bool,
-    ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>> {
-        Box::pin(async move {
-            let prefix = crate::store::HISTORY;
-            let rows = self
-                .off_records(
-                    &self.sql.tenures,
-                    &[
-                        (&lock, Type::TEXT),
-                        (&prefix, Type::TEXT),
-                        (&values, Type::BOOL),
-                    ],
-                )
-                .await?;
-            rows.iter().map(|r| Ok((r.cell(0)?, r.cell(1)?))).collect()
-        })
-    }
-}
-
 impl Postgres {
-    /// The records kept in the lock's own row, not the record table (as
-    /// elect has kept them since before that table): its checkpoint, its
-    /// shard count, and its last holder, whose identity the row keeps
-    /// after it lets go. `None` for the others.
-    async fn row_record(
-        &self,
-        lock: &str,
-        record: Record<'_>,
-    ) -> Option<Result<Option<Versioned>, StoreError>> {
-        let read = |statement| async move {
-            let rows = self.read(statement, lock).await?;
-            Ok::<_, StoreError>(rows.into_iter().next())
-        };
-        let found = match record {
-            Record::Checkpoint => read(&self.sql.checkpoint).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(checkpoint_of(&row, 0)?.map(|c| Versioned {
-                    version: c.token.get(),
-                    value: c.to_json(),
-                }))
-            }),
-            Record::Shards => read(&self.sql.shards).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(row.cell::<Option<i32>>(0)?.map(|n| Versioned {
-                    value: n.to_string(),
-                    version: 0,
-                }))
-            }),
-            Record::Last => read(&self.sql.last).await.and_then(|row| {
-                let Some(row) = row else { return Ok(None) };
-                Ok(row
-                    .cell::<Option<String>>(0)?
-                    .map(|value| Versioned { value, version: 0 }))
-            }),
-            _ => return None,
-        };
-        Some(found)
-    }
-
-    /// Store the checkpoint `json` if the tenure of `key` still holds the
-    /// lock's row with `token`.
-    async fn put_checkpoint(
-        &self,
-        lock: &str,
-        key: &str,
-        token: Token,
-        json: &str,
-    ) -> Result<Put, StoreError> {
-        let Some(tenure) = key.strip_prefix(&format!("{lock}/")) else {
-            return Ok(Put::Stale(format!("{key} is no key of lock {lock}")));
-        };
-        let checkpoint = records::checkpoint_of(lock, json)?;
-        let fence = token.get() as i64;
-        let rows = self
-            .query(
-                &self.sql.put_checkpoint,
-                &[
-                    (&lock, Type::TEXT),
-                    (&tenure, Type::TEXT),
-                    (&fence, Type::INT8),
-                    (&checkpoint.value, Type::TEXT),
-                ],
-            )
-            .await?;
-        Ok(match first_row(&rows)?.cell::<bool>(0)? {
-            true => Put::Stored,
-            false => Put::Stale(format!("token {token} no longer holds lock {lock}")),
-        })
-    }
-
-    /// Record `count` shards in the lock's row unless a number is recorded.
-    async fn put_shards(&self, lock: &str, count: &str) -> Result<Put, StoreError> {
-        let n = records::shard_count(lock, count)?;
-        let Ok(n) = i32::try_from(n) else {
-            return Ok(Put::Stale(format!(
-                "{n} shards are more than lock {lock} can have"
-            )));
-        };
-        let args = [(&lock as &(dyn ToSql + Sync), Type::TEXT), (&n, Type::INT4)];
-        let rows = match self.query(&self.sql.record_shards, &args).await {
-            Err(_) if self.tables_missing().await => {
-                self.set_up().await?;
-                self.query(&self.sql.record_shards, &args).await?
-            }
-            rows => rows?,
-        };
-        Ok(match first_count(&rows)? {
-            Some(recorded) if recorded == n as u32 => Put::Stored,
-            _ => Put::Stale(format!("lock {lock} has a shard count recorded already")),
-        })
-    }
-
     /// A statement on the record table, which is created first if it is
     /// missing (an earlier elect's schema has none).
     async fn on_records(
@@ -1054,23 +608,75 @@ fn first_row(rows: &[tokio_postgres::Row]) -> Result<&tokio_postgres::Row, Store
         .ok_or_else(|| StoreError::config("the database answered elect's statement with no row"))
 }
 
-/// The shard count in the first row, if any.
-fn first_count(rows: &[tokio_postgres::Row]) -> Result<Option<u32>, StoreError> {
-    match rows.first() {
-        Some(row) => Ok(row.cell::<Option<i32>>(0)?.map(|n| n as u32)),
-        None => Ok(None),
+impl Dialect for Postgres {
+    async fn send(&self, op: Op, access: Access, args: &[Arg<'_>]) -> Result<Answer, StoreError> {
+        let statement = self.sql.ops.of(op);
+        // Bound as each statement casts them: the shard count is the
+        // column's 32 bits.
+        let small: Vec<i32> = match op {
+            Op::RecordShards => args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Int(n) => i32::try_from(*n).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = args
+            .iter()
+            .map(|arg| match arg {
+                Arg::Text(text) => (text as &(dyn ToSql + Sync), Type::TEXT),
+                Arg::Int(_) if !small.is_empty() => (&small[0] as _, Type::INT4),
+                Arg::Int(n) => (n as _, Type::INT8),
+                Arg::Flag(b) => (b as _, Type::BOOL),
+                Arg::Texts(texts) => (texts as _, Type::TEXT_ARRAY),
+            })
+            .collect();
+        let on_records = matches!(
+            op,
+            Op::Record
+                | Op::PutRecordHeld
+                | Op::PutRecordNew
+                | Op::PutRecordVersion
+                | Op::PutRecordAny
+                | Op::DeleteRecord
+                | Op::Tenures
+                | Op::Recorded
+        );
+        let rows = match (access, on_records) {
+            (Access::Read, true) => self.off_records(statement, &params).await?,
+            (Access::Read, false) => self.read(statement, &params).await?,
+            (Access::Write, true) => self.on_records(statement, &params).await?,
+            (Access::Write, false) => match self.query(statement, &params).await {
+                Err(_) if self.tables_missing().await => {
+                    self.set_up().await?;
+                    self.query(statement, &params).await?
+                }
+                rows => rows?,
+            },
+            (Access::Plain, _) => self.query(statement, &params).await?,
+        };
+        let matched = rows.len() as u64;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let cells = op.columns().iter().enumerate().map(|(i, col)| {
+                    let cell = match col {
+                        Col::Text => row.cell::<Option<String>>(i)?.map(Value::Text),
+                        Col::Int => row.cell::<Option<i64>>(i)?.map(Value::Int),
+                        Col::Small => row.cell::<Option<i32>>(i)?.map(|n| Value::Int(n.into())),
+                        Col::Flag => row.cell::<Option<bool>>(i)?.map(Value::Flag),
+                    };
+                    Ok(cell.unwrap_or(Value::Null))
+                });
+                cells.collect::<Result<_, StoreError>>().map(Row)
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Answer { rows, matched })
     }
-}
 
-/// The checkpoint in columns `at`, `at + 1` and `at + 2` of `row`: value,
-/// token, time.
-fn checkpoint_of(row: &tokio_postgres::Row, at: usize) -> Result<Option<Checkpoint>, StoreError> {
-    let Some(value) = row.cell::<Option<String>>(at)? else {
-        return Ok(None);
-    };
-    Ok(Some(Checkpoint {
-        value,
-        token: Token::new(row.cell::<Option<i64>>(at + 1)?.unwrap_or(0) as u64),
-        at: row.cell::<Option<String>>(at + 2)?.unwrap_or_default(),
-    }))
+    fn open_session(&self, ttl: Duration) -> Box<dyn Session + '_> {
+        Box::new(session::PgSession::new(self, ttl))
+    }
 }

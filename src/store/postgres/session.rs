@@ -1,17 +1,8 @@
-//! A session on PostgreSQL: its id, the rows it holds, and the
-//! renewals that keep them.
-//!
-//! There is no lease object in the database; the session's lease is the
-//! `expires_at` of each row it holds, all renewed by one statement. The
-//! deadline elect keeps counts from the send time of the last renewal that
-//! confirmed every row we hold. A renewal sent while an acquisition is on
-//! its way may miss the row being taken; the lease loop's rule for a lock
-//! taken by a request of its own covers that (the turn says when the
-//! acquisition left: `crate::lease`). A renewal judges only the rows held
-//! both when it left and when it came back, and a row is forgotten before
-//! the statement that lets it go is sent: a renewal that crosses an
-//! acquisition, a leave or a release never reports a row lost that it was
-//! not meant to renew.
+//! A session on PostgreSQL: the rows it holds ([`Shared`]), renewed by
+//! one statement. A renewal sent while an acquisition is on its way may
+//! miss the row being taken; the lease loop's rule for a lock taken by a
+//! request of its own covers that (the turn says when the acquisition
+//! left: `crate::lease`).
 //!
 //! A waiter takes a row its holder has not let go only once it has seen it
 //! unchanged for the holder's TTL on its own clock ([`Observed`]), so a
@@ -20,11 +11,10 @@
 //! where it cannot LISTEN, by polling.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 use tokio_postgres::types::Type;
 
 use super::conn::{Cells, Link, describe, is_transient};
@@ -33,6 +23,8 @@ use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::PAST_EXPIRY;
 use crate::store::Token;
+use crate::store::lease_row::session::worth_a_take_in;
+use crate::store::lease_row::{Cell, Row, Shared, Version, key, store::checkpoint_of};
 use crate::store::observed::{NAMED_FIRST, Observed};
 use crate::store::retry::{self, Backoff};
 use crate::store::{
@@ -44,27 +36,6 @@ use crate::store::{
 /// its lock on a second connection.
 const LISTEN_AFTER: Duration = Duration::from_millis(200);
 
-/// A new session id: 128 random bits, in hex.
-pub fn tenure_id() -> String {
-    crate::store::ids::tenure()
-}
-
-/// The key of a holder (`ELECT_KEY`): the lock and the holder's tenure.
-pub fn key(lock: &str, tenure: &str) -> String {
-    format!("{lock}/{tenure}")
-}
-
-/// What a session and its renewers share.
-struct Shared {
-    tenure: String,
-    ttl: Duration,
-    /// The locks whose rows we hold.
-    held: RefCell<BTreeSet<String>>,
-    /// Break requests seen by renewals, by lock.
-    asked: RefCell<BTreeMap<String, String>>,
-    news: Notify,
-}
-
 pub struct PgSession<'s> {
     store: &'s Postgres,
     shared: Rc<Shared>,
@@ -75,13 +46,7 @@ impl<'s> PgSession<'s> {
     pub fn new(store: &'s Postgres, ttl: Duration) -> Self {
         PgSession {
             store,
-            shared: Rc::new(Shared {
-                tenure: tenure_id(),
-                ttl,
-                held: RefCell::default(),
-                asked: RefCell::default(),
-                news: Notify::new(),
-            }),
+            shared: Rc::new(Shared::new(ttl, ())),
             granted_at: Instant::now(),
         }
     }
@@ -170,28 +135,11 @@ impl Renewer for PgRenewer {
                 .await;
             self.in_flight = false;
             let rows = rows.map_err(|e| StoreError::unavailable(describe(&e)))?;
-            let mut renewed = BTreeSet::new();
-            for row in rows {
-                let lock: String = row.cell(0)?;
-                if let Some(why) = row.cell::<Option<String>>(1)? {
-                    self.shared
-                        .asked
-                        .borrow_mut()
-                        .insert(lock.clone(), format!("{why} asked it to let go"));
-                    self.shared.news.notify_waiters();
-                }
-                renewed.insert(lock);
-            }
-            let still = self.shared.held.borrow();
-            if let Some(lost) = held
+            let renewed = rows
                 .iter()
-                .find(|lock| still.contains(*lock) && !renewed.contains(*lock))
-            {
-                return Ok(Renewal::Gone(format!(
-                    "the lease row of lock {lost} was ended or taken over"
-                )));
-            }
-            Ok(Renewal::Alive(self.shared.ttl))
+                .map(|row| Ok((row.cell(0)?, row.cell::<Option<String>>(1)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(self.shared.judge(&held, renewed))
         })
     }
 
@@ -217,39 +165,25 @@ struct PgLock<'s> {
     observed: RefCell<Observed<Version>>,
 }
 
-/// A version of a lease row held by someone: its holder's tenure, its
-/// count of renewals, and the database's time of the last (which moves
-/// also when an earlier elect, counting none, renews). No tenure: a row
-/// let go before a failover, which may hide a take that was lost with the
-/// old primary.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Version {
-    tenure: Option<String>,
-    renewals: i64,
-    micros: Option<i64>,
-}
-
-impl Version {
-    /// The version and TTL a renewal's notification tells of (`renewed
-    /// LOCK TENURE RENEWALS MICROS TTL`), if it is of `lock`.
-    fn notified(payload: &str, lock: &str) -> Option<(Version, Duration)> {
-        let mut words = payload.split(' ');
-        if words.next()? != "renewed" || words.next()? != lock {
-            return None;
-        }
-        let tenure = Some(words.next()?.to_string());
-        let renewals = words.next()?.parse().ok()?;
-        let micros = words.next()?.parse().ok();
-        let ttl = Duration::from_millis(words.next()?.parse().ok()?);
-        Some((
-            Version {
-                tenure,
-                renewals,
-                micros,
-            },
-            ttl,
-        ))
+/// The version and TTL a renewal's notification tells of (`renewed LOCK
+/// TENURE RENEWALS MICROS TTL`), if it is of `lock`.
+fn notified(payload: &str, lock: &str) -> Option<(Version, Duration)> {
+    let mut words = payload.split(' ');
+    if words.next()? != "renewed" || words.next()? != lock {
+        return None;
     }
+    let tenure = Some(words.next()?.to_string());
+    let renewals = words.next()?.parse().ok()?;
+    let micros = words.next()?.parse().ok();
+    let ttl = Duration::from_millis(words.next()?.parse().ok()?);
+    Some((
+        Version {
+            tenure,
+            renewals,
+            micros,
+        },
+        ttl,
+    ))
 }
 
 /// Why an acquisition attempt failed.
@@ -291,7 +225,7 @@ impl PgLock<'_> {
         let shared = &self.session.shared;
         let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
-        let (tenure, renewals, micros) = self.ripe();
+        let (tenure, renewals, micros) = Version::ripe(&self.observed.borrow());
         let sent = Instant::now();
         let rows = client
             .query_typed(
@@ -315,7 +249,14 @@ impl PgLock<'_> {
         let left: Option<i64> = row.cell(1)?;
         if let Some(fence) = fence {
             shared.held.borrow_mut().insert(self.lock.clone());
-            *self.checkpoint.borrow_mut() = super::checkpoint_of(row, 3)?;
+            let cells = Row(vec![
+                row.cell::<Option<String>>(3)?
+                    .map_or(Cell::Null, Cell::Text),
+                row.cell::<Option<i64>>(4)?.map_or(Cell::Null, Cell::Int),
+                row.cell::<Option<String>>(5)?
+                    .map_or(Cell::Null, Cell::Text),
+            ]);
+            *self.checkpoint.borrow_mut() = checkpoint_of(&cells, 0)?;
             return Ok(Attempt::Ours(fence as u64, sent));
         }
         if row.cell::<Option<bool>>(12)? == Some(true) {
@@ -352,25 +293,9 @@ impl PgLock<'_> {
             }
             None => observed.forget(),
         }
-        let by_database = left.map_or(Duration::ZERO, |ms| Duration::from_millis(ms.max(0) as u64));
-        let by_us = observed
-            .ripe_at()
-            .map_or(Duration::ZERO, Instant::remaining);
-        let wait = by_database.max(by_us);
+        let left = left.map(|ms| Duration::from_millis(ms.max(0) as u64));
+        let wait = worth_a_take_in(&observed, left);
         Ok(Attempt::Busy((!wait.is_zero()).then_some(wait)))
-    }
-
-    /// The version of the holder's row we may take now, as the statement's
-    /// parameters $5, $6 and $7 (NULLs: none).
-    fn ripe(&self) -> (Option<String>, Option<i64>, Option<i64>) {
-        match self.observed.borrow().ripe(Instant::now()) {
-            Some(v) => (
-                Some(v.tenure.clone().unwrap_or_default()),
-                Some(v.renewals),
-                v.micros,
-            ),
-            None => (None, None, None),
-        }
     }
 
     /// Try until the row is ours; set up the tables on first use.
@@ -566,18 +491,6 @@ impl PgLock<'_> {
         sleep_until(until.map_or(wake, |at| at.min(wake))).await;
     }
 
-    /// Wait for a break request that a renewal found.
-    async fn asked(&self) -> Loss {
-        let shared = &self.session.shared;
-        loop {
-            let news = shared.news.notified();
-            if let Some(why) = shared.asked.borrow().get(&self.lock) {
-                return Loss::Asked(why.clone());
-            }
-            news.await;
-        }
-    }
-
     /// While we hold the lock: a break request or the end of our row, as
     /// soon as a notification about the lock comes (`elect break` sends
     /// one), else as a renewal finds it. A listener lost (a server
@@ -600,7 +513,7 @@ impl PgLock<'_> {
                 store.notifications().await
             };
             tokio::select! {
-                loss = self.asked() => return loss,
+                loss = self.session.shared.asked(&self.lock) => return loss,
                 listened = listen, if notices.is_none() && store.may_listen() => {
                     notices = listened;
                     if notices.is_none() {
@@ -679,7 +592,7 @@ async fn heard(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> News
         match rx.recv().await {
             Ok(name) if name == lock => return News::Released,
             Ok(payload) => {
-                if let Some((version, ttl)) = Version::notified(&payload, lock) {
+                if let Some((version, ttl)) = notified(&payload, lock) {
                     return News::Renewed(version, ttl);
                 }
                 let mut words = payload.split(' ');

@@ -104,31 +104,17 @@ pub fn record_grant(s: &str, role: &str) -> String {
     format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.record TO {role};")
 }
 
+use crate::store::lease_row::Statements;
+
 /// The statements, for one schema.
 pub struct Sql {
+    /// The core's statements.
+    pub ops: Statements,
     pub acquire: String,
     pub renew: String,
     pub release: String,
     pub leave: String,
-    pub status: String,
-    pub list: String,
-    pub ask: String,
     pub look: String,
-    pub checkpoint: String,
-    pub put_checkpoint: String,
-    pub record: String,
-    pub put_record_held: String,
-    pub put_record_new: String,
-    pub put_record_version: String,
-    pub put_record_any: String,
-    pub delete_record: String,
-    pub tenures: String,
-    pub recorded: String,
-    pub record_shards: String,
-    pub shards: String,
-    pub last: String,
-    pub owners: String,
-    pub end: String,
     pub layout: &'static str,
     pub setup: String,
     /// [`Sql::setup`] with the schema created too, under the same lock.
@@ -191,6 +177,135 @@ impl Sql {
                  WHERE m.name = $1 AND m.tenure = $2), 'infinity')"
         );
         Sql {
+            ops: Statements {
+                // $1 lock: fence, tenure, holder, ms left (NULL: free), lease
+                // TTL in ms, live waiters.
+                status: format!(
+                    "SELECT l.fence, l.tenure, l.holder::text, {}, \
+                       CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
+                       THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
+                       (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
+                          AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
+                       q.name \
+                     FROM (SELECT $1::text AS name) q LEFT JOIN {s}.lease l ON l.name = q.name",
+                    left("l.expires_at")
+                ),
+                // $1 prefix: as status, for every lock with a holder or waiters.
+                list: format!(
+                    "SELECT l.fence, l.tenure, l.holder::text, {}, \
+                       CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
+                       THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
+                       (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
+                          AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
+                       q.name \
+                     FROM (SELECT name FROM {s}.lease WHERE tenure IS NOT NULL \
+                             AND expires_at > clock_timestamp() AND starts_with(name, $1) \
+                           UNION SELECT name FROM {s}.waiter WHERE expires_at > clock_timestamp() \
+                             AND starts_with(name, $1)) q \
+                     LEFT JOIN {s}.lease l ON l.name = q.name ORDER BY q.name",
+                    left("l.expires_at")
+                ),
+                // $1 lock, $2 tenure, $3 request: ask the holder to let go.
+                ask: format!(
+                    "WITH asked AS ( \
+                       UPDATE {s}.lease SET holder = coalesce(holder, '{{}}'::jsonb) \
+                         || jsonb_build_object('break_request', $3::text) \
+                       WHERE name = $1 AND tenure = $2 AND expires_at > clock_timestamp() RETURNING name) \
+                     SELECT pg_notify('{schema}', name) FROM asked"
+                ),
+                // $1 lock: its checkpoint, the token that wrote it, when.
+                checkpoint: format!(
+                    "SELECT checkpoint, checkpoint_fence, {} FROM {s}.lease \
+                     WHERE name = $1 AND checkpoint IS NOT NULL",
+                    rfc3339("checkpoint_at")
+                ),
+                // $1 lock, $2 tenure, $3 fence, $4 value: store the checkpoint
+                // if the writer still holds the row with that fence (its own
+                // clock, not the database's, tells whether its lease lives). Returns
+                // whether it did.
+                put_checkpoint: format!(
+                    "WITH put AS ( \
+                       UPDATE {s}.lease SET checkpoint = $4, checkpoint_fence = fence, \
+                         checkpoint_at = clock_timestamp() \
+                       WHERE name = $1 AND tenure = $2 AND fence = $3::bigint RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+                ),
+                // $1 lock, $2 record: its value and version.
+                record: format!(
+                    "SELECT value, version FROM {s}.record WHERE name = $1 AND record = $2"
+                ),
+                // $1 lock, $2 record, $3 value, $4 tenure, $5 fence: written if
+                // the tenure still holds the lock with that fence, its row
+                // locked until the write commits, so that no taker comes between.
+                put_record_held: format!(
+                    "WITH held AS (SELECT 1 FROM {s}.lease \
+                       WHERE name = $1 AND tenure = $4 AND fence = $5::bigint FOR SHARE), \
+                     put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
+                       SELECT $1, $2, 1, $3 FROM held \
+                       ON CONFLICT (name, record) DO UPDATE SET value = EXCLUDED.value, \
+                         version = r.version + 1 RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+                ),
+                // $1 lock, $2 record, $3 value: written if there is none.
+                put_record_new: format!(
+                    "WITH put AS (INSERT INTO {s}.record (name, record, version, value) \
+                       VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+                ),
+                // $1 lock, $2 record, $3 value, $4 version: written if still that version.
+                put_record_version: format!(
+                    "WITH put AS (UPDATE {s}.record SET value = $3, version = version + 1 \
+                       WHERE name = $1 AND record = $2 AND version = $4::bigint RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
+                ),
+                // $1 lock, $2 record, $3 value: written whatever was there.
+                put_record_any: format!(
+                    "WITH put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
+                       VALUES ($1, $2, 1, $3) ON CONFLICT (name, record) DO UPDATE \
+                       SET value = EXCLUDED.value, version = r.version + 1 RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM put)"
+                ),
+                // $1 lock, $2 record.
+                delete_record: format!("DELETE FROM {s}.record WHERE name = $1 AND record = $2"),
+                // $1 lock, $2 the history's prefix, $3 with values: each tenure's id and value.
+                tenures: format!(
+                    "SELECT substr(record, length($2) + 1), CASE WHEN $3::boolean THEN value ELSE '' END \
+                     FROM {s}.record WHERE name = $1 AND starts_with(record, $2)"
+                ),
+                // $1 the locks' prefix, $2 the history's prefix: the locks with a history.
+                recorded: format!(
+                    "SELECT DISTINCT name FROM {s}.record \
+                     WHERE starts_with(name, $1) AND starts_with(record, $2)"
+                ),
+                // $1 lock, $2 count: record the number of shards in the lock's
+                // own row unless one is; the number recorded.
+                record_shards: format!(
+                    "INSERT INTO {s}.lease AS l (name, fence, expires_at, shards) \
+                     VALUES ($1, 0, '-infinity', $2::integer) \
+                     ON CONFLICT (name) DO UPDATE SET shards = coalesce(l.shards, excluded.shards) \
+                     RETURNING l.shards"
+                ),
+                // $1 lock: the number of shards recorded.
+                shards: format!("SELECT shards FROM {s}.lease WHERE name = $1"),
+                // $1 lock: its last holder's identity, kept after it lets go.
+                last: format!("SELECT holder->>'identity' FROM {s}.lease WHERE name = $1"),
+                // $1 locks: for each, its name, held now, and its last holder's identity.
+                owners: format!(
+                    "SELECT u.name, \
+                       coalesce(l.tenure IS NOT NULL AND l.expires_at > clock_timestamp(), false), \
+                       l.holder->>'identity' \
+                     FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
+                     LEFT JOIN {s}.lease l ON l.name = u.name ORDER BY u.i"
+                ),
+                // $1 lock, $2 tenure: end a holder's lease now.
+                end: format!(
+                    "WITH freed AS ( \
+                       UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
+                         renewed_at = NULL, acquired_at = NULL \
+                       WHERE name = $1 AND tenure = $2 RETURNING name) \
+                     SELECT pg_notify('{schema}', name) FROM freed"
+                ),
+            },
             // $1 lock, $2 tenure, $3 ttl ms, $4 holder record; $5 tenure
             // ('' for none), $6 renewals and $7 renewal time (µs) of the
             // version of the row that the taker has seen unchanged for its
@@ -311,136 +426,10 @@ impl Sql {
                  {}",
                 tell("$2")
             ),
-            // $1 lock: fence, tenure, holder, ms left (NULL: free), lease
-            // TTL in ms, live waiters.
-            status: format!(
-                "SELECT l.fence, l.tenure, l.holder::text, {}, \
-                   CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
-                   THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
-                   (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
-                      AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
-                   q.name \
-                 FROM (SELECT $1::text AS name) q LEFT JOIN {s}.lease l ON l.name = q.name",
-                left("l.expires_at")
-            ),
-            // $1 prefix: as status, for every lock with a holder or waiters.
-            list: format!(
-                "SELECT l.fence, l.tenure, l.holder::text, {}, \
-                   CASE WHEN isfinite(l.expires_at) AND isfinite(l.renewed_at) \
-                   THEN (extract(epoch FROM l.expires_at - l.renewed_at) * 1000)::bigint END, \
-                   (SELECT count(*) FROM {s}.waiter w WHERE w.name = q.name \
-                      AND w.expires_at > clock_timestamp() AND w.tenure IS DISTINCT FROM l.tenure), \
-                   q.name \
-                 FROM (SELECT name FROM {s}.lease WHERE tenure IS NOT NULL \
-                         AND expires_at > clock_timestamp() AND starts_with(name, $1) \
-                       UNION SELECT name FROM {s}.waiter WHERE expires_at > clock_timestamp() \
-                         AND starts_with(name, $1)) q \
-                 LEFT JOIN {s}.lease l ON l.name = q.name ORDER BY q.name",
-                left("l.expires_at")
-            ),
-            // $1 lock, $2 tenure, $3 request: ask the holder to let go.
-            ask: format!(
-                "WITH asked AS ( \
-                   UPDATE {s}.lease SET holder = coalesce(holder, '{{}}'::jsonb) \
-                     || jsonb_build_object('break_request', $3::text) \
-                   WHERE name = $1 AND tenure = $2 AND expires_at > clock_timestamp() RETURNING name) \
-                 SELECT pg_notify('{schema}', name) FROM asked"
-            ),
             // $1 lock: its holder's tenure and any break request. The row
             // is its tenure's until someone takes or ends it, whatever the
             // database's clock says.
             look: format!("SELECT tenure, holder->>'break_request' FROM {s}.lease WHERE name = $1"),
-            // $1 lock: its checkpoint, the token that wrote it, when.
-            checkpoint: format!(
-                "SELECT checkpoint, checkpoint_fence, {} FROM {s}.lease \
-                 WHERE name = $1 AND checkpoint IS NOT NULL",
-                rfc3339("checkpoint_at")
-            ),
-            // $1 lock, $2 tenure, $3 fence, $4 value: store the checkpoint
-            // if the writer still holds the row with that fence (its own
-            // clock, not the database's, tells whether its lease lives). Returns
-            // whether it did.
-            put_checkpoint: format!(
-                "WITH put AS ( \
-                   UPDATE {s}.lease SET checkpoint = $4, checkpoint_fence = fence, \
-                     checkpoint_at = clock_timestamp() \
-                   WHERE name = $1 AND tenure = $2 AND fence = $3::bigint RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
-            ),
-            // $1 lock, $2 record: its value and version.
-            record: format!(
-                "SELECT value, version FROM {s}.record WHERE name = $1 AND record = $2"
-            ),
-            // $1 lock, $2 record, $3 value, $4 tenure, $5 fence: written if
-            // the tenure still holds the lock with that fence, its row
-            // locked until the write commits, so that no taker comes between.
-            put_record_held: format!(
-                "WITH held AS (SELECT 1 FROM {s}.lease \
-                   WHERE name = $1 AND tenure = $4 AND fence = $5::bigint FOR SHARE), \
-                 put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
-                   SELECT $1, $2, 1, $3 FROM held \
-                   ON CONFLICT (name, record) DO UPDATE SET value = EXCLUDED.value, \
-                     version = r.version + 1 RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
-            ),
-            // $1 lock, $2 record, $3 value: written if there is none.
-            put_record_new: format!(
-                "WITH put AS (INSERT INTO {s}.record (name, record, version, value) \
-                   VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
-            ),
-            // $1 lock, $2 record, $3 value, $4 version: written if still that version.
-            put_record_version: format!(
-                "WITH put AS (UPDATE {s}.record SET value = $3, version = version + 1 \
-                   WHERE name = $1 AND record = $2 AND version = $4::bigint RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put), {DURABLE}"
-            ),
-            // $1 lock, $2 record, $3 value: written whatever was there.
-            put_record_any: format!(
-                "WITH put AS (INSERT INTO {s}.record AS r (name, record, version, value) \
-                   VALUES ($1, $2, 1, $3) ON CONFLICT (name, record) DO UPDATE \
-                   SET value = EXCLUDED.value, version = r.version + 1 RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM put)"
-            ),
-            // $1 lock, $2 record.
-            delete_record: format!("DELETE FROM {s}.record WHERE name = $1 AND record = $2"),
-            // $1 lock, $2 the history's prefix, $3 with values: each tenure's id and value.
-            tenures: format!(
-                "SELECT substr(record, length($2) + 1), CASE WHEN $3::boolean THEN value ELSE '' END \
-                 FROM {s}.record WHERE name = $1 AND starts_with(record, $2)"
-            ),
-            // $1 the locks' prefix, $2 the history's prefix: the locks with a history.
-            recorded: format!(
-                "SELECT DISTINCT name FROM {s}.record \
-                 WHERE starts_with(name, $1) AND starts_with(record, $2)"
-            ),
-            // $1 lock, $2 count: record the number of shards in the lock's
-            // own row unless one is; the number recorded.
-            record_shards: format!(
-                "INSERT INTO {s}.lease AS l (name, fence, expires_at, shards) \
-                 VALUES ($1, 0, '-infinity', $2::integer) \
-                 ON CONFLICT (name) DO UPDATE SET shards = coalesce(l.shards, excluded.shards) \
-                 RETURNING l.shards"
-            ),
-            // $1 lock: the number of shards recorded.
-            shards: format!("SELECT shards FROM {s}.lease WHERE name = $1"),
-            // $1 lock: its last holder's identity, kept after it lets go.
-            last: format!("SELECT holder->>'identity' FROM {s}.lease WHERE name = $1"),
-            // $1 locks: for each, held now, and its last holder's identity.
-            owners: format!(
-                "SELECT coalesce(l.tenure IS NOT NULL AND l.expires_at > clock_timestamp(), false), \
-                   l.holder->>'identity' \
-                 FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
-                 LEFT JOIN {s}.lease l ON l.name = u.name ORDER BY u.i"
-            ),
-            // $1 lock, $2 tenure: end a holder's lease now.
-            end: format!(
-                "WITH freed AS ( \
-                   UPDATE {s}.lease SET tenure = NULL, holder = NULL, expires_at = '-infinity', \
-                     renewed_at = NULL, acquired_at = NULL \
-                   WHERE name = $1 AND tenure = $2 RETURNING name) \
-                 SELECT pg_notify('{schema}', name) FROM freed"
-            ),
             layout: "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  JOIN pg_attribute a ON a.attrelid = c.oid \

@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Postgres;
 use crate::store::kind::{About, Kind, Settings, Target};
+use crate::store::lease_row::LeaseRows;
+use crate::store::lease_row::target::{Env, ReleaseOrder, encode};
 use crate::store::secret::{Secret, find_password};
 use crate::store::{Boxed, Store, StoreError};
 
@@ -46,12 +48,12 @@ pub const KIND: Kind = Kind {
     parse: |url, settings| Ok(Box::new(PgTarget::parse(url, settings)?)),
     from_env: || None,
     release: |order, within| {
-        let order: Result<super::ReleaseOrder, _> = serde_json::from_slice(order);
+        let order: Result<ReleaseOrder<PgTarget>, _> = serde_json::from_slice(order);
         Box::pin(async move {
             let order =
                 order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
             let store = Postgres::release_tenure(&order.target, &order.tenure, within).await?;
-            Ok(Box::new(store) as Box<dyn Store>)
+            Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
         })
     },
     about: About {
@@ -184,8 +186,12 @@ impl PgTarget {
     pub fn parse(url: &str, settings: &Settings) -> Result<PgTarget, StoreError> {
         let shown = shown_input(url);
         let words = words_of(url).map_err(|e| StoreError::config(format!("{shown}: {e}")))?;
-        PgTarget::from_words(words, settings, &Env::process())
-            .map_err(|e| StoreError::config(format!("{shown}: {e}")))
+        PgTarget::from_words(
+            words,
+            settings,
+            &Env::process(|k| k.starts_with("PG") || k == "HOME" || k == "ELECT_PASSWORD"),
+        )
+        .map_err(|e| StoreError::config(format!("{shown}: {e}")))
     }
 
     fn from_words(
@@ -632,49 +638,6 @@ fn pgpass_fields(line: &str) -> Vec<String> {
     fields
 }
 
-/// The environment, as the parser sees it.
-struct Env {
-    vars: BTreeMap<String, String>,
-}
-
-impl Env {
-    fn process() -> Env {
-        Env {
-            vars: std::env::vars()
-                .filter(|(k, _)| k.starts_with("PG") || k == "HOME" || k == "ELECT_PASSWORD")
-                .collect(),
-        }
-    }
-
-    fn var(&self, name: &str) -> Option<String> {
-        self.vars.get(name).filter(|v| !v.is_empty()).cloned()
-    }
-
-    fn home(&self) -> Option<PathBuf> {
-        self.var("HOME").map(PathBuf::from)
-    }
-
-    /// The login name, libpq's default user.
-    fn login(&self) -> Option<String> {
-        nix::unistd::User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-    }
-}
-
-/// Percent-encode what would break a URL part.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 impl fmt::Display for PgTarget {
     /// A URL that elect reads back to the same target, without the
     /// password: this is what the command sees in `ELECT_STORE`.
@@ -733,7 +696,7 @@ impl Target for PgTarget {
     }
 
     fn release_order(&self, id: &str) -> Option<Vec<u8>> {
-        serde_json::to_vec(&super::ReleaseOrder {
+        serde_json::to_vec(&ReleaseOrder {
             target: self.clone(),
             tenure: id.to_string(),
         })
@@ -746,7 +709,8 @@ impl Target for PgTarget {
         connect_timeout: Duration,
     ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
         Box::pin(async move {
-            let store: Box<dyn Store> = Box::new(Postgres::connect(self, connect_timeout).await?);
+            let store = LeaseRows(Postgres::connect(self, connect_timeout).await?);
+            let store: Box<dyn Store> = Box::new(store);
             Ok(store)
         })
     }
