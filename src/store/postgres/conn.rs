@@ -384,6 +384,9 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 /// Whether a failed statement is worth trying again on a new connection.
+/// A cancelled one is: elect cancels only statements it gave up on, and a
+/// cancel sent while the server could not take it (stopped, cut off)
+/// lands, once it can, on whatever that connection runs by then.
 pub fn is_transient(e: &tokio_postgres::Error) -> bool {
     match e.code() {
         None => true,
@@ -394,6 +397,7 @@ pub fn is_transient(e: &tokio_postgres::Error) -> bool {
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
                 || *code == SqlState::TOO_MANY_CONNECTIONS
                 || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+                || *code == SqlState::QUERY_CANCELED
         }
     }
 }
