@@ -57,6 +57,29 @@ pub const MIN_TTL: Duration = Duration::from_secs(1);
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// TTL and grace, checked to fit together.
+/// Why `--ttl` and `--grace` cannot be a lease's timing: a usage error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimingError {
+    #[error("--ttl {} is too short; the minimum is 1s", show(*.0))]
+    TtlTooShort(Duration),
+    #[error("--ttl {} is too long; the maximum is 24h", show(*.0))]
+    TtlTooLong(Duration),
+    #[error("--grace must be longer than zero; use --signal KILL to kill at once")]
+    NoGrace,
+    /// The first signal must come after at least one renewal retry.
+    #[error(
+        "--grace {} does not fit in --ttl {}: it must be shorter than {} \
+         (TTL minus the renewal interval TTL/3 minus the safety margin); \
+         shorten --grace or lengthen --ttl",
+        show(*grace), show(*ttl), show(*room)
+    )]
+    GraceDoesNotFit {
+        grace: Duration,
+        ttl: Duration,
+        room: Duration,
+    },
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     ttl: Duration,
@@ -65,38 +88,23 @@ pub struct Timing {
 
 impl Timing {
     /// Check `--ttl` and `--grace` (default TTL/3) together.
-    pub fn new(ttl: Duration, grace: Option<Duration>) -> Result<Self, String> {
+    pub fn new(ttl: Duration, grace: Option<Duration>) -> Result<Self, TimingError> {
         if ttl < MIN_TTL {
-            return Err(format!(
-                "--ttl {} is too short; the minimum is 1s",
-                show(ttl)
-            ));
+            return Err(TimingError::TtlTooShort(ttl));
         }
         if ttl > MAX_TTL {
-            return Err(format!(
-                "--ttl {} is too long; the maximum is 24h",
-                show(ttl)
-            ));
+            return Err(TimingError::TtlTooLong(ttl));
         }
         let grace = grace.unwrap_or(ttl / 3);
         if grace.is_zero() {
-            return Err(
-                "--grace must be longer than zero; use --signal KILL to kill at once".into(),
-            );
+            return Err(TimingError::NoGrace);
         }
         let timing = Timing { ttl, grace };
         // The first signal must come after at least one renewal retry, or a
         // single lost packet would stop the child.
         let room = ttl.saturating_sub(timing.renew_every() + timing.margin());
         if grace >= room {
-            return Err(format!(
-                "--grace {} does not fit in --ttl {}: it must be shorter than {} \
-                 (TTL minus the renewal interval TTL/3 minus the safety margin); \
-                 shorten --grace or lengthen --ttl",
-                show(grace),
-                show(ttl),
-                show(room)
-            ));
+            return Err(TimingError::GraceDoesNotFit { grace, ttl, room });
         }
         Ok(timing)
     }

@@ -73,6 +73,15 @@ fn parse_status(text: &str) -> (Option<i32>, Option<i32>) {
     }
 }
 
+/// Why the release order could not be had from the guard's descriptor.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Parse(#[from] serde_json::Error),
+}
+
 /// Run as the releaser; `args` are what follows the hidden argument. Never returns.
 pub fn main(args: &[OsString]) -> ! {
     let text = |i: usize| args.get(i).and_then(|a| a.to_str());
@@ -85,10 +94,10 @@ pub fn main(args: &[OsString]) -> ! {
     let (exit_code, signal) = text(2).map_or((None, None), parse_status);
     let mut file = std::fs::File::from(crate::descriptors::handed(fd));
     let mut bytes = Vec::new();
-    let order: Result<Order, String> = file
+    let order = file
         .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())
-        .and_then(|_| serde_json::from_slice(&bytes).map_err(|e| e.to_string()));
+        .map_err(OrderError::from)
+        .and_then(|_| Ok(serde_json::from_slice::<Order>(&bytes)?));
     let order = match order {
         Ok(order) => order,
         Err(e) => Outcome::from(Failure::software(format!(

@@ -503,15 +503,17 @@ pub fn tail(outcome: Outcome, command: &str) -> Outcome {
     }
 }
 
+/// Why a `--listen` value is no address to listen on: what it lacks, and
+/// what would do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}; e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every interface)", .0)]
+pub struct ListenError(String);
+
 /// `--listen HOST:PORT`, `:PORT` or `PORT`: loopback unless a host is named.
 /// A refusal says why and what would do; the value itself is named by the
 /// caller (`--listen foo: `, or `ELECT_LISTEN=foo: `).
-pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    let bad = |why: &str| {
-        format!(
-            "{why}; e.g. --listen 9090 (127.0.0.1 only) or --listen 0.0.0.0:9090 (every interface)"
-        )
-    };
+pub fn listen_address(text: &str) -> Result<SocketAddr, ListenError> {
+    let bad = |why: &str| ListenError(why.to_string());
     let port = |p: &str| match p {
         "" => Err(bad("no port")),
         _ => p
