@@ -3,6 +3,10 @@
 //! that go into the binary differ from that commit. An operator who finds
 //! a binary on a host can then tell which code it runs.
 //!
+//! It also keeps the layers ARCHITECTURE.md draws (`src/layers.rs`): an
+//! import across a boundary, or an exit outside a process's entry point,
+//! fails the build with the line that does it.
+//!
 //! Outside a git checkout of its own (a crates.io tarball, a vendored copy
 //! inside another repository, no git installed) the commit comes from the
 //! tarball's `.cargo_vcs_info.json` if there is one, else the version stands
@@ -11,11 +15,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "src/layers.rs"]
+mod layers;
+
 /// What goes into the binary: a change here is a change of the binary.
 const SOURCES: &[&str] = &["src", "build.rs", "Cargo.toml", "Cargo.lock", ".cargo"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    keep_the_layers(&root.join("src"));
     let version = env!("CARGO_PKG_VERSION").to_string();
     let commit = from_git(&root).or_else(|| from_crate_archive(&root));
     let full = match commit {
@@ -24,6 +32,22 @@ fn main() {
     };
     println!("cargo:rustc-env=ELECT_VERSION={full}");
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// Fail the build on any line of `src` that crosses a layer's boundary.
+fn keep_the_layers(src: &Path) {
+    println!("cargo:rerun-if-changed={}", src.display());
+    let wrong = match layers::read(src) {
+        Ok(sources) => layers::violations(&sources),
+        Err(e) => vec![format!("cannot read {}: {e}", src.display())],
+    };
+    if !wrong.is_empty() {
+        eprintln!("the layers ARCHITECTURE.md draws are crossed:");
+        for line in &wrong {
+            eprintln!("  {line}");
+        }
+        std::process::exit(1);
+    }
 }
 
 /// `git` in `root`, its output trimmed, or None on any failure.

@@ -1,6 +1,8 @@
-//! The boundaries ARCHITECTURE.md draws, kept by a test that reads the
-//! source: a wrong import or a stray exit fails `cargo test`, not a review.
-//! Comments and test modules are not looked at.
+//! The boundaries ARCHITECTURE.md draws, kept at build time: `build.rs`
+//! reads `src/` with this file and fails the build on a wrong import or a
+//! stray exit, so that neither waits for a test run or a review. Comments
+//! and test modules are not looked at. Its own tests, below, check the
+//! checker on sources made for them.
 
 use std::path::{Path, PathBuf};
 
@@ -36,43 +38,78 @@ const EXITS: &[(&str, &[&str])] = &[
     ("supervisor/sentinel.rs", &["fork"]),
 ];
 
-/// Every `.rs` file under `src/`, by its path from `src/`, with the lines
-/// of its code: comments, a trailing `#[cfg(test)]` module and `tests.rs`
+/// A source file by its path from `src/`, with the lines of its code.
+type Source = (String, Vec<(usize, String)>);
+
+/// A rule: the lines of the sources that break it.
+type Rule = fn(&[Source]) -> Vec<String>;
+
+/// Every `.rs` file under `src`, by its path from there, with the lines of
+/// its code: comments, a trailing `#[cfg(test)]` module and `tests.rs`
 /// files left out.
-fn sources() -> Vec<(String, Vec<(usize, String)>)> {
-    fn walk(dir: &Path, into: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+pub fn read(src: &Path) -> std::io::Result<Vec<Source>> {
+    fn walk(dir: &Path, into: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries = std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<Vec<_>, _>>()?;
         entries.sort();
         for path in entries {
             if path.is_dir() {
-                walk(&path, into);
+                walk(&path, into)?;
             } else if path.extension().is_some_and(|e| e == "rs") {
                 into.push(path);
             }
         }
+        Ok(())
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    walk(&src, &mut files);
-    files
+    walk(src, &mut files)?;
+    let mut sources = Vec::new();
+    // This file names what it looks for; unit tests in files of their
+    // own are test code.
+    for path in files
         .into_iter()
-        // This file names what it looks for; unit tests in files of
-        // their own are test code.
         .filter(|path| !path.ends_with("layers.rs") && !path.ends_with("tests.rs"))
-        .map(|path| {
-            let name = path.strip_prefix(&src).unwrap().display().to_string();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = text
-                .lines()
-                .enumerate()
-                .take_while(|(_, l)| *l != "#[cfg(test)]")
-                .filter(|(_, l)| !l.trim_start().starts_with("//"))
-                .map(|(n, l)| (n + 1, l.to_string()))
-                .collect();
-            (name, code)
+    {
+        let name = path
+            .strip_prefix(src)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(&path)?;
+        sources.push((name, code(&text)));
+    }
+    Ok(sources)
+}
+
+/// The lines of `text` that are code, numbered from 1.
+fn code(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, l)| *l != "#[cfg(test)]")
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(n, l)| (n + 1, l.to_string()))
+        .collect()
+}
+
+/// Every line of `sources` that crosses a boundary, with the rule it
+/// breaks; none if the layers hold.
+pub fn violations(sources: &[Source]) -> Vec<String> {
+    let rules: [(&str, Rule); 4] = [
+        ("the store layer reaches for nothing above it", store_layer),
+        (
+            "one store knows no other; only store/mod.rs names a store",
+            registry,
+        ),
+        ("only run/ and lib.rs reach into run/", into_run),
+        ("only a process's entry point ends it", exits),
+    ];
+    rules
+        .iter()
+        .flat_map(|(rule, check)| {
+            check(sources)
+                .into_iter()
+                .map(move |w| format!("{w}  [{rule}]"))
         })
         .collect()
 }
@@ -89,15 +126,14 @@ fn enclosing_fn(code: &[(usize, String)], at: usize) -> Option<String> {
     })
 }
 
-#[test]
-fn the_store_layer_reaches_for_nothing_above_it() {
+fn store_layer(sources: &[Source]) -> Vec<String> {
     let mut wrong = Vec::new();
-    for (file, code) in sources() {
+    for (file, code) in sources {
         let Some(store_file) = file.strip_prefix("store/") else {
             continue;
         };
         let own = store_file.split_once('/').map(|(folder, _)| folder);
-        for (n, line) in &code {
+        for (n, line) in code {
             for module in ABOVE_THE_STORES {
                 if line.contains(&format!("crate::{module}::"))
                     || line.contains(&format!("crate::{module}}}"))
@@ -117,20 +153,19 @@ fn the_store_layer_reaches_for_nothing_above_it() {
             }
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    wrong
 }
 
-#[test]
-fn only_the_registry_names_a_store() {
+fn registry(sources: &[Source]) -> Vec<String> {
     let mut wrong = Vec::new();
-    for (file, code) in sources() {
+    for (file, code) in sources {
         let in_a_store = STORES
             .iter()
             .any(|s| file.starts_with(&format!("store/{s}/")));
         if in_a_store || file == "store/mod.rs" || file == "fuzz.rs" {
             continue;
         }
-        for (n, line) in &code {
+        for (n, line) in code {
             if STORES
                 .iter()
                 .any(|s| line.contains(&format!("store::{s}::")))
@@ -139,33 +174,30 @@ fn only_the_registry_names_a_store() {
             }
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    wrong
 }
 
-#[test]
-fn only_run_and_the_top_reach_into_run() {
-    let wrong: Vec<String> = sources()
-        .into_iter()
+fn into_run(sources: &[Source]) -> Vec<String> {
+    sources
+        .iter()
         .filter(|(file, _)| !file.starts_with("run/") && file != "lib.rs")
         .flat_map(|(file, code)| {
-            code.into_iter()
+            code.iter()
                 .filter(|(_, l)| l.contains("crate::run"))
                 .map(move |(n, l)| format!("src/{file}:{n}: {}", l.trim()))
         })
-        .collect();
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        .collect()
 }
 
-#[test]
-fn only_a_process_s_entry_ends_it() {
+fn exits(sources: &[Source]) -> Vec<String> {
     let mut wrong = Vec::new();
-    for (file, code) in sources() {
+    for (file, code) in sources {
         for (i, (n, line)) in code.iter().enumerate() {
             let exits = ["process::exit(", "_exit(", "exit_forked("];
             if !exits.iter().any(|e| line.contains(e)) {
                 continue;
             }
-            let inside = enclosing_fn(&code, i).unwrap_or_default();
+            let inside = enclosing_fn(code, i).unwrap_or_default();
             let allowed = EXITS
                 .iter()
                 .any(|(f, fns)| *f == file && fns.contains(&inside.as_str()));
@@ -174,5 +206,53 @@ fn only_a_process_s_entry_ends_it() {
             }
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    wrong
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(file: &str, text: &str) -> Source {
+        (file.to_string(), code(text))
+    }
+
+    #[test]
+    fn elect_s_own_source_keeps_its_layers() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let wrong = violations(&read(&src).unwrap());
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn each_kind_of_crossing_is_caught() {
+        let crossings = [
+            source("store/zk/session.rs", "use crate::lease::Timing;"),
+            source("store/retry.rs", "use crate::{exit, log};"),
+            source("store/etcd/lock.rs", "use crate::store::zk::Node;"),
+            source(
+                "inspect/status.rs",
+                "let x = crate::store::file::FileStore::open();",
+            ),
+            source("release.rs", "use crate::run::report;"),
+            source("store/mod.rs", "fn open() {\n    std::process::exit(1);\n}"),
+        ];
+        for crossing in crossings {
+            let wrong = violations(std::slice::from_ref(&crossing));
+            assert_eq!(wrong.len(), 1, "{crossing:?}: {wrong:?}");
+        }
+        let fine = [
+            source(
+                "store/zk/session.rs",
+                "// crate::lease::Timing, once\nuse crate::clock::Instant;",
+            ),
+            source("store/mod.rs", "use crate::store::zk::ZooKeeper;"),
+            source("run/turn.rs", "use crate::run::job::Job;"),
+            source(
+                "exit.rs",
+                "fn exit(code: u8) -> ! {\n    std::process::exit(code.into())\n}",
+            ),
+        ];
+        assert!(violations(&fine).is_empty(), "{:?}", violations(&fine));
+    }
 }
