@@ -31,7 +31,7 @@ pub const WRITE_WITHIN: Duration = Duration::from_secs(5);
 /// How a tenure (or an attempt at one) ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Ended {
+pub enum Verdict {
     /// The command runs (or its elect died before it could say).
     Running,
     /// The command exited 0.
@@ -56,24 +56,24 @@ pub enum Ended {
     /// Recorded as running, but no longer the holder, and no holder since:
     /// its elect recorded no end (the store out of its reach, or elect and
     /// its guard killed). Once a later tenure exists it reads as
-    /// [`Ended::Lost`]. Only ever read, never written.
+    /// [`Verdict::Lost`]. Only ever read, never written.
     Unrecorded,
 }
 
-impl Ended {
+impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
-            Ended::Running => "running",
-            Ended::Succeeded => "succeeded",
-            Ended::Failed => "failed",
-            Ended::Killed => "killed",
-            Ended::Lost => "lost",
-            Ended::Broken => "broken",
-            Ended::DoneBefore => "done-before",
-            Ended::Busy => "busy",
-            Ended::Error => "error",
-            Ended::ElectDied => "elect-died",
-            Ended::Unrecorded => "unrecorded",
+            Verdict::Running => "running",
+            Verdict::Succeeded => "succeeded",
+            Verdict::Failed => "failed",
+            Verdict::Killed => "killed",
+            Verdict::Lost => "lost",
+            Verdict::Broken => "broken",
+            Verdict::DoneBefore => "done-before",
+            Verdict::Busy => "busy",
+            Verdict::Error => "error",
+            Verdict::ElectDied => "elect-died",
+            Verdict::Unrecorded => "unrecorded",
         }
     }
 }
@@ -93,7 +93,7 @@ pub struct Tenure {
     pub queued: String,
     pub started: Option<String>,
     pub ended: Option<String>,
-    pub outcome: Ended,
+    pub outcome: Verdict,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     /// Why, where the outcome alone does not say (a lost lease, an error).
@@ -145,8 +145,8 @@ impl Tenure {
     /// How it ended, in words: "succeeded", "failed with exit code 3".
     pub fn how(&self) -> String {
         let mut how = match (self.outcome, self.exit_code, self.signal) {
-            (Ended::Failed, Some(code), _) => format!("failed with exit code {code}"),
-            (Ended::Killed, _, Some(sig)) => {
+            (Verdict::Failed, Some(code), _) => format!("failed with exit code {code}"),
+            (Verdict::Killed, _, Some(sig)) => {
                 format!("killed by {}", crate::supervisor::signal_name(sig))
             }
             (outcome, _, _) => outcome.name().to_string(),
@@ -265,7 +265,7 @@ pub async fn latest(
     };
     let ran = past().find(|t| t.started.is_some()).cloned();
     let skipped = past()
-        .find(|t| matches!(t.outcome, Ended::Busy | Ended::DoneBefore))
+        .find(|t| matches!(t.outcome, Verdict::Busy | Verdict::DoneBefore))
         .filter(|s| ran.as_ref().is_none_or(|r| s.began() > r.began()))
         .cloned();
     Ok(Latest { ran, skipped })
@@ -279,16 +279,16 @@ pub async fn latest(
 pub fn as_of(mut entries: Vec<Tenure>, holder: Option<Token>) -> Vec<Tenure> {
     let last = entries.iter().filter_map(|e| e.token).chain(holder).max();
     for e in &mut entries {
-        if e.outcome != Ended::Running || (e.token.is_some() && e.token == holder) {
+        if e.outcome != Verdict::Running || (e.token.is_some() && e.token == holder) {
             continue;
         }
         match (e.token, last) {
             (Some(token), Some(last)) if token < last => {
-                e.outcome = Ended::Lost;
+                e.outcome = Verdict::Lost;
                 e.why = Some(LOST_UNRECORDED.into());
             }
             _ => {
-                e.outcome = Ended::Unrecorded;
+                e.outcome = Verdict::Unrecorded;
                 e.why = Some(UNRECORDED.into());
             }
         }
@@ -305,9 +305,22 @@ const UNRECORDED: &str = "its elect recorded no end: the store was out of its re
 const LOST_UNRECORDED: &str = "its lease ran out before its elect could record how the tenure \
                                ended (the store out of its reach, or elect and its guard killed)";
 
-/// The record of `tenure`: its queue time first, so that ids sort by
-/// time; then its host and pid, which tell two elects apart.
-pub fn id(tenure: &Tenure) -> String {
+/// The name of a tenure's record in its lock's history: its queue time
+/// first, so that ids sort by time; then its host and pid, which tell two
+/// elects apart. Made only by [`id`]; it reads as the `str` it is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TenureId(String);
+
+impl std::ops::Deref for TenureId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The id of `tenure`'s record.
+pub fn id(tenure: &Tenure) -> TenureId {
     let ms = parse_time(&tenure.queued)
         .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis());
@@ -322,7 +335,7 @@ pub fn id(tenure: &Tenure) -> String {
             },
         )
         .collect();
-    format!("{ms:013}-{host}-{}", tenure.pid)
+    TenureId(format!("{ms:013}-{host}-{}", tenure.pid))
 }
 
 /// Delete the oldest tenures of `lock` other than `mine` (the id of the
@@ -332,14 +345,14 @@ pub async fn trim(
     store: &dyn Store,
     lock: &str,
     leave: usize,
-    mine: &str,
+    mine: &TenureId,
 ) -> Result<(), StoreError> {
     let mut ids: Vec<String> = store
         .tenures(lock, false)
         .await?
         .into_iter()
         .map(|(id, _)| id)
-        .filter(|id| id != mine)
+        .filter(|id| **id != **mine)
         .collect();
     if ids.len() <= leave {
         return Ok(());
@@ -366,7 +379,7 @@ pub async fn note(
     }
     let value = crate::store::to_json(tenure);
     let fence = match tenure.outcome {
-        Ended::Running => Fence::Version(None),
+        Verdict::Running => Fence::Version(None),
         _ => Fence::Any,
     };
     let mine = id(tenure);
@@ -406,7 +419,7 @@ pub async fn note_or_warn(store: &dyn Store, tenure: &Tenure, keep: usize, trimm
 mod tests {
     use super::*;
 
-    fn tenure(pid: u32, outcome: Ended) -> Tenure {
+    fn tenure(pid: u32, outcome: Verdict) -> Tenure {
         Tenure {
             lock: "l".into(),
             shard: None,
@@ -428,11 +441,11 @@ mod tests {
 
     #[test]
     fn a_tenure_says_who_and_how() {
-        let mut t = tenure(1, Ended::Failed);
+        let mut t = tenure(1, Verdict::Failed);
         t.exit_code = Some(3);
         assert_eq!(t.who(), "a on h with token 7");
         assert_eq!(t.how(), "failed with exit code 3");
-        t.outcome = Ended::Killed;
+        t.outcome = Verdict::Killed;
         t.signal = Some(9);
         assert_eq!(t.how(), "killed by SIGKILL");
         let json = serde_json::to_value(&t).unwrap();
@@ -452,7 +465,7 @@ mod tests {
     #[test]
     fn times_read_back() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_600_000_123);
-        let mut t = tenure(1, Ended::Running);
+        let mut t = tenure(1, Verdict::Running);
         t.started = Some(timestamp(at));
         assert_eq!(t.began(), Some(at));
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::exit::{Failure, Outcome};
-use crate::history::{self, Ended, Tenure};
+use crate::history::{self, Tenure, Verdict};
 use crate::report::Reports;
 use crate::store::Location;
 
@@ -132,7 +132,7 @@ pub fn main(args: &[OsString]) -> ! {
         // After the release: the next holder need not wait for this.
         let mut tenure = order.tenure;
         tenure.ended = Some(history::timestamp(SystemTime::now()));
-        tenure.outcome = Ended::ElectDied;
+        tenure.outcome = Verdict::ElectDied;
         tenure.exit_code = exit_code;
         tenure.signal = signal;
         tenure.why = Some("its guard stopped the command and released the lease".into());

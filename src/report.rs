@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Ended, Tenure};
+use crate::history::{Tenure, Verdict};
 use crate::log;
 use crate::store::Token;
 
@@ -95,17 +95,17 @@ pub const METRICS: &[(&str, &str, &str)] = &[
 ];
 
 /// Every outcome the `elect_outcome` gauge is written for.
-const OUTCOMES: &[Ended] = &[
-    Ended::Running,
-    Ended::Succeeded,
-    Ended::Failed,
-    Ended::Killed,
-    Ended::Lost,
-    Ended::Broken,
-    Ended::DoneBefore,
-    Ended::Busy,
-    Ended::Error,
-    Ended::ElectDied,
+const OUTCOMES: &[Verdict] = &[
+    Verdict::Running,
+    Verdict::Succeeded,
+    Verdict::Failed,
+    Verdict::Killed,
+    Verdict::Lost,
+    Verdict::Broken,
+    Verdict::DoneBefore,
+    Verdict::Busy,
+    Verdict::Error,
+    Verdict::ElectDied,
 ];
 
 fn seconds(at: Option<SystemTime>) -> f64 {
@@ -132,7 +132,7 @@ pub fn metrics(tenure: &Tenure, last_success: Option<SystemTime>) -> String {
             extra => format!("{{lock=\"{lock}\",{extra}}}"),
         }
     };
-    let held = tenure.outcome == Ended::Running;
+    let held = tenure.outcome == Verdict::Running;
     let mut out = String::new();
     for (name, kind, help) in METRICS {
         let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
@@ -193,7 +193,7 @@ fn earlier_success(path: &Path) -> Option<SystemTime> {
 /// `done`: when the run that made this one unnecessary ended.
 pub fn write_metrics(path: &Path, tenure: &Tenure, done: Option<SystemTime>) {
     let last_success = match tenure.outcome {
-        Ended::Succeeded => tenure.ended_at(),
+        Verdict::Succeeded => tenure.ended_at(),
         _ => done,
     }
     .or_else(|| earlier_success(path));
@@ -286,7 +286,7 @@ mod tests {
             queued: "2026-12-01T00:00:00.000Z".into(),
             started: Some("2026-12-01T00:00:01.000Z".into()),
             ended: Some("2026-12-01T00:00:03.500Z".into()),
-            outcome: Ended::Failed,
+            outcome: Verdict::Failed,
             exit_code: Some(3),
             signal: None,
             why: None,
@@ -301,7 +301,7 @@ mod tests {
         assert!(text.contains("elect_duration_seconds{lock=\"a\\\"b\"} 2.500\n"));
         assert!(text.contains("outcome=\"failed\"} 1\n"));
         assert!(!text.contains("elect_last_success"));
-        t.outcome = Ended::Succeeded;
+        t.outcome = Verdict::Succeeded;
         assert_eq!(metrics(&t, None).matches(" 1\n").count(), 1);
     }
 }

@@ -13,7 +13,7 @@ use super::standing::{Cause, Step};
 use super::turn::TurnEnd;
 use crate::clock::show;
 use crate::exit::{Failure, Outcome};
-use crate::history::{self, Ended, Once, Tenure};
+use crate::history::{self, Once, Tenure, Verdict};
 use crate::lease::{Keeper, Kept};
 use crate::log;
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss};
@@ -43,9 +43,9 @@ impl Job {
     ) -> Result<Started, TurnEnd> {
         let started = self.start(won, guard, lost_watch, ours).await;
         if let Err(TurnEnd::NotStarted) = started
-            && ours.tenure.outcome == Ended::Running
+            && ours.tenure.outcome == Verdict::Running
         {
-            ours.tenure.outcome = Ended::Lost;
+            ours.tenure.outcome = Verdict::Lost;
             ours.tenure.why = Some("lost as the command was about to start".into());
         }
         started
@@ -251,7 +251,7 @@ impl Job {
             done.who()
         );
         log::event(log::Level::Normal, "done-before", format_args!("{said}"));
-        tenure.outcome = Ended::DoneBefore;
+        tenure.outcome = Verdict::DoneBefore;
         tenure.done_ended = done.ended_at();
         tenure.why = Some(format!("{} ran it at {when}", done.who()));
         TurnEnd::Done(Outcome::Exit(self.done_code))

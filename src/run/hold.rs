@@ -21,7 +21,7 @@ use super::standing::{Cause, Step};
 use super::turn::TurnEnd;
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
-use crate::history::{self, Ended, Tenure};
+use crate::history::{self, Tenure, Verdict};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
 use crate::report::describe_status;
@@ -178,8 +178,8 @@ impl Job {
         };
         if watch.lost {
             ours.tenure.outcome = match watch.asked {
-                true => Ended::Broken,
-                false => Ended::Lost,
+                true => Verdict::Broken,
+                false => Verdict::Lost,
             };
             ours.tenure.why = watch.why.clone();
         }
@@ -198,7 +198,7 @@ impl Job {
         let ending = match (watch.stop_enforced, watch.stop_by, ending) {
             (true, Some((_, sig)), Ending::Killed(libc::SIGKILL)) => {
                 if !watch.lost {
-                    ours.tenure.outcome = Ended::Killed;
+                    ours.tenure.outcome = Verdict::Killed;
                     ours.tenure.signal = Some(Signal::SIGKILL as i32);
                     ours.tenure.why = Some(format!("it did not end within --grace of {sig}"));
                 }

@@ -13,7 +13,7 @@ use super::queue::Won;
 use super::standing::{Standing, Step};
 use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::exit::Failure;
-use crate::history::{self, Ended, Once, Tenure};
+use crate::history::{self, Once, Tenure, Verdict};
 use crate::lease::Timing;
 use crate::log;
 use crate::store::{HolderRecord, Location, LockName, MAX_SHARDS};
@@ -230,7 +230,7 @@ impl Job {
             queued: history::timestamp(queued),
             started: None,
             ended: None,
-            outcome: Ended::Running,
+            outcome: Verdict::Running,
             exit_code: None,
             signal: None,
             why: None,

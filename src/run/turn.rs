@@ -14,7 +14,7 @@ use super::standing::Step;
 use crate::cli::Wait;
 use crate::clock::{Instant, show};
 use crate::exit::{Failure, Outcome};
-use crate::history::{self, Ended, Once, Tenure};
+use crate::history::{self, Once, Tenure, Verdict};
 use crate::lease::Keeper;
 use crate::log;
 use crate::reach::Reach;
@@ -264,7 +264,7 @@ impl<'j> Turn<'j> {
     /// Someone else held the lock all the while.
     fn busy(&self, outcome: Outcome) -> Finished {
         let mut tenure = self.job.tenure(self.queued, None);
-        tenure.outcome = Ended::Busy;
+        tenure.outcome = Verdict::Busy;
         Finished {
             end: TurnEnd::Done(outcome),
             guard: None,
@@ -432,7 +432,7 @@ impl Job {
         tenure: &mut Tenure,
     ) {
         let mut done = tenure.clone();
-        done.outcome = Ended::Succeeded;
+        done.outcome = Verdict::Succeeded;
         done.exit_code = Some(0);
         done.ended = Some(history::timestamp(SystemTime::now()));
         let recorded = tokio::time::timeout(
@@ -458,28 +458,28 @@ impl Job {
 /// already (a lost lease, work done before).
 fn finish(tenure: &mut Tenure, end: &TurnEnd) {
     tenure.ended = Some(history::timestamp(SystemTime::now()));
-    if tenure.outcome != Ended::Running {
+    if tenure.outcome != Verdict::Running {
         return;
     }
     let exited = |tenure: &mut Tenure, code: i32| {
         tenure.exit_code = Some(code);
         tenure.outcome = match code {
-            0 => Ended::Succeeded,
-            _ => Ended::Failed,
+            0 => Verdict::Succeeded,
+            _ => Verdict::Failed,
         };
     };
     let killed = |tenure: &mut Tenure, sig: i32| {
         tenure.signal = Some(sig);
-        tenure.outcome = Ended::Killed;
+        tenure.outcome = Verdict::Killed;
     };
     match end {
-        TurnEnd::Lost | TurnEnd::NotStarted => tenure.outcome = Ended::Lost,
+        TurnEnd::Lost | TurnEnd::NotStarted => tenure.outcome = Verdict::Lost,
         TurnEnd::Ended(Ending::Exited(code)) => exited(tenure, *code),
         TurnEnd::Ended(Ending::Killed(sig)) => killed(tenure, *sig),
         TurnEnd::Done(Outcome::Exit(code)) => exited(tenure, i32::from(*code)),
         TurnEnd::Done(Outcome::Raise(sig)) => killed(tenure, *sig),
         TurnEnd::Done(Outcome::Fail(failure)) => {
-            tenure.outcome = Ended::Error;
+            tenure.outcome = Verdict::Error;
             tenure.why = Some(failure.message.clone());
         }
     }
