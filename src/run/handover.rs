@@ -41,23 +41,6 @@ impl Job {
         lost_watch: &mut Boxed<'_, Loss>,
         ours: &mut Held<'_, '_>,
     ) -> Result<Started, TurnEnd> {
-        let started = self.start(won, guard, lost_watch, ours).await;
-        if let Err(TurnEnd::NotStarted) = started
-            && ours.tenure.outcome == Verdict::Running
-        {
-            ours.tenure.outcome = Verdict::Lost;
-            ours.tenure.why = Some("lost as the command was about to start".into());
-        }
-        started
-    }
-
-    async fn start(
-        &self,
-        won: &Won<'_>,
-        guard: Preparing,
-        lost_watch: &mut Boxed<'_, Loss>,
-        ours: &mut Held<'_, '_>,
-    ) -> Result<Started, TurnEnd> {
         let (lock, token, shard) = (&*won.lock, won.token, won.shard);
         let spawned = |e: SpawnError| match e {
             SpawnError::Guard(e) => crate::descriptors::or(&e, || {
@@ -84,9 +67,13 @@ impl Job {
                 kept = ours.keeper.next() => match kept {
                     // The guard is told the latest deadline.
                     Kept::Extended(_) => {}
-                    Kept::Lost(loss) => return Err(self.not_started(Cause::of(&loss), &loss)),
+                    Kept::Lost(loss) => {
+                        return Err(self.not_started(ours.tenure, Cause::of(&loss), &loss));
+                    }
                 },
-                loss = &mut *lost_watch => return Err(self.not_started(Cause::of(&loss), &loss)),
+                loss = &mut *lost_watch => {
+                    return Err(self.not_started(ours.tenure, Cause::of(&loss), &loss));
+                }
                 ready = &mut ready => break ready,
                 () = drive(ours.trimming) => {}
             }
@@ -182,7 +169,7 @@ impl Job {
                     || "no renewal was confirmed in time".to_string(),
                     |loss| loss.to_string(),
                 );
-                Err(self.not_started(cause, why))
+                Err(self.not_started(ours.tenure, cause, why))
             }
             Err(e) => {
                 child.reap().await;
@@ -258,7 +245,16 @@ impl Job {
     }
 
     /// The lease was lost before the command started: it never will.
-    fn not_started(&self, cause: Cause, loss: impl std::fmt::Display) -> TurnEnd {
+    fn not_started(
+        &self,
+        tenure: &mut Tenure,
+        cause: Cause,
+        loss: impl std::fmt::Display,
+    ) -> TurnEnd {
+        if tenure.outcome == Verdict::Running {
+            tenure.outcome = Verdict::Lost;
+            tenure.why = Some("lost as the command was about to start".into());
+        }
         self.observe(Step::Lost(cause));
         log::warn(format_args!(
             "lost the lease on lock {} at {} as the command was about to start: {loss}; \

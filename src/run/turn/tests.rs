@@ -13,7 +13,6 @@ use crate::reach::Reach;
 use crate::run::job::Job;
 use crate::run::queue::Queued;
 use crate::run::signals::Signals;
-use crate::run::standing::Phase;
 use crate::store::{Store, Token};
 
 /// A job as `elect run` would check it, on a `file:` store in `dir`.
@@ -109,54 +108,35 @@ async fn each_turn_that_wins_has_a_higher_token() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Behind a holder, a turn gives up when `--wait` has passed on its clock:
+/// at once with `-n`.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_turn_behind_a_holder_gives_up_when_wait_has_passed() {
     let dir = directory("wait");
-    let holder = job(&dir, "nightly", &[]);
-    let waiter = job(&dir, "nightly", &["--wait", "30s"]);
-    let store = open(&holder).await;
-    let (mut one, mut two) = (
-        Signals::new().expect("signals"),
-        Signals::new().expect("signals"),
-    );
-    let mut holding = turn(&holder, &*store, &mut one);
-    queue!(holding, holder, |held| {
-        assert!(token(&held).is_ok());
-        let from = Instant::now();
-        let mut waiting = turn(&waiter, &*store, &mut two);
-        let waited = queue!(waiting, waiter, |queued| token(&queued));
-        assert_eq!(waited, Err("busy"));
-        let took = Instant::now().since(from);
-        assert!(
-            (Duration::from_secs(30)..Duration::from_secs(31)).contains(&took),
-            "gave up after {took:?}"
+    for (wait, after) in [(&["--wait", "30s"][..], 30), (&["-n"][..], 0)] {
+        let holder = job(&dir, "nightly", &[]);
+        let waiter = job(&dir, "nightly", wait);
+        let store = open(&holder).await;
+        let (mut one, mut two) = (
+            Signals::new().expect("signals"),
+            Signals::new().expect("signals"),
         );
-        // It stood in the queue, and never held the lock.
-        assert_eq!(waiter.standing.phase(), Phase::Waiting { holder: None });
-        assert!(!waiter.standing.holding());
-    });
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_turn_with_no_wait_is_busy_at_once() {
-    let dir = directory("no-wait");
-    let holder = job(&dir, "nightly", &[]);
-    let waiter = job(&dir, "nightly", &["-n"]);
-    let store = open(&holder).await;
-    let (mut one, mut two) = (
-        Signals::new().expect("signals"),
-        Signals::new().expect("signals"),
-    );
-    let mut holding = turn(&holder, &*store, &mut one);
-    queue!(holding, holder, |held| {
-        assert!(token(&held).is_ok());
-        let from = Instant::now();
-        let mut waiting = turn(&waiter, &*store, &mut two);
-        let waited = queue!(waiting, waiter, |queued| token(&queued));
-        assert_eq!(waited, Err("busy"));
-        assert_eq!(Instant::now().since(from), Duration::ZERO);
-    });
+        let mut holding = turn(&holder, &*store, &mut one);
+        queue!(holding, holder, |held| {
+            assert!(token(&held).is_ok());
+            let from = Instant::now();
+            let mut waiting = turn(&waiter, &*store, &mut two);
+            let waited = queue!(waiting, waiter, |queued| token(&queued));
+            assert_eq!(waited, Err("busy"), "{wait:?}");
+            assert_eq!(
+                Instant::now().since(from),
+                Duration::from_secs(after),
+                "{wait:?}"
+            );
+            // It never held the lock.
+            assert!(!waiter.standing.holding());
+        });
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
