@@ -287,8 +287,9 @@ impl Subcommand for Command {
                     "Show who held a lock, when, with which token, and how each tenure ended.\n\n\
                      One line per tenure, oldest first, from the history elect run keeps in the \
                      store (the last --history tenures, 100 unless told otherwise): runs that \
-                     did the work, failed, were stopped, found it done before, or found the lock \
-                     busy. Tab-separated; on a terminal, in columns under a header.",
+                     did the work, failed or were stopped. A run that found the work done or the \
+                     lock busy keeps no record. Tab-separated; on a terminal, in columns under a \
+                     header.",
                 )
                 .defer(|c| with_args::<HistoryArgs>(c.after_help(help_text("history")))),
         ])

@@ -61,6 +61,13 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A run that did not run the command: the history keeps no record
+    /// of it, so that a fleet's skipped hosts cost the store nothing of
+    /// their own.
+    pub fn skipped(self) -> bool {
+        matches!(self, Verdict::Busy | Verdict::DoneBefore)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Running => "running",
@@ -240,35 +247,21 @@ pub async fn read(store: &dyn Store, lock: &str) -> Result<Vec<Tenure>, StoreErr
     Ok(entries)
 }
 
-/// What `status` shows of a lock's past, knowing who holds it now: the
-/// last tenure that ran the command, and apart, the latest run that did
-/// not (busy, done already) when it came after that one. A night's skips
-/// would otherwise hide the run that did the work.
-#[derive(Debug, Default)]
-pub struct Latest {
-    pub ran: Option<Tenure>,
-    pub skipped: Option<Tenure>,
-}
-
-/// The [`Latest`] of `lock`, the holder's own tenure left out.
-pub async fn latest(
+/// What `status` shows of a lock's past, knowing who holds it now (its
+/// token, whose own tenure is left out): the last tenure that ran the
+/// command. Runs that did not leave no record (a skipped host writes
+/// nothing); a record one of an earlier version left is passed over.
+pub async fn last_run(
     store: &dyn Store,
     lock: &str,
     holder: Option<Token>,
-) -> Result<Latest, StoreError> {
+) -> Result<Option<Tenure>, StoreError> {
     let entries = as_of(read(store, lock).await?, holder);
-    let past = || {
-        entries
-            .iter()
-            .rev()
-            .filter(|t| t.token.is_none() || t.token != holder)
-    };
-    let ran = past().find(|t| t.started.is_some()).cloned();
-    let skipped = past()
-        .find(|t| matches!(t.outcome, Verdict::Busy | Verdict::DoneBefore))
-        .filter(|s| ran.as_ref().is_none_or(|r| s.began() > r.began()))
-        .cloned();
-    Ok(Latest { ran, skipped })
+    Ok(entries
+        .into_iter()
+        .rev()
+        .filter(|t| t.token.is_none() || t.token != holder)
+        .find(|t| t.started.is_some()))
 }
 
 /// `entries` as they stand, knowing who holds the lock now (`holder`'s

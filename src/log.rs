@@ -133,6 +133,12 @@ pub fn notices_shown() -> bool {
     enabled(Level::Normal) && !JSON.load(Ordering::Relaxed)
 }
 
+/// Whether an event of `level` is written at all (as text or JSON): a look
+/// made only to say something is skipped when it would not be.
+pub fn shows(level: Level) -> bool {
+    enabled(level)
+}
+
 fn enabled(level: Level) -> bool {
     LEVEL.load(Ordering::Relaxed) >= level as u8
 }

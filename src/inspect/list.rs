@@ -33,7 +33,7 @@ pub async fn list(args: ListArgs) -> Outcome {
         let mut last = Vec::with_capacity(locks.len());
         for status in locks.iter().filter(|_| !args.names_only) {
             let holder = status.holder.as_ref().map(|h| h.token);
-            last.push(history::latest(&*store, &status.lock, holder).await?.ran);
+            last.push(history::last_run(&*store, &status.lock, holder).await?);
         }
         Ok::<_, crate::store::StoreError>((locks, last))
     };

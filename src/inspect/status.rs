@@ -38,7 +38,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
             let status = status?;
             // The holder's own tenure is running: the past is the others'.
             let holder = status.holder.as_ref().map(|h| h.token);
-            let latest = history::latest(&*store, lock, holder).await?;
+            let latest = history::last_run(&*store, lock, holder).await?;
             Ok((status, checkpoint?, latest))
         };
         match reach.answered("the lock's status", all).await {
@@ -51,11 +51,7 @@ pub async fn status(args: StatusArgs) -> Outcome {
     // often a name mistyped: the closest of the locks there, if one is close.
     let meant = match (shards, &shown[..]) {
         (None, [(status, None, latest)])
-            if !args.json
-                && status.holder.is_none()
-                && status.waiting == 0
-                && latest.ran.is_none()
-                && latest.skipped.is_none() =>
+            if !args.json && status.holder.is_none() && status.waiting == 0 && latest.is_none() =>
         {
             let others = reach.bounded("the other locks", store.list("")).await;
             others.ok().and_then(|locks| {
@@ -66,14 +62,13 @@ pub async fn status(args: StatusArgs) -> Outcome {
         _ => None,
     };
     let status_json =
-        |status: &LockStatus, checkpoint: &Option<Checkpoint>, latest: &history::Latest| {
+        |status: &LockStatus, checkpoint: &Option<Checkpoint>, latest: &Option<history::Tenure>| {
             let mut one = to_json(status, &location);
             one["checkpoint"] = match checkpoint {
                 Some(c) => json!({"token": c.token, "at": c.at, "bytes": c.value.len()}),
                 None => Value::Null,
             };
-            one["last"] = json!(latest.ran);
-            one["last_skip"] = json!(latest.skipped);
+            one["last"] = json!(latest);
             one
         };
     match (shards, args.json) {
@@ -110,20 +105,12 @@ pub async fn status(args: StatusArgs) -> Outcome {
             }
             for (status, checkpoint, latest) in &shown {
                 print!("{}", human(status, &location, meant.as_deref()));
-                if let Some(t) = &latest.ran {
+                if let Some(t) = latest {
                     println!(
                         "  last run: {}, {} to {}: {}",
                         t.who(),
                         t.started.as_deref().unwrap_or(&t.queued),
                         t.ended.as_deref().unwrap_or("?"),
-                        t.how()
-                    );
-                }
-                if let Some(t) = &latest.skipped {
-                    println!(
-                        "  skipped:  {}, {}: {}",
-                        t.who(),
-                        t.ended.as_deref().unwrap_or(&t.queued),
                         t.how()
                     );
                 }

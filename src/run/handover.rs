@@ -221,7 +221,7 @@ impl Job {
 
     /// A run of this period succeeded already: say who, and end without
     /// the command.
-    fn done_before(&self, tenure: &mut Tenure, done: &Tenure) -> TurnEnd {
+    pub(super) fn done_before(&self, tenure: &mut Tenure, done: &Tenure) -> TurnEnd {
         let when = done.started.as_deref().unwrap_or(&done.queued);
         let ago = done
             .began()

@@ -225,25 +225,35 @@ impl Job {
         }
     }
 
+    /// Someone else holds the lock: say who (a look at the lock, unless
+    /// nothing would be said), and end with `--busy-exit-code`.
     pub(super) async fn busy(&self, store: &dyn Store) -> Outcome {
+        let status = match log::shows(log::Level::Normal) {
+            true => tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock))
+                .await
+                .ok()
+                .and_then(Result::ok),
+            false => None,
+        };
+        self.busy_as(status.as_ref())
+    }
+
+    /// [`Job::busy`], with the lock's status in hand, if any.
+    pub(super) fn busy_as(&self, status: Option<&LockStatus>) -> Outcome {
         let waited = match self.wait {
             Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
             _ => String::new(),
         };
         let code = self.busy_code;
         let not_run = format!("; the command was not run (exit {code})");
-        match tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock)).await {
-            Ok(Ok(LockStatus {
-                holder: Some(holder),
-                ..
-            })) => {
-                log::event(
-                    log::Level::Normal,
-                    "busy",
-                    format_args!("lock {} is held by {holder}{waited}{not_run}", self.lock),
-                );
-            }
-            _ => log::event(
+        let holder = status.and_then(|s| s.holder.as_ref());
+        match holder {
+            Some(holder) => log::event(
+                log::Level::Normal,
+                "busy",
+                format_args!("lock {} is held by {holder}{waited}{not_run}", self.lock),
+            ),
+            None => log::event(
                 log::Level::Normal,
                 "busy",
                 format_args!(

@@ -108,6 +108,9 @@ impl Job {
         waited_from: Instant,
     ) -> TurnEnd {
         let mut turn = Turn::begin(self, store, signals, Some(guard), reach, waited_from);
+        if let Some(end) = turn.skip().await {
+            return end;
+        }
         loop {
             let session = match turn.connect().await {
                 Ok(session) => session,
@@ -157,6 +160,61 @@ impl<'j> Turn<'j> {
             queued: SystemTime::now(),
             trim: Trim::default(),
         }
+    }
+
+    /// Skipping: a run that will not run the command costs the store a
+    /// look or two and nothing of its own. With `--once-per` or `--slot`,
+    /// the record of the last success; with `-n`, the lock: done already,
+    /// or held, ends the turn before any session. Either may change by the
+    /// time a session would have come (the holder lets go, the work is
+    /// done): the turn then goes on as if not looked, and the record is
+    /// read again under the lock.
+    async fn skip(&mut self) -> Option<TurnEnd> {
+        let job = self.job;
+        let no_wait = matches!(job.wait, Wait::For(d) if d.is_zero());
+        if job.shards.is_some() || (job.once.is_none() && !no_wait) {
+            return None;
+        }
+        let store = self.store;
+        let looks = async {
+            let done = async {
+                match &job.once {
+                    Some(once) => history::done_before(store, &job.lock, once).await,
+                    None => Ok(None),
+                }
+            };
+            let status = async {
+                match no_wait {
+                    true => store.status(&job.lock).await.map(Some),
+                    false => Ok(None),
+                }
+            };
+            let (done, status) = tokio::join!(done, status);
+            Ok((done?, status?))
+        };
+        let (done, status) = match job
+            .attempt(&mut self.reach, self.signals, "a look at the lock", looks)
+            .await
+        {
+            Ok(looked) => looked,
+            Err(Some(outcome)) => return Some(TurnEnd::Done(outcome)),
+            // The store is on its way back: the session's bound waits.
+            Err(None) => return None,
+        };
+        let mut tenure = job.tenure(self.queued, None);
+        let end = match (done, status) {
+            (Some(done), _) => job.done_before(&mut tenure, &done),
+            (None, Some(status)) if status.holder.is_some() => {
+                tenure.outcome = Verdict::Busy;
+                TurnEnd::Done(job.busy_as(Some(&status)))
+            }
+            _ => return None,
+        };
+        if job.reports.any() {
+            finish(&mut tenure, &end);
+            job.reports.ended(&tenure).await;
+        }
+        Some(end)
     }
 
     /// Connecting: a session (a lease), within the bound. `Err(None)`:
@@ -365,7 +423,7 @@ impl<'j> Turn<'j> {
         let store = self.store;
         let trim = &mut self.trim;
         let noted = async {
-            if let Some(tenure) = &tenure {
+            if let Some(tenure) = tenure.as_ref().filter(|t| !t.outcome.skipped()) {
                 let noting = trim.note_end(store, tenure, job.keep_history);
                 if tokio::time::timeout(within, noting).await.is_err() {
                     log::warn(format_args!(
