@@ -7,8 +7,8 @@
 //! account, else a kubeconfig), `api.rs` speaks HTTP to it, `lease.rs` is
 //! the Lease object and the names of elect's, `session.rs` the session, its
 //! renewals and the wait for a Lease, `records.rs` the ConfigMap of a
-//! lock's history and waiters; here are status, list, break and the
-//! records.
+//! lock's history and waiters, `inspect.rs` status, list and break; here
+//! are the store and the records.
 //!
 //! A lock's checkpoint, shard count, last holder, last success and slots
 //! done are annotations of its own Lease, each written by a PUT of the
@@ -18,6 +18,7 @@
 mod api;
 mod config;
 mod exec;
+mod inspect;
 mod lease;
 mod records;
 mod session;
@@ -197,87 +198,6 @@ impl Kube {
             }
             404 => Ok(None),
             _ => Err(self.api.refusal("get", &name, &reply)),
-        }
-    }
-
-    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        let (lease, waiting) = tokio::join!(self.read(lock), self.waiting(lock));
-        Ok(LockStatus {
-            lock: lock.to_string(),
-            holder: lease?.as_ref().and_then(session::holder_of),
-            waiting: waiting?,
-            ranks: Vec::new(),
-        })
-    }
-
-    /// How many wait for `lock`, by their records that live.
-    async fn waiting(&self, lock: &str) -> Result<usize, StoreError> {
-        let found = self.read_records(lock, false).await?;
-        Ok(found.as_ref().map_or(0, |map| {
-            records::waiters(map, lock)
-                .filter(|(_, w)| !w.left_by_wall_clock().is_zero())
-                .count()
-        }))
-    }
-
-    /// Every Lease of the namespace, with labels `selector` if given.
-    async fn all(&self, selector: Option<&str>) -> Result<Vec<Lease>, StoreError> {
-        let mut path = lease::leases(self.ns());
-        if let Some(selector) = selector {
-            path = format!("{path}?labelSelector={selector}");
-        }
-        let reply = self.api.request_patiently("GET", &path, None).await?;
-        match reply.status {
-            200 => Ok(session::leases_of(&reply.body)),
-            _ => Err(self.api.refusal("list", "leases", &reply)),
-        }
-    }
-
-    /// End the tenure of an elect that died: let go of every Lease that
-    /// names its identity.
-    async fn release_identity(&self, identity: &str) -> Result<(), StoreError> {
-        for lease in self.all(None).await? {
-            if lease.holder() != identity {
-                continue;
-            }
-            let name = lease.name().to_string();
-            self.write_while(&name, lease, &|l| l.holder() == identity, &Lease::let_go)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// PUT `change` of the Lease `name` while `still` holds of it, reading
-    /// it again on a conflict. `false`: it no longer held.
-    async fn write_while(
-        &self,
-        name: &str,
-        mut lease: Lease,
-        still: &dyn Fn(&Lease) -> bool,
-        change: &dyn Fn(&mut Lease),
-    ) -> Result<bool, StoreError> {
-        let path = lease::path(self.ns(), name);
-        loop {
-            if !still(&lease) {
-                return Ok(false);
-            }
-            let mut next = lease.clone();
-            next.pin_token();
-            change(&mut next);
-            let reply = self.api.request("PUT", &path, Some(&next.0)).await?;
-            match reply.status {
-                200 => return Ok(true),
-                404 => return Ok(false),
-                409 => {
-                    let read = self.api.request("GET", &path, None).await?;
-                    match read.status {
-                        200 => lease = Lease(read.body),
-                        404 => return Ok(false),
-                        _ => return Err(self.api.refusal("get", name, &read)),
-                    }
-                }
-                _ => return Err(self.api.refusal("update", name, &reply)),
-            }
         }
     }
 
@@ -474,77 +394,6 @@ impl Kube {
     }
 }
 
-/// A break begun on one holder's tenure.
-struct KubeBreaking<'a> {
-    store: &'a Kube,
-    lock: &'a str,
-    identity: String,
-    /// How long the holder [`Self::end`] wrote keeps the Lease.
-    kept_out: std::cell::Cell<Option<Duration>>,
-}
-
-impl Breaking for KubeBreaking<'_> {
-    fn lock(&self) -> &str {
-        self.lock
-    }
-
-    /// Its elect sees the request through its watch, stops the command
-    /// within its grace and lets go.
-    fn held(&self) -> Boxed<'_, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let lease = self.store.read(self.lock).await?;
-            Ok(lease.as_ref().map(Lease::holder) == Some(&self.identity))
-        })
-    }
-
-    /// Write a holder that is no one's ([`lease::BROKEN`]). elect's holder
-    /// sees its Lease taken over at once, through its watch, so the next in
-    /// line may take it a second later. Any other holder (a client-go
-    /// program) sees it on its next renewal, but stops leading only once
-    /// its renewals have failed for its `RenewDeadline`, which client-go
-    /// keeps below its `LeaseDuration`: that is the Lease's duration, so
-    /// the holder written keeps it that long, and the next in line takes it
-    /// only after seeing it unchanged for it.
-    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let Some(lease) = self.store.read(self.lock).await? else {
-                return Ok(());
-            };
-            let name = lease.name().to_string();
-            let identity = self.identity.clone();
-            let written = self
-                .store
-                .write_while(
-                    &name,
-                    lease,
-                    &|l| l.holder() == identity,
-                    &|l: &mut Lease| {
-                        let lock = l.lock().to_string();
-                        let seconds = match l.held_by_elect() {
-                            true => 1,
-                            false => l.seconds(),
-                        };
-                        self.kept_out
-                            .set((seconds > 1).then(|| Duration::from_secs(seconds)));
-                        l.let_go();
-                        l.take(&lock, lease::BROKEN, seconds, "");
-                        l.remove_annotation(lease::HOLDER);
-                        l.set_label(lease::BREAK, "forced");
-                    },
-                )
-                .await?;
-            if !written {
-                self.kept_out.set(None);
-            }
-            Ok(())
-        })
-    }
-
-    fn keeps_next_out(&self) -> Option<Duration> {
-        self.kept_out.get()
-    }
-}
-
 impl Store for Kube {
     fn open_session(
         &self,
@@ -566,27 +415,7 @@ impl Store for Kube {
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
-        Box::pin(async move {
-            let mut found: Vec<LockStatus> = self
-                .all(None)
-                .await?
-                .iter()
-                .filter(|l| l.annotation(lease::RECORD).is_none())
-                .filter(|l| !l.0["metadata"]["labels"][lease::WAITERS_OF].is_string())
-                .filter(|l| l.lock().starts_with(prefix))
-                .filter_map(|l| {
-                    let holder = session::holder_of(l)?;
-                    Some(LockStatus {
-                        lock: l.lock().to_string(),
-                        holder: Some(holder),
-                        waiting: 0,
-                        ranks: Vec::new(),
-                    })
-                })
-                .collect();
-            found.sort_by(|a, b| a.lock.cmp(&b.lock));
-            Ok(found)
-        })
+        Box::pin(self.list_held(prefix))
     }
 
     fn begin_break<'a>(
@@ -595,34 +424,7 @@ impl Store for Kube {
         holder: &'a Holder,
         ask: bool,
     ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
-        Box::pin(async move {
-            let identity = holder.key.clone();
-            let Some(lease) = self.read(lock).await? else {
-                return Ok(None);
-            };
-            if lease.holder() != identity {
-                return Ok(None);
-            }
-            if ask && holder.record.is_some() {
-                let request = crate::store::holder::break_request();
-                let name = lease.name().to_string();
-                let asked = self
-                    .write_while(&name, lease, &|l| l.holder() == identity, &|l| {
-                        l.ask_to_let_go(&request)
-                    })
-                    .await?;
-                if !asked {
-                    return Ok(None);
-                }
-            }
-            let breaking: Box<dyn Breaking + 'a> = Box::new(KubeBreaking {
-                store: self,
-                lock,
-                identity,
-                kept_out: std::cell::Cell::new(None),
-            });
-            Ok(Some(breaking))
-        })
+        Box::pin(self.begin(lock, holder, ask))
     }
 
     fn lease_ttl<'a>(
