@@ -62,7 +62,7 @@ impl Url {
             }
         }
         if let Some(ns) = &parsed.namespace {
-            check_namespace(ns).map_err(bad)?;
+            check_namespace(ns).map_err(|e| bad(e.to_string()))?;
         }
         Ok(parsed)
     }
@@ -92,8 +92,15 @@ impl std::fmt::Display for Url {
     }
 }
 
+/// Why a name cannot be a namespace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("'{ns}' is not a namespace (lowercase letters, digits and '-', at most 63)")]
+    NotALabel { ns: String },
+}
+
 /// A namespace is a DNS-1123 label.
-fn check_namespace(ns: &str) -> Result<(), String> {
+fn check_namespace(ns: &str) -> Result<(), NamespaceError> {
     let ok = ns.len() <= 63
         && ns
             .bytes()
@@ -102,9 +109,7 @@ fn check_namespace(ns: &str) -> Result<(), String> {
         && !ns.ends_with('-');
     match ok {
         true => Ok(()),
-        false => Err(format!(
-            "'{ns}' is not a namespace (lowercase letters, digits and '-', at most 63)"
-        )),
+        false => Err(NamespaceError::NotALabel { ns: ns.into() }),
     }
 }
 
@@ -534,7 +539,10 @@ mod tests {
         let both = p("k8s:jobs?context=prod").unwrap();
         assert_eq!(both.context.as_deref(), Some("prod"));
         assert_eq!(both.to_string(), "k8s:jobs?context=prod");
-        assert!(p("k8s:Jobs").unwrap_err().contains("not a namespace"));
+        assert_eq!(
+            p("k8s:Jobs").unwrap_err(),
+            "store URL 'k8s:Jobs': 'Jobs' is not a namespace (lowercase letters, digits and '-', at most 63)"
+        );
         assert!(
             p("k8s:?ctx=a")
                 .unwrap_err()
