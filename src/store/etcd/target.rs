@@ -88,6 +88,32 @@ struct ReleaseOrder {
 /// The secrets of etcd's own tools: the command never sees them.
 const SECRET_VARIABLES: &[&str] = &["ETCDCTL_PASSWORD", "ETCDCTL_USER"];
 
+/// Why the part of an etcd URL after the scheme names no cluster.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("bad user name before '@'")]
+    User,
+    #[error(
+        "unknown option '{name}': etcd's URL takes none; its settings are the \
+         flags --user, --password-file, --cacert, --cert and --key"
+    )]
+    Option { name: String },
+    #[error("mixes http:// and https:// endpoints")]
+    MixedSchemes,
+    #[error("an http:// endpoint in a TLS store URL")]
+    PlainInTls,
+    #[error("empty endpoint")]
+    EmptyEndpoint,
+    #[error("'{item}' is not HOST:PORT")]
+    NotHostPort { item: String },
+    #[error("'{item}': unclosed '['")]
+    Unclosed { item: String },
+    #[error("'{item}' has no host")]
+    NoHost { item: String },
+    #[error("'{item}' has a bad port")]
+    Port { item: String },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdTarget {
     /// `host:port` of each member.
@@ -104,7 +130,7 @@ pub struct EtcdTarget {
 impl EtcdTarget {
     /// `[user[:password]@]host:port[,host:port...]`; each endpoint may carry
     /// `http://` or `https://` (as in `ETCDCTL_ENDPOINTS`).
-    pub fn parse(rest: &str, tls: bool) -> Result<Self, String> {
+    pub fn parse(rest: &str, tls: bool) -> Result<Self, UrlError> {
         let (userinfo, list) = match rest.rsplit_once('@') {
             Some((userinfo, list)) => (Some(userinfo), list),
             None => (None, rest),
@@ -120,15 +146,12 @@ impl EtcdTarget {
             .as_deref()
             .is_some_and(|u| u.is_empty() || u.contains([',', '/']))
         {
-            return Err("bad user name before '@'".into());
+            return Err(UrlError::User);
         }
         if let Some((_, query)) = list.split_once('?') {
             let first = query.split('&').next().unwrap_or_default();
             let name = first.split('=').next().unwrap_or_default();
-            return Err(format!(
-                "unknown option '{name}': etcd's URL takes none; its settings are the \
-                 flags --user, --password-file, --cacert, --cert and --key"
-            ));
+            return Err(UrlError::Option { name: name.into() });
         }
         let mut endpoints = Vec::new();
         let mut schemes = (false, false);
@@ -146,8 +169,8 @@ impl EtcdTarget {
             endpoints.push(endpoint(item.trim_end_matches('/'))?);
         }
         match schemes {
-            (true, true) => Err("mixes http:// and https:// endpoints".into()),
-            (true, false) if tls => Err("an http:// endpoint in a TLS store URL".into()),
+            (true, true) => Err(UrlError::MixedSchemes),
+            (true, false) if tls => Err(UrlError::PlainInTls),
             (_, https) => Ok(EtcdTarget {
                 endpoints,
                 tls: tls || https,
@@ -241,17 +264,17 @@ impl EtcdTarget {
 }
 
 /// Validate one `host[:port]`, defaulting the port to etcd's 2379.
-fn endpoint(item: &str) -> Result<String, String> {
+fn endpoint(item: &str) -> Result<String, UrlError> {
     if item.is_empty() {
-        return Err("empty endpoint".into());
+        return Err(UrlError::EmptyEndpoint);
     }
     if item.contains(['/', '?', '#', ' ']) || item.chars().any(char::is_control) {
-        return Err(format!("'{item}' is not HOST:PORT"));
+        return Err(UrlError::NotHostPort { item: item.into() });
     }
     let (host, port) = if let Some(v6) = item.strip_prefix('[') {
         let (addr, after) = v6
             .split_once(']')
-            .ok_or_else(|| format!("'{item}': unclosed '['"))?;
+            .ok_or_else(|| UrlError::Unclosed { item: item.into() })?;
         (format!("[{addr}]"), after.strip_prefix(':'))
     } else {
         match item.rsplit_once(':') {
@@ -260,7 +283,7 @@ fn endpoint(item: &str) -> Result<String, String> {
         }
     };
     if host.is_empty() || host == "[]" {
-        return Err(format!("'{item}' has no host"));
+        return Err(UrlError::NoHost { item: item.into() });
     }
     let port = match port {
         None => 2379,
@@ -268,7 +291,7 @@ fn endpoint(item: &str) -> Result<String, String> {
             .parse::<u16>()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| format!("'{item}' has a bad port"))?,
+            .ok_or_else(|| UrlError::Port { item: item.into() })?,
     };
     Ok(format!("{host}:{port}"))
 }
@@ -367,13 +390,39 @@ mod tests {
                 .tls
         );
         assert!(EtcdTarget::parse("http://a:1,https://b:2", false).is_err());
-        let err = EtcdTarget::parse("u:p?w@a:1?x=y", false).unwrap_err();
+        let err = EtcdTarget::parse("u:p?w@a:1?x=y", false)
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("unknown option 'x'"), "{err}");
         assert!(
             EtcdTarget::parse("http://a:1", true).is_err(),
             "no downgrade inside a TLS URL"
         );
         assert!(EtcdTarget::parse("@a:1", false).is_err());
+    }
+
+    #[test]
+    fn each_bad_url_says_why() {
+        let why = |rest: &str, tls: bool| EtcdTarget::parse(rest, tls).unwrap_err().to_string();
+        assert_eq!(why("@a:1", false), "bad user name before '@'");
+        assert_eq!(
+            why("a:1?x=y", false),
+            "unknown option 'x': etcd's URL takes none; its settings are the flags --user, \
+             --password-file, --cacert, --cert and --key"
+        );
+        assert_eq!(
+            why("http://a:1,https://b:2", false),
+            "mixes http:// and https:// endpoints"
+        );
+        assert_eq!(
+            why("http://a:1", true),
+            "an http:// endpoint in a TLS store URL"
+        );
+        assert_eq!(why("a,,b", false), "empty endpoint");
+        assert_eq!(why("a b", false), "'a b' is not HOST:PORT");
+        assert_eq!(why("[::1", false), "'[::1': unclosed '['");
+        assert_eq!(why(":1", false), "':1' has no host");
+        assert_eq!(why("a:0", false), "'a:0' has a bad port");
     }
 
     fn parse(url: &str) -> Result<(), StoreError> {
