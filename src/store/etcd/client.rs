@@ -361,12 +361,16 @@ where
     }
 }
 
-/// Whether every endpoint refuses a TCP connection (none within a second
-/// counts as maybe listening).
+/// How long a connection to an endpoint may take before it counts as
+/// maybe listening: a refusal comes back within a round trip.
+const LISTEN_WITHIN: Duration = Duration::from_secs(1);
+
+/// Whether every endpoint refuses a TCP connection (none within
+/// [`LISTEN_WITHIN`] counts as maybe listening).
 async fn nothing_listens(endpoints: &[String]) -> bool {
     for endpoint in endpoints {
         let attempt = tokio::net::TcpStream::connect(endpoint.as_str());
-        match timeout(Duration::from_secs(1), attempt).await {
+        match timeout(LISTEN_WITHIN, attempt).await {
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
             _ => return false,
         }

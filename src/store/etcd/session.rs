@@ -75,11 +75,8 @@ impl EtcdSession {
 
 /// A lease id of our own: random, positive, never zero.
 fn lease_id() -> i64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u64(Instant::now().as_nanos());
-    (hasher.finish() >> 1).max(1) as i64
+    let random = u64::from_le_bytes(crate::store::ids::random::<8>());
+    (random >> 1).max(1) as i64
 }
 
 impl EtcdSession {
@@ -339,5 +336,17 @@ impl EtcdRenewer {
                 Err(StoreError::unavailable(describe(&e)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_are_positive_and_differ() {
+        let (a, b) = (lease_id(), lease_id());
+        assert!(a > 0 && b > 0);
+        assert_ne!(a, b);
     }
 }
