@@ -26,6 +26,10 @@ const VERSION: &str = "the API server's resource version";
 /// How soon a watch the API server refused is asked for again.
 pub(super) const WATCH_REFUSED_AGAIN: Duration = Duration::from_millis(500);
 
+/// How far past the instant the Lease ripens a waiter wakes: the look
+/// that follows then finds it ripe, never a hair short.
+const PAST_RIPE: Duration = Duration::from_millis(1);
+
 /// How to restore the API server's etcd without going back.
 const BUMP: &str = "restore its etcd with `etcdutl snapshot restore --bump-revision 1000000000 \
      --mark-compacted`, as Kubernetes' own restore guide asks, to keep tokens rising";
@@ -260,7 +264,7 @@ impl KubeLock {
             }
             let sleep = async {
                 match wake {
-                    Some(at) => sleep_until(at + Duration::from_millis(1)).await,
+                    Some(at) => sleep_until(at + PAST_RIPE).await,
                     None => std::future::pending().await,
                 }
             };
