@@ -126,6 +126,8 @@ struct Mode {
     /// Counts of the fleet figures: holders of a lock each, waiters on one.
     holders: Vec<usize>,
     waiters: Vec<usize>,
+    /// Counts of the herd figure: elects started at once on one lock.
+    herd: Vec<usize>,
     /// How long the holders figure holds.
     fleet_hold: Duration,
     /// The TTL ladder of the short-lease figure (seconds), its hold, and
@@ -206,6 +208,7 @@ impl Mode {
                 etcdctl_scale_max: 100,
                 holders: fleet(vec![10, 100]),
                 waiters: fleet(vec![10, 100]),
+                herd: vec![100],
                 fleet_hold: hold(120),
                 short_ttls: vec![1, 2, 3, 5],
                 short_hold: hold(120),
@@ -229,6 +232,7 @@ impl Mode {
                 etcdctl_scale_max: 100,
                 holders: fleet(vec![10, 100, 1000]),
                 waiters: fleet(vec![10, 100, 1000, 10000]),
+                herd: vec![100, 1000, 10000],
                 fleet_hold: hold(600),
                 short_ttls: vec![1, 2, 3, 5],
                 short_hold: hold(1800),
@@ -1692,6 +1696,11 @@ fn main() {
             "k8s" => kubernetes(&mode, &scratch, &mut table),
             "contention" => contention(&mode, on_etcd, &mut table),
             "scale" => scale(&mode, &scratch, &mut table),
+            "herd" => fleet::on_every(&mut fleet::herd::Figure {
+                mode: &mode,
+                scratch: &scratch,
+                table: &mut table,
+            }),
             "holders" => fleet::on_every(&mut fleet::holders::Figure {
                 mode: &mode,
                 scratch: &scratch,

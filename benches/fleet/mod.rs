@@ -1,6 +1,8 @@
 //! The fleet figures: what elect costs a store and a machine when many
 //! use it at once, and how short a lease can be on a busy machine.
 //!
+//! - [`herd`]: N elects started at once on one `--once-per` lock, as cron
+//!   starts the same line on N hosts;
 //! - [`holders`]: N elects, each holding a lock of its own, for a while;
 //! - [`waiters`]: N waiters queued on one lock, and handovers among them;
 //! - [`short_lease`]: the shortest TTL a holder keeps on saturated cores,
@@ -15,6 +17,7 @@
 //! store after another would take four hours.
 //! [`Growth`] keeps how each figure grows with N for the plot.
 
+pub mod herd;
 pub mod holders;
 pub mod short_lease;
 pub mod waiters;

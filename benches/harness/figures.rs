@@ -14,7 +14,7 @@ pub struct Figure {
 /// Every figure. `floor` and `timeline` are part of `cycle`; the fleet
 /// figures (`holders`, `waiters`, `short-lease`) run on the stores of
 /// [`crate::fleet::stores`].
-pub const FIGURES: [Figure; 14] = [
+pub const FIGURES: [Figure; 15] = [
     Figure {
         name: "cycle",
         measures: "One uncontended `elect run -- true`, from spawn to exit, against \
@@ -162,6 +162,18 @@ pub const FIGURES: [Figure; 14] = [
             100, each holding before the next starts, at the default TTL, for a \
             hold of 2 minutes quick and 10 full for the largest N (the smaller \
             ones 2 minutes at most). Pss per holder counts elect and its guard.",
+    },
+    Figure {
+        name: "herd",
+        measures: "N elects started at once with `-n -q --once-per 1h` on one \
+            lock, as cron starts one line on N hosts, on each store: runs of the \
+            job (target: 1), the time from the last start to the last exit \
+            (target at 1,000: 2 s), the store's requests (target: at most 2) \
+            and CPU per skipped elect, the exit codes and the lines on stderr \
+            (target: none).",
+        how: "N is 100 quick; 100, 1,000 and 10,000 full, each started by one \
+            thread as fast as it can fork (the row says over how long), on a \
+            server sized for 100 clients at once.",
     },
     Figure {
         name: "waiters",
