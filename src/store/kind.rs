@@ -34,6 +34,9 @@ pub struct Kind {
     /// Carry out a release order ([`Target::release_order`]), and give back
     /// the store it reached, for the history.
     pub release: ReleaseFn,
+    /// How the probe greets it and tells its answer; `None` for a store
+    /// with no address to look at (a directory).
+    pub greeting: Option<&'static probe::Greeting>,
     /// What it says of itself, for everything that lists the stores.
     pub about: About,
 }

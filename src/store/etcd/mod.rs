@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 mod client;
+mod greeting;
 mod inspect;
 mod lock;
 mod records;

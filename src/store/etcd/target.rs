@@ -55,6 +55,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(etcd) as Box<dyn Store>)
         })
     },
+    greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "etcd",
         help: "etcd://HOST:PORT[,HOST:PORT...], etcds://... for TLS",
@@ -335,7 +336,7 @@ impl Target for EtcdTarget {
 
     fn contact(&self) -> Option<crate::store::probe::Contact> {
         Some(crate::store::probe::Contact {
-            expects: crate::store::probe::Server::Etcd,
+            expects: &super::greeting::GREETING,
             tls: self.tls,
             addresses: self.endpoints.clone(),
         })

@@ -39,6 +39,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(store) as Box<dyn Store>)
         })
     },
+    greeting: None,
     about: About {
         title: "file",
         help: "file:DIR for locks on this host only (\"file\" alone: /var/lib/elect for root, else \

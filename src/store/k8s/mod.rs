@@ -18,6 +18,7 @@
 mod api;
 mod config;
 mod exec;
+mod greeting;
 mod inspect;
 mod lease;
 mod records;
@@ -59,6 +60,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(store) as Box<dyn Store>)
         })
     },
+    greeting: Some(&greeting::GREETING),
     about: About {
         title: "Kubernetes",
         help: "k8s:[NAMESPACE][?context=CONTEXT] (a Lease each lock; in a pod, its service account)",
@@ -151,7 +153,7 @@ impl Target for KubeTarget {
         // Not `tls`: a look in plain HTTP tells a TLS server that answers
         // it as Go's do from any other, which a TLS greeting would not.
         Some(probe::Contact {
-            expects: probe::Server::Kubernetes,
+            expects: &greeting::GREETING,
             tls: false,
             addresses: vec![address],
         })

@@ -33,6 +33,7 @@
 //! SQL and GRANTs an administrator runs once (exit 78).
 
 mod conn;
+mod greeting;
 mod session;
 mod sql;
 mod target;

@@ -54,6 +54,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
         })
     },
+    greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "MySQL/MariaDB",
         help: "mysql://USER@HOST:PORT/DB (or mariadb://)",
@@ -537,7 +538,7 @@ impl Target for MyTarget {
             None => self.address(),
         };
         Some(crate::store::probe::Contact {
-            expects: crate::store::probe::Server::MySql,
+            expects: &super::greeting::GREETING,
             tls: false,
             addresses: vec![address],
         })

@@ -46,6 +46,7 @@
 //! busy.
 
 mod conn;
+mod greeting;
 mod session;
 mod sql;
 mod target;

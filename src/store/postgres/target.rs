@@ -56,6 +56,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
         })
     },
+    greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "PostgreSQL",
         help: "postgres://USER@HOST:PORT/DB (or libpq's 'host=H dbname=D' words)",
@@ -728,7 +729,7 @@ impl Target for PgTarget {
             })
             .collect();
         Some(crate::store::probe::Contact {
-            expects: crate::store::probe::Server::Postgres,
+            expects: &super::greeting::GREETING,
             tls: false,
             addresses,
         })

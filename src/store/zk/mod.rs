@@ -28,6 +28,7 @@
 //! nodes beside the lock's node (`<lock>.checkpoint`, `.shards`, `.last`),
 //! never among its children, where Curator would take them for contenders.
 
+mod greeting;
 mod session;
 mod target;
 

@@ -40,6 +40,7 @@ pub const KIND: Kind = Kind {
             Ok(Box::new(store) as Box<dyn Store>)
         })
     },
+    greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "ZooKeeper",
         help: "zk://HOST:PORT[,HOST:PORT...][/CHROOT] (zks:// for TLS)",
@@ -276,7 +277,7 @@ impl Target for ZkTarget {
 
     fn contact(&self) -> Option<crate::store::probe::Contact> {
         Some(crate::store::probe::Contact {
-            expects: crate::store::probe::Server::ZooKeeper,
+            expects: &super::greeting::GREETING,
             tls: self.tls.is_some(),
             addresses: self.servers.clone(),
         })
