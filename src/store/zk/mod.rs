@@ -29,6 +29,8 @@
 //! never among its children, where Curator would take them for contenders.
 
 mod greeting;
+mod inspect;
+mod lock;
 mod session;
 mod target;
 
@@ -44,8 +46,7 @@ use crate::store::retry::{self, GaveUp};
 use crate::store::rewind::Mark;
 use crate::store::tls;
 use crate::store::{
-    Boxed, Breaking, Fence, Holder, HolderRecord, LockStatus, Put, Record, Session, Store,
-    StoreError, Versioned,
+    Boxed, Breaking, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError, Versioned,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -115,121 +116,6 @@ impl ZooKeeper {
         Ok(store)
     }
 
-    /// The contenders for `lock`: (node name, sequence), in queue order.
-    async fn contenders(
-        &self,
-        client: &Client,
-        lock: &str,
-    ) -> Result<Vec<(String, i64)>, StoreError> {
-        let path = lock_path(lock);
-        match client.list_children(&path).await {
-            Ok(children) => Ok(queue(children)),
-            Err(ZkError::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(failed(&e, "list", &path)),
-        }
-    }
-
-    async fn read_status(&self, lock: &str) -> Result<LockStatus, StoreError> {
-        let client = self.client().await?;
-        let path = lock_path(lock);
-        // The holder may leave between the list and the read: look again.
-        for _ in 0..3 {
-            let nodes = self.contenders(&client, lock).await?;
-            let Some((first, _)) = nodes.first() else {
-                return Ok(LockStatus {
-                    lock: lock.to_string(),
-                    holder: None,
-                    waiting: 0,
-                    ranks: Vec::new(),
-                });
-            };
-            let key = format!("{path}/{first}");
-            match client.get_data(&key).await {
-                Ok((data, stat)) => {
-                    return Ok(LockStatus {
-                        lock: lock.to_string(),
-                        holder: Some(Holder {
-                            key,
-                            token: Token::new(stat.czxid as u64),
-                            record: HolderRecord::from_json(&data),
-                            lease: Some(format!("{:x}", stat.ephemeral_owner)),
-                            ttl_left: None,
-                        }),
-                        waiting: nodes.len() - 1,
-                        ranks: nodes.iter().skip(1).map(|(_, seq)| *seq as u64).collect(),
-                    });
-                }
-                Err(ZkError::NoNode) => continue,
-                Err(e) => return Err(failed(&e, "read", &key)),
-            }
-        }
-        Err(StoreError::unavailable(format!(
-            "lock {lock} kept changing hands"
-        )))
-    }
-
-    /// Every node of elect's tree, by its name below the root, with its
-    /// children. Lock names have at most a few segments, ZooKeeper's own
-    /// tree is not ours, and a lock's history and slots hold records, not
-    /// locks: none of those is walked.
-    async fn tree(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
-        let client = self.client().await?;
-        let mut nodes = Vec::new();
-        let mut frontier = vec![String::new()];
-        for _ in 0..16 {
-            let mut next = Vec::new();
-            for name in frontier {
-                let path = match name.is_empty() {
-                    true => "/".to_string(),
-                    false => format!("/{name}"),
-                };
-                let children = match client.list_children(&path).await {
-                    Ok(children) => children,
-                    Err(ZkError::NoNode) => continue,
-                    Err(e) => return Err(failed(&e, "list", &path)),
-                };
-                for child in &children {
-                    let records = [HISTORY_NODE, SLOTS_NODE]
-                        .iter()
-                        .any(|r| child.ends_with(r));
-                    if is_contender(child) || records || (name.is_empty() && child == "zookeeper") {
-                        continue;
-                    }
-                    next.push(match name.is_empty() {
-                        true => child.clone(),
-                        false => format!("{name}/{child}"),
-                    });
-                }
-                nodes.push((name, children));
-            }
-            if next.is_empty() {
-                break;
-            }
-            frontier = next;
-        }
-        Ok(nodes)
-    }
-
-    /// Every lock under the root whose name starts with `prefix`: nodes
-    /// with contenders among their children.
-    async fn read_list(&self, prefix: &str) -> Result<Vec<LockStatus>, StoreError> {
-        let mut found: Vec<String> = self
-            .tree()
-            .await?
-            .into_iter()
-            .filter(|(name, children)| {
-                name.starts_with(prefix) && !queue(children.clone()).is_empty()
-            })
-            .map(|(name, _)| name)
-            .collect();
-        found.sort();
-        let mut statuses = Vec::new();
-        for lock in found {
-            statuses.push(self.read_status(&lock).await?);
-        }
-        Ok(statuses)
-    }
-
     /// The locks under `prefix` with a history: a node `NAME.history`
     /// beside a lock's node names one.
     async fn read_recorded(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
@@ -253,27 +139,11 @@ impl ZooKeeper {
         Ok(found)
     }
 
-    /// The node of `holder`, if it still holds its place (same czxid:
-    /// same token), with its data version.
-    async fn holder_node(
-        &self,
-        client: &Client,
-        holder: &Holder,
-    ) -> Result<Option<i32>, StoreError> {
-        match client.check_stat(&holder.key).await {
-            Ok(Some(stat)) if Token::new(stat.czxid as u64) == holder.token => {
-                Ok(Some(stat.version))
-            }
-            Ok(_) | Err(ZkError::NoNode) => Ok(None),
-            Err(e) => Err(failed(&e, "read", &holder.key)),
-        }
-    }
-
     /// The longest session timeout the servers grant: no session, a
     /// holder's that elect did not start among them, outlives its client
     /// by more. Asked for by requesting a day, which the servers cut down.
     async fn longest_session(&self) -> Result<Duration, StoreError> {
-        let client = self.connect(Duration::from_secs(86_400)).await?;
+        let client = self.connect(A_DAY).await?;
         Ok(client.session_timeout())
     }
     /// Write `data` at `path` if the holder of `key` still holds `lock`
@@ -331,38 +201,6 @@ impl ZooKeeper {
         Err(StoreError::unavailable(format!(
             "{path} or the holder's node {key} kept changing"
         )))
-    }
-}
-
-/// A break begun on the holder whose node is `key`.
-struct ZkBreaking {
-    client: Client,
-    key: String,
-}
-
-impl Breaking for ZkBreaking {
-    /// Its elect stops the command within its grace and deletes its node.
-    fn ended(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            loop {
-                match self.client.check_and_watch_stat(&self.key).await {
-                    Ok((None, _)) | Err(ZkError::NoNode) => return Ok(()),
-                    Ok((Some(_), watcher)) => {
-                        watcher.changed().await;
-                    }
-                    Err(_) => tokio::time::sleep(session::LOOK_AGAIN).await,
-                }
-            }
-        })
-    }
-
-    fn end(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            match self.client.delete(&self.key, None).await {
-                Ok(()) | Err(ZkError::NoNode) => Ok(()),
-                Err(e) => Err(failed(&e, "delete", &self.key)),
-            }
-        })
     }
 }
 
@@ -465,6 +303,13 @@ fn connector(
     Ok(connector)
 }
 
+/// The first session [`shortest_session`] asks for: a round trip on a
+/// local network, well under any minSessionTimeout (2 × tickTime).
+const FIRST_ASK: Duration = Duration::from_millis(25);
+
+/// A session longer than any server grants, to learn their maximum.
+const A_DAY: Duration = Duration::from_secs(86_400);
+
 /// The shortest session the servers of `target` grant (their
 /// minSessionTimeout), or else one as short as `below` or shorter, if
 /// none is shorter than `below`.
@@ -476,7 +321,9 @@ fn connector(
 /// does not come in time. A session a server granted is as good an answer
 /// as any shorter one: the servers' minimum is no longer.
 async fn shortest_session(target: &ZkTarget, below: Duration) -> Result<Duration, StoreError> {
-    let mut ask = Duration::from_millis(25);
+    // Not a backoff: no pause comes between the attempts; what grows is
+    // the session asked for, and with it the time its connection is given.
+    let mut ask = FIRST_ASK;
     while ask < below {
         // The client's connection timeout at 3/5 of the session: its
         // attempt at a server's answer then takes that long, not a tick.
@@ -607,30 +454,8 @@ impl Store for ZooKeeper {
         ask: bool,
     ) -> Boxed<'a, Result<Option<Box<dyn Breaking + 'a>>, StoreError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let Some(version) = self.holder_node(&client, holder).await? else {
-                return Ok(None);
-            };
-            // A holder that is not elect's (Curator) cannot be asked.
-            if let Some(record) = holder.record.clone().filter(|_| ask) {
-                let request = HolderRecord {
-                    break_request: Some(crate::store::holder::break_request()),
-                    ..record
-                };
-                match client
-                    .set_data(&holder.key, request.to_json().as_bytes(), Some(version))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(None),
-                    Err(e) => return Err(failed(&e, "ask", &holder.key)),
-                }
-            }
-            let breaking: Box<dyn Breaking + 'a> = Box::new(ZkBreaking {
-                client,
-                key: holder.key.clone(),
-            });
-            Ok(Some(breaking))
+            let breaking = self.break_holder(holder, ask).await?;
+            Ok(breaking.map(|b| Box::new(b) as Box<dyn Breaking + 'a>))
         })
     }
 
