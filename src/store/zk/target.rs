@@ -73,15 +73,49 @@ pub struct ZkTls {
     pub identity: Option<(String, Secret)>,
 }
 
+/// Why a ZooKeeper URL, with the settings given, names no store.
+#[derive(Debug, thiserror::Error)]
+enum UrlError {
+    #[error("expected zk://HOST:PORT or zks://HOST:PORT")]
+    Scheme,
+    /// A certificate or key file that cannot be used, as its reader says.
+    #[error("{0}")]
+    File(String),
+    /// A TLS flag given for a `zk://` URL.
+    #[error("{0} needs TLS: use zks://")]
+    NeedsTls(&'static str),
+    #[error("zks:// needs --cacert, the CA that signed the servers' certificates")]
+    NoCacert,
+    #[error("--cert needs --key")]
+    CertWithoutKey,
+    #[error("--key needs --cert")]
+    KeyWithoutCert,
+    #[error(
+        "unknown option '{0}': ZooKeeper's URL takes none; its settings are the flags --user, --password-file, --cacert, --cert and --key"
+    )]
+    Option(String),
+    #[error("chroot: {0}")]
+    Chroot(NameError),
+    #[error("an empty server")]
+    EmptyServer,
+    #[error("'{0}' is not HOST:PORT")]
+    NotHostPort(String),
+    #[error("'{0}' has a bad port")]
+    Port(String),
+    /// The password, wherever it was looked for, as that says.
+    #[error("{0}")]
+    Password(String),
+    #[error("ZooKeeper user {0} needs a password: give --password-file or ELECT_PASSWORD")]
+    NoPassword(String),
+}
+
 impl ZkTarget {
-    fn parse(url: &str, settings: &Settings) -> Result<ZkTarget, String> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or("expected zk://HOST:PORT or zks://HOST:PORT")?;
+    fn parse(url: &str, settings: &Settings) -> Result<ZkTarget, UrlError> {
+        let (scheme, rest) = url.split_once("://").ok_or(UrlError::Scheme)?;
         let pem = |path: &std::path::Path, flag: &str, kind: &str| {
             crate::store::secret::read_pem(path, flag, kind)
                 .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-                .map_err(|e| e.message)
+                .map_err(|e| UrlError::File(e.message))
         };
         let tls = match scheme.eq_ignore_ascii_case("zks") {
             false => {
@@ -93,7 +127,7 @@ impl ZkTarget {
                 .iter()
                 .find_map(|(flag, given)| given.then_some(flag))
                 {
-                    return Err(format!("{flag} needs TLS: use zks://"));
+                    return Err(UrlError::NeedsTls(flag));
                 }
                 None
             }
@@ -101,21 +135,19 @@ impl ZkTarget {
                 let ca = match &settings.cacert {
                     Some(path) => pem(path, "--cacert", "CERTIFICATE")?,
                     None => {
-                        return Err("zks:// needs --cacert, the CA that signed the servers' \
-                                    certificates"
-                            .into());
+                        return Err(UrlError::NoCacert);
                     }
                 };
                 let identity = match (&settings.cert, &settings.key) {
                     (Some(cert), Some(key)) => Some((
                         crate::store::secret::read_client_certificate(cert, "--cert")
                             .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-                            .map_err(|e| e.message)?,
+                            .map_err(|e| UrlError::File(e.message))?,
                         Secret(pem(key, "--key", "PRIVATE KEY")?),
                     )),
                     (None, None) => None,
-                    (Some(_), None) => return Err("--cert needs --key".into()),
-                    (None, Some(_)) => return Err("--key needs --cert".into()),
+                    (Some(_), None) => return Err(UrlError::CertWithoutKey),
+                    (None, Some(_)) => return Err(UrlError::KeyWithoutCert),
                 };
                 Some(ZkTls { ca, identity })
             }
@@ -127,25 +159,22 @@ impl ZkTarget {
         if let Some((_, query)) = rest.split_once('?') {
             let first = query.split('&').next().unwrap_or_default();
             let name = first.split('=').next().unwrap_or_default();
-            return Err(format!(
-                "unknown option '{name}': ZooKeeper's URL takes none; its settings are the \
-                 flags --user, --password-file, --cacert, --cert and --key"
-            ));
+            return Err(UrlError::Option(name.to_string()));
         }
         let (list, chroot) = match rest.find('/') {
             Some(at) => (&rest[..at], rest[at..].trim_end_matches('/')),
             None => (rest, ""),
         };
         if !chroot.is_empty() {
-            crate::store::check_lock_name(chroot).map_err(|e| format!("chroot: {e}"))?;
+            crate::store::check_lock_name(chroot).map_err(UrlError::Chroot)?;
         }
         let mut servers = Vec::new();
         for item in list.split(',') {
             let item = item.trim();
             if item.is_empty() {
-                return Err("an empty server".into());
+                return Err(UrlError::EmptyServer);
             }
-            let bad = || format!("'{item}' is not HOST:PORT");
+            let bad = || UrlError::NotHostPort(item.to_string());
             let (host, port) = match item.strip_prefix('[') {
                 Some(v6) => {
                     let (addr, after) = v6.split_once(']').ok_or_else(bad)?;
@@ -176,7 +205,7 @@ impl ZkTarget {
                     .parse::<u16>()
                     .ok()
                     .filter(|p| *p != 0)
-                    .ok_or_else(|| format!("'{item}' has a bad port"))?,
+                    .ok_or_else(|| UrlError::Port(item.to_string()))?,
             };
             servers.push(format!("{host}:{port}"));
         }
@@ -194,11 +223,9 @@ impl ZkTarget {
             |name| std::env::var(name).ok(),
             || None,
         )
-        .map_err(|e| e.message)?;
+        .map_err(|e| UrlError::Password(e.message))?;
         if let (Some(user), None) = (&user, &password) {
-            return Err(format!(
-                "ZooKeeper user {user} needs a password: give --password-file or ELECT_PASSWORD"
-            ));
+            return Err(UrlError::NoPassword(user.clone()));
         }
         Ok(ZkTarget {
             servers,
@@ -288,7 +315,7 @@ impl Target for ZkTarget {
 mod tests {
     use super::*;
 
-    fn parse(url: &str) -> Result<ZkTarget, String> {
+    fn parse(url: &str) -> Result<ZkTarget, UrlError> {
         ZkTarget::parse(url, &Settings::default())
     }
 
@@ -314,14 +341,14 @@ mod tests {
             ),
             ("zk://h/jobs?x", "unknown option 'x'"),
         ] {
-            let err = parse(bad).unwrap_err();
+            let err = parse(bad).unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");
         }
         let certs = Settings {
             cacert: Some("/ca".into()),
             ..Settings::default()
         };
-        let err = ZkTarget::parse("zk://a", &certs).unwrap_err();
+        let err = ZkTarget::parse("zk://a", &certs).unwrap_err().to_string();
         assert!(err.contains("zks://"), "{err}");
     }
 }
