@@ -33,6 +33,24 @@ const KEEP_COUNTERS: &str = "put a backup of the directory back only with the li
 /// instance would cost milliseconds at every exit.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// Why the lock file we hold is no longer the one at the lock's path.
+#[derive(Debug, thiserror::Error)]
+enum Moved {
+    /// Our own descriptor's file cannot be looked at.
+    #[error("{0}")]
+    Ours(std::io::Error),
+    #[error("the lock file {} was replaced", .0.display())]
+    Replaced(PathBuf),
+    #[error("the lock file {} was removed", .0.display())]
+    Removed(PathBuf),
+    /// The path cannot be looked at, as the system says.
+    #[error("the lock file {}: {error}", path.display())]
+    Unseen {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// A session of the file store: no lease, nothing to renew; the locks end
 /// when their files are closed.
 pub struct FileSession {
@@ -84,7 +102,7 @@ enum Waited {
     Locked(std::io::Result<()>),
     Busy,
     /// The file was removed or replaced, and why.
-    Moved(String),
+    Moved(Moved),
 }
 
 /// Nothing expires: a renewal always finds the lease alive, for its TTL
@@ -140,20 +158,18 @@ impl FileLock {
     }
 
     /// Is the file we hold still the one at the lock's path?
-    fn still_in_place(&self) -> Result<(), String> {
-        let ours = self.file.borrow().metadata().map_err(|e| e.to_string())?;
+    fn still_in_place(&self) -> Result<(), Moved> {
+        let ours = self.file.borrow().metadata().map_err(Moved::Ours)?;
         match std::fs::symlink_metadata(&self.path) {
             Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() && ours.nlink() > 0 => {
                 Ok(())
             }
-            Ok(_) => Err(format!(
-                "the lock file {} was replaced",
-                self.path.display()
-            )),
-            Err(e) if e.kind() == IoKind::NotFound => {
-                Err(format!("the lock file {} was removed", self.path.display()))
-            }
-            Err(e) => Err(format!("the lock file {}: {e}", self.path.display())),
+            Ok(_) => Err(Moved::Replaced(self.path.clone())),
+            Err(e) if e.kind() == IoKind::NotFound => Err(Moved::Removed(self.path.clone())),
+            Err(error) => Err(Moved::Unseen {
+                path: self.path.clone(),
+                error,
+            }),
         }
     }
 
@@ -243,7 +259,7 @@ impl FileLock {
 
     /// Look at the lock file every [`LOOK_EVERY`] until it is no longer the
     /// one we have open; why.
-    async fn moved(&self) -> String {
+    async fn moved(&self) -> Moved {
         loop {
             tokio::time::sleep(LOOK_EVERY).await;
             if let Err(why) = self.still_in_place() {
@@ -259,7 +275,7 @@ impl FileLock {
             Ok(text) if text.starts_with(BREAK_REQUEST) => {
                 Loss::Asked(format!("{} asked it to let go", text.trim()))
             }
-            _ => Loss::Gone(why),
+            _ => Loss::Gone(why.to_string()),
         }
     }
 }

@@ -62,8 +62,30 @@ pub struct FileTarget {
     network_fs_ok: bool,
 }
 
+/// Why a `file:` URL names no directory.
+#[derive(Debug, thiserror::Error)]
+enum UrlError {
+    #[error("unknown option '{0}'; the only one is network-fs=ok")]
+    Option(String),
+    /// `file://HOST/…`: a host, where only this one is meant.
+    #[error("expected file:/DIR or file:///DIR")]
+    Host,
+    #[error("the directory name contains control characters")]
+    Control,
+    #[error("'~user' is not expanded; give the directory in full")]
+    TildeUser,
+    /// The current directory, to make a relative path absolute, as the
+    /// system says.
+    #[error("{0}")]
+    Absolute(std::io::Error),
+    #[error("--store file: neither XDG_STATE_HOME nor HOME is set; give a directory: file:/path")]
+    NoStateDir,
+    #[error("'~' needs HOME set to an absolute path")]
+    NoHome,
+}
+
 impl FileTarget {
-    fn parse(rest: &str) -> Result<Self, String> {
+    fn parse(rest: &str) -> Result<Self, UrlError> {
         let (path, query) = match rest.split_once('?') {
             Some((path, query)) => (path, Some(query)),
             None => (rest, None),
@@ -72,29 +94,27 @@ impl FileTarget {
             None => false,
             Some("network-fs=ok") => true,
             Some(other) => {
-                return Err(format!(
-                    "unknown option '{other}'; the only one is network-fs=ok"
-                ));
+                return Err(UrlError::Option(other.to_string()));
             }
         };
         let path = match path.strip_prefix("//") {
             Some(abs) if abs.starts_with('/') => abs,
-            Some(_) => return Err("expected file:/DIR or file:///DIR".into()),
+            Some(_) => return Err(UrlError::Host),
             None => path,
         };
         if path.chars().any(char::is_control) {
-            return Err("the directory name contains control characters".into());
+            return Err(UrlError::Control);
         }
         let dir = match path {
             "" => default_dir()?,
             "~" => home()?,
             _ if path.starts_with("~/") => home()?.join(&path[2..]),
             _ if path.starts_with('~') => {
-                return Err("'~user' is not expanded; give the directory in full".into());
+                return Err(UrlError::TildeUser);
             }
             // The command gets ELECT_STORE: it must mean the same place
             // from wherever the command runs.
-            _ => std::path::absolute(path).map_err(|e| e.to_string())?,
+            _ => std::path::absolute(path).map_err(UrlError::Absolute)?,
         };
         Ok(FileTarget { dir, network_fs_ok })
     }
@@ -131,7 +151,7 @@ impl Target for FileTarget {
 
 /// The per-user state directory for a bare `--store file`. Not /run or
 /// /tmp: the token counters must survive reboots.
-fn default_dir() -> Result<PathBuf, String> {
+fn default_dir() -> Result<PathBuf, UrlError> {
     if nix::unistd::geteuid().is_root() {
         return Ok(PathBuf::from("/var/lib/elect"));
     }
@@ -140,19 +160,16 @@ fn default_dir() -> Result<PathBuf, String> {
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => Ok(PathBuf::from(home).join(".local/state/elect")),
-        None => Err(
-            "--store file: neither XDG_STATE_HOME nor HOME is set; give a directory: file:/path"
-                .into(),
-        ),
+        None => Err(UrlError::NoStateDir),
     }
 }
 
 /// `$HOME`, for `file:~/DIR`.
-fn home() -> Result<PathBuf, String> {
+fn home() -> Result<PathBuf, UrlError> {
     std::env::var_os("HOME")
         .filter(|h| Path::new(h).is_absolute())
         .map(PathBuf::from)
-        .ok_or_else(|| "'~' needs HOME set to an absolute path".to_string())
+        .ok_or(UrlError::NoHome)
 }
 
 #[cfg(test)]
