@@ -36,8 +36,42 @@ impl Backoff {
         now
     }
 
+    /// [`Backoff::pause`], somewhere in its second half, at random: many
+    /// that were refused together (a fleet's cron at one minute) come back
+    /// spread over that half, not together again.
+    pub fn jittered(&mut self) -> Duration {
+        let pause = self.pause();
+        let mut byte = [0u8; 2];
+        // Without randomness (never on Linux), the pause itself.
+        let share = match getrandom::fill(&mut byte) {
+            Ok(()) => u32::from(u16::from_le_bytes(byte)),
+            Err(_) => u32::from(u16::MAX),
+        };
+        pause / 2 + (pause / 2).mul_f64(f64::from(share) / f64::from(u16::MAX))
+    }
+
     /// After an attempt that got somewhere: the next pause is the first again.
     pub fn reset(&mut self) {
         self.next = self.first;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jittered_pause_lies_in_the_second_half_and_spreads_over_it() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<Duration> = (0..1000)
+            .map(|_| Backoff::new(ms(100), ms(100)).jittered())
+            .collect();
+        assert!(pauses.iter().all(|p| (ms(50)..=ms(100)).contains(p)));
+        let (low, high) = (pauses.iter().min().unwrap(), pauses.iter().max().unwrap());
+        assert!(*high - *low > ms(40), "{low:?} .. {high:?}");
+        // And it doubles as the pause does.
+        let mut b = Backoff::new(ms(100), ms(1000));
+        b.jittered();
+        assert!((ms(100)..=ms(200)).contains(&b.jittered()));
     }
 }

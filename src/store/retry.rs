@@ -42,7 +42,9 @@ pub enum GaveUp<E> {
 /// says no to, or `bound` has passed. Each attempt is given `attempt` at
 /// most (no more than what is left of the bound; [`attempt_within`] unless
 /// the store says why not); one that fails is tried again after a
-/// [`Backoff::STORE`] pause, one that goes unanswered at once. `what` names
+/// [`Backoff::STORE`] pause, jittered (a fleet's elects turned away
+/// together, at a server's connection limit, come back spread out), one
+/// that goes unanswered at once. `what` names
 /// the request in the verbose log.
 pub async fn retry<T, E, F, Fut>(
     what: &str,
@@ -68,7 +70,7 @@ where
             Ok(Err(e)) if !worth_retrying(&e) => return Err(GaveUp::Refused(e)),
             Ok(Err(e)) => {
                 last = Some(e);
-                let pause = Instant::now() + backoff.pause();
+                let pause = Instant::now() + backoff.jittered();
                 sleep_until(pause.min(give_up)).await;
             }
             Err(_) if !give_up.remaining().is_zero() => {
@@ -208,6 +210,18 @@ mod tests {
         (got, at.into_inner())
     }
 
+    /// Each gap between attempts `at` (ms) is in the second half of its
+    /// pause: none longer, none shorter than half.
+    fn jittered(at: &[u128], pauses: &[u128]) {
+        assert_eq!(at.len(), pauses.len() + 1, "{at:?}");
+        for (gap, pause) in at.windows(2).map(|w| w[1] - w[0]).zip(pauses) {
+            assert!(
+                (pause / 2..=*pause).contains(&gap),
+                "{at:?} after pauses {pauses:?}"
+            );
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failure_that_may_pass_is_tried_again_after_each_pause() {
         let (got, at) = run(
@@ -217,7 +231,7 @@ mod tests {
         )
         .await;
         assert_eq!(got, Ok(7));
-        assert_eq!(at, [0, 25, 75, 175]);
+        jittered(&at, &[25, 50, 100]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -229,7 +243,7 @@ mod tests {
         )
         .await;
         assert_eq!(got, Err(GaveUp::Refused("no")));
-        assert_eq!(at, [0, 25]);
+        jittered(&at, &[25]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -240,7 +254,9 @@ mod tests {
         let started = Instant::now();
         let (got, at) = run(Duration::from_secs(6), vec![Err("busy")], |_| true).await;
         assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
-        assert_eq!(at, [0, 25, 2025, 4025]);
+        assert_eq!(at.len(), 4, "{at:?}");
+        jittered(&at[..2], &[25]);
+        assert_eq!([at[2] - at[1], at[3] - at[2]], [2000, 2000], "{at:?}");
         assert_eq!(Instant::now().since(started), Duration::from_secs(6));
     }
 
@@ -251,8 +267,12 @@ mod tests {
         let (got, at) = run(Duration::from_secs(2), answers, |_| true).await;
         assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
         assert_eq!(Instant::now().since(started), Duration::from_secs(2));
-        // 25, 50, 100, 200, 400 ms, then every 500 ms.
-        assert_eq!(at, [0, 25, 75, 175, 375, 775, 1275, 1775]);
+        // 25, 50, 100, 200, 400 ms, then 500 ms, each jittered.
+        let pauses = [
+            25, 50, 100, 200, 400, 500, 500, 500, 500, 500, 500, 500, 500, 500,
+        ];
+        jittered(&at, &pauses[..at.len() - 1]);
+        assert!(*at.last().unwrap() < 2000, "{at:?}");
     }
 
     #[tokio::test(start_paused = true)]
