@@ -776,7 +776,9 @@ fn a_break_of_a_dead_holder_says_nobody_let_go<S: StoreUnderTest>() {
     for pid in [elect_pid, guard, sh] {
         signal(pid, libc::SIGSTOP);
     }
-    for pid in [elect_pid, guard, sh] {
+    // The command first: the guard's death wakes its sentinel, which would
+    // kill the command's group before this could.
+    for pid in [sh, guard, elect_pid] {
         signal(pid, libc::SIGKILL);
     }
     holder.wait(5 * SECOND);
@@ -2031,7 +2033,8 @@ fn a_failed_night_is_run_again_by_a_host_that_waits<S: StoreUnderTest>() {
         .map(|e| e["outcome"].as_str().unwrap().to_string())
         .collect();
     outcomes.sort();
-    assert_eq!(outcomes, ["done-before", "failed", "succeeded"]);
+    // The host that found it done left no record.
+    assert_eq!(outcomes, ["failed", "succeeded"]);
 }
 
 /// `elect list` is the inventory of the jobs run at a store: the locks
@@ -2135,7 +2138,8 @@ fn a_slot_done_is_not_run_again<S: StoreUnderTest>() {
         .into_iter()
         .map(|e| e["slot"].clone())
         .collect();
-    assert_eq!(slots, ["2026-11", "2026-11", "2026-11", "2026-12"]);
+    // The runs that found the slot done left no record.
+    assert_eq!(slots, ["2026-11", "2026-12"]);
 
     // With --shards, each shard's slot is its own.
     let on_shard = |k: &str| {
