@@ -11,9 +11,11 @@
 //! `renewals` names each renewal, so that a waiter can tell a row it has
 //! seen unchanged for a TTL ([`crate::store::observed`]).
 
+pub mod lock;
 mod rows;
 pub mod session;
 pub mod store;
+pub mod take;
 pub mod target;
 
 use std::time::Duration;

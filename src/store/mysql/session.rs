@@ -36,18 +36,22 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::conn::{Failed, Link, cell, code, p};
-use super::{MySql, POLL_EVERY, sql::Sql};
-use crate::clock::{Instant, sleep_until};
+
+mod doorbell;
+use doorbell::Doorbell;
+
+use super::{MySql, sql::Sql};
+use crate::clock::Instant;
 use crate::log;
+use crate::store::lease_row::lock::{Place, RowLock};
 use crate::store::lease_row::session::worth_a_take_in;
 use crate::store::lease_row::store::checkpoint_of;
-use crate::store::lease_row::{self, Cell as Value, Version, key};
-use crate::store::observed::Observed;
-use crate::store::retry::{self, Backoff};
+use crate::store::lease_row::take::{Attempt, Sorted, Taker, Tries, Try, Waking};
+use crate::store::lease_row::{self, Cell as Value, Version};
+use crate::store::retry;
 use crate::store::{
-    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError, Turn,
+    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
 };
-use crate::store::{PAST_EXPIRY, Token};
 
 /// What a session adds to the [`Shared`] of every lease-row session.
 #[derive(Default)]
@@ -113,11 +117,7 @@ impl Session for MySession<'_> {
         Box::pin(async move {
             let lock: Box<dyn Lock + '_> = Box::new(MyLock {
                 session: self,
-                key: key(&lock, &self.shared.tenure),
-                record: record.acquired_now().to_json(),
-                lock,
-                checkpoint: RefCell::new(None),
-                observed: RefCell::new(Observed::new()),
+                place: Place::new(lock, &self.shared.tenure, record),
                 bell: self.store.link.fresh(),
                 fence: Cell::new(None),
             });
@@ -219,13 +219,7 @@ impl Renewer for MyRenewer {
 /// A place in the race for one lock's row.
 struct MyLock<'s> {
     session: &'s MySession<'s>,
-    lock: String,
-    key: String,
-    record: String,
-    /// The checkpoint, as the take found the row.
-    checkpoint: RefCell<Option<Checkpoint>>,
-    /// The holder's row as we have seen it, and since when.
-    observed: RefCell<Observed<Version>>,
+    place: Place,
     /// The lock's second connection: a waiter blocks on the holder's
     /// doorbell there, and the holder hangs its own.
     bell: Link,
@@ -245,63 +239,6 @@ struct Seen {
     /// Let go on another server: the take that followed may have been
     /// lost with the old primary.
     unsettled: bool,
-}
-
-/// What one acquisition attempt found.
-enum Attempt {
-    /// Ours, with this token, by the statement sent at this instant.
-    Ours(u64, Instant),
-    /// Busy; worth another look in this long (`None`: at once, a race),
-    /// and the fence of its holder, whose doorbell tells of a release.
-    Busy(Option<Duration>, Option<i64>),
-    /// Let go on another server, so perhaps taken since on the old
-    /// primary; ours to take once it has stayed so this long.
-    Unsettled(Duration),
-}
-
-/// What a waiter heard at a holder's doorbell.
-enum Heard {
-    /// It was free: the holder let go of it, or its connection ended.
-    Free,
-    /// The time was up.
-    Quiet,
-    /// No answer: the second connection failed.
-    Nothing,
-}
-
-/// Hang the doorbell of `lock`'s row held with `fence`. Logged, never
-/// fatal: without it waiters read the row.
-async fn ring(sql: &Sql, link: &Link, lock: &str, fence: i64, ttl: Duration) {
-    let patience = retry::attempt_within(ttl);
-    let answer = link
-        .exec(&sql.ring, vec![p(lock), p(fence)], patience)
-        .await;
-    match answer.map(|(rows, _)| rows.first().and_then(|r| r.get::<Option<i64>, _>(0))) {
-        Ok(Some(Some(1))) => {}
-        Ok(_) => log::verbose(format_args!(
-            "the doorbell of lock {lock} is held elsewhere; waiters will read the row"
-        )),
-        Err(e) => {
-            link.reset();
-            log::verbose(format_args!(
-                "cannot hang the doorbell of lock {lock}: {}",
-                e.text()
-            ));
-        }
-    }
-}
-
-/// Let the doorbell of `lock` go; where that fails, drop its connection,
-/// which lets it go as well.
-async fn unring(sql: &Sql, link: &Link, lock: &str, fence: i64, ttl: Duration) {
-    let patience = retry::attempt_within(ttl);
-    if link
-        .exec(&sql.unring, vec![p(lock), p(fence)], patience)
-        .await
-        .is_err()
-    {
-        link.reset();
-    }
 }
 
 fn millis(ms: Option<i64>) -> Option<Duration> {
@@ -329,7 +266,7 @@ impl MyLock<'_> {
     /// The lock's row, if it exists.
     async fn look(&self) -> Result<Option<Seen>, Failed> {
         let (rows, _) = self
-            .exec(&self.store().sql.row, vec![p(self.lock.as_str())])
+            .exec(&self.store().sql.row, vec![p(self.place.lock.as_str())])
             .await?;
         let Some(row) = rows.first() else {
             return Ok(None);
@@ -368,14 +305,14 @@ impl MyLock<'_> {
     /// take, by the database's clock and by ours (zero: now).
     fn judge(&self, seen: Seen, answered: Instant) -> Duration {
         let shared = &self.session.shared;
-        let mut observed = self.observed.borrow_mut();
+        let mut observed = self.place.observed.borrow_mut();
         observed.saw(seen.version, seen.ttl.unwrap_or(shared.ttl), answered);
         worth_a_take_in(&observed, seen.left)
     }
 
     /// One acquisition: with `look_first`, a read alone while the row is
     /// still busy.
-    async fn attempt(&self, look_first: bool) -> Result<Attempt, Failed> {
+    async fn try_once(&self, look_first: bool) -> Result<Attempt<Option<i64>>, Failed> {
         let shared = &self.session.shared;
         if look_first
             && let Some(seen) = self.look().await?
@@ -387,17 +324,17 @@ impl MyLock<'_> {
                 return Ok(Attempt::Busy(Some(wait), Some(fence)));
             }
         }
-        let (t, r, m) = Version::ripe(&self.observed.borrow());
+        let (t, r, m) = Version::ripe(&self.place.observed.borrow());
         let tenure = self.tenure();
         let sent = Instant::now();
         let take = vec![
             p(tenure),
             p(tenure),
             p(tenure),
-            p(self.record.as_str()),
+            p(self.place.record.as_str()),
             p(tenure),
             p(ttl_us(shared)),
-            p(self.lock.as_str()),
+            p(self.place.lock.as_str()),
             p(tenure),
             p(t),
             p(r),
@@ -411,10 +348,10 @@ impl MyLock<'_> {
                     // The lock's first take: a row of its own, fence 1.
                     let sent = Instant::now();
                     let insert = vec![
-                        p(self.lock.as_str()),
+                        p(self.place.lock.as_str()),
                         p(tenure),
                         p(ttl_us(shared)),
-                        p(self.record.as_str()),
+                        p(self.place.record.as_str()),
                     ];
                     match self.exec(&self.store().sql.insert, insert).await {
                         Ok(_) => {}
@@ -441,307 +378,153 @@ impl MyLock<'_> {
         };
         let answered = Instant::now();
         if seen.tenure.as_deref() == Some(tenure) {
-            shared.held.borrow_mut().insert(self.lock.clone());
-            shared.own.queued.borrow_mut().remove(&self.lock);
-            *self.checkpoint.borrow_mut() = seen.checkpoint;
+            shared.held.borrow_mut().insert(self.place.lock.clone());
+            shared.own.queued.borrow_mut().remove(&self.place.lock);
+            *self.place.checkpoint.borrow_mut() = seen.checkpoint;
             self.fence.set(Some(seen.fence));
-            let unqueue = vec![p(self.lock.as_str()), p(tenure)];
+            let unqueue = vec![p(self.place.lock.as_str()), p(tenure)];
             if let Err(e) = self.exec(&self.store().sql.unqueue_taken, unqueue).await {
                 log::verbose(format_args!(
                     "leaving the queue of {}: {}",
-                    self.lock,
+                    self.place.lock,
                     e.text()
                 ));
             }
             return Ok(Attempt::Ours(seen.fence as u64, sent));
         }
         if seen.tenure.is_none() && seen.unsettled {
-            let wait = self
-                .observed
-                .borrow_mut()
-                .wait_out(seen.version, shared.ttl, answered);
+            let wait =
+                self.place
+                    .observed
+                    .borrow_mut()
+                    .wait_out(seen.version, shared.ttl, answered);
             log::verbose(format_args!(
                 "lock {} was let go on another server (a failover); taking it in {}, once no \
                  take lost with the old primary can be alive",
-                self.lock,
+                self.place.lock,
                 crate::clock::show(wait)
             ));
             return Ok(Attempt::Unsettled(wait));
         }
         if seen.tenure.is_none() {
             // Let go between the take and the look.
-            self.observed.borrow_mut().forget();
+            self.place.observed.borrow_mut().forget();
             return Ok(Attempt::Busy(None, None));
         }
         let fence = seen.fence;
         let wait = self.judge(seen, answered);
-        if !shared.own.queued.borrow().contains(&self.lock) {
-            let queue = vec![p(self.lock.as_str()), p(tenure), p(ttl_us(shared))];
+        if !shared.own.queued.borrow().contains(&self.place.lock) {
+            let queue = vec![p(self.place.lock.as_str()), p(tenure), p(ttl_us(shared))];
             self.exec(&self.store().sql.queue, queue).await?;
-            shared.own.queued.borrow_mut().insert(self.lock.clone());
+            shared
+                .own
+                .queued
+                .borrow_mut()
+                .insert(self.place.lock.clone());
         }
         Ok(Attempt::Busy(
             (!wait.is_zero()).then_some(wait),
             Some(fence),
         ))
     }
+}
 
-    /// Block on the doorbell of the holder with `fence` for at most
-    /// `within`.
-    async fn listen(&self, fence: i64, within: Duration) -> Heard {
-        let sql = &self.store().sql;
-        let lock = self.lock.as_str();
-        let seconds = within.as_secs_f64();
-        let patience = within + retry::attempt_within(self.session.shared.ttl);
-        let params = vec![p(lock), p(fence), p(seconds)];
-        // The bound covers a connect as well: a server out of reach holds
-        // the waiter no longer than a statement.
-        let answer =
-            match tokio::time::timeout(patience, self.bell.exec(&sql.listen, params, patience))
-                .await
-            {
-                Ok(answer) => answer,
-                Err(_) => Err(Failed::Link(StoreError::unavailable(
-                    "the doorbell's connection did not answer",
-                ))),
-            };
-        match answer.map(|(rows, _)| rows.first().and_then(|r| r.get::<Option<i64>, _>(0))) {
-            Ok(Some(Some(1))) => {
-                // Ours for a moment: give it back, for the holder's own.
-                unring(sql, &self.bell, lock, fence, self.session.shared.ttl).await;
-                Heard::Free
-            }
-            Ok(Some(Some(_))) => Heard::Quiet,
-            Ok(_) => Heard::Nothing,
-            Err(e) => {
-                log::verbose(format_args!(
-                    "cannot wait at the doorbell of lock {lock}: {}",
-                    e.text()
-                ));
-                self.bell.reset();
-                Heard::Nothing
-            }
+/// A wait for the row of a [`MyLock`]: the loop is the core's; an attempt
+/// takes, looks, makes the row or queues us, and the wake-up is the
+/// holder's doorbell.
+impl<'s> Taker for MyLock<'s> {
+    /// The fence of the holder, whose doorbell tells of its release.
+    type Hint = Option<i64>;
+    type Failed = Failed;
+
+    fn place(&self) -> &Place {
+        &self.place
+    }
+
+    fn ttl(&self) -> Duration {
+        self.session.shared.ttl
+    }
+
+    fn within(&self) -> Duration {
+        self.store().within
+    }
+
+    async fn attempt(&self, how: Try) -> Result<Attempt<Option<i64>>, Failed> {
+        self.try_once(how.look_first).await
+    }
+
+    async fn sort(&self, failed: Failed, tries: &Tries) -> Sorted<Failed> {
+        match failed {
+            e if e.code() == Some(code::NO_SUCH_TABLE) && !tries.set_up => Sorted::SetUp,
+            e if !e.is_transient() => Sorted::Fatal(self.store().failed(&e).await),
+            e => Sorted::Transient(e),
         }
     }
 
-    /// Until `left` has passed (or `until`), or the holder with `fence`
-    /// lets go. `gap`: how long to wait first, since its doorbell was
-    /// found free while its row was still held.
-    async fn nap(
-        &self,
-        left: Duration,
-        fence: i64,
-        until: Option<Instant>,
-        gap: &mut Option<(i64, Backoff)>,
-    ) {
-        let end = Instant::now() + left;
-        let end = until.map_or(end, |at| at.min(end));
-        if let Some((f, wait)) = gap
-            && *f == fence
-        {
-            sleep_until(end.min(Instant::now() + wait.pause())).await;
-        }
-        let within = end.remaining();
-        if within.is_zero() {
-            return;
-        }
-        match self.listen(fence, within).await {
-            Heard::Free => {
-                if gap.as_ref().is_none_or(|(f, _)| *f != fence) {
-                    *gap = Some((fence, Backoff::new(FIRST_GAP, POLL_EVERY)));
-                }
-            }
-            Heard::Quiet => {
-                *gap = None;
-                // A server that rounds the time down answers early.
-                sleep_until(end.min(Instant::now() + POLL_EVERY)).await;
-            }
-            Heard::Nothing => sleep_until(end.min(Instant::now() + POLL_EVERY)).await,
-        }
+    async fn set_up(&self) -> Result<(), StoreError> {
+        self.store().set_up().await
     }
 
-    /// Try until the row is ours; set up the tables on first use.
-    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
-        let store = self.store();
-        // A statement that hangs on a dead connection is given up and
-        // tried on a new one: a take sent again is safe.
-        let patience = retry::attempt_within(self.session.shared.ttl);
-        let mut set_up = false;
-        let mut look_first = false;
-        let mut backoff = Backoff::STORE;
-        let mut gap = None;
-        // Until the server first answers an attempt, the wait is bounded by
-        // --connect-timeout, as every call before we are queued; after,
-        // attempts go on until the lock is ours.
-        let unanswered_until = Instant::now() + store.within;
-        let mut answered = false;
-        loop {
-            let bound = match answered {
-                true => patience,
-                false => patience.min(unanswered_until.remaining()),
-            };
-            let left = match tokio::time::timeout(bound, self.attempt(look_first)).await {
-                Ok(Ok(Attempt::Ours(token, sent))) => {
-                    return Ok(Turn::First {
-                        token: Token::new(token),
-                        taken: Some(sent),
-                    });
-                }
-                Ok(Ok(Attempt::Busy(left, fence))) => (left, fence),
-                // Not held by anyone we can see: no `-n` or `--wait` gives
-                // up on it, the wait is one TTL once a failover.
-                Ok(Ok(Attempt::Unsettled(left))) => {
-                    answered = true;
-                    sleep_until(Instant::now() + left + PAST_EXPIRY).await;
-                    continue;
-                }
-                Ok(Err(e)) if e.code() == Some(code::NO_SUCH_TABLE) && !set_up => {
-                    set_up = true;
-                    store.set_up().await?;
-                    continue;
-                }
-                Ok(Err(e)) if !e.is_transient() => return Err(store.failed(&e).await),
-                Ok(Err(e)) if !answered && unanswered_until.remaining().is_zero() => {
-                    return Err(store.failed(&e).await);
-                }
-                Ok(Err(e)) => {
-                    log::verbose(format_args!(
-                        "could not try for lock {}: {}",
-                        self.lock,
-                        e.text()
-                    ));
-                    store.link.reset();
-                    store.link.cancel_unanswered().await;
-                    // Busy only as last seen: a lock never seen is not
-                    // called held (`-n` tries until --connect-timeout).
-                    let wake = Instant::now() + backoff.pause();
-                    match answered {
-                        true => sleep_until(until.map_or(wake, |at| at.min(wake))).await,
-                        false => sleep_until(wake.min(unanswered_until)).await,
-                    }
-                    if answered && until.is_some_and(|at| at.remaining().is_zero()) {
-                        return Ok(Turn::Busy);
-                    }
-                    continue;
-                }
-                Err(_) if !answered && unanswered_until.remaining().is_zero() => {
-                    store.link.reset();
-                    return Err(store
-                        .give_up(&format!(" the take of lock {}", self.lock))
-                        .await);
-                }
-                Err(_) => {
-                    log::verbose(format_args!(
-                        "no answer within {}; connecting again",
-                        crate::clock::show(bound)
-                    ));
-                    store.link.reset();
-                    store.link.cancel_unanswered().await;
-                    continue;
-                }
-            };
-            answered = true;
-            let (left, fence) = left;
-            backoff.reset();
-            look_first = left.is_some();
-            if until.is_some_and(|at| at.remaining().is_zero()) {
-                return Ok(Turn::Busy);
-            }
-            // Wake when the holder's lease ends by the database's clock and
-            // by ours, or at its release.
-            match (left, fence) {
-                (Some(left), Some(fence)) => self.nap(left, fence, until, &mut gap).await,
-                _ => {
-                    let wake = Instant::now() + FIRST_GAP;
-                    sleep_until(until.map_or(wake, |at| at.min(wake))).await;
-                }
-            }
-        }
+    async fn late(&self, failed: Failed) -> StoreError {
+        self.store().failed(&failed).await
     }
 
-    /// Hang the doorbell of the row we hold.
-    async fn hang_bell(&self) {
-        let shared = &self.session.shared;
-        let Some(fence) = self.fence.get() else {
-            return;
-        };
-        // Before: a renewal hangs it again if this one fails.
-        shared
-            .own
-            .bells
-            .borrow_mut()
-            .insert(self.lock.clone(), (fence, self.bell.clone()));
-        ring(&self.store().sql, &self.bell, &self.lock, fence, shared.ttl).await;
+    fn describe(failed: &Failed) -> String {
+        failed.text()
     }
 
-    /// Hang our doorbell, and again each time a renewal finds it gone.
-    async fn keep_bell(&self) -> std::convert::Infallible {
-        let shared = &self.session.shared;
-        loop {
-            self.hang_bell().await;
-            loop {
-                let news = shared.news.notified();
-                if shared.own.silent.borrow_mut().remove(&self.lock) {
-                    self.bell.reset();
-                    break;
-                }
-                news.await;
-            }
+    async fn recover(&self) {
+        self.store().link.reset();
+        self.store().link.cancel_unanswered().await;
+    }
+
+    async fn abandon(&self) {
+        self.recover().await;
+    }
+
+    async fn give_up(&self) -> StoreError {
+        self.store().link.reset();
+        self.store()
+            .give_up(&format!(" the take of lock {}", self.place.lock))
+            .await
+    }
+
+    fn waking(&self) -> impl Waking<Option<i64>> + '_ {
+        Doorbell {
+            lock: self,
+            gap: None,
         }
     }
 }
 
-/// The first wait after a doorbell found free beside a held row.
-const FIRST_GAP: Duration = Duration::from_millis(5);
-
-impl Lock for MyLock<'_> {
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn rank(&self) -> u64 {
-        0
-    }
-
-    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
-        Box::pin(self.wait(until))
-    }
-
+impl RowLock for MyLock<'_> {
     /// A break request or the end of our row, as a renewal finds it;
     /// meanwhile our doorbell is hung, and hung again when a renewal finds
     /// it gone. Here, beside the command's start and not before it: an
     /// uncontended run need not wait for its second connection.
-    fn lost(&self) -> Boxed<'_, Loss> {
-        Box::pin(async move {
-            tokio::select! {
-                loss = self.session.shared.asked(&self.lock) => loss,
-                never = self.keep_bell() => match never {},
-            }
-        })
+    async fn watch(&self) -> Loss {
+        tokio::select! {
+            loss = self.session.shared.asked(&self.place.lock) => loss,
+            never = self.keep_bell() => match never {},
+        }
     }
 
-    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move { Ok(self.checkpoint.borrow_mut().take()) })
-    }
-
-    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let shared = &self.session.shared;
-            // Before: no renewal may count it lost once it is let go.
-            shared.held.borrow_mut().remove(&self.lock);
-            shared.own.queued.borrow_mut().remove(&self.lock);
-            let params = vec![p(self.lock.as_str()), p(self.tenure())];
-            self.store()
-                .query(&self.store().sql.leave, params.clone())
-                .await?;
-            self.store()
-                .query(&self.store().sql.leave_queue, params)
-                .await?;
-            let bell = shared.own.bells.borrow_mut().remove(&self.lock);
-            if let Some((_, link)) = bell {
-                link.reset();
-            }
-            Ok(())
-        })
+    async fn let_go(&self) -> Result<(), StoreError> {
+        let shared = &self.session.shared;
+        // Before: no renewal may count it lost once it is let go.
+        shared.held.borrow_mut().remove(&self.place.lock);
+        shared.own.queued.borrow_mut().remove(&self.place.lock);
+        let params = vec![p(self.place.lock.as_str()), p(self.tenure())];
+        self.store()
+            .query(&self.store().sql.leave, params.clone())
+            .await?;
+        self.store()
+            .query(&self.store().sql.leave_queue, params)
+            .await?;
+        let bell = shared.own.bells.borrow_mut().remove(&self.place.lock);
+        if let Some((_, link)) = bell {
+            link.reset();
+        }
+        Ok(())
     }
 }

@@ -10,7 +10,6 @@
 //! renewal from a notification the renewal sends while anyone waits, or,
 //! where it cannot LISTEN, by polling.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -22,14 +21,13 @@ use super::{POLL_EVERY, Postgres, missing_column, missing_tables, read_only};
 use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::PAST_EXPIRY;
-use crate::store::Token;
+use crate::store::lease_row::lock::{Place, RowLock};
 use crate::store::lease_row::session::worth_a_take_in;
-use crate::store::lease_row::{Cell, Row, Shared, Version, key, store::checkpoint_of};
-use crate::store::observed::{NAMED_FIRST, Observed};
-use crate::store::retry::{self, Backoff};
+use crate::store::lease_row::take::{Attempt, Queue, Sorted, Taker, Tries, Try, Waking, wake_at};
+use crate::store::lease_row::{Cell, Row, Shared, Version, store::checkpoint_of};
+use crate::store::retry::Backoff;
 use crate::store::{
-    Boxed, Checkpoint, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
-    Turn,
+    Boxed, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
 };
 
 /// How long a holder's command runs before its elect listens for news of
@@ -86,11 +84,7 @@ impl Session for PgSession<'_> {
         Box::pin(async move {
             let lock: Box<dyn Lock + '_> = Box::new(PgLock {
                 session: self,
-                key: key(&lock, &self.shared.tenure),
-                record: record.acquired_now().to_json(),
-                lock,
-                checkpoint: RefCell::new(None),
-                observed: RefCell::new(Observed::new()),
+                place: Place::new(lock, &self.shared.tenure, record),
             });
             Ok(lock)
         })
@@ -156,13 +150,7 @@ impl Renewer for PgRenewer {
 /// A place in the race for one lock's row.
 struct PgLock<'s> {
     session: &'s PgSession<'s>,
-    lock: String,
-    key: String,
-    record: String,
-    /// The checkpoint, as the acquisition found the row.
-    checkpoint: RefCell<Option<Checkpoint>>,
-    /// The holder's row as we have seen it, and since when.
-    observed: RefCell<Observed<Version>>,
+    place: Place,
 }
 
 /// The version and TTL a renewal's notification tells of (`renewed LOCK
@@ -199,21 +187,6 @@ impl From<StoreError> for Failed {
     }
 }
 
-/// What one acquisition attempt found.
-enum Attempt {
-    /// Ours, with this token, by the statement sent at this instant.
-    Ours(u64, Instant),
-    /// Busy; worth another try in this long: when the holder's lease ends
-    /// by the database's clock and we have seen its row unchanged for its
-    /// TTL (`None`: both are so now; a race).
-    Busy(Option<Duration>),
-    /// Let go before the server's timeline began, so perhaps taken since
-    /// on the old primary; ours to take once it has stayed so this long.
-    Unsettled(Duration),
-    /// Free, but left to a waiter that came before us.
-    Deferred,
-}
-
 impl PgLock<'_> {
     fn store(&self) -> &Postgres {
         self.session.store
@@ -221,20 +194,20 @@ impl PgLock<'_> {
 
     /// One acquisition; with `out_of_turn`, of a free row that a waiter
     /// before us had its time to take.
-    async fn attempt(&self, out_of_turn: bool) -> Result<Attempt, Failed> {
+    async fn try_once(&self, out_of_turn: bool) -> Result<Attempt<()>, Failed> {
         let shared = &self.session.shared;
         let client = self.store().link.client().await.map_err(Failed::Store)?;
         let ttl_ms = self.session.ttl_ms();
-        let (tenure, renewals, micros) = Version::ripe(&self.observed.borrow());
+        let (tenure, renewals, micros) = Version::ripe(&self.place.observed.borrow());
         let sent = Instant::now();
         let rows = client
             .query_typed(
                 &self.store().sql.acquire,
                 &[
-                    (&self.lock, Type::TEXT),
+                    (&self.place.lock, Type::TEXT),
                     (&shared.tenure, Type::TEXT),
                     (&ttl_ms, Type::INT8),
-                    (&self.record, Type::TEXT),
+                    (&self.place.record, Type::TEXT),
                     (&tenure, Type::TEXT),
                     (&renewals, Type::INT8),
                     (&micros, Type::INT8),
@@ -248,7 +221,7 @@ impl PgLock<'_> {
         let fence: Option<i64> = row.cell(0)?;
         let left: Option<i64> = row.cell(1)?;
         if let Some(fence) = fence {
-            shared.held.borrow_mut().insert(self.lock.clone());
+            shared.held.borrow_mut().insert(self.place.lock.clone());
             let cells = Row(vec![
                 row.cell::<Option<String>>(3)?
                     .map_or(Cell::Null, Cell::Text),
@@ -256,13 +229,13 @@ impl PgLock<'_> {
                 row.cell::<Option<String>>(5)?
                     .map_or(Cell::Null, Cell::Text),
             ]);
-            *self.checkpoint.borrow_mut() = checkpoint_of(&cells, 0)?;
+            *self.place.checkpoint.borrow_mut() = checkpoint_of(&cells, 0)?;
             return Ok(Attempt::Ours(fence as u64, sent));
         }
         if row.cell::<Option<bool>>(12)? == Some(true) {
             return Ok(Attempt::Deferred);
         }
-        let mut observed = self.observed.borrow_mut();
+        let mut observed = self.place.observed.borrow_mut();
         let unsettled = row.cell::<Option<bool>>(11)? == Some(true);
         match row.cell::<Option<String>>(6)? {
             None if unsettled => {
@@ -275,7 +248,7 @@ impl PgLock<'_> {
                 log::verbose(format_args!(
                     "lock {} was let go before the server's timeline began (a failover); \
                      taking it in {}, once no take lost with the old primary can be alive",
-                    self.lock,
+                    self.place.lock,
                     crate::clock::show(wait)
                 ));
                 return Ok(Attempt::Unsettled(wait));
@@ -295,200 +268,7 @@ impl PgLock<'_> {
         }
         let left = left.map(|ms| Duration::from_millis(ms.max(0) as u64));
         let wait = worth_a_take_in(&observed, left);
-        Ok(Attempt::Busy((!wait.is_zero()).then_some(wait)))
-    }
-
-    /// Try until the row is ours; set up the tables on first use.
-    async fn wait(&self, until: Option<Instant>) -> Result<Turn, StoreError> {
-        let store = self.store();
-        // A statement that hangs on a dead connection is given up and
-        // tried on a new one: a retry of an acquisition is safe. A third of
-        // the TTL, at least a second, as every store's attempts.
-        let patience = retry::attempt_within(self.session.shared.ttl);
-        let mut notices: Option<broadcast::Receiver<String>> = None;
-        let mut listening: Option<Boxed<'_, Option<broadcast::Receiver<String>>>> = None;
-        let mut set_up = false;
-        let mut read_only_once = false;
-        let mut backoff = Backoff::STORE;
-        // Until the server first answers an attempt, the wait is bounded by
-        // --connect-timeout, as every call before we are queued; after,
-        // attempts go on until the lock is ours.
-        let unanswered_until = Instant::now() + store.within;
-        let mut answered = false;
-        // A free row is left to the waiters before us until then (they are
-        // named by the release, or heard of at a look).
-        let mut turn_passes_at: Option<Instant> = None;
-        loop {
-            let bound = match answered {
-                true => patience,
-                false => patience.min(unanswered_until.remaining()),
-            };
-            let out_of_turn = turn_passes_at.is_some_and(|at| at.remaining().is_zero());
-            let left = match tokio::time::timeout(bound, self.attempt(out_of_turn)).await {
-                // The statement that answered sets the row's expiry, also
-                // where an earlier one, unanswered, had taken it.
-                Ok(Ok(Attempt::Ours(token, sent))) => {
-                    return Ok(Turn::First {
-                        token: Token::new(token),
-                        taken: Some(sent),
-                    });
-                }
-                Ok(Ok(Attempt::Busy(left))) => {
-                    turn_passes_at = None;
-                    left
-                }
-                // An older waiter's turn (one that did not hear the release
-                // yet, say): its take is heard, or its time passes.
-                Ok(Ok(Attempt::Deferred)) => {
-                    let at = *turn_passes_at.get_or_insert(Instant::now() + NAMED_FIRST);
-                    Some(at.remaining().max(Duration::from_millis(1)))
-                }
-                // Not held by anyone we can see: no `-n` or `--wait` gives
-                // up on it, the wait is one TTL once a failover.
-                Ok(Ok(Attempt::Unsettled(left))) => {
-                    answered = true;
-                    sleep_until(Instant::now() + left + PAST_EXPIRY).await;
-                    continue;
-                }
-                Ok(Err(Failed::Statement(e)))
-                    if (missing_tables(&e) || missing_column(&e)) && !set_up =>
-                {
-                    set_up = true;
-                    store.set_up().await?;
-                    continue;
-                }
-                // Once more on a new connection, which may reach another
-                // server of the URL's; a second time, it is what we have.
-                Ok(Err(Failed::Statement(e))) if read_only(&e) => {
-                    if read_only_once {
-                        return Err(store.failed(&e).await);
-                    }
-                    read_only_once = true;
-                    store.link.reset();
-                    continue;
-                }
-                Ok(Err(Failed::Statement(e))) if !is_transient(&e) => {
-                    return Err(store.failed(&e).await);
-                }
-                Ok(Err(Failed::Store(e))) if e.kind != ErrorKind::Unavailable => return Err(e),
-                Ok(Err(failed)) => {
-                    let why = match failed {
-                        Failed::Statement(e) => describe(&e),
-                        Failed::Store(e) => e.message,
-                    };
-                    if !answered && unanswered_until.remaining().is_zero() {
-                        return Err(StoreError::unavailable(format!(
-                            "could not try for lock {} within {}: {why}",
-                            self.lock,
-                            crate::clock::show(store.within)
-                        )));
-                    }
-                    log::verbose(format_args!("could not try for lock {}: {why}", self.lock));
-                    store.link.reset();
-                    // Busy only as last seen: a lock never seen is not
-                    // called held (`-n` tries until --connect-timeout).
-                    match answered {
-                        true => self.pause(backoff.pause(), until).await,
-                        false => self.pause(backoff.pause(), Some(unanswered_until)).await,
-                    }
-                    if answered && until.is_some_and(|at| at.remaining().is_zero()) {
-                        return Ok(Turn::Busy);
-                    }
-                    continue;
-                }
-                Err(_) if !answered && unanswered_until.remaining().is_zero() => {
-                    return Err(store
-                        .give_up(&format!(" the take of lock {}", self.lock))
-                        .await);
-                }
-                Err(_) => {
-                    log::verbose(format_args!(
-                        "no answer within {}; connecting again",
-                        crate::clock::show(bound)
-                    ));
-                    store.link.abandon().await;
-                    continue;
-                }
-            };
-            answered = true;
-            backoff.reset();
-            if until.is_some_and(|at| at.remaining().is_zero()) {
-                return Ok(Turn::Busy);
-            }
-            // Start listening beside the wait: connecting and the probe take
-            // round trips, and behind a pooler the probe takes its whole
-            // timeout; polling goes on meanwhile.
-            if notices.is_none() && listening.is_none() {
-                listening = Some(Box::pin(store.notifications()));
-            }
-            // Wake when the holder's lease ends by the database's clock and
-            // by ours, or on a release, or to poll.
-            let nap = match (&notices, left) {
-                (Some(_), Some(left)) => left + PAST_EXPIRY,
-                (Some(_), None) => PAST_EXPIRY,
-                (None, left) => left.map_or(POLL_EVERY, |l| l.min(POLL_EVERY)),
-            };
-            let wake_at = |nap: Duration| match until {
-                Some(at) => at.min(Instant::now() + nap),
-                None => Instant::now() + nap,
-            };
-            let mut wake = wake_at(nap);
-            // Another waiter named to take the row next: until when it may
-            // alone.
-            let mut named_other: Option<Instant> = None;
-            loop {
-                tokio::select! {
-                    news = heard(notices.as_mut(), &self.lock) => match news {
-                        News::Next(tenure) if tenure != self.session.shared.tenure => {
-                            named_other = Some(Instant::now() + NAMED_FIRST);
-                            turn_passes_at = named_other;
-                        }
-                        News::Next(_) => named_other = None,
-                        // Let go to another: look once it has had its time,
-                        // unless its take is heard first.
-                        News::Released => match named_other.filter(|t| !t.remaining().is_zero()) {
-                            Some(until) => wake = wake.min(until),
-                            None => break,
-                        },
-                        // The listener was lost: look, and listen again.
-                        News::Closed => {
-                            notices = None;
-                            break;
-                        }
-                        // The holder lives: its TTL again from now, by
-                        // either clock; no statement needed to know it.
-                        News::Renewed(version, ttl) => {
-                            self.observed.borrow_mut().saw(version, ttl, Instant::now());
-                            wake = wake_at(ttl + PAST_EXPIRY);
-                            named_other = None;
-                        }
-                    },
-                    listened = async {
-                        match listening.as_mut() {
-                            Some(listening) => listening.await,
-                            None => std::future::pending().await,
-                        }
-                    }, if listening.is_some() => {
-                        listening = None;
-                        // Listening now, or never here: either way look again,
-                        // as a release before this went unheard.
-                        notices = listened;
-                        if notices.is_none() && !store.may_listen() {
-                            // Not here (a pooler): never.
-                            listening = Some(Box::pin(std::future::pending()));
-                        }
-                        // Not now: again after the next look.
-                        break;
-                    }
-                    () = sleep_until(wake) => break,
-                }
-            }
-        }
-    }
-
-    async fn pause(&self, backoff: Duration, until: Option<Instant>) {
-        let wake = Instant::now() + backoff;
-        sleep_until(until.map_or(wake, |at| at.min(wake))).await;
+        Ok(Attempt::Busy((!wait.is_zero()).then_some(wait), ()))
     }
 
     /// While we hold the lock: a break request or the end of our row, as
@@ -497,7 +277,7 @@ impl PgLock<'_> {
     /// restarted, its backend terminated, an idle timeout) is made again at
     /// once, then after growing pauses; until it is, the renewals judge the
     /// row, as behind a pooler.
-    async fn watch(&self) -> Loss {
+    async fn listen_while_held(&self) -> Loss {
         let store = self.store();
         // A command that ends at once costs the database no second
         // connection, unless it waited and listens already.
@@ -513,7 +293,7 @@ impl PgLock<'_> {
                 store.notifications().await
             };
             tokio::select! {
-                loss = self.session.shared.asked(&self.lock) => return loss,
+                loss = self.session.shared.asked(&self.place.lock) => return loss,
                 listened = listen, if notices.is_none() && store.may_listen() => {
                     notices = listened;
                     if notices.is_none() {
@@ -528,12 +308,12 @@ impl PgLock<'_> {
                         return loss;
                     }
                 }
-                news = heard(notices.as_mut(), &self.lock) => match news {
+                news = heard(notices.as_mut(), &self.place.lock) => match news {
                     News::Closed => {
                         log::verbose(format_args!(
                             "the connection that listens for news of lock {} ended; \
                              listening again",
-                            self.lock
+                            self.place.lock
                         ));
                         notices = None;
                         pause = Duration::ZERO;
@@ -553,7 +333,7 @@ impl PgLock<'_> {
     async fn look(&self) -> Option<Loss> {
         let rows = self
             .store()
-            .query(&self.store().sql.look, &[(&self.lock, Type::TEXT)])
+            .query(&self.store().sql.look, &[(&self.place.lock, Type::TEXT)])
             .await
             .ok()?;
         let row = rows.first()?;
@@ -563,10 +343,181 @@ impl PgLock<'_> {
         if tenure.as_deref() != Some(&self.session.shared.tenure) {
             return Some(Loss::Gone(format!(
                 "the lease row of lock {} was ended or taken over",
-                self.lock
+                self.place.lock
             )));
         }
         asked.map(|why| Loss::Asked(format!("{why} asked it to let go")))
+    }
+}
+
+/// A wait for the row of a [`PgLock`]: the loop is the core's; an attempt
+/// is one statement that takes the row or queues us, and the wake-up is a
+/// notification, or polling where we cannot LISTEN.
+impl<'s> Taker for PgLock<'s> {
+    type Hint = ();
+    type Failed = Failed;
+
+    fn place(&self) -> &Place {
+        &self.place
+    }
+
+    fn ttl(&self) -> Duration {
+        self.session.shared.ttl
+    }
+
+    fn within(&self) -> Duration {
+        self.store().within
+    }
+
+    async fn attempt(&self, how: Try) -> Result<Attempt<()>, Failed> {
+        self.try_once(how.out_of_turn).await
+    }
+
+    async fn sort(&self, failed: Failed, tries: &Tries) -> Sorted<Failed> {
+        let store = self.store();
+        match failed {
+            Failed::Statement(e) if (missing_tables(&e) || missing_column(&e)) && !tries.set_up => {
+                Sorted::SetUp
+            }
+            // Once more on a new connection, which may reach another
+            // server of the URL's; a second time, it is what we have.
+            Failed::Statement(e) if read_only(&e) => match tries.again {
+                true => Sorted::Fatal(store.failed(&e).await),
+                false => {
+                    store.link.reset();
+                    Sorted::Again
+                }
+            },
+            Failed::Statement(e) if !is_transient(&e) => Sorted::Fatal(store.failed(&e).await),
+            Failed::Store(e) if e.kind != ErrorKind::Unavailable => Sorted::Fatal(e),
+            failed => Sorted::Transient(failed),
+        }
+    }
+
+    async fn set_up(&self) -> Result<(), StoreError> {
+        self.store().set_up().await
+    }
+
+    async fn late(&self, failed: Failed) -> StoreError {
+        StoreError::unavailable(format!(
+            "could not try for lock {} within {}: {}",
+            self.place.lock,
+            crate::clock::show(self.store().within),
+            Self::describe(&failed)
+        ))
+    }
+
+    fn describe(failed: &Failed) -> String {
+        match failed {
+            Failed::Statement(e) => describe(e),
+            Failed::Store(e) => e.message.clone(),
+        }
+    }
+
+    async fn recover(&self) {
+        self.store().link.reset();
+    }
+
+    async fn abandon(&self) {
+        self.store().link.abandon().await;
+    }
+
+    async fn give_up(&self) -> StoreError {
+        self.store()
+            .give_up(&format!(" the take of lock {}", self.place.lock))
+            .await
+    }
+
+    fn waking(&self) -> impl Waking<()> + '_ {
+        Listener {
+            lock: self,
+            notices: None,
+            listening: None,
+        }
+    }
+}
+
+/// A waiter's ear for news of its lock.
+struct Listener<'a> {
+    lock: &'a PgLock<'a>,
+    notices: Option<broadcast::Receiver<String>>,
+    /// A listener on its way.
+    listening: Option<Boxed<'a, Option<broadcast::Receiver<String>>>>,
+}
+
+impl Waking<()> for Listener<'_> {
+    async fn nap(
+        &mut self,
+        left: Option<Duration>,
+        (): (),
+        until: Option<Instant>,
+        queue: &mut Queue,
+    ) {
+        let lock = self.lock;
+        let store = lock.store();
+        // Start listening beside the wait: connecting and the probe take
+        // round trips, and behind a pooler the probe takes its whole
+        // timeout; polling goes on meanwhile.
+        if self.notices.is_none() && self.listening.is_none() {
+            self.listening = Some(Box::pin(store.notifications()));
+        }
+        // Wake when the holder's lease ends by the database's clock and
+        // by ours, or on a release, or to poll.
+        let nap = match (&self.notices, left) {
+            (Some(_), Some(left)) => left + PAST_EXPIRY,
+            (Some(_), None) => PAST_EXPIRY,
+            (None, left) => left.map_or(POLL_EVERY, |l| l.min(POLL_EVERY)),
+        };
+        let mut wake = wake_at(nap, until);
+        // Another waiter named to take the row next: until when it may
+        // alone.
+        let mut named_other: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                news = heard(self.notices.as_mut(), &lock.place.lock) => match news {
+                    News::Next(tenure) if tenure != lock.session.shared.tenure => {
+                        named_other = Some(queue.named_other());
+                    }
+                    News::Next(_) => named_other = None,
+                    // Let go to another: look once it has had its time,
+                    // unless its take is heard first.
+                    News::Released => match named_other.filter(|t| !t.remaining().is_zero()) {
+                        Some(until) => wake = wake.min(until),
+                        None => break,
+                    },
+                    // The listener was lost: look, and listen again.
+                    News::Closed => {
+                        self.notices = None;
+                        break;
+                    }
+                    // The holder lives: its TTL again from now, by
+                    // either clock; no statement needed to know it.
+                    News::Renewed(version, ttl) => {
+                        lock.place.observed.borrow_mut().saw(version, ttl, Instant::now());
+                        wake = wake_at(ttl + PAST_EXPIRY, until);
+                        named_other = None;
+                    }
+                },
+                listened = async {
+                    match self.listening.as_mut() {
+                        Some(listening) => listening.await,
+                        None => std::future::pending().await,
+                    }
+                }, if self.listening.is_some() => {
+                    self.listening = None;
+                    // Listening now, or never here: either way look again,
+                    // as a release before this went unheard.
+                    self.notices = listened;
+                    if self.notices.is_none() && !store.may_listen() {
+                        // Not here (a pooler): never.
+                        self.listening = Some(Box::pin(std::future::pending()));
+                    }
+                    // Not now: again after the next look.
+                    break;
+                }
+                () = sleep_until(wake) => break,
+            }
+        }
     }
 }
 
@@ -609,39 +560,21 @@ async fn heard(rx: Option<&mut broadcast::Receiver<String>>, lock: &str) -> News
     }
 }
 
-impl Lock for PgLock<'_> {
-    fn key(&self) -> &str {
-        &self.key
+impl RowLock for PgLock<'_> {
+    async fn watch(&self) -> Loss {
+        self.listen_while_held().await
     }
 
-    fn rank(&self) -> u64 {
-        0
-    }
-
-    fn wait_turn(&self, until: Option<Instant>) -> Boxed<'_, Result<Turn, StoreError>> {
-        Box::pin(self.wait(until))
-    }
-
-    fn lost(&self) -> Boxed<'_, Loss> {
-        Box::pin(self.watch())
-    }
-
-    fn checkpoint(&self) -> Boxed<'_, Result<Option<Checkpoint>, StoreError>> {
-        Box::pin(async move { Ok(self.checkpoint.borrow_mut().take()) })
-    }
-
-    fn leave(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let shared = &self.session.shared;
-            // Before: no renewal may count it lost once it is let go.
-            shared.held.borrow_mut().remove(&self.lock);
-            self.store()
-                .query(
-                    &self.store().sql.leave,
-                    &[(&self.lock, Type::TEXT), (&shared.tenure, Type::TEXT)],
-                )
-                .await?;
-            Ok(())
-        })
+    async fn let_go(&self) -> Result<(), StoreError> {
+        let shared = &self.session.shared;
+        // Before: no renewal may count it lost once it is let go.
+        shared.held.borrow_mut().remove(&self.place.lock);
+        self.store()
+            .query(
+                &self.store().sql.leave,
+                &[(&self.place.lock, Type::TEXT), (&shared.tenure, Type::TEXT)],
+            )
+            .await?;
+        Ok(())
     }
 }
