@@ -105,7 +105,49 @@ pub struct ConnectFailure {
     pub local: Option<i32>,
 }
 
+/// How a store's client sorted a failed connection attempt, for
+/// [`ConnectFailure::new`].
+pub struct Sorted {
+    pub tls: Option<crate::store::tls::Refused>,
+    pub config: bool,
+    pub refused: bool,
+    pub crowded: bool,
+    /// The client's own word: may pass if tried again.
+    pub passing: bool,
+}
+
 impl ConnectFailure {
+    /// `error` as its store sorted it: a descriptor short on this machine
+    /// is found in its chain, and what TLS refused, the user's, the
+    /// account's or the machine's never passes. Where the server asked for
+    /// a password and none was given (`asked_password` without one),
+    /// `hint` says where one goes.
+    pub fn new(
+        error: &(dyn std::error::Error + 'static),
+        text: String,
+        sorted: Sorted,
+        asked_password: bool,
+        hint: impl FnOnce(String) -> String,
+    ) -> ConnectFailure {
+        let Sorted {
+            tls,
+            config,
+            refused,
+            crowded,
+            passing,
+        } = sorted;
+        let local = crate::descriptors::in_chain(error);
+        ConnectFailure {
+            text: if asked_password { hint(text) } else { text },
+            passing: passing && !config && tls.is_none() && !refused && local.is_none(),
+            crowded,
+            tls,
+            config,
+            refused,
+            local,
+        }
+    }
+
     /// What to tell once connecting to `shown` was given up on, `within`
     /// the bound.
     pub fn gave_up(

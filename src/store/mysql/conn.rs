@@ -412,19 +412,14 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         code,
         Some(code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::SPECIFIC_ACCESS_DENIED)
     );
-    let local = crate::descriptors::in_chain(e);
     let crowded = matches!(
         code,
         Some(code::TOO_MANY_CONNECTIONS | code::USER_LIMIT_REACHED)
     );
-    let passing = !config
-        && tls.is_none()
-        && !refused
-        && local.is_none()
-        && match code {
-            None => !matches!(e, mysql_async::Error::Driver(_)),
-            Some(c) => crowded || c == code::SERVER_SHUTDOWN,
-        };
+    let passing = match code {
+        None => !matches!(e, mysql_async::Error::Driver(_)),
+        Some(c) => crowded || c == code::SERVER_SHUTDOWN,
+    };
     // Logged in, with no rights on the database: say what to grant, as a
     // missing CREATE is told (the account as the server names it).
     let text = match code {
@@ -441,21 +436,24 @@ fn failure(e: &mysql_async::Error, target: &MyTarget) -> Failure {
         }
         _ => text,
     };
-    let text = match (refused, &target.password) {
-        (true, None) => format!(
-            "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"
-        ),
-        _ => text,
-    };
-    Failure {
-        text,
-        passing,
-        crowded,
+    let sorted = retry::Sorted {
         tls,
         config,
         refused,
-        local,
-    }
+        crowded,
+        passing,
+    };
+    Failure::new(
+        e,
+        text,
+        sorted,
+        refused && target.password.is_none(),
+        |text| {
+            format!(
+                "{text}: give a password with --password-file, ELECT_PASSWORD or ~/.my.cnf's [client] section"
+            )
+        },
+    )
 }
 
 /// What connecting to the Unix socket came to, naming its path, where the

@@ -26,11 +26,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::MySql;
-use crate::store::kind::{About, Kind, Settings, Target};
-use crate::store::lease_row::LeaseRows;
-use crate::store::lease_row::target::{Env, ReleaseOrder, encode};
+use crate::store::StoreError;
+use crate::store::kind::{About, Kind, Settings};
+use crate::store::lease_row::target::{
+    Env, SqlTarget, UrlError, UrlParts, decode, encode, release, split_port,
+};
 use crate::store::secret::{Secret, find_password};
-use crate::store::{Boxed, Store, StoreError};
 
 /// MySQL's and MariaDB's URLs.
 pub const KIND: Kind = Kind {
@@ -45,15 +46,7 @@ pub const KIND: Kind = Kind {
     },
     parse: |url, settings| Ok(Box::new(MyTarget::parse(url, settings)?)),
     from_env: || None,
-    release: |order, within| {
-        let order: Result<ReleaseOrder<MyTarget>, _> = serde_json::from_slice(order);
-        Box::pin(async move {
-            let order =
-                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
-            let store = MySql::release_tenure(&order.target, &order.tenure, within).await?;
-            Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
-        })
-    },
+    release: release::<MyTarget>,
     greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "MySQL/MariaDB",
@@ -91,7 +84,7 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    fn parse(text: &str) -> Result<SslMode, String> {
+    fn parse(text: &str) -> Result<SslMode, TargetError> {
         Ok(match text.to_ascii_uppercase().replace('-', "_").as_str() {
             "DISABLED" => SslMode::Disabled,
             "PREFERRED" => SslMode::Preferred,
@@ -99,9 +92,7 @@ impl SslMode {
             "VERIFY_CA" => SslMode::VerifyCa,
             "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
             _ => {
-                return Err(format!(
-                    "unknown ssl-mode '{text}'; use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
-                ));
+                return Err(TargetError::SslMode(text.to_string()));
             }
         })
     }
@@ -137,6 +128,43 @@ pub struct MyTarget {
     pub prefix: String,
 }
 
+/// Why a MySQL URL, with what fills it in, names no server elect can use.
+#[derive(Debug, thiserror::Error)]
+enum TargetError {
+    #[error("not a mysql:// URL")]
+    NotMySql,
+    #[error(transparent)]
+    Words(#[from] UrlWordsError),
+    #[error("unknown option '{unknown}'; elect knows {known}")]
+    Unknown { unknown: String, known: String },
+    #[error("'{0}' is not a host name")]
+    Host(String),
+    #[error("'{0}' is not a port")]
+    Port(String),
+    #[error("no user given and no login name to use")]
+    NoUser,
+    #[error("no database: name the one that keeps elect's tables, mysql://USER@HOST/DB")]
+    NoDatabase,
+    #[error("{what} '{name}' is not a plain name (a-z, A-Z, 0-9, _, $; at most 48)")]
+    Name { what: &'static str, name: String },
+    /// A certificate, key or password file that cannot be read, in the
+    /// words of the reader every store shares.
+    #[error("{}", .0.message)]
+    File(StoreError),
+    #[error("--cert (ssl-cert) needs --key (ssl-key)")]
+    CertWithoutKey,
+    #[error("--key (ssl-key) needs --cert (ssl-cert)")]
+    KeyWithoutCert,
+    #[error(
+        "unknown ssl-mode '{0}'; use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+    )]
+    SslMode(String),
+    #[error("a client certificate with ssl-mode=DISABLED")]
+    CertWithoutTls,
+    #[error("ssl-mode={0} needs the CA's certificate: give --cacert or ssl-ca")]
+    NoCa(&'static str),
+}
+
 /// The default socket of the clients (and of Debian's servers).
 const DEFAULT_SOCKET: &str = "/run/mysqld/mysqld.sock";
 
@@ -156,18 +184,18 @@ impl MyTarget {
         .map_err(|e| StoreError::config(format!("{shown}: {e}")))
     }
 
-    fn from_url(url: &str, settings: &Settings, env: &Env) -> Result<MyTarget, String> {
-        let (scheme, rest) = url.split_once("://").ok_or("not a mysql:// URL")?;
+    fn from_url(url: &str, settings: &Settings, env: &Env) -> Result<MyTarget, TargetError> {
+        let (scheme, rest) = url.split_once("://").ok_or(TargetError::NotMySql)?;
         let scheme = scheme.to_ascii_lowercase();
         let mut words = url_words(rest)?;
         if let Some(unknown) = words
             .keys()
             .find(|k| !OPTIONS.contains(&k.as_str()) && !URL_PARTS.contains(&k.as_str()))
         {
-            return Err(format!(
-                "unknown option '{unknown}'; elect knows {}",
-                OPTIONS.join(", ")
-            ));
+            return Err(TargetError::Unknown {
+                unknown: unknown.clone(),
+                known: OPTIONS.join(", "),
+            });
         }
         for (key, variable) in [
             ("host", "MYSQL_HOST"),
@@ -201,7 +229,7 @@ impl MyTarget {
 
         let host = get("host").unwrap_or("localhost").to_string();
         if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("'{host}' is not a host name"));
+            return Err(TargetError::Host(host));
         }
         let port = match get("port") {
             None => 3306,
@@ -209,7 +237,7 @@ impl MyTarget {
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p != 0)
-                .ok_or_else(|| format!("'{p}' is not a port"))?,
+                .ok_or_else(|| TargetError::Port(p.to_string()))?,
         };
         // As the clients: localhost means the Unix socket.
         let socket = match get("socket") {
@@ -219,13 +247,9 @@ impl MyTarget {
         };
         let user = match get("user") {
             Some(user) => user.to_string(),
-            None => env
-                .login()
-                .ok_or("no user given and no login name to use")?,
+            None => env.login().ok_or(TargetError::NoUser)?,
         };
-        let database = get("database")
-            .ok_or("no database: name the one that keeps elect's tables, mysql://USER@HOST/DB")?
-            .to_string();
+        let database = get("database").ok_or(TargetError::NoDatabase)?.to_string();
         check_name(&database, "database")?;
         let prefix = get("prefix").unwrap_or("elect").to_string();
         check_name(&prefix, "prefix")?;
@@ -240,12 +264,12 @@ impl MyTarget {
         let client_cert = match (cert, key) {
             (Some(cert), Some(key)) => Some((
                 crate::store::secret::read_client_certificate(&cert, "--cert")
-                    .map_err(|e| e.message)?,
+                    .map_err(TargetError::File)?,
                 read_pem(&key, "--key", "PRIVATE KEY")?,
             )),
             (None, None) => None,
-            (Some(_), None) => return Err("--cert (ssl-cert) needs --key (ssl-key)".into()),
-            (None, Some(_)) => return Err("--key (ssl-key) needs --cert (ssl-cert)".into()),
+            (Some(_), None) => return Err(TargetError::CertWithoutKey),
+            (None, Some(_)) => return Err(TargetError::KeyWithoutCert),
         };
         let mut ssl_mode = match get("ssl-mode") {
             Some(mode) => SslMode::parse(mode)?,
@@ -259,13 +283,10 @@ impl MyTarget {
             ssl_mode = SslMode::Required;
         }
         if client_cert.is_some() && ssl_mode == SslMode::Disabled {
-            return Err("a client certificate with ssl-mode=DISABLED".into());
+            return Err(TargetError::CertWithoutTls);
         }
         if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity) && ca.is_none() {
-            return Err(format!(
-                "ssl-mode={} needs the CA's certificate: give --cacert or ssl-ca",
-                ssl_mode.name()
-            ));
+            return Err(TargetError::NoCa(ssl_mode.name()));
         }
 
         let mut target = MyTarget {
@@ -289,7 +310,7 @@ impl MyTarget {
             |name| env.var(name),
             || cnf.get("password").cloned().map(Secret),
         )
-        .map_err(|e| e.message)?;
+        .map_err(TargetError::File)?;
         target.password = password;
         Ok(target)
     }
@@ -307,48 +328,15 @@ impl MyTarget {
 const URL_PARTS: &[&str] = &["user", "password", "host", "port", "database"];
 
 /// `[user[:password]@][host[:port]][/database][?key=value&…]`.
-fn url_words(rest: &str) -> Result<BTreeMap<String, String>, String> {
+fn url_words(rest: &str) -> Result<BTreeMap<String, String>, UrlWordsError> {
     let mut words = BTreeMap::new();
-    let (main, query) = match rest.split_once('?') {
-        Some((main, query)) => (main, Some(query)),
-        None => (rest, None),
-    };
-    let (authority, path) = match main.split_once('/') {
-        Some((authority, path)) => (authority, Some(path)),
-        None => (main, None),
-    };
-    let hostport = match authority.rsplit_once('@') {
-        Some((userinfo, hostport)) => {
-            let (user, password) = match userinfo.split_once(':') {
-                Some((user, pw)) => (user, Some(pw)),
-                None => (userinfo, None),
-            };
-            if !user.is_empty() {
-                words.insert("user".into(), decode(user)?);
-            }
-            if let Some(pw) = password {
-                words.insert("password".into(), decode(pw)?);
-            }
-            hostport
-        }
-        None => authority,
-    };
+    let url = UrlParts::read(rest, &mut words)?;
+    let hostport = url.hosts;
     if hostport.contains(',') {
-        return Err("one server only: a MySQL URL names one host".into());
+        return Err(UrlWordsError::OneServer);
     }
     if !hostport.is_empty() {
-        let (host, port) = match hostport.strip_prefix('[') {
-            Some(v6) => {
-                let (addr, after) = v6
-                    .split_once(']')
-                    .ok_or_else(|| format!("'{hostport}': unclosed '['"))?;
-                (addr, after.strip_prefix(':'))
-            }
-            None => match hostport.rsplit_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (hostport, None),
-            },
-        };
+        let (host, port) = split_port(hostport)?;
         if !host.is_empty() {
             words.insert("host".into(), decode(host)?);
         }
@@ -356,46 +344,27 @@ fn url_words(rest: &str) -> Result<BTreeMap<String, String>, String> {
             words.insert("port".into(), port.to_string());
         }
     }
-    if let Some(path) = path.filter(|p| !p.is_empty()) {
+    if let Some(path) = url.path.filter(|p| !p.is_empty()) {
         words.insert("database".into(), decode(path)?);
     }
-    for pair in query.into_iter().flat_map(|q| q.split('&')) {
-        if pair.is_empty() {
-            continue;
-        }
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("option '{pair}' has no value"))?;
-        // The clients write both ssl-mode and ssl_mode.
-        words.insert(decode(key)?.replace('_', "-"), decode(value)?);
-    }
+    // The clients write both ssl-mode and ssl_mode.
+    let options = url.options()?.into_iter();
+    words.extend(options.map(|(key, value)| (key.replace('_', "-"), value)));
     Ok(words)
 }
 
-/// Percent-decoding, as in URLs.
-fn decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-encoding in '{text}'"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("'{text}' is not UTF-8 once decoded"))
+/// Why the words of a `mysql://` URL cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum UrlWordsError {
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    #[error("one server only: a MySQL URL names one host")]
+    OneServer,
 }
 
 /// Database and table-prefix names: a plain identifier, so that it needs
 /// no quoting beyond the backticks elect puts around it.
-fn check_name(name: &str, what: &str) -> Result<(), String> {
+fn check_name(name: &str, what: &'static str) -> Result<(), TargetError> {
     let ok = !name.is_empty()
         && name.len() <= 48
         && name
@@ -403,15 +372,16 @@ fn check_name(name: &str, what: &str) -> Result<(), String> {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
     match ok {
         true => Ok(()),
-        false => Err(format!(
-            "{what} '{name}' is not a plain name (a-z, A-Z, 0-9, _, $; at most 48)"
-        )),
+        false => Err(TargetError::Name {
+            what,
+            name: name.to_string(),
+        }),
     }
 }
 
 /// A PEM file, or why not.
-fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, String> {
-    crate::store::secret::read_pem(path, flag, kind).map_err(|e| e.message)
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, TargetError> {
+    crate::store::secret::read_pem(path, flag, kind).map_err(TargetError::File)
 }
 
 /// The `[client]` section of an option file, as the clients read it:
@@ -499,39 +469,17 @@ impl fmt::Display for MyTarget {
     }
 }
 
-impl Target for MyTarget {
-    fn user(&self) -> Option<&str> {
-        Some(self.user.as_str())
-    }
+impl SqlTarget for MyTarget {
+    type Db = MySql;
 
-    fn password(&self) -> Option<&Secret> {
-        self.password.as_ref()
-    }
-
-    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
-        serde_json::to_vec(&ReleaseOrder {
-            target: self.clone(),
-            tenure: id.to_string(),
-        })
-        .ok()
-    }
-
-    fn open(
-        &self,
-        _ping_timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
-        Box::pin(async move {
-            let store = LeaseRows(MySql::connect(self, connect_timeout).await?);
-            let store: Box<dyn Store> = Box::new(store);
-            Ok(store)
-        })
+    fn account(&self) -> (&str, Option<&Secret>) {
+        (&self.user, self.password.as_ref())
     }
 
     /// The server over TCP, or its Unix socket (a path from the root: the
     /// probe tells one so). TLS begins inside MySQL's own protocol, after
     /// the server's greeting.
-    fn contact(&self) -> Option<crate::store::probe::Contact> {
+    fn reached_at(&self) -> Option<crate::store::probe::Contact> {
         let address = match &self.socket {
             Some(socket) if socket.starts_with('/') => socket.clone(),
             Some(_) => return None,
@@ -542,6 +490,14 @@ impl Target for MyTarget {
             tls: false,
             addresses: vec![address],
         })
+    }
+
+    async fn connect(&self, within: Duration) -> Result<MySql, StoreError> {
+        MySql::connect(self, within).await
+    }
+
+    async fn reach_for_release(&self, tenure: &str, within: Duration) -> Result<MySql, StoreError> {
+        MySql::release_tenure(self, tenure, within).await
     }
 }
 
@@ -558,7 +514,7 @@ mod tests {
         }
     }
 
-    fn parse_with(url: &str, pairs: &[(&str, &str)]) -> Result<MyTarget, String> {
+    fn parse_with(url: &str, pairs: &[(&str, &str)]) -> Result<MyTarget, TargetError> {
         MyTarget::from_url(url, &Settings::default(), &env(pairs))
     }
 
@@ -628,7 +584,7 @@ mod tests {
             ("mysql://u@h/d-b", "not a plain name"),
             ("mysql://u@a,b/d", "one server"),
         ] {
-            let err = parse_with(bad, &[]).unwrap_err();
+            let err = parse_with(bad, &[]).unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");
         }
     }

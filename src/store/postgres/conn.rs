@@ -346,32 +346,24 @@ fn failure(e: &tokio_postgres::Error, target: &PgTarget) -> Failure {
         Some(c) if *c == SqlState::INVALID_PASSWORD
             || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
     ) || lower.contains("password missing");
-    let local = crate::descriptors::in_chain(e);
-    let crowded = code == Some(&SqlState::TOO_MANY_CONNECTIONS);
-    let passing = !config
-        && tls.is_none()
-        && !refused
-        && local.is_none()
-        && (code.is_none()
-            || code == Some(&SqlState::CANNOT_CONNECT_NOW)
-            || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
-            || code == Some(&SqlState::ADMIN_SHUTDOWN));
-    let text = match (lower.contains("password missing"), &target.password) {
-        (true, None) => format!(
-            "the server asks user {} for a password: give --password-file, ELECT_PASSWORD, PGPASSWORD or a ~/.pgpass line",
-            target.user
-        ),
-        _ => text,
-    };
-    Failure {
-        text,
-        passing,
-        crowded,
+    let passing = code.is_none()
+        || code == Some(&SqlState::CANNOT_CONNECT_NOW)
+        || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
+        || code == Some(&SqlState::ADMIN_SHUTDOWN);
+    let sorted = retry::Sorted {
         tls,
         config,
         refused,
-        local,
-    }
+        crowded: code == Some(&SqlState::TOO_MANY_CONNECTIONS),
+        passing,
+    };
+    let asked = lower.contains("password missing") && target.password.is_none();
+    Failure::new(e, text, sorted, asked, |_| {
+        format!(
+            "the server asks user {} for a password: give --password-file, ELECT_PASSWORD, PGPASSWORD or a ~/.pgpass line",
+            target.user
+        )
+    })
 }
 
 /// An error, with its causes, on one line.

@@ -50,6 +50,7 @@ mod greeting;
 mod session;
 mod sql;
 mod target;
+mod words;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

@@ -24,11 +24,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Postgres;
-use crate::store::kind::{About, Kind, Settings, Target};
-use crate::store::lease_row::LeaseRows;
-use crate::store::lease_row::target::{Env, ReleaseOrder, encode};
+use super::words::{WordsError, servers, shown_input, words_of};
+use crate::store::StoreError;
+use crate::store::kind::{About, Kind, Settings};
+use crate::store::lease_row::target::{Env, SqlTarget, encode, release};
 use crate::store::secret::{Secret, find_password};
-use crate::store::{Boxed, Store, StoreError};
 
 /// PostgreSQL's URLs and libpq's `key=value` words.
 pub const KIND: Kind = Kind {
@@ -47,15 +47,7 @@ pub const KIND: Kind = Kind {
     },
     parse: |url, settings| Ok(Box::new(PgTarget::parse(url, settings)?)),
     from_env: || None,
-    release: |order, within| {
-        let order: Result<ReleaseOrder<PgTarget>, _> = serde_json::from_slice(order);
-        Box::pin(async move {
-            let order =
-                order.map_err(|e| StoreError::config(format!("a bad release order: {e}")))?;
-            let store = Postgres::release_tenure(&order.target, &order.tenure, within).await?;
-            Ok(Box::new(LeaseRows(store)) as Box<dyn Store>)
-        })
-    },
+    release: release::<PgTarget>,
     greeting: Some(&super::greeting::GREETING),
     about: About {
         title: "PostgreSQL",
@@ -75,7 +67,7 @@ pub const KIND: Kind = Kind {
 };
 
 /// The libpq words elect understands, and its own two.
-const KEYS: &[&str] = &[
+pub(super) const KEYS: &[&str] = &[
     "host",
     "port",
     "dbname",
@@ -107,7 +99,7 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    fn parse(text: &str) -> Result<SslMode, String> {
+    fn parse(text: &str) -> Result<SslMode, TargetError> {
         Ok(match text {
             "disable" => SslMode::Disable,
             "prefer" => SslMode::Prefer,
@@ -115,16 +107,10 @@ impl SslMode {
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
             "allow" => {
-                return Err(
-                    "sslmode=allow (plain first, TLS if refused) is not supported; \
-                     use disable, prefer, require, verify-ca or verify-full"
-                        .into(),
-                );
+                return Err(TargetError::Allow);
             }
             other => {
-                return Err(format!(
-                    "unknown sslmode '{other}'; use disable, prefer, require, verify-ca or verify-full"
-                ));
+                return Err(TargetError::SslMode(other.to_string()));
             }
         })
     }
@@ -147,6 +133,44 @@ pub enum RootCert {
     Pem(Vec<u8>),
     /// `sslrootcert=system`: the system's trusted roots.
     System,
+}
+
+/// Why libpq's words, with what fills them in, name no server elect can
+/// use.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TargetError {
+    #[error(transparent)]
+    Words(#[from] WordsError),
+    #[error("no user given and no login name to use")]
+    NoUser,
+    /// A certificate, key or password file that cannot be read, in the
+    /// words of the reader every store shares.
+    #[error("{}", .0.message)]
+    File(StoreError),
+    #[error("--cert (sslcert) needs --key (sslkey)")]
+    CertWithoutKey,
+    #[error("--key (sslkey) needs --cert (sslcert)")]
+    KeyWithoutCert,
+    #[error(
+        "sslmode=allow (plain first, TLS if refused) is not supported; use disable, prefer, require, verify-ca or verify-full"
+    )]
+    Allow,
+    #[error("unknown sslmode '{0}'; use disable, prefer, require, verify-ca or verify-full")]
+    SslMode(String),
+    #[error("a client certificate with sslmode=disable")]
+    CertWithoutTls,
+    #[error(
+        "sslmode={0} needs the CA's certificate: give --cacert or sslrootcert (or sslrootcert=system)"
+    )]
+    NoCa(&'static str),
+    #[error("connect_timeout '{0}' is not whole seconds")]
+    ConnectTimeout(String),
+    #[error("target_session_attrs must be any or read-write, not '{0}'")]
+    SessionAttrs(String),
+    #[error("listen must be on or off, not '{0}'")]
+    Listen(String),
+    #[error("schema '{0}' is not a plain lower-case SQL name (a-z, 0-9, _; at most 63)")]
+    Schema(String),
 }
 
 /// One server to try: a host name or address, or a Unix socket directory.
@@ -199,7 +223,7 @@ impl PgTarget {
         mut words: BTreeMap<String, String>,
         settings: &Settings,
         env: &Env,
-    ) -> Result<PgTarget, String> {
+    ) -> Result<PgTarget, TargetError> {
         // What the URL leaves out comes from libpq's variables.
         for (key, variable) in [
             ("host", "PGHOST"),
@@ -228,9 +252,7 @@ impl PgTarget {
         let servers = servers(get("host"), get("port"))?;
         let user = match get("user") {
             Some(user) => user.to_string(),
-            None => env
-                .login()
-                .ok_or("no user given and no login name to use")?,
+            None => env.login().ok_or(TargetError::NoUser)?,
         };
         let dbname = get("dbname").unwrap_or(&user).to_string();
 
@@ -251,12 +273,12 @@ impl PgTarget {
         let client_cert = match (cert, key) {
             (Some(cert), Some(key)) => Some((
                 crate::store::secret::read_client_certificate(&cert, "--cert")
-                    .map_err(|e| e.message)?,
+                    .map_err(TargetError::File)?,
                 read_pem(&key, "--key", "PRIVATE KEY")?,
             )),
             (None, None) => None,
-            (Some(_), None) => return Err("--cert (sslcert) needs --key (sslkey)".into()),
-            (None, Some(_)) => return Err("--key (sslkey) needs --cert (sslcert)".into()),
+            (Some(_), None) => return Err(TargetError::CertWithoutKey),
+            (None, Some(_)) => return Err(TargetError::KeyWithoutCert),
         };
         let mut sslmode = match get("sslmode") {
             Some(mode) => SslMode::parse(mode)?,
@@ -270,7 +292,7 @@ impl PgTarget {
             sslmode = SslMode::Require;
         }
         if client_cert.is_some() && sslmode == SslMode::Disable {
-            return Err("a client certificate with sslmode=disable".into());
+            return Err(TargetError::CertWithoutTls);
         }
         if matches!(sslmode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
             // libpq's default root certificate file.
@@ -284,10 +306,7 @@ impl PgTarget {
                     )?))
                 }
                 None => {
-                    return Err(format!(
-                        "sslmode={} needs the CA's certificate: give --cacert or sslrootcert (or sslrootcert=system)",
-                        sslmode.name()
-                    ));
+                    return Err(TargetError::NoCa(sslmode.name()));
                 }
             }
         }
@@ -297,7 +316,7 @@ impl PgTarget {
             Some(text) => match text.parse::<u64>() {
                 Ok(0) => None,
                 Ok(secs) => Some(Duration::from_secs(secs.max(2))),
-                Err(_) => return Err(format!("connect_timeout '{text}' is not whole seconds")),
+                Err(_) => return Err(TargetError::ConnectTimeout(text.to_string())),
             },
         };
         let application_name = get("application_name").unwrap_or("elect").to_string();
@@ -307,15 +326,13 @@ impl PgTarget {
             None | Some("any") => false,
             Some("read-write") => true,
             Some(other) => {
-                return Err(format!(
-                    "target_session_attrs must be any or read-write, not '{other}'"
-                ));
+                return Err(TargetError::SessionAttrs(other.to_string()));
             }
         };
         let listen = match get("listen") {
             None | Some("on") => true,
             Some("off") => false,
-            Some(other) => return Err(format!("listen must be on or off, not '{other}'")),
+            Some(other) => return Err(TargetError::Listen(other.to_string())),
         };
 
         let mut target = PgTarget {
@@ -352,7 +369,7 @@ impl PgTarget {
             |name| env.var(name),
             libpq,
         )
-        .map_err(|e| e.message)?;
+        .map_err(TargetError::File)?;
         target.password = password;
         Ok(target)
     }
@@ -363,217 +380,14 @@ impl PgTarget {
     }
 }
 
-/// What parses a store URL reports it as: a URL without its password, or
-/// "the store's words" for libpq's form (which may hold one anywhere).
-fn shown_input(url: &str) -> String {
-    if url.contains("://") {
-        format!("store URL '{}'", crate::store::kind::redact(url))
-    } else {
-        "the PostgreSQL store's settings".into()
-    }
-}
-
-/// The settings a URL or `key=value` words give, by libpq's names.
-fn words_of(input: &str) -> Result<BTreeMap<String, String>, String> {
-    let lower = input.to_ascii_lowercase();
-    let words = if let Some((_, rest)) = input
-        .split_once("://")
-        .filter(|_| lower.starts_with("postgres://") || lower.starts_with("postgresql://"))
-    {
-        url_words(rest)?
-    } else {
-        key_value_words(input)?
-    };
-    if let Some(unknown) = words.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(format!(
-            "unknown option '{unknown}'; elect knows {}",
-            KEYS.join(", ")
-        ));
-    }
-    Ok(words)
-}
-
-/// `[user[:password]@][host[:port][,…]][/dbname][?key=value&…]`.
-fn url_words(rest: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut words = BTreeMap::new();
-    let (main, query) = match rest.split_once('?') {
-        Some((main, query)) => (main, Some(query)),
-        None => (rest, None),
-    };
-    let (authority, path) = match main.split_once('/') {
-        Some((authority, path)) => (authority, Some(path)),
-        None => (main, None),
-    };
-    let hosts = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let (user, password) = match userinfo.split_once(':') {
-                Some((user, pw)) => (user, Some(pw)),
-                None => (userinfo, None),
-            };
-            if !user.is_empty() {
-                words.insert("user".into(), decode(user)?);
-            }
-            if let Some(pw) = password {
-                words.insert("password".into(), decode(pw)?);
-            }
-            hosts
-        }
-        None => authority,
-    };
-    if !hosts.is_empty() {
-        let mut names = Vec::new();
-        let mut ports = Vec::new();
-        for item in hosts.split(',') {
-            let (host, port) = split_port(item)?;
-            names.push(decode(host)?);
-            ports.push(port.map(str::to_string).unwrap_or_default());
-        }
-        words.insert("host".into(), names.join(","));
-        if ports.iter().any(|p| !p.is_empty()) {
-            words.insert("port".into(), ports.join(","));
-        }
-    }
-    if let Some(path) = path.filter(|p| !p.is_empty()) {
-        words.insert("dbname".into(), decode(path)?);
-    }
-    for pair in query.into_iter().flat_map(|q| q.split('&')) {
-        if pair.is_empty() {
-            continue;
-        }
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("option '{pair}' has no value"))?;
-        words.insert(decode(key)?, decode(value)?);
-    }
-    Ok(words)
-}
-
-/// `host[:port]`, with `[v6]` hosts.
-fn split_port(item: &str) -> Result<(&str, Option<&str>), String> {
-    if let Some(v6) = item.strip_prefix('[') {
-        let (addr, after) = v6
-            .split_once(']')
-            .ok_or_else(|| format!("'{item}': unclosed '['"))?;
-        return Ok((addr, after.strip_prefix(':')));
-    }
-    Ok(match item.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (item, None),
-    })
-}
-
-/// Percent-decoding, as in URLs.
-fn decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-encoding in '{text}'"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("'{text}' is not UTF-8 once decoded"))
-}
-
-/// libpq's `key=value key='quoted \' value'` words.
-fn key_value_words(input: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut words = BTreeMap::new();
-    let mut chars = input.chars().peekable();
-    loop {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        if chars.peek().is_none() {
-            return Ok(words);
-        }
-        let mut key = String::new();
-        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
-            key.push(c);
-        }
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        if chars.next() != Some('=') {
-            return Err(format!("'{key}' has no '=' and value"));
-        }
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let mut value = String::new();
-        if chars.next_if_eq(&'\'').is_some() {
-            loop {
-                match chars.next() {
-                    Some('\\') => value.extend(chars.next()),
-                    Some('\'') => break,
-                    Some(c) => value.push(c),
-                    None => return Err(format!("the value of '{key}' lacks its closing quote")),
-                }
-            }
-        } else {
-            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
-                match c {
-                    '\\' => value.extend(chars.next()),
-                    c => value.push(c),
-                }
-            }
-        }
-        words.insert(key, value);
-    }
-}
-
-/// The servers that `host` and `port` name: one port for all, or one each.
-fn servers(hosts: Option<&str>, ports: Option<&str>) -> Result<Vec<Server>, String> {
-    let hosts: Vec<&str> = hosts
-        .unwrap_or("/var/run/postgresql")
-        .split(',')
-        .map(str::trim)
-        .collect();
-    let ports: Vec<&str> = ports.unwrap_or("").split(',').map(str::trim).collect();
-    if ports.len() != 1 && ports.len() != hosts.len() {
-        return Err(format!(
-            "{} hosts but {} ports: give one port, or one for each host",
-            hosts.len(),
-            ports.len()
-        ));
-    }
-    hosts
-        .iter()
-        .enumerate()
-        .map(|(i, host)| {
-            let port = ports.get(i).or(ports.first()).copied().unwrap_or("");
-            let port = match port {
-                "" => 5432,
-                p => p
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| format!("'{p}' is not a port"))?,
-            };
-            let host = match *host {
-                "" => "/var/run/postgresql",
-                h => h,
-            };
-            if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(format!("'{host}' is not a host name"));
-            }
-            Ok(Server {
-                host: host.to_string(),
-                port,
-            })
-        })
-        .collect()
-}
-
 /// A PEM file, or why not.
-fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, String> {
-    crate::store::secret::read_pem(path, flag, kind).map_err(|e| e.message)
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, TargetError> {
+    crate::store::secret::read_pem(path, flag, kind).map_err(TargetError::File)
 }
 
 /// Schema names: a plain lower-case SQL identifier, so that it means the
 /// same quoted or not, and fits a LISTEN channel.
-fn check_schema(schema: &str) -> Result<(), String> {
+fn check_schema(schema: &str) -> Result<(), TargetError> {
     let ok = !schema.is_empty()
         && schema.len() <= 63
         && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
@@ -582,9 +396,7 @@ fn check_schema(schema: &str) -> Result<(), String> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     match ok {
         true => Ok(()),
-        false => Err(format!(
-            "schema '{schema}' is not a plain lower-case SQL name (a-z, 0-9, _; at most 63)"
-        )),
+        false => Err(TargetError::Schema(schema.to_string())),
     }
 }
 
@@ -687,37 +499,15 @@ impl fmt::Display for PgTarget {
     }
 }
 
-impl Target for PgTarget {
-    fn user(&self) -> Option<&str> {
-        Some(self.user.as_str())
-    }
+impl SqlTarget for PgTarget {
+    type Db = Postgres;
 
-    fn password(&self) -> Option<&Secret> {
-        self.password.as_ref()
-    }
-
-    fn release_order(&self, id: &str) -> Option<Vec<u8>> {
-        serde_json::to_vec(&ReleaseOrder {
-            target: self.clone(),
-            tenure: id.to_string(),
-        })
-        .ok()
-    }
-
-    fn open(
-        &self,
-        _ping_timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Boxed<'_, Result<Box<dyn Store>, StoreError>> {
-        Box::pin(async move {
-            let store = LeaseRows(Postgres::connect(self, connect_timeout).await?);
-            let store: Box<dyn Store> = Box::new(store);
-            Ok(store)
-        })
+    fn account(&self) -> (&str, Option<&Secret>) {
+        (&self.user, self.password.as_ref())
     }
 
     /// The servers reached over TCP; none over a Unix socket.
-    fn contact(&self) -> Option<crate::store::probe::Contact> {
+    fn reached_at(&self) -> Option<crate::store::probe::Contact> {
         // A socket directory's socket is named by the port, as libpq names it.
         let addresses: Vec<String> = self
             .servers
@@ -734,6 +524,18 @@ impl Target for PgTarget {
             addresses,
         })
     }
+
+    async fn connect(&self, within: Duration) -> Result<Postgres, StoreError> {
+        Postgres::connect(self, within).await
+    }
+
+    async fn reach_for_release(
+        &self,
+        tenure: &str,
+        within: Duration,
+    ) -> Result<Postgres, StoreError> {
+        Postgres::release_tenure(self, tenure, within).await
+    }
 }
 
 #[cfg(test)]
@@ -749,7 +551,7 @@ mod tests {
         }
     }
 
-    fn parse_with(url: &str, env_pairs: &[(&str, &str)]) -> Result<PgTarget, String> {
+    fn parse_with(url: &str, env_pairs: &[(&str, &str)]) -> Result<PgTarget, TargetError> {
         let words = words_of(url)?;
         PgTarget::from_words(words, &Settings::default(), &env(env_pairs))
     }
@@ -837,7 +639,7 @@ mod tests {
             ("host='h", "closing quote"),
             ("host=a,b port=1,2,3 dbname=d", "ports"),
         ] {
-            let err = parse_with(bad, &[]).unwrap_err();
+            let err = parse_with(bad, &[]).unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");
         }
     }
