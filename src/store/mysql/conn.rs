@@ -127,6 +127,14 @@ pub struct Link {
 /// has it killed.
 const ASK_WITHIN: Duration = Duration::from_millis(500);
 
+/// The bound on the whole of that: a connection of its own, one look and
+/// the kills, each within [`ASK_WITHIN`].
+const CANCEL_WITHIN: Duration = Duration::from_secs(1);
+
+/// How long a connection may be idle before TCP asks whether the peer is
+/// still there: a half-open connection must not look alive for hours.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+
 /// A statement on its way: the connection's id goes to
 /// [`Link::unanswered`] unless it is answered (its future may be dropped
 /// by a timeout of the caller's, too).
@@ -212,7 +220,7 @@ impl Link {
             }
             state
         };
-        tokio::time::timeout(ASK_WITHIN * 2, ask)
+        tokio::time::timeout(CANCEL_WITHIN, ask)
             .await
             .ok()
             .flatten()
@@ -322,8 +330,7 @@ fn opts(target: &MyTarget, ssl: Option<SslOpts>) -> OptsBuilder {
         .client_found_rows(true)
         .stmt_cache_size(64)
         .tcp_nodelay(true)
-        // A half-open connection must not look alive for hours.
-        .tcp_keepalive(Some(Duration::from_secs(5)))
+        .tcp_keepalive(Some(KEEPALIVE_IDLE))
         .prefer_socket(false)
         .setup(vec![
             "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",

@@ -96,6 +96,12 @@ impl Link {
 /// How long a cancel request may take to send.
 const CANCEL_WITHIN: Duration = Duration::from_secs(1);
 
+/// How long a connection may be idle before TCP asks whether the server is
+/// still there, and how often it asks again (three times): a half-open
+/// connection must not look alive for hours.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+
 /// Cancel the statement `client` may still run on the server. A statement
 /// given up on runs on there after its connection is dropped, past elect's
 /// end: a commit that waits for a synchronous standby that is gone waits
@@ -205,8 +211,8 @@ fn config(target: &PgTarget, within: Duration) -> Config {
         .connect_timeout(target.connect_timeout.unwrap_or(within).min(within))
         // A half-open connection must not look alive for hours.
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(5))
-        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_EVERY)
         .keepalives_retries(3);
     if let Some(password) = &target.password {
         config.password(password.expose());

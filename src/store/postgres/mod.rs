@@ -71,6 +71,10 @@ pub use target::{KIND, PgTarget};
 /// it cancels that statement, [`conn::cancelling`]).
 const ASK_WITHIN: Duration = Duration::from_millis(500);
 
+/// How long the probe of a new listener waits for its own notification: a
+/// round trip on a live server; behind a transaction pooler, never.
+const PROBE_HEARD_WITHIN: Duration = Duration::from_secs(1);
+
 pub use crate::store::POLL_EVERY;
 
 /// A connected PostgreSQL store.
@@ -405,7 +409,7 @@ impl Postgres {
                 .query("SELECT pg_notify($1, $1)", &[(&probe, Type::TEXT)])
                 .await;
             let heard = sent.is_ok()
-                && tokio::time::timeout(Duration::from_secs(1), async {
+                && tokio::time::timeout(PROBE_HEARD_WITHIN, async {
                     loop {
                         match rx.recv().await {
                             Ok(payload) if payload == probe => return true,
