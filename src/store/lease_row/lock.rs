@@ -3,6 +3,7 @@
 //! the take found; how it watches its row and lets it go is the dialect's.
 
 use std::cell::RefCell;
+use std::time::Duration;
 
 use super::session::{Version, key};
 use super::take::{self, Taker};
@@ -21,11 +22,23 @@ pub struct Place {
     pub checkpoint: RefCell<Option<Checkpoint>>,
     /// The holder's row as we have seen it, and since when.
     pub observed: RefCell<Observed<Version>>,
+    /// The session's TTL.
+    pub ttl: Duration,
+    /// `--connect-timeout`: how long a wait tries before the server first
+    /// answers.
+    pub within: Duration,
 }
 
 impl Place {
-    pub fn new(lock: String, tenure: &str, record: HolderRecord) -> Place {
+    pub fn new(
+        lock: String,
+        record: HolderRecord,
+        (tenure, ttl): (&str, Duration),
+        within: Duration,
+    ) -> Place {
         Place {
+            ttl,
+            within,
             key: key(&lock, tenure),
             record: record.acquired_now().to_json(),
             lock,

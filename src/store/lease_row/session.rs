@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::lock::Place;
 use crate::clock::Instant;
 use crate::store::observed::Observed;
-use crate::store::{Loss, Renewal};
+use crate::store::{Boxed, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError};
 
 /// The key of a holder (`ELECT_KEY`): the lock and the holder's tenure.
 pub fn key(lock: &str, tenure: &str) -> String {
@@ -29,6 +30,8 @@ pub fn key(lock: &str, tenure: &str) -> String {
 pub struct Shared<X = ()> {
     pub tenure: String,
     pub ttl: Duration,
+    /// When the session began.
+    pub granted_at: Instant,
     /// The locks whose rows we hold.
     pub held: RefCell<BTreeSet<String>>,
     /// Break requests seen by renewals, by lock.
@@ -43,6 +46,7 @@ impl<X> Shared<X> {
         Shared {
             tenure: crate::store::ids::tenure(),
             ttl,
+            granted_at: Instant::now(),
             held: RefCell::default(),
             asked: RefCell::default(),
             news: Notify::new(),
@@ -89,6 +93,54 @@ impl<X> Shared<X> {
             }
             news.await;
         }
+    }
+}
+
+/// A dialect's session, made a [`Session`] by the core.
+#[allow(async_fn_in_trait)]
+pub trait RowSession {
+    /// What the dialect adds to [`Shared`].
+    type Own;
+    fn shared(&self) -> &Shared<Self::Own>;
+    /// `--connect-timeout`.
+    fn within(&self) -> Duration;
+    /// One that renews every row the session holds.
+    fn new_renewer(&self) -> Box<dyn Renewer>;
+    /// The dialect's lock at `place`.
+    fn lock_at(&self, place: Place) -> Box<dyn Lock + '_>;
+    /// Let every row go (forgotten by the renewals first).
+    async fn let_all_go(&self) -> Result<(), StoreError>;
+}
+
+impl<T: RowSession> Session for T {
+    fn id(&self) -> String {
+        self.shared().tenure.clone()
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.shared().ttl)
+    }
+
+    fn granted_at(&self) -> Instant {
+        self.shared().granted_at
+    }
+
+    fn renewer(&self) -> Box<dyn Renewer> {
+        self.new_renewer()
+    }
+
+    fn join(
+        &self,
+        lock: String,
+        record: HolderRecord,
+    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
+        let shared = self.shared();
+        let place = Place::new(lock, record, (&shared.tenure, shared.ttl), self.within());
+        Box::pin(async move { Ok(self.lock_at(place)) })
+    }
+
+    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
+        Box::pin(self.let_all_go())
     }
 }
 

@@ -104,10 +104,6 @@ pub trait Taker {
     type Failed;
 
     fn place(&self) -> &Place;
-    /// The session's TTL.
-    fn ttl(&self) -> Duration;
-    /// `--connect-timeout`.
-    fn within(&self) -> Duration;
     async fn attempt(&self, how: Try) -> Result<Attempt<Self::Hint>, Self::Failed>;
     async fn sort(&self, failed: Self::Failed, tries: &Tries) -> Sorted<Self::Failed>;
     async fn set_up(&self) -> Result<(), StoreError>;
@@ -129,7 +125,7 @@ pub async fn wait<T: Taker>(taker: &T, until: Option<Instant>) -> Result<Turn, S
     // A statement that hangs on a dead connection is given up and tried on
     // a new one: an attempt sent again is safe. A third of the TTL, at
     // least a second, as every store's attempts.
-    let patience = retry::attempt_within(taker.ttl());
+    let patience = retry::attempt_within(taker.place().ttl);
     let mut waking = taker.waking();
     let mut tries = Tries::default();
     let mut queue = Queue::default();
@@ -138,7 +134,7 @@ pub async fn wait<T: Taker>(taker: &T, until: Option<Instant>) -> Result<Turn, S
     // Until the server first answers an attempt, the wait is bounded by
     // --connect-timeout, as every call before we are queued; after,
     // attempts go on until the lock is ours.
-    let unanswered_until = Instant::now() + taker.within();
+    let unanswered_until = Instant::now() + taker.place().within;
     let mut answered = false;
     loop {
         let bound = match answered {

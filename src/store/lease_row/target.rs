@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{Dialect, LeaseRows};
-use crate::store::kind::Target;
+use crate::store::kind::{Settings, Target};
 use crate::store::probe::Contact;
 use crate::store::secret::Secret;
 use crate::store::{Boxed, Store, StoreError};
@@ -235,4 +235,50 @@ pub fn decode(text: &str) -> Result<String, UrlError> {
         }
     }
     String::from_utf8(out).map_err(|_| UrlError::NotUtf8(text.to_string()))
+}
+
+/// Why a client certificate cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// A file that cannot be read, in the words of the reader every store
+    /// shares.
+    #[error("{}", .0.message)]
+    File(StoreError),
+    /// `cert` and `key`: the URL's words for `--cert` and `--key`.
+    #[error("--cert ({cert}) needs --key ({key})")]
+    NoKey {
+        cert: &'static str,
+        key: &'static str,
+    },
+    #[error("--key ({key}) needs --cert ({cert})")]
+    NoCert {
+        cert: &'static str,
+        key: &'static str,
+    },
+}
+
+/// A client certificate and its private key, PEM.
+pub type CertPem = (Vec<u8>, Vec<u8>);
+
+/// A client certificate and its key, PEM, from `--cert` and `--key` or
+/// else the URL's words for them (`cert` and `key`, with their values):
+/// both, or neither.
+pub fn client_cert(
+    settings: &Settings,
+    (cert, cert_path): (&'static str, Option<&str>),
+    (key, key_path): (&'static str, Option<&str>),
+) -> Result<Option<CertPem>, CertError> {
+    let cert_path = settings.cert.clone().or(cert_path.map(PathBuf::from));
+    let key_path = settings.key.clone().or(key_path.map(PathBuf::from));
+    match (cert_path, key_path) {
+        (Some(cert), Some(key)) => Ok(Some((
+            crate::store::secret::read_client_certificate(&cert, "--cert")
+                .map_err(CertError::File)?,
+            crate::store::secret::read_pem(&key, "--key", "PRIVATE KEY")
+                .map_err(CertError::File)?,
+        ))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(CertError::NoKey { cert, key }),
+        (None, Some(_)) => Err(CertError::NoCert { cert, key }),
+    }
 }

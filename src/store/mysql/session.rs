@@ -44,18 +44,17 @@ use super::{MySql, sql::Sql};
 use crate::clock::Instant;
 use crate::log;
 use crate::store::lease_row::lock::{Place, RowLock};
+use crate::store::lease_row::session::RowSession;
 use crate::store::lease_row::session::worth_a_take_in;
 use crate::store::lease_row::store::checkpoint_of;
 use crate::store::lease_row::take::{Attempt, Sorted, Taker, Tries, Try, Waking};
 use crate::store::lease_row::{self, Cell as Value, Version};
 use crate::store::retry;
-use crate::store::{
-    Boxed, Checkpoint, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
-};
+use crate::store::{Boxed, Checkpoint, Lock, Loss, Renewal, Renewer, StoreError};
 
 /// What a session adds to the [`Shared`] of every lease-row session.
 #[derive(Default)]
-struct Own {
+pub struct Own {
     /// The locks we are queued for.
     queued: RefCell<BTreeSet<String>>,
     /// The doorbells of the rows we hold, by lock: the fence and the
@@ -75,7 +74,6 @@ fn ttl_us(shared: &Shared) -> i64 {
 pub struct MySession<'s> {
     store: &'s MySql,
     shared: Rc<Shared>,
-    granted_at: Instant,
 }
 
 impl<'s> MySession<'s> {
@@ -83,25 +81,22 @@ impl<'s> MySession<'s> {
         MySession {
             store,
             shared: Rc::new(Shared::new(ttl, Own::default())),
-            granted_at: Instant::now(),
         }
     }
 }
 
-impl Session for MySession<'_> {
-    fn id(&self) -> String {
-        self.shared.tenure.clone()
+impl RowSession for MySession<'_> {
+    type Own = Own;
+
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.shared.ttl)
+    fn within(&self) -> Duration {
+        self.store.within
     }
 
-    fn granted_at(&self) -> Instant {
-        self.granted_at
-    }
-
-    fn renewer(&self) -> Box<dyn Renewer> {
+    fn new_renewer(&self) -> Box<dyn Renewer> {
         Box::new(MyRenewer {
             shared: self.shared.clone(),
             link: self.store.link.clone(),
@@ -109,36 +104,27 @@ impl Session for MySession<'_> {
         })
     }
 
-    fn join(
-        &self,
-        lock: String,
-        record: HolderRecord,
-    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
-        Box::pin(async move {
-            let lock: Box<dyn Lock + '_> = Box::new(MyLock {
-                session: self,
-                place: Place::new(lock, &self.shared.tenure, record),
-                bell: self.store.link.fresh(),
-                fence: Cell::new(None),
-            });
-            Ok(lock)
+    fn lock_at(&self, place: Place) -> Box<dyn Lock + '_> {
+        Box::new(MyLock {
+            session: self,
+            place,
+            bell: self.store.link.fresh(),
+            fence: Cell::new(None),
         })
     }
 
-    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            // Before: no renewal may count them lost once they are let go.
-            self.shared.held.borrow_mut().clear();
-            self.shared.own.queued.borrow_mut().clear();
-            let released = self.store.release(&self.shared.tenure).await;
-            // After: a waiter woken finds the rows free. A connection that
-            // ends lets its doorbells go: no statement to wait for.
-            let bells = std::mem::take(&mut *self.shared.own.bells.borrow_mut());
-            for (_, (_, link)) in bells {
-                link.reset();
-            }
-            released
-        })
+    async fn let_all_go(&self) -> Result<(), StoreError> {
+        // Before: no renewal may count them lost once they are let go.
+        self.shared.held.borrow_mut().clear();
+        self.shared.own.queued.borrow_mut().clear();
+        let released = self.store.release(&self.shared.tenure).await;
+        // After: a waiter woken finds the rows free. A connection that
+        // ends lets its doorbells go: no statement to wait for.
+        let bells = std::mem::take(&mut *self.shared.own.bells.borrow_mut());
+        for (_, (_, link)) in bells {
+            link.reset();
+        }
+        released
     }
 }
 
@@ -439,14 +425,6 @@ impl<'s> Taker for MyLock<'s> {
 
     fn place(&self) -> &Place {
         &self.place
-    }
-
-    fn ttl(&self) -> Duration {
-        self.session.shared.ttl
-    }
-
-    fn within(&self) -> Duration {
-        self.store().within
     }
 
     async fn attempt(&self, how: Try) -> Result<Attempt<Option<i64>>, Failed> {

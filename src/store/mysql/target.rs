@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,7 @@ use super::MySql;
 use crate::store::StoreError;
 use crate::store::kind::{About, Kind, Settings};
 use crate::store::lease_row::target::{
-    Env, SqlTarget, UrlError, UrlParts, decode, encode, release, split_port,
+    CertError, Env, SqlTarget, UrlError, UrlParts, client_cert, decode, encode, release, split_port,
 };
 use crate::store::secret::{Secret, find_password};
 
@@ -151,10 +151,8 @@ enum TargetError {
     /// words of the reader every store shares.
     #[error("{}", .0.message)]
     File(StoreError),
-    #[error("--cert (ssl-cert) needs --key (ssl-key)")]
-    CertWithoutKey,
-    #[error("--key (ssl-key) needs --cert (ssl-cert)")]
-    KeyWithoutCert,
+    #[error(transparent)]
+    Cert(#[from] CertError),
     #[error(
         "unknown ssl-mode '{0}'; use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
     )]
@@ -259,18 +257,11 @@ impl MyTarget {
             (None, Some(path)) => Some(read_pem(Path::new(path), "ssl-ca", "CERTIFICATE")?),
             (None, None) => None,
         };
-        let cert = settings.cert.clone().or(get("ssl-cert").map(PathBuf::from));
-        let key = settings.key.clone().or(get("ssl-key").map(PathBuf::from));
-        let client_cert = match (cert, key) {
-            (Some(cert), Some(key)) => Some((
-                crate::store::secret::read_client_certificate(&cert, "--cert")
-                    .map_err(TargetError::File)?,
-                read_pem(&key, "--key", "PRIVATE KEY")?,
-            )),
-            (None, None) => None,
-            (Some(_), None) => return Err(TargetError::CertWithoutKey),
-            (None, Some(_)) => return Err(TargetError::KeyWithoutCert),
-        };
+        let client_cert = client_cert(
+            settings,
+            ("ssl-cert", get("ssl-cert")),
+            ("ssl-key", get("ssl-key")),
+        )?;
         let mut ssl_mode = match get("ssl-mode") {
             Some(mode) => SslMode::parse(mode)?,
             None => SslMode::Preferred,

@@ -22,13 +22,12 @@ use crate::clock::{Instant, sleep_until};
 use crate::log;
 use crate::store::PAST_EXPIRY;
 use crate::store::lease_row::lock::{Place, RowLock};
+use crate::store::lease_row::session::RowSession;
 use crate::store::lease_row::session::worth_a_take_in;
 use crate::store::lease_row::take::{Attempt, Queue, Sorted, Taker, Tries, Try, Waking, wake_at};
 use crate::store::lease_row::{Cell, Row, Shared, Version, store::checkpoint_of};
 use crate::store::retry::Backoff;
-use crate::store::{
-    Boxed, ErrorKind, HolderRecord, Lock, Loss, Renewal, Renewer, Session, StoreError,
-};
+use crate::store::{Boxed, ErrorKind, Lock, Loss, Renewal, Renewer, StoreError};
 
 /// How long a holder's command runs before its elect listens for news of
 /// its lock on a second connection.
@@ -37,7 +36,6 @@ const LISTEN_AFTER: Duration = Duration::from_millis(200);
 pub struct PgSession<'s> {
     store: &'s Postgres,
     shared: Rc<Shared>,
-    granted_at: Instant,
 }
 
 impl<'s> PgSession<'s> {
@@ -45,7 +43,6 @@ impl<'s> PgSession<'s> {
         PgSession {
             store,
             shared: Rc::new(Shared::new(ttl, ())),
-            granted_at: Instant::now(),
         }
     }
 
@@ -54,20 +51,18 @@ impl<'s> PgSession<'s> {
     }
 }
 
-impl Session for PgSession<'_> {
-    fn id(&self) -> String {
-        self.shared.tenure.clone()
+impl RowSession for PgSession<'_> {
+    type Own = ();
+
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
-    fn ttl(&self) -> Option<Duration> {
-        Some(self.shared.ttl)
+    fn within(&self) -> Duration {
+        self.store.within
     }
 
-    fn granted_at(&self) -> Instant {
-        self.granted_at
-    }
-
-    fn renewer(&self) -> Box<dyn Renewer> {
+    fn new_renewer(&self) -> Box<dyn Renewer> {
         Box::new(PgRenewer {
             shared: self.shared.clone(),
             link: self.store.link.clone(),
@@ -76,32 +71,23 @@ impl Session for PgSession<'_> {
         })
     }
 
-    fn join(
-        &self,
-        lock: String,
-        record: HolderRecord,
-    ) -> Boxed<'_, Result<Box<dyn Lock + '_>, StoreError>> {
-        Box::pin(async move {
-            let lock: Box<dyn Lock + '_> = Box::new(PgLock {
-                session: self,
-                place: Place::new(lock, &self.shared.tenure, record),
-            });
-            Ok(lock)
+    fn lock_at(&self, place: Place) -> Box<dyn Lock + '_> {
+        Box::new(PgLock {
+            session: self,
+            place,
         })
     }
 
-    fn release(&self) -> Boxed<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            // Before: no renewal may count them lost once they are let go.
-            self.shared.held.borrow_mut().clear();
-            self.store
-                .query(
-                    &self.store.sql.release,
-                    &[(&self.shared.tenure, Type::TEXT)],
-                )
-                .await?;
-            Ok(())
-        })
+    async fn let_all_go(&self) -> Result<(), StoreError> {
+        // Before: no renewal may count them lost once they are let go.
+        self.shared.held.borrow_mut().clear();
+        self.store
+            .query(
+                &self.store.sql.release,
+                &[(&self.shared.tenure, Type::TEXT)],
+            )
+            .await?;
+        Ok(())
     }
 }
 
@@ -359,14 +345,6 @@ impl<'s> Taker for PgLock<'s> {
 
     fn place(&self) -> &Place {
         &self.place
-    }
-
-    fn ttl(&self) -> Duration {
-        self.session.shared.ttl
-    }
-
-    fn within(&self) -> Duration {
-        self.store().within
     }
 
     async fn attempt(&self, how: Try) -> Result<Attempt<()>, Failed> {

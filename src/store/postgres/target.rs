@@ -27,7 +27,7 @@ use super::Postgres;
 use super::words::{WordsError, servers, shown_input, words_of};
 use crate::store::StoreError;
 use crate::store::kind::{About, Kind, Settings};
-use crate::store::lease_row::target::{Env, SqlTarget, encode, release};
+use crate::store::lease_row::target::{CertError, Env, SqlTarget, client_cert, encode, release};
 use crate::store::secret::{Secret, find_password};
 
 /// PostgreSQL's URLs and libpq's `key=value` words.
@@ -147,10 +147,8 @@ pub(super) enum TargetError {
     /// words of the reader every store shares.
     #[error("{}", .0.message)]
     File(StoreError),
-    #[error("--cert (sslcert) needs --key (sslkey)")]
-    CertWithoutKey,
-    #[error("--key (sslkey) needs --cert (sslcert)")]
-    KeyWithoutCert,
+    #[error(transparent)]
+    Cert(#[from] CertError),
     #[error(
         "sslmode=allow (plain first, TLS if refused) is not supported; use disable, prefer, require, verify-ca or verify-full"
     )]
@@ -268,18 +266,11 @@ impl PgTarget {
                 None => None,
             },
         };
-        let cert = settings.cert.clone().or(get("sslcert").map(PathBuf::from));
-        let key = settings.key.clone().or(get("sslkey").map(PathBuf::from));
-        let client_cert = match (cert, key) {
-            (Some(cert), Some(key)) => Some((
-                crate::store::secret::read_client_certificate(&cert, "--cert")
-                    .map_err(TargetError::File)?,
-                read_pem(&key, "--key", "PRIVATE KEY")?,
-            )),
-            (None, None) => None,
-            (Some(_), None) => return Err(TargetError::CertWithoutKey),
-            (None, Some(_)) => return Err(TargetError::KeyWithoutCert),
-        };
+        let client_cert = client_cert(
+            settings,
+            ("sslcert", get("sslcert")),
+            ("sslkey", get("sslkey")),
+        )?;
         let mut sslmode = match get("sslmode") {
             Some(mode) => SslMode::parse(mode)?,
             None => SslMode::Prefer,
