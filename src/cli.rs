@@ -128,10 +128,13 @@ fn store_forms() -> String {
 
 /// `--store`'s long help.
 fn store_help() -> String {
+    let own: String = crate::store::kinds()
+        .filter_map(|kind| kind.about.store_variable)
+        .map(|variable| format!(", then {variable}"))
+        .collect();
     format!(
-        "{}\n\nWithout it, ELECT_STORE is used, then ETCDCTL_ENDPOINTS, then {}. \
-         etcd://USER:PASSWORD@HOST:PORT works, but every user of the host can read a command line \
-         in ps: prefer --password-file.",
+        "{}\n\nWithout it, ELECT_STORE is used{own}, then {}. A password in the URL works, \
+         but every user of the host can read a command line in ps: prefer --password-file.",
         store_forms(),
         crate::store::DEFAULT_STORE
     )

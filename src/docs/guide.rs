@@ -71,7 +71,12 @@ fn store_lines() -> Vec<(&'static str, String)> {
         (
             "docs/reference.md",
             format!(
-                "| `--store URL` | `ELECT_STORE`, else `ETCDCTL_ENDPOINTS`, else `{}` | {} |",
+                "| `--store URL` | `ELECT_STORE`{}, else `{}` | {} |",
+                abouts
+                    .iter()
+                    .filter_map(|a| a.store_variable)
+                    .map(|v| format!(", else `{v}`"))
+                    .collect::<String>(),
                 crate::store::DEFAULT_STORE,
                 in_turn(forms, ", or ")
             ),

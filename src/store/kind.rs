@@ -69,6 +69,10 @@ pub struct About {
     pub cacert: Option<&'static str>,
     /// Who `--user` is on it, for the flag's help; `None`: refused.
     pub user: Option<&'static str>,
+    /// The variable of its own tools that names a store, which `from_env`
+    /// reads when neither `--store` nor `ELECT_STORE` is set (etcd:
+    /// `ETCDCTL_ENDPOINTS`), for `--store`'s help.
+    pub store_variable: Option<&'static str>,
 }
 
 impl fmt::Debug for Kind {

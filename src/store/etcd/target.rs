@@ -76,6 +76,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the lease id, hexadecimal",
         cacert: Some("else the system's roots"),
         user: Some("its user"),
+        store_variable: Some("ETCDCTL_ENDPOINTS"),
     },
 };
 

@@ -52,6 +52,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the pid (decimal) of the elect that holds the lock",
         cacert: None,
         user: None,
+        store_variable: None,
     },
 };
 

@@ -81,6 +81,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the holder's session id (16 hex digits, fresh for each `elect run`)",
         cacert: None,
         user: None,
+        store_variable: None,
     },
 };
 

@@ -62,6 +62,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the holder's session id (32 hex digits, fresh for each `elect run`)",
         cacert: Some("as ssl-ca"),
         user: Some("the account"),
+        store_variable: None,
     },
 };
 

@@ -63,6 +63,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the holder's session id (32 hex digits, fresh for each `elect run`)",
         cacert: Some("as sslrootcert, the whole chain checked"),
         user: Some("the role"),
+        store_variable: None,
     },
 };
 

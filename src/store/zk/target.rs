@@ -52,6 +52,7 @@ pub const KIND: Kind = Kind {
         lease_id: "the session id, hexadecimal",
         cacert: Some("needed by zks://"),
         user: Some("a digest user"),
+        store_variable: None,
     },
 };
 
