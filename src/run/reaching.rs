@@ -58,7 +58,7 @@ impl Job {
             })
     }
 
-    /// [`Run::reaching`], except that within a bound that waits for the
+    /// [`Job::reaching`], except that within a bound that waits for the
     /// store ([`Reach::again`]) one that cannot be reached yet ends the
     /// call after a pause with `Err(None)`: try again.
     pub(super) async fn attempt<T>(
