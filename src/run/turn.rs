@@ -192,14 +192,21 @@ impl<'j> Turn<'j> {
             let (done, status) = tokio::join!(done, status);
             Ok((done?, status?))
         };
-        let (done, status) = match job
-            .attempt(&mut self.reach, self.signals, "a look at the lock", looks)
-            .await
-        {
+        let looked = tokio::select! {
+            looked = self.reach.bounded("a look at the lock", looks) => looked,
+            sig = self.signals.terminating() => {
+                return Some(TurnEnd::Done(Outcome::Raise(sig as i32)));
+            }
+        };
+        let (done, status) = match looked {
             Ok(looked) => looked,
-            Err(Some(outcome)) => return Some(TurnEnd::Done(outcome)),
-            // The store is on its way back: the session's bound waits.
-            Err(None) => return None,
+            // A look that failed (a connection reset under it) is no
+            // verdict: the turn goes on, and its own calls, tried again as
+            // they are, say what became of the store.
+            Err(e) => {
+                log::verbose(format_args!("could not look at the lock first ({e})"));
+                return None;
+            }
         };
         let mut tenure = job.tenure(self.queued, None);
         let end = match (done, status) {
