@@ -24,6 +24,7 @@ use crate::store::{Session, StoreError};
 pub use rows::{Answer, Arg, Cell, Row};
 pub use session::{Shared, Version, key};
 pub use store::LeaseRows;
+pub use target::TlsMode;
 
 /// What the core asks of a database, by name: each dialect has its
 /// statement for it and places the arguments, given in the order each

@@ -16,6 +16,43 @@ use crate::store::probe::Contact;
 use crate::store::secret::Secret;
 use crate::store::{Boxed, Store, StoreError};
 
+/// The five levels of TLS that libpq's `sslmode` and MySQL's `ssl-mode`
+/// share, each store spelling them its own way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TlsMode {
+    Off,
+    Prefer,
+    Require,
+    VerifyCa,
+    /// The chain and the server's name.
+    VerifyHost,
+}
+
+/// A client certificate given where TLS is off.
+pub struct CertWithoutTls;
+
+impl TlsMode {
+    /// Whether the server's certificate is checked against a CA.
+    pub fn verifies(self) -> bool {
+        matches!(self, TlsMode::VerifyCa | TlsMode::VerifyHost)
+    }
+
+    /// Certificates mean TLS, checked: never fall back to the clear, and
+    /// with a CA, verify the chain (as libpq does when it finds one, and
+    /// MySQL's clients with `--ssl-ca`).
+    pub fn with_certificates(self, ca: bool, client_cert: bool) -> Result<TlsMode, CertWithoutTls> {
+        let mode = match self {
+            TlsMode::Prefer | TlsMode::Require if ca => TlsMode::VerifyCa,
+            TlsMode::Prefer if client_cert => TlsMode::Require,
+            mode => mode,
+        };
+        match (mode, client_cert) {
+            (TlsMode::Off, true) => Err(CertWithoutTls),
+            (mode, _) => Ok(mode),
+        }
+    }
+}
+
 /// A SQL store's parsed URL: what the core needs of it to make it a
 /// [`Target`].
 #[allow(async_fn_in_trait)]

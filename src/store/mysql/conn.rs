@@ -17,7 +17,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, OptsBuilder, Params, Row, SslOpts, Value};
 use std::cell::RefCell;
 
-use super::target::{MyTarget, SslMode};
+use super::target::MyTarget;
+use crate::store::lease_row::TlsMode;
 use crate::store::retry::{self, ConnectFailure as Failure};
 use crate::store::{StoreError, tls};
 
@@ -350,7 +351,7 @@ fn opts(target: &MyTarget, ssl: Option<SslOpts>) -> OptsBuilder {
 
 /// TLS as `ssl-mode` says; none over a Unix socket, as the clients.
 fn ssl_opts(target: &MyTarget) -> Option<SslOpts> {
-    if target.socket.is_some() || target.ssl_mode == SslMode::Disabled {
+    if target.socket.is_some() || target.ssl_mode == TlsMode::Off {
         return None;
     }
     let mut ssl = SslOpts::default();
@@ -361,16 +362,16 @@ fn ssl_opts(target: &MyTarget) -> Option<SslOpts> {
         )));
     }
     ssl = match target.ssl_mode {
-        SslMode::Preferred | SslMode::Required => ssl
+        TlsMode::Prefer | TlsMode::Require => ssl
             .with_danger_accept_invalid_certs(true)
             .with_danger_skip_domain_validation(true),
-        SslMode::VerifyCa | SslMode::VerifyIdentity => {
+        TlsMode::VerifyCa | TlsMode::VerifyHost => {
             let ca = target.ca.clone().unwrap_or_default();
             ssl.with_root_certs(vec![ca.into()])
                 .with_disable_built_in_roots(true)
-                .with_danger_skip_domain_validation(target.ssl_mode == SslMode::VerifyCa)
+                .with_danger_skip_domain_validation(target.ssl_mode == TlsMode::VerifyCa)
         }
-        SslMode::Disabled => return None,
+        TlsMode::Off => return None,
     };
     Some(ssl)
 }
@@ -386,7 +387,7 @@ pub async fn connect(target: &MyTarget, within: Duration) -> Result<Conn, StoreE
             // PREFERRED: in the clear where the server offers no TLS.
             Err(mysql_async::Error::Driver(
                 mysql_async::DriverError::NoClientSslFlagFromServer,
-            )) if target.ssl_mode == SslMode::Preferred => Conn::new(opts(target, None))
+            )) if target.ssl_mode == TlsMode::Prefer => Conn::new(opts(target, None))
                 .await
                 .map_err(|e| failure(&e, target)),
             other => other.map_err(|e| failure(&e, target)),

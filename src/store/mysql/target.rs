@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::MySql;
 use crate::store::StoreError;
 use crate::store::kind::{About, Kind, Settings};
+use crate::store::lease_row::TlsMode;
 use crate::store::lease_row::target::{
     CertError, Env, SqlTarget, UrlError, UrlParts, client_cert, decode, encode, release, split_port,
 };
@@ -74,38 +75,26 @@ const OPTIONS: &[&str] = &[
     "ssl-mode", "ssl-ca", "ssl-cert", "ssl-key", "socket", "prefix",
 ];
 
-/// The clients' `ssl-mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SslMode {
-    Disabled,
-    Preferred,
-    Required,
-    VerifyCa,
-    VerifyIdentity,
+fn parse_ssl_mode(text: &str) -> Result<TlsMode, TargetError> {
+    Ok(match text.to_ascii_uppercase().replace('-', "_").as_str() {
+        "DISABLED" => TlsMode::Off,
+        "PREFERRED" => TlsMode::Prefer,
+        "REQUIRED" => TlsMode::Require,
+        "VERIFY_CA" => TlsMode::VerifyCa,
+        "VERIFY_IDENTITY" => TlsMode::VerifyHost,
+        _ => {
+            return Err(TargetError::TlsMode(text.to_string()));
+        }
+    })
 }
 
-impl SslMode {
-    fn parse(text: &str) -> Result<SslMode, TargetError> {
-        Ok(match text.to_ascii_uppercase().replace('-', "_").as_str() {
-            "DISABLED" => SslMode::Disabled,
-            "PREFERRED" => SslMode::Preferred,
-            "REQUIRED" => SslMode::Required,
-            "VERIFY_CA" => SslMode::VerifyCa,
-            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
-            _ => {
-                return Err(TargetError::SslMode(text.to_string()));
-            }
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SslMode::Disabled => "DISABLED",
-            SslMode::Preferred => "PREFERRED",
-            SslMode::Required => "REQUIRED",
-            SslMode::VerifyCa => "VERIFY_CA",
-            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
-        }
+pub fn ssl_mode_name(mode: TlsMode) -> &'static str {
+    match mode {
+        TlsMode::Off => "DISABLED",
+        TlsMode::Prefer => "PREFERRED",
+        TlsMode::Require => "REQUIRED",
+        TlsMode::VerifyCa => "VERIFY_CA",
+        TlsMode::VerifyHost => "VERIFY_IDENTITY",
     }
 }
 
@@ -120,7 +109,7 @@ pub struct MyTarget {
     pub user: String,
     pub password: Option<Secret>,
     pub database: String,
-    pub ssl_mode: SslMode,
+    pub ssl_mode: TlsMode,
     /// PEM: the CA that signed the server's certificate.
     pub ca: Option<Vec<u8>>,
     /// PEM: a client certificate and its private key.
@@ -157,7 +146,7 @@ enum TargetError {
     #[error(
         "unknown ssl-mode '{0}'; use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
     )]
-    SslMode(String),
+    TlsMode(String),
     #[error("a client certificate with ssl-mode=DISABLED")]
     CertWithoutTls,
     #[error("ssl-mode={0} needs the CA's certificate: give --cacert or ssl-ca")]
@@ -263,22 +252,14 @@ impl MyTarget {
             ("ssl-cert", get("ssl-cert")),
             ("ssl-key", get("ssl-key")),
         )?;
-        let mut ssl_mode = match get("ssl-mode") {
-            Some(mode) => SslMode::parse(mode)?,
-            None => SslMode::Preferred,
-        };
-        // Certificates mean TLS, checked: never fall back to the clear, and
-        // with a CA, verify the chain (the clients do so with --ssl-ca).
-        if ca.is_some() && matches!(ssl_mode, SslMode::Preferred | SslMode::Required) {
-            ssl_mode = SslMode::VerifyCa;
-        } else if client_cert.is_some() && ssl_mode == SslMode::Preferred {
-            ssl_mode = SslMode::Required;
+        let ssl_mode = match get("ssl-mode") {
+            Some(mode) => parse_ssl_mode(mode)?,
+            None => TlsMode::Prefer,
         }
-        if client_cert.is_some() && ssl_mode == SslMode::Disabled {
-            return Err(TargetError::CertWithoutTls);
-        }
-        if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity) && ca.is_none() {
-            return Err(TargetError::NoCa(ssl_mode.name()));
+        .with_certificates(ca.is_some(), client_cert.is_some())
+        .map_err(|_| TargetError::CertWithoutTls)?;
+        if ssl_mode.verifies() && ca.is_none() {
+            return Err(TargetError::NoCa(ssl_mode_name(ssl_mode)));
         }
 
         let mut target = MyTarget {
@@ -445,8 +426,8 @@ impl fmt::Display for MyTarget {
             self.database
         )?;
         let mut options = Vec::new();
-        if self.ssl_mode != SslMode::Preferred {
-            options.push(format!("ssl-mode={}", self.ssl_mode.name()));
+        if self.ssl_mode != TlsMode::Prefer {
+            options.push(format!("ssl-mode={}", ssl_mode_name(self.ssl_mode)));
         }
         if let Some(socket) = self.socket.as_deref().filter(|s| *s != DEFAULT_SOCKET) {
             options.push(format!("socket={}", encode(socket)));
@@ -520,7 +501,7 @@ mod tests {
         let again = parse_with(&t.to_string(), &[("ELECT_PASSWORD", "s@cret")]).unwrap();
         assert_eq!(again, t);
         let m = parse_with("mariadb://u@127.0.0.1/d?ssl_mode=required", &[]).unwrap();
-        assert_eq!(m.ssl_mode, SslMode::Required);
+        assert_eq!(m.ssl_mode, TlsMode::Require);
         assert_eq!(
             m.to_string(),
             "mariadb://u@127.0.0.1:3306/d?ssl-mode=REQUIRED"
@@ -561,7 +542,7 @@ mod tests {
         let t = parse_with("mysql://db/jobs", &[("HOME", &home)]).unwrap();
         assert_eq!((t.user.as_str(), t.port), ("carol", 3399));
         assert_eq!(t.password.unwrap().expose(), "p w");
-        assert_eq!(t.ssl_mode, SslMode::Disabled);
+        assert_eq!(t.ssl_mode, TlsMode::Off);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

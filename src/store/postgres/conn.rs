@@ -20,8 +20,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 
-use super::target::{PgTarget, RootCert, SslMode};
+use super::target::{PgTarget, RootCert};
 use crate::store::StoreError;
+use crate::store::lease_row::TlsMode;
 use crate::store::retry::{self, ConnectFailure as Failure};
 use crate::store::tls;
 
@@ -229,7 +230,7 @@ fn config(target: &PgTarget, within: Duration) -> Config {
     }
     config.ssl_mode(match tls_wanted(target) {
         false => tokio_postgres::config::SslMode::Disable,
-        true if target.sslmode == SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        true if target.sslmode == TlsMode::Prefer => tokio_postgres::config::SslMode::Prefer,
         true => tokio_postgres::config::SslMode::Require,
     });
     config
@@ -237,7 +238,7 @@ fn config(target: &PgTarget, within: Duration) -> Config {
 
 /// TLS is for TCP; libpq, too, ignores `sslmode` on Unix sockets.
 fn tls_wanted(target: &PgTarget) -> bool {
-    target.sslmode != SslMode::Disable && !target.servers.iter().all(|s| s.is_socket())
+    target.sslmode != TlsMode::Off && !target.servers.iter().all(|s| s.is_socket())
 }
 
 fn tls_connector(
@@ -255,7 +256,7 @@ fn tls_connector(
         StoreError::config(format!("{what}: {e}"))
     };
     let verifier: Arc<dyn ServerCertVerifier> = match target.sslmode {
-        SslMode::VerifyFull | SslMode::VerifyCa => {
+        TlsMode::VerifyHost | TlsMode::VerifyCa => {
             let pem = match &target.root_cert {
                 Some(RootCert::Pem(pem)) => Some(&pem[..]),
                 Some(RootCert::System) | None => None,
@@ -269,7 +270,7 @@ fn tls_connector(
             .map_err(|e| bad((tls::Part::Ca, e.to_string())))?;
             Arc::new(Checked {
                 webpki,
-                names: target.sslmode == SslMode::VerifyFull,
+                names: target.sslmode == TlsMode::VerifyHost,
             })
         }
         _ => Arc::new(tls::Unchecked(provider.clone())),

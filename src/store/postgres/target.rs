@@ -27,6 +27,7 @@ use super::Postgres;
 use super::words::{WordsError, servers, shown_input, words_of};
 use crate::store::StoreError;
 use crate::store::kind::{About, Kind, Settings};
+use crate::store::lease_row::TlsMode;
 use crate::store::lease_row::target::{CertError, Env, SqlTarget, client_cert, encode, release};
 use crate::store::secret::{Secret, find_password};
 
@@ -89,41 +90,29 @@ pub(super) const KEYS: &[&str] = &[
 /// Variables that may carry a secret for PostgreSQL: the command never sees them.
 const SECRET_VARIABLES: &[&str] = &["PGPASSWORD"];
 
-/// libpq's `sslmode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SslMode {
-    Disable,
-    Prefer,
-    Require,
-    VerifyCa,
-    VerifyFull,
+fn parse_sslmode(text: &str) -> Result<TlsMode, TargetError> {
+    Ok(match text {
+        "disable" => TlsMode::Off,
+        "prefer" => TlsMode::Prefer,
+        "require" => TlsMode::Require,
+        "verify-ca" => TlsMode::VerifyCa,
+        "verify-full" => TlsMode::VerifyHost,
+        "allow" => {
+            return Err(TargetError::Allow);
+        }
+        other => {
+            return Err(TargetError::TlsMode(other.to_string()));
+        }
+    })
 }
 
-impl SslMode {
-    fn parse(text: &str) -> Result<SslMode, TargetError> {
-        Ok(match text {
-            "disable" => SslMode::Disable,
-            "prefer" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            "allow" => {
-                return Err(TargetError::Allow);
-            }
-            other => {
-                return Err(TargetError::SslMode(other.to_string()));
-            }
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            SslMode::Disable => "disable",
-            SslMode::Prefer => "prefer",
-            SslMode::Require => "require",
-            SslMode::VerifyCa => "verify-ca",
-            SslMode::VerifyFull => "verify-full",
-        }
+fn sslmode_name(mode: TlsMode) -> &'static str {
+    match mode {
+        TlsMode::Off => "disable",
+        TlsMode::Prefer => "prefer",
+        TlsMode::Require => "require",
+        TlsMode::VerifyCa => "verify-ca",
+        TlsMode::VerifyHost => "verify-full",
     }
 }
 
@@ -155,7 +144,7 @@ pub(super) enum TargetError {
     )]
     Allow,
     #[error("unknown sslmode '{0}'; use disable, prefer, require, verify-ca or verify-full")]
-    SslMode(String),
+    TlsMode(String),
     #[error("a client certificate with sslmode=disable")]
     CertWithoutTls,
     #[error(
@@ -192,7 +181,7 @@ pub struct PgTarget {
     pub user: String,
     pub password: Option<Secret>,
     pub dbname: String,
-    pub sslmode: SslMode,
+    pub sslmode: TlsMode,
     pub root_cert: Option<RootCert>,
     /// PEM: a client certificate and its private key.
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
@@ -272,21 +261,13 @@ impl PgTarget {
             ("sslcert", get("sslcert")),
             ("sslkey", get("sslkey")),
         )?;
-        let mut sslmode = match get("sslmode") {
-            Some(mode) => SslMode::parse(mode)?,
-            None => SslMode::Prefer,
-        };
-        // Certificates mean TLS, checked: never fall back to the clear, and
-        // with a CA, verify the chain (libpq does so when it finds one).
-        if root_cert.is_some() && matches!(sslmode, SslMode::Prefer | SslMode::Require) {
-            sslmode = SslMode::VerifyCa;
-        } else if client_cert.is_some() && sslmode == SslMode::Prefer {
-            sslmode = SslMode::Require;
+        let sslmode = match get("sslmode") {
+            Some(mode) => parse_sslmode(mode)?,
+            None => TlsMode::Prefer,
         }
-        if client_cert.is_some() && sslmode == SslMode::Disable {
-            return Err(TargetError::CertWithoutTls);
-        }
-        if matches!(sslmode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
+        .with_certificates(root_cert.is_some(), client_cert.is_some())
+        .map_err(|_| TargetError::CertWithoutTls)?;
+        if sslmode.verifies() && root_cert.is_none() {
             // libpq's default root certificate file.
             let default = env.home().map(|h| h.join(".postgresql/root.crt"));
             match default.filter(|p| p.exists()) {
@@ -298,7 +279,7 @@ impl PgTarget {
                     )?))
                 }
                 None => {
-                    return Err(TargetError::NoCa(sslmode.name()));
+                    return Err(TargetError::NoCa(sslmode_name(sslmode)));
                 }
             }
         }
@@ -463,8 +444,8 @@ impl fmt::Display for PgTarget {
             encode(&self.dbname)
         )?;
         let mut options = Vec::new();
-        if self.sslmode != SslMode::Prefer {
-            options.push(format!("sslmode={}", self.sslmode.name()));
+        if self.sslmode != TlsMode::Prefer {
+            options.push(format!("sslmode={}", sslmode_name(self.sslmode)));
         }
         if self.root_cert == Some(RootCert::System) {
             options.push("sslrootcert=system".into());
@@ -590,7 +571,7 @@ mod tests {
             }]
         );
         assert_eq!((t.user.as_str(), t.dbname.as_str()), ("bob", "jobs"));
-        assert_eq!(t.sslmode, SslMode::Disable);
+        assert_eq!(t.sslmode, TlsMode::Off);
         assert_eq!(t.application_name, "nightly");
         assert_eq!(t.password.unwrap().expose(), "pw");
         assert_eq!(
