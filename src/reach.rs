@@ -107,6 +107,11 @@ impl Reach {
         Some(self.patient.as_mut()?.pause().min(left))
     }
 
+    /// Whether the bound has passed: a call now would give up at once.
+    pub fn spent(&self) -> bool {
+        self.until.remaining().is_zero()
+    }
+
     /// The store answered what it had to: no probe is needed any more.
     pub fn reached(&mut self) {
         self.reached = true;

@@ -200,7 +200,10 @@ impl<'j> Turn<'j> {
         };
         let (done, status) = match looked {
             Ok(looked) => looked,
-            // A look that failed (a connection reset under it) is no
+            // No answer within the bound is the run's end, said as any
+            // call's would be (with what the probe found).
+            Err(e) if self.reach.spent() => return Some(TurnEnd::Done(job.store_failed(e))),
+            // Another failure (a connection reset under the look) is no
             // verdict: the turn goes on, and its own calls, tried again as
             // they are, say what became of the store.
             Err(e) => {
