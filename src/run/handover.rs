@@ -6,14 +6,15 @@ use std::os::fd::AsFd;
 use std::time::SystemTime;
 
 use super::Job;
+use super::chronicle::Chronicle;
 use super::command::exec_failure;
-use super::hold::{Held, drive};
+use super::hold::Held;
 use super::queue::Won;
 use super::standing::{Cause, Step};
-use super::turn::TurnEnd;
+use super::turn::{Skip, TurnEnd};
 use crate::clock::show;
 use crate::exit::{Failure, Outcome};
-use crate::history::{self, Once, Tenure, Verdict};
+use crate::history::{self, Once, Tenure};
 use crate::lease::{Keeper, Kept};
 use crate::log;
 use crate::store::{Boxed, CHECKPOINT_IN_ENV_MAX, Loss};
@@ -51,7 +52,7 @@ impl Job {
         // The checkpoint comes with the acquisition where the store can
         // (etcd when first at once, PostgreSQL always); else it is read now,
         // beside the guard's start, and so is the record of work done.
-        let name = ours.tenure.lock.clone();
+        let name = self.held_name(shard);
         let done = async {
             match &self.once {
                 Some(once) => history::done_before(ours.store, &name, once).await,
@@ -68,14 +69,14 @@ impl Job {
                     // The guard is told the latest deadline.
                     Kept::Extended(_) => {}
                     Kept::Lost(loss) => {
-                        return Err(self.not_started(ours.tenure, Cause::of(&loss), &loss));
+                        return Err(self.not_started(Cause::of(&loss), &loss));
                     }
                 },
                 loss = &mut *lost_watch => {
-                    return Err(self.not_started(ours.tenure, Cause::of(&loss), &loss));
+                    return Err(self.not_started(Cause::of(&loss), &loss));
                 }
                 ready = &mut ready => break ready,
-                () = drive(ours.trimming) => {}
+                () = ours.chronicle.writes() => {}
             }
         };
         let failed = |failure: Failure| Err(TurnEnd::Done(failure.into()));
@@ -93,12 +94,12 @@ impl Job {
         };
         match done {
             Ok(None) => {}
-            Ok(Some(done)) => return Err(self.done_before(ours.tenure, &done)),
+            Ok(Some(done)) => return Err(self.done_before(&name, &done)),
             Err(e) => {
-                return failed(Failure::from(e).about(format_args!(
-                    "the record of lock {}'s last success",
-                    ours.tenure.lock
-                )));
+                return failed(
+                    Failure::from(e)
+                        .about(format_args!("the record of lock {}'s last success", name)),
+                );
             }
         }
         timeline::step("guard ready");
@@ -130,16 +131,14 @@ impl Job {
             )),
             None => {}
         }
-        // Before the command can look.
-        ours.tenure.started = Some(history::timestamp(SystemTime::now()));
-        self.reports.started(ours.tenure);
+        let tenure = ours.chronicle.starting();
         let handover = Handover {
             set_env,
             held: &held,
             release_order: crate::release::order(
                 &self.location,
                 &ours.session.release_token(),
-                ours.tenure,
+                tenure,
                 self.keep_history,
                 &self.reports,
             ),
@@ -149,17 +148,11 @@ impl Job {
             .await
         {
             Ok(child) => child,
-            Err(e) => {
-                ours.tenure.started = None;
-                return failed(self.spawn_failure(e));
-            }
+            Err(e) => return failed(self.spawn_failure(e)),
         };
         let (started, loss) = self
-            .await_start(&mut child, ours.keeper, lost_watch, ours.trimming)
+            .await_start(&mut child, ours.keeper, lost_watch, ours.chronicle)
             .await;
-        if started.is_err() {
-            ours.tenure.started = None;
-        }
         match started {
             Ok(()) => Ok(Started { child, loss }),
             Err(SpawnError::NotStarted) => {
@@ -169,7 +162,7 @@ impl Job {
                     || "no renewal was confirmed in time".to_string(),
                     |loss| loss.to_string(),
                 );
-                Err(self.not_started(ours.tenure, cause, why))
+                Err(self.not_started(cause, why))
             }
             Err(e) => {
                 child.reap().await;
@@ -186,7 +179,7 @@ impl Job {
         child: &mut Supervisor,
         keeper: &mut Keeper,
         lost_watch: &mut Boxed<'_, Loss>,
-        trimming: &mut Option<Boxed<'_, ()>>,
+        chronicle: &mut Chronicle<'_>,
     ) -> (Result<(), SpawnError>, Option<Loss>) {
         let mut loss = None;
         loop {
@@ -195,7 +188,7 @@ impl Job {
                 started = child.started() => return (started, loss),
                 kept = keeper.next(), if loss.is_none() => kept,
                 lost = &mut *lost_watch, if loss.is_none() => Kept::Lost(lost),
-                () = drive(trimming) => continue,
+                () = chronicle.writes() => continue,
             };
             match news {
                 Kept::Extended(at) => child.extend(at).await,
@@ -221,7 +214,7 @@ impl Job {
 
     /// A run of this period succeeded already: say who, and end without
     /// the command.
-    pub(super) fn done_before(&self, tenure: &mut Tenure, done: &Tenure) -> TurnEnd {
+    pub(super) fn done_before(&self, lock: &str, done: &Tenure) -> TurnEnd {
         let when = done.started.as_deref().unwrap_or(&done.queued);
         let ago = done
             .began()
@@ -233,28 +226,19 @@ impl Job {
             None => "this period".to_string(),
         };
         let said = format!(
-            "lock {}: done already for {period}: {} ran it at {when}{ago}; not running the command",
-            tenure.lock,
+            "lock {lock}: done already for {period}: {} ran it at {when}{ago}; not running the command",
             done.who()
         );
         log::event(log::Level::Normal, "done-before", format_args!("{said}"));
-        tenure.outcome = Verdict::DoneBefore;
-        tenure.done_ended = done.ended_at();
-        tenure.why = Some(format!("{} ran it at {when}", done.who()));
-        TurnEnd::Done(Outcome::Exit(self.done_code))
+        let skip = Skip::DoneBefore {
+            by: format!("{} ran it at {when}", done.who()),
+            ended: done.ended_at(),
+        };
+        TurnEnd::Skipped(Outcome::Exit(self.done_code), skip)
     }
 
     /// The lease was lost before the command started: it never will.
-    fn not_started(
-        &self,
-        tenure: &mut Tenure,
-        cause: Cause,
-        loss: impl std::fmt::Display,
-    ) -> TurnEnd {
-        if tenure.outcome == Verdict::Running {
-            tenure.outcome = Verdict::Lost;
-            tenure.why = Some("lost as the command was about to start".into());
-        }
+    fn not_started(&self, cause: Cause, loss: impl std::fmt::Display) -> TurnEnd {
         self.observe(Step::Lost(cause));
         log::warn(format_args!(
             "lost the lease on lock {} at {} as the command was about to start: {loss}; \

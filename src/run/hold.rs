@@ -15,13 +15,13 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Job;
+use super::chronicle::Chronicle;
 use super::handover::Started;
 use super::signals::{Signals, stop_self};
 use super::standing::{Cause, Step};
 use super::turn::TurnEnd;
 use crate::clock::{Instant, show, sleep_until};
 use crate::exit::{Code, Failure, Outcome};
-use crate::history::{self, Tenure, Verdict};
 use crate::lease::{Keeper, Kept, NEVER};
 use crate::log;
 use crate::report::describe_status;
@@ -51,19 +51,22 @@ struct Watch {
     asked: bool,
 }
 
-/// How long a command runs before its tenure is written into the history
-/// as running: a short one is written once, when it ends.
-const NOTE_RUNNING_AFTER: Duration = Duration::from_secs(1);
-
 /// What a turn holds while its command runs, borrowed from the turn: the
-/// store and session the lock was taken in, the lease's keeper, the tenure
-/// being recorded, and the history's trim under way.
+/// store and session the lock was taken in, the lease's keeper, and the
+/// turn's chronicle.
 pub(super) struct Held<'t, 's> {
     pub store: &'t dyn Store,
     pub session: &'t dyn Session,
     pub keeper: &'t mut Keeper,
-    pub tenure: &'t mut Tenure,
-    pub trimming: &'t mut Option<Boxed<'s, ()>>,
+    pub chronicle: &'t mut Chronicle<'s>,
+}
+
+impl Held<'_, '_> {
+    /// Tell those who follow the turn that it went on to `step`.
+    fn observe(&mut self, job: &Job, step: Step) {
+        self.chronicle.observe(&step);
+        job.observe(step);
+    }
 }
 
 impl Job {
@@ -75,21 +78,12 @@ impl Job {
         started: Started,
         lost_watch: &mut Boxed<'_, Loss>,
         signals: &mut Signals,
-        ours: Held<'_, '_>,
+        mut ours: Held<'_, '_>,
     ) -> (TurnEnd, Option<Supervisor>) {
         let Started { mut child, loss } = started;
         timeline::step("command started");
         let started = Instant::now();
-        self.observe(Step::Started);
-
-        // A command that runs a second is written in as running.
-        let running = ours.tenure.clone();
-        let noting = async {
-            tokio::time::sleep(NOTE_RUNNING_AFTER).await;
-            history::note_or_warn(ours.store, &running, self.keep_history, true).await;
-        };
-        tokio::pin!(noting);
-        let mut noted = self.keep_history == 0;
+        ours.observe(self, Step::Started);
         log::event(
             log::Level::Verbose,
             "started",
@@ -172,17 +166,9 @@ impl Job {
                     // And from here, should the guard be stopped.
                     child.kill_now();
                 },
-                () = &mut noting, if !noted => noted = true,
-                () = drive(ours.trimming) => {}
+                () = ours.chronicle.writes() => {}
             }
         };
-        if watch.lost {
-            ours.tenure.outcome = match watch.asked {
-                true => Verdict::Broken,
-                false => Verdict::Lost,
-            };
-            ours.tenure.why = watch.why.clone();
-        }
         timeline::step("command ended");
         if let Ending::Exited(code) = ending {
             log::context("exit_code", code);
@@ -195,21 +181,18 @@ impl Job {
         // A command killed because it outlived --grace after a stop from
         // outside ends elect by the signal that asked for the stop, as a
         // command that obeyed it would have: a stop the caller asked for.
-        let ending = match (watch.stop_enforced, watch.stop_by, ending) {
-            (true, Some((_, sig)), Ending::Killed(libc::SIGKILL)) => {
-                if !watch.lost {
-                    ours.tenure.outcome = Verdict::Killed;
-                    ours.tenure.signal = Some(Signal::SIGKILL as i32);
-                    ours.tenure.why = Some(format!("it did not end within --grace of {sig}"));
-                }
-                Ending::Killed(sig as i32)
-            }
-            (_, _, ending) => ending,
+        let outlived = match (watch.stop_enforced, watch.stop_by, ending) {
+            (true, Some((_, sig)), Ending::Killed(libc::SIGKILL)) => Some(sig),
+            _ => None,
         };
-        let end = match (watch.lost, watch.told_to_stop) {
-            (true, _) => TurnEnd::Lost,
-            (false, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
-            (false, false) => TurnEnd::Ended(ending),
+        let end = match (watch.lost, outlived, watch.told_to_stop) {
+            (true, _, _) => TurnEnd::Lost {
+                why: watch.why.unwrap_or_default(),
+                asked: watch.asked,
+            },
+            (false, Some(sig), _) => TurnEnd::Outlived(sig),
+            (false, None, true) => TurnEnd::Done(TurnEnd::Ended(ending).outcome(self.lost_code)),
+            (false, None, false) => TurnEnd::Ended(ending),
         };
         (end, Some(child))
     }
@@ -321,26 +304,6 @@ impl Job {
             Some(_) => "then rejoining the queue".to_string(),
             None => format!("exiting {}", self.lost_code),
         }
-    }
-}
-
-/// Drive `work` to its end, then leave it done: a select arm that never
-/// loses what it was doing when another arm wins.
-pub(super) async fn drive(work: &mut Option<Boxed<'_, ()>>) {
-    match work {
-        Some(future) => {
-            future.await;
-            *work = None;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Drive `work` to its end, if it has one left.
-pub(super) async fn drive_to_end(work: &mut Option<Boxed<'_, ()>>) {
-    if let Some(future) = work {
-        future.await;
-        *work = None;
     }
 }
 

@@ -9,14 +9,13 @@ use nix::sys::signal::Signal;
 use super::command;
 use super::inner;
 use super::notify;
-use super::queue::Won;
 use super::standing::{Standing, Step};
 use crate::cli::{Rejoin, RunArgs, Wait};
 use crate::exit::Failure;
 use crate::history::{self, Once, Tenure, Verdict};
 use crate::lease::Timing;
 use crate::log;
-use crate::store::{HolderRecord, Location, LockName, MAX_SHARDS};
+use crate::store::{HolderRecord, Location, LockName, MAX_SHARDS, Token};
 use crate::supervisor::Plan;
 use crate::timeline;
 
@@ -216,14 +215,23 @@ impl Job {
         }
     }
 
-    /// This turn's entry in the lock's history, as it begins: `won`, or
-    /// an attempt that never held the lock.
-    pub(super) fn tenure(&self, queued: SystemTime, won: Option<&Won<'_>>) -> Tenure {
-        let shard = won.and_then(|w| w.shard);
+    /// The name the lock, or its shard `shard`, is held under.
+    pub(super) fn held_name(&self, shard: Option<u32>) -> String {
+        shard.map_or_else(|| self.lock.to_string(), |k| self.lock.shard(k).to_string())
+    }
+
+    /// A turn's entry in the lock's history, as it begins: the lock held
+    /// with `token`, or an attempt that never held it.
+    pub(super) fn tenure(
+        &self,
+        queued: SystemTime,
+        shard: Option<u32>,
+        token: Option<Token>,
+    ) -> Tenure {
         Tenure {
-            lock: shard.map_or_else(|| self.lock.to_string(), |k| self.lock.shard(k).to_string()),
+            lock: self.held_name(shard),
             shard,
-            token: won.map(|w| w.token),
+            token,
             identity: self.identity.clone(),
             host: hostname(),
             pid: std::process::id(),

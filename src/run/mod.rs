@@ -13,13 +13,15 @@
 //!    token ([`handover`]);
 //! 4. holding: each renewal moves the deadline on, a loss stops the
 //!    command ([`hold`]);
-//! 5. releasing: the session ends so the next waiter starts at once, the
-//!    tenure goes into the history, the reports are made.
+//! 5. releasing: the session ends so the next waiter starts at once.
 //!
-//! Where the run stands (`--listen`, systemd, the metrics) follows the
-//! turn's [`standing::Step`]s; it never waits on the store. With
+//! Those who follow the run observe the turn's [`standing::Step`]s: where
+//! it stands (`--listen`, systemd, the metrics), which never waits on the
+//! store, and the turn's [`chronicle`] (the history, the metrics file and
+//! the hook), whose verdict follows from how the turn ended. With
 //! `--rejoin`, [`Job::run_on`] takes turn after turn.
 
+mod chronicle;
 mod command;
 pub(crate) mod endpoint;
 mod handover;
@@ -182,7 +184,7 @@ impl Job {
             }
             wait_from = None;
             let why = match (&end, self.rejoin) {
-                (TurnEnd::Lost, Some(_)) => "the lease was lost".to_string(),
+                (TurnEnd::Lost { .. }, Some(_)) => "the lease was lost".to_string(),
                 (TurnEnd::Ended(ending), Some(Rejoin::Always)) if *ending != Ending::Exited(0) => {
                     format!("the command {ending}")
                 }

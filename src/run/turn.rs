@@ -1,11 +1,12 @@
 //! One turn: a session, a place in the queue, the handover, the command,
 //! the release.
 
-use std::cell::Cell;
-use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
+use nix::sys::signal::Signal;
+
 use super::Job;
+use super::chronicle::Chronicle;
 use super::hold;
 use super::queue::Queued;
 use super::queue::Won;
@@ -18,7 +19,7 @@ use crate::history::{self, Once, Tenure, Verdict};
 use crate::lease::Keeper;
 use crate::log;
 use crate::reach::Reach;
-use crate::store::{Boxed, Put, Session, Store};
+use crate::store::{Put, Session, Store};
 use crate::supervisor::{Ending, Preparing, Supervisor};
 use crate::timeline;
 
@@ -31,28 +32,46 @@ pub(super) const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// healthy store answers by then, and elect is not kept waiting again.
 const UNANSWERED_RELEASE_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// How a turn ended.
+/// How a turn ended: all the lock's history says of it follows from this.
 pub(super) enum TurnEnd {
-    /// The lease was lost and elect stopped the command.
-    Lost,
+    /// The lease was lost and elect stopped the command: why, and whether
+    /// the holder was asked to let go.
+    Lost { why: String, asked: bool },
     /// The lease was lost while the lock was being handed to the command,
     /// which never started: elect queues again, as a waiter would.
     NotStarted,
     /// The command ended on its own.
     Ended(Ending),
+    /// Told to stop by this signal, the command outlived `--grace` and
+    /// was killed: elect ends by the signal, as if it had obeyed.
+    Outlived(Signal),
+    /// The command did not run, and why: elect ends with this outcome.
+    Skipped(Outcome, Skip),
     /// Anything else: this is how elect ends.
     Done(Outcome),
+}
+
+/// Why a run did not run the command.
+pub(super) enum Skip {
+    /// Another holder had the lock all the while.
+    Busy,
+    /// This period's work is done: by whom and when, and when it ended.
+    DoneBefore {
+        by: String,
+        ended: Option<SystemTime>,
+    },
 }
 
 impl TurnEnd {
     pub(super) fn outcome(self, lost_code: u8) -> Outcome {
         match self {
-            TurnEnd::Lost | TurnEnd::NotStarted => Outcome::Exit(lost_code),
+            TurnEnd::Lost { .. } | TurnEnd::NotStarted => Outcome::Exit(lost_code),
             TurnEnd::Ended(Ending::Exited(code)) => {
                 Outcome::Exit(u8::try_from(code & 0xff).unwrap_or(1))
             }
             TurnEnd::Ended(Ending::Killed(sig)) => Outcome::Raise(sig),
-            TurnEnd::Done(outcome) => outcome,
+            TurnEnd::Outlived(sig) => Outcome::Raise(sig as i32),
+            TurnEnd::Skipped(outcome, _) | TurnEnd::Done(outcome) => outcome,
         }
     }
 }
@@ -70,19 +89,8 @@ pub(super) struct Turn<'j> {
     reach: Reach,
     /// `--wait`'s end.
     give_up: Option<Instant>,
-    /// When this turn began, for its tenure.
-    queued: SystemTime,
-    /// Room in the history for this turn's tenure, made from the moment
-    /// the lock is ours, beside the handover and the command and never
-    /// before them, so that the write at the end is one request.
-    trim: Trim<'j>,
-}
-
-/// The history's trim under way, and whether it made room.
-#[derive(Default)]
-pub(super) struct Trim<'j> {
-    pub work: Option<Boxed<'j, ()>>,
-    room: Rc<Cell<bool>>,
+    /// The turn's tenure in the lock's history, and its reports.
+    chronicle: Chronicle<'j>,
 }
 
 /// What a turn leaves to its release, besides the session.
@@ -90,8 +98,6 @@ struct Finished {
     end: TurnEnd,
     /// The guard, once it reported the end of the command's group.
     guard: Option<Supervisor>,
-    /// This turn's entry in the lock's history, if it has one.
-    tenure: Option<Tenure>,
 }
 
 impl Job {
@@ -124,11 +130,13 @@ impl Job {
                     Some(end) => return end,
                     None => continue,
                 },
-                Queued::Busy(outcome) => turn.busy(outcome),
+                Queued::Busy(outcome) => Finished {
+                    end: TurnEnd::Skipped(outcome, Skip::Busy),
+                    guard: None,
+                },
                 Queued::Done(outcome) => Finished {
                     end: TurnEnd::Done(outcome),
                     guard: None,
-                    tenure: None,
                 },
             };
             drop(keeper);
@@ -146,8 +154,7 @@ impl<'j> Turn<'j> {
         reach: Reach,
         waited_from: Instant,
     ) -> Turn<'j> {
-        job.observe(Step::Began);
-        Turn {
+        let mut turn = Turn {
             job,
             store,
             signals,
@@ -157,9 +164,16 @@ impl<'j> Turn<'j> {
                 Wait::Forever => None,
                 Wait::For(d) => Some(waited_from + d),
             },
-            queued: SystemTime::now(),
-            trim: Trim::default(),
-        }
+            chronicle: Chronicle::new(job, store),
+        };
+        turn.observe(Step::Began);
+        turn
+    }
+
+    /// Tell those who follow the turn that it went on to `step`.
+    fn observe(&mut self, step: Step) {
+        self.chronicle.observe(&step);
+        self.job.observe(step);
     }
 
     /// Skipping: a run that will not run the command costs the store a
@@ -211,19 +225,14 @@ impl<'j> Turn<'j> {
                 return None;
             }
         };
-        let mut tenure = job.tenure(self.queued, None);
         let end = match (done, status) {
-            (Some(done), _) => job.done_before(&mut tenure, &done),
+            (Some(done), _) => job.done_before(&job.lock, &done),
             (None, Some(status)) if status.holder.is_some() => {
-                tenure.outcome = Verdict::Busy;
-                TurnEnd::Done(job.busy_as(Some(&status)))
+                TurnEnd::Skipped(job.busy_as(Some(&status)), Skip::Busy)
             }
             _ => return None,
         };
-        if job.reports.any() {
-            finish(&mut tenure, &end);
-            job.reports.ended(&tenure).await;
-        }
+        self.chronicle.report(&end).await;
         Some(end)
     }
 
@@ -289,7 +298,7 @@ impl<'j> Turn<'j> {
     /// the guard until it ends or the lease is lost.
     async fn hold(&mut self, won: Won<'_>, session: &dyn Session, keeper: &mut Keeper) -> Finished {
         let job = self.job;
-        job.observe(Step::Acquired {
+        self.observe(Step::Acquired {
             shard: won.shard,
             token: won.token,
         });
@@ -298,17 +307,13 @@ impl<'j> Turn<'j> {
             return Finished {
                 end: TurnEnd::Done(failure.into()),
                 guard: None,
-                tenure: None,
             };
         };
-        let mut tenure = job.tenure(self.queued, Some(&won));
-        self.trim.begin(self.store, &tenure, job.keep_history);
         let mut held = hold::Held {
             store: self.store,
             session,
             keeper,
-            tenure: &mut tenure,
-            trimming: &mut self.trim.work,
+            chronicle: &mut self.chronicle,
         };
         let mut lost_watch = won.lock.lost();
         let (end, guard) = match job.hand_over(&won, guard, &mut lost_watch, &mut held).await {
@@ -317,27 +322,13 @@ impl<'j> Turn<'j> {
         };
         drop(lost_watch);
         // While the lock is still ours, fenced by its token.
-        if let (Some(once), TurnEnd::Ended(Ending::Exited(0))) = (&job.once, &end) {
-            job.record_success(self.store, once, &*won.lock, &mut tenure)
+        let succeeded = matches!(end, TurnEnd::Ended(Ending::Exited(0)));
+        if let (Some(once), true, Some(tenure)) = (&job.once, succeeded, self.chronicle.tenure()) {
+            job.record_success(self.store, once, &*won.lock, tenure)
                 .await;
         }
-        job.observe(Step::LetGo);
-        Finished {
-            end,
-            guard,
-            tenure: Some(tenure),
-        }
-    }
-
-    /// Someone else held the lock all the while.
-    fn busy(&self, outcome: Outcome) -> Finished {
-        let mut tenure = self.job.tenure(self.queued, None);
-        tenure.outcome = Verdict::Busy;
-        Finished {
-            end: TurnEnd::Done(outcome),
-            guard: None,
-            tenure: Some(tenure),
-        }
+        self.observe(Step::LetGo);
+        Finished { end, guard }
     }
 
     /// Our place was lost before our turn came: end the session, so that
@@ -392,26 +383,11 @@ impl<'j> Turn<'j> {
         None
     }
 
-    /// Releasing: the session ends, the guard is reaped, the tenure is
-    /// written into the history and the reports are made, the release
-    /// first.
+    /// Releasing: the session ends, the guard is reaped, the chronicle
+    /// writes the tenure, the release first, and then the reports.
     async fn release(mut self, session: &dyn Session, ended: Finished) -> TurnEnd {
         let job = self.job;
-        let Finished {
-            end,
-            guard,
-            mut tenure,
-        } = ended;
-        if let Some(tenure) = &mut tenure {
-            finish(tenure, &end);
-        }
-        let reported = job.reports.any().then(|| {
-            tenure.clone().unwrap_or_else(|| {
-                let mut tenure = job.tenure(self.queued, None);
-                finish(&mut tenure, &end);
-                tenure
-            })
-        });
+        let Finished { end, guard } = ended;
         // The command's group is gone: the guard exits while the lease is
         // released.
         let reaped = async {
@@ -427,65 +403,18 @@ impl<'j> Turn<'j> {
             true => RELEASE_TIMEOUT,
             false => UNANSWERED_RELEASE_TIMEOUT,
         };
-        // Beside the release, never before it (the history is not on the
-        // way of the next holder), and within its bound: a store that
-        // cannot take the release cannot take the history either.
-        let store = self.store;
-        let trim = &mut self.trim;
-        let noted = async {
-            if let Some(tenure) = tenure.as_ref().filter(|t| !t.outcome.skipped()) {
-                let noting = trim.note_end(store, tenure, job.keep_history);
-                if tokio::time::timeout(within, noting).await.is_err() {
-                    log::warn(format_args!(
-                        "could not record the tenure in the history of lock {} within {}",
-                        tenure.lock,
-                        show(within)
-                    ));
-                }
-            }
-        };
-        let (released, (), ()) =
-            tokio::join!(release(session, &job.lock, within, reached), reaped, noted);
+        // Beside the release, never before it: the history is not on the
+        // way of the next holder.
+        let (released, (), ()) = tokio::join!(
+            release(session, &job.lock, within, reached),
+            reaped,
+            self.chronicle.close(&end, within)
+        );
         // Said only of a release the store confirmed: `release` said once
         // what became of one it did not.
-        job.observe(Step::Released(released && reached));
-        if let Some(tenure) = reported {
-            job.reports.ended(&tenure).await;
-        }
+        self.observe(Step::Released(released && reached));
+        self.chronicle.report(&end).await;
         end
-    }
-}
-
-impl<'j> Trim<'j> {
-    /// Begin to make room in the history for `tenure`, beside the handover.
-    fn begin(&mut self, store: &'j dyn Store, tenure: &Tenure, keep: usize) {
-        let (lock, mine) = (tenure.lock.clone(), history::id(tenure));
-        let room = self.room.clone();
-        room.set(false);
-        self.work = (keep > 0).then(|| {
-            Box::pin(async move {
-                let trimmed = history::trim(store, &lock, keep - 1, &mine).await;
-                room.set(trimmed.is_ok());
-            }) as Boxed<'j, ()>
-        });
-    }
-
-    /// `tenure` into the history as it ended: beside the trim begun while
-    /// the command ran, if that is still on its way; once more after it,
-    /// should the trim have failed (or never begun: a busy run) where the
-    /// write went through (else its warning said it: one line is enough).
-    async fn note_end(&mut self, store: &dyn Store, tenure: &Tenure, keep: usize) {
-        if self.work.is_none() && !self.room.get() {
-            history::note_or_warn(store, tenure, keep, false).await;
-            return;
-        }
-        let ((), noted) = tokio::join!(
-            hold::drive_to_end(&mut self.work),
-            history::note_or_warn(store, tenure, keep, true)
-        );
-        if noted && !self.room.get() {
-            history::note_or_warn(store, tenure, keep, false).await;
-        }
     }
 }
 
@@ -497,7 +426,7 @@ impl Job {
         store: &dyn Store,
         once: &Once,
         lock: &dyn crate::store::Lock,
-        tenure: &mut Tenure,
+        tenure: &Tenure,
     ) {
         let mut done = tenure.clone();
         done.outcome = Verdict::Succeeded;
@@ -519,37 +448,6 @@ impl Job {
              another run may do this period's work again",
             tenure.lock
         ));
-    }
-}
-
-/// The history entry of a turn that ended as `end`, unless the turn said
-/// already (a lost lease, work done before).
-fn finish(tenure: &mut Tenure, end: &TurnEnd) {
-    tenure.ended = Some(history::timestamp(SystemTime::now()));
-    if tenure.outcome != Verdict::Running {
-        return;
-    }
-    let exited = |tenure: &mut Tenure, code: i32| {
-        tenure.exit_code = Some(code);
-        tenure.outcome = match code {
-            0 => Verdict::Succeeded,
-            _ => Verdict::Failed,
-        };
-    };
-    let killed = |tenure: &mut Tenure, sig: i32| {
-        tenure.signal = Some(sig);
-        tenure.outcome = Verdict::Killed;
-    };
-    match end {
-        TurnEnd::Lost | TurnEnd::NotStarted => tenure.outcome = Verdict::Lost,
-        TurnEnd::Ended(Ending::Exited(code)) => exited(tenure, *code),
-        TurnEnd::Ended(Ending::Killed(sig)) => killed(tenure, *sig),
-        TurnEnd::Done(Outcome::Exit(code)) => exited(tenure, i32::from(*code)),
-        TurnEnd::Done(Outcome::Raise(sig)) => killed(tenure, *sig),
-        TurnEnd::Done(Outcome::Fail(failure)) => {
-            tenure.outcome = Verdict::Error;
-            tenure.why = Some(failure.message.clone());
-        }
     }
 }
 

@@ -143,5 +143,92 @@ async fn a_turn_behind_a_holder_gives_up_when_wait_has_passed() {
 #[test]
 fn a_turn_whose_command_never_started_ends_as_lost() {
     assert!(matches!(TurnEnd::NotStarted.outcome(76), Outcome::Exit(76)));
-    assert!(matches!(TurnEnd::Lost.outcome(9), Outcome::Exit(9)));
+    assert!(matches!(
+        TurnEnd::Lost {
+            why: String::new(),
+            asked: false
+        }
+        .outcome(9),
+        Outcome::Exit(9)
+    ));
+}
+
+/// What the history says of a turn follows from how it ended alone.
+#[test]
+fn a_tenure_s_verdict_follows_from_how_the_turn_ended() {
+    use super::Skip;
+    use crate::history::Verdict;
+    use crate::run::chronicle::finish;
+    use crate::supervisor::Ending;
+    use nix::sys::signal::Signal;
+
+    let dir = directory("verdicts");
+    let job = job(&dir, "nightly", &[]);
+    let verdict = |end: TurnEnd| {
+        let mut tenure = job.tenure(std::time::SystemTime::now(), None, None);
+        finish(&mut tenure, &end);
+        assert!(tenure.ended.is_some());
+        (tenure.outcome, tenure.exit_code, tenure.signal, tenure.why)
+    };
+    let lost = |asked| TurnEnd::Lost {
+        why: "revoked".into(),
+        asked,
+    };
+    let why = |s: &str| Some(s.to_string());
+    assert_eq!(
+        verdict(TurnEnd::Ended(Ending::Exited(0))),
+        (Verdict::Succeeded, Some(0), None, None)
+    );
+    assert_eq!(
+        verdict(TurnEnd::Ended(Ending::Exited(3))),
+        (Verdict::Failed, Some(3), None, None)
+    );
+    assert_eq!(
+        verdict(TurnEnd::Ended(Ending::Killed(15))),
+        (Verdict::Killed, None, Some(15), None)
+    );
+    assert_eq!(
+        verdict(lost(false)),
+        (Verdict::Lost, None, None, why("revoked"))
+    );
+    assert_eq!(
+        verdict(lost(true)),
+        (Verdict::Broken, None, None, why("revoked"))
+    );
+    assert_eq!(
+        verdict(TurnEnd::NotStarted),
+        (
+            Verdict::Lost,
+            None,
+            None,
+            why("lost as the command was about to start")
+        )
+    );
+    assert_eq!(
+        verdict(TurnEnd::Outlived(Signal::SIGTERM)),
+        (
+            Verdict::Killed,
+            None,
+            Some(9),
+            why("it did not end within --grace of SIGTERM")
+        )
+    );
+    assert_eq!(
+        verdict(TurnEnd::Skipped(Outcome::Exit(75), Skip::Busy)),
+        (Verdict::Busy, None, None, None)
+    );
+    let done = Skip::DoneBefore {
+        by: "a@h ran it at noon".into(),
+        ended: None,
+    };
+    assert_eq!(
+        verdict(TurnEnd::Skipped(Outcome::Exit(0), done)),
+        (Verdict::DoneBefore, None, None, why("a@h ran it at noon"))
+    );
+    // elect's own outcome, for the one that has none of the command's.
+    assert!(matches!(
+        TurnEnd::Outlived(Signal::SIGTERM).outcome(1),
+        Outcome::Raise(15)
+    ));
+    let _ = std::fs::remove_dir_all(dir);
 }
