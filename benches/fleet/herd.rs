@@ -5,8 +5,9 @@
 //! or 75 (busy) at once, says nothing, and costs the store a look or two.
 //! Reported: runs of the job, the time from the last start to the last
 //! exit, the store's requests and CPU per skipped elect (its counters over
-//! the whole herd, less the one run's share, which is small beside N), the
-//! exit codes and the lines on stderr.
+//! the whole herd, less what one run of the job alone cost it, measured
+//! just before on a lock of its own), the exit codes and the lines on
+//! stderr.
 
 use std::fs::OpenOptions;
 use std::time::{Duration, Instant};
@@ -105,19 +106,38 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Herd, Strin
         .open(&stderr)
         .map_err(|e| format!("{}: {e}", stderr.display()))?;
     let job = format!("echo ran >> '{}'; {JOB}", runs.display());
-    let before = Reading::take(store)?;
-    let first = Instant::now();
-    let mut herd = Vec::with_capacity(n);
-    for k in 0..n {
+    let elect = |lock: &str, k: usize| {
         let mut c = crate::support::elect();
         c.args(["run", "-n", "-q", "--once-per", "1h", "--store", &url])
-            .args(["--lock", &lock, "--identity", &format!("host-{k}")])
+            .args(["--lock", lock, "--identity", &format!("host-{k}")])
             .args(["--", "sh", "-c", &job]);
         if url.starts_with("postgres") {
             c.env("PGPASSWORD", crate::stores::postgres::PASSWORD);
         }
         let err = said.try_clone().map_err(|e| e.to_string())?;
-        herd.push(Quiet::spawn_with_stderr(c, err).map_err(|e| format!("elect {k} of {n}: {e}"))?);
+        Quiet::spawn_with_stderr(c, err).map_err(|e| format!("elect {k} of {n}: {e}"))
+    };
+    // What the one run costs the store, alone: the herd's counters less
+    // this are the skipped elects' own.
+    let before = Reading::take(store)?;
+    let status = elect(&format!("{lock}-alone"), n)?
+        .wait_within(HERD_PATIENCE)
+        .ok_or_else(|| format!("a run alone still ran after {HERD_PATIENCE:?}"))?;
+    if !status.success() {
+        return Err(format!("a run alone: {status}"));
+    }
+    std::thread::sleep(S::LAG);
+    let alone = Reading::take(store)?;
+    let one_run = (
+        alone.requests - before.requests,
+        alone.cpu.saturating_sub(before.cpu),
+    );
+    let _ = std::fs::remove_file(&runs);
+    let before = Reading::take(store)?;
+    let first = Instant::now();
+    let mut herd = Vec::with_capacity(n);
+    for k in 0..n {
+        herd.push(elect(&lock, k)?);
     }
     let last_start = Instant::now();
     // Each wait returns at once for one gone already: the loop ends as the
@@ -152,8 +172,14 @@ fn once<S: Served>(store: &S, n: usize, scratch: &Scratch) -> Result<Herd, Strin
         runs: ran,
         starting: last_start - first,
         draining: drained - last_start,
-        requests_per_skip: (after.requests - before.requests) / skipped,
-        cpu_ms_per_skip: after.cpu.saturating_sub(before.cpu).as_secs_f64() * 1e3 / skipped,
+        requests_per_skip: (after.requests - before.requests - one_run.0).max(0.0) / skipped,
+        cpu_ms_per_skip: after
+            .cpu
+            .saturating_sub(before.cpu)
+            .saturating_sub(one_run.1)
+            .as_secs_f64()
+            * 1e3
+            / skipped,
         exits: exits
             .iter()
             .map(|(code, k)| format!("{k} exit {code}"))

@@ -173,7 +173,10 @@ pub const FIGURES: [Figure; 15] = [
             (target: none).",
         how: "N is 100 quick; 100, 1,000 and 10,000 full, each started by one \
             thread as fast as it can fork (the row says over how long), on a \
-            server sized for 100 clients at once.",
+            server sized for 100 clients at once. A skipped elect's requests \
+            and CPU are the store's counters over the herd less what one run \
+            of the job cost them alone, measured just before on a lock of its \
+            own, shared among the skipped.",
     },
     Figure {
         name: "waiters",
