@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::log;
 use crate::store::Token;
-use crate::store::{Fence, Put, Record, Store, StoreError};
+use crate::store::{Fence, Put, Record, Store, StoreError, Versioned};
 
 /// How many tenures a lock's history keeps unless told otherwise.
 pub const KEEP: usize = 100;
@@ -173,7 +173,8 @@ pub enum Once {
 }
 
 impl Once {
-    fn record(&self) -> Record<'_> {
+    /// The record that says this period (or slot) is done.
+    pub fn record(&self) -> Record<'_> {
         match self {
             Once::Per(_) => Record::Done,
             Once::Slot(key) => Record::Slot(key),
@@ -188,16 +189,20 @@ pub async fn done_before(
     lock: &str,
     once: &Once,
 ) -> Result<Option<Tenure>, StoreError> {
-    let Some(record) = store.record(lock, once.record()).await? else {
-        return Ok(None);
-    };
+    let record = store.record(lock, once.record()).await?;
+    Ok(done_in(record, lock, once))
+}
+
+/// [`done_before`], with the record of the last success (or slot) read.
+pub fn done_in(record: Option<Versioned>, lock: &str, once: &Once) -> Option<Tenure> {
+    let record = record?;
     let Ok(done) = serde_json::from_str::<Tenure>(&record.value) else {
         log::verbose(format_args!(
             "the record of lock {lock}'s last success is not elect's; ignoring it"
         ));
-        return Ok(None);
+        return None;
     };
-    Ok(match once {
+    match once {
         Once::Slot(_) => Some(done),
         // By this machine's wall clock against the runner's: the window
         // moves by the skew between the two (a start "in the future", by a
@@ -206,7 +211,7 @@ pub async fn done_before(
             .began()
             .is_some_and(|began| within(began, SystemTime::now(), *window))
             .then_some(done),
-    })
+    }
 }
 
 /// Whether a run that began at `began` is less than `window` before `now`;

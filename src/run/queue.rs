@@ -16,9 +16,7 @@ use crate::lease::{Keeper, Kept};
 use crate::log;
 use crate::reach::Reach;
 use crate::store::records;
-use crate::store::{
-    ErrorKind, Lock, LockStatus, Session, Store, StoreError, Token, Turn, first_turn,
-};
+use crate::store::{ErrorKind, Holder, Lock, Session, Store, StoreError, Token, Turn, first_turn};
 use crate::timeline;
 
 /// The lock that came our turn.
@@ -228,25 +226,25 @@ impl Job {
     /// Someone else holds the lock: say who (a look at the lock, unless
     /// nothing would be said), and end with `--busy-exit-code`.
     pub(super) async fn busy(&self, store: &dyn Store) -> Outcome {
-        let status = match log::shows(log::Level::Normal) {
-            true => tokio::time::timeout(RELEASE_TIMEOUT, store.status(&self.lock))
+        let holder = match log::shows(log::Level::Normal) {
+            true => tokio::time::timeout(RELEASE_TIMEOUT, store.holder(&self.lock))
                 .await
                 .ok()
-                .and_then(Result::ok),
+                .and_then(Result::ok)
+                .flatten(),
             false => None,
         };
-        self.busy_as(status.as_ref())
+        self.busy_as(holder.as_ref())
     }
 
-    /// [`Job::busy`], with the lock's status in hand, if any.
-    pub(super) fn busy_as(&self, status: Option<&LockStatus>) -> Outcome {
+    /// [`Job::busy`], with the lock's holder in hand, if known.
+    pub(super) fn busy_as(&self, holder: Option<&Holder>) -> Outcome {
         let waited = match self.wait {
             Wait::For(d) if !d.is_zero() => format!("; gave up after {}", show(d)),
             _ => String::new(),
         };
         let code = self.busy_code;
         let not_run = format!("; the command was not run (exit {code})");
-        let holder = status.and_then(|s| s.holder.as_ref());
         match holder {
             Some(holder) => log::event(
                 log::Level::Normal,

@@ -190,30 +190,15 @@ impl<'j> Turn<'j> {
             return None;
         }
         let store = self.store;
-        let looks = async {
-            let done = async {
-                match &job.once {
-                    Some(once) => history::done_before(store, &job.lock, once).await,
-                    None => Ok(None),
-                }
-            };
-            let status = async {
-                match no_wait {
-                    true => store.status(&job.lock).await.map(Some),
-                    false => Ok(None),
-                }
-            };
-            let (done, status) = tokio::join!(done, status);
-            Ok((done?, status?))
-        };
+        let looks = store.look(&job.lock, job.once.as_ref().map(Once::record), no_wait);
         let looked = tokio::select! {
             looked = self.reach.bounded("a look at the lock", looks) => looked,
             sig = self.signals.terminating() => {
                 return Some(TurnEnd::Done(Outcome::Raise(sig as i32)));
             }
         };
-        let (done, status) = match looked {
-            Ok(looked) => looked,
+        let look = match looked {
+            Ok(look) => look,
             // No answer within the bound is the run's end, said as any
             // call's would be (with what the probe found).
             Err(e) if self.reach.spent() => return Some(TurnEnd::Done(job.store_failed(e))),
@@ -225,12 +210,14 @@ impl<'j> Turn<'j> {
                 return None;
             }
         };
-        let end = match (done, status) {
+        let done = job
+            .once
+            .as_ref()
+            .and_then(|once| history::done_in(look.record, &job.lock, once));
+        let end = match (done, look.holder) {
             (Some(done), _) => job.done_before(&job.lock, &done),
-            (None, Some(status)) if status.holder.is_some() => {
-                TurnEnd::Skipped(job.busy_as(Some(&status)), Skip::Busy)
-            }
-            _ => return None,
+            (None, Some(holder)) => TurnEnd::Skipped(job.busy_as(Some(&holder)), Skip::Busy),
+            (None, None) => return None,
         };
         self.chronicle.report(&end).await;
         Some(end)

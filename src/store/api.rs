@@ -31,6 +31,42 @@ pub trait Store {
 
     /// Who holds `lock`, and how many wait, by an up-to-date read.
     fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>>;
+    /// Who holds `lock`, by an up-to-date read, without what `status`
+    /// adds (the waiters, the time left on the lease) where that costs
+    /// the store more: a run's look before it asks for a lease, which a
+    /// fleet's cron makes on every host at once.
+    fn holder<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<Option<Holder>, StoreError>> {
+        Box::pin(async move { Ok(self.status(lock).await?.holder) })
+    }
+    /// A run's look before it asks for a lease (`-n`, `--once-per`):
+    /// `record` of `lock` if named, and with `holder` who holds the lock
+    /// (as [`Store::holder`]); in one request where the store can.
+    fn look<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Option<Record<'a>>,
+        holder: bool,
+    ) -> Boxed<'a, Result<Look, StoreError>> {
+        Box::pin(async move {
+            let record = async {
+                match record {
+                    Some(record) => self.record(lock, record).await,
+                    None => Ok(None),
+                }
+            };
+            let holder = async {
+                match holder {
+                    true => self.holder(lock).await,
+                    false => Ok(None),
+                }
+            };
+            let (record, holder) = tokio::join!(record, holder);
+            Ok(Look {
+                record: record?,
+                holder: holder?,
+            })
+        })
+    }
     /// Every lock under `prefix` ("" for all) that has a holder or waiters.
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>>;
     /// Does the holder of `lock` still have `key` and `token`? By the
@@ -102,6 +138,13 @@ pub trait Store {
         lock: &'a str,
         values: bool,
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>>;
+}
+
+/// What a run's first look found ([`Store::look`]).
+#[derive(Clone, Debug, Default)]
+pub struct Look {
+    pub record: Option<Versioned>,
+    pub holder: Option<Holder>,
 }
 
 /// A record's value, and its version: what a [`Fence::Version`] names.

@@ -37,8 +37,8 @@ mod tls;
 pub mod zk;
 
 pub use api::{
-    Boxed, Breaking, ErrorKind, Fence, Lock, Loss, Renewal, Renewer, Session, Store, StoreError,
-    Turn, Versioned, first_turn, with_causes,
+    Boxed, Breaking, ErrorKind, Fence, Lock, Look, Loss, Renewal, Renewer, Session, Store,
+    StoreError, Turn, Versioned, first_turn, with_causes,
 };
 pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, Owner};
 pub use kind::{About, Credentials, Kind, Settings, Target};

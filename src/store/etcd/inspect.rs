@@ -12,17 +12,77 @@ use etcd_client::{
 };
 use tokio::time::timeout;
 
-use super::client::{Cluster, Failed};
+use super::client::{Cluster, Failed, read_at};
 use super::lock::{contender, own_key};
+use super::records::record_key;
 use super::watch::gone;
 use crate::store::Token;
-use crate::store::{Boxed, Breaking, Check, Holder, HolderRecord, LockStatus, StoreError};
+use crate::store::{
+    Boxed, Breaking, Check, Holder, HolderRecord, LockStatus, Look, Record, StoreError, Versioned,
+};
 
 /// Who holds `lock` and how many wait.
 pub(super) async fn status(cluster: &Cluster, lock: &str) -> Result<LockStatus, StoreError> {
     let kvs = read(cluster, &format!("{lock}/")).await?;
     let keys: Vec<&KeyValue> = kvs.iter().filter(|kv| own_key(lock, kv)).collect();
     Ok(status_of(cluster, lock, &keys).await)
+}
+
+/// Who holds `lock`, from its contenders' keys alone: one read, without
+/// the time left on the holder's lease.
+pub(super) async fn holder_only(
+    cluster: &Cluster,
+    lock: &str,
+) -> Result<Option<Holder>, StoreError> {
+    let kvs = read(cluster, &format!("{lock}/")).await?;
+    Ok(kvs.iter().find(|kv| own_key(lock, kv)).map(holder_of))
+}
+
+/// A run's first look, in one transaction: `record` of `lock`, and its
+/// contenders for who holds it.
+pub(super) async fn look(
+    cluster: &Cluster,
+    lock: &str,
+    record: Option<Record<'_>>,
+    holder: bool,
+) -> Result<Look, StoreError> {
+    let mut reads = Vec::new();
+    if let Some(record) = record {
+        reads.push(TxnOp::get(record_key(lock, &record.suffix()), None));
+    }
+    if holder {
+        reads.push(TxnOp::get(format!("{lock}/"), Some(by_creation())));
+    }
+    if reads.is_empty() {
+        return Ok(Look::default());
+    }
+    let reply = cluster.txn(&Txn::new().and_then(reads)).await?;
+    let unexpected = || {
+        StoreError::unavailable(format!(
+            "etcd answered the look at lock {lock} with something else"
+        ))
+    };
+    let mut at = 0;
+    let mut next = || {
+        at += 1;
+        read_at(&reply, at - 1).ok_or_else(unexpected)
+    };
+    let record = match record {
+        Some(_) => next()?.kvs().first().map(|kv| Versioned {
+            value: String::from_utf8_lossy(kv.value()).into_owned(),
+            version: kv.mod_revision() as u64,
+        }),
+        None => None,
+    };
+    let holder = match holder {
+        true => next()?
+            .kvs()
+            .iter()
+            .find(|kv| own_key(lock, kv))
+            .map(holder_of),
+        false => None,
+    };
+    Ok(Look { record, holder })
 }
 
 /// The status of every lock under `prefix` (every lock, for an empty one),
@@ -101,10 +161,14 @@ pub(super) async fn lease_ttl(
 
 /// A linearizable read of `prefix`, sorted by create revision.
 async fn read(cluster: &Cluster, prefix: &str) -> Result<Vec<KeyValue>, StoreError> {
-    let options = GetOptions::new()
+    Ok(cluster.get(prefix, Some(by_creation())).await?.take_kvs())
+}
+
+/// Every key under a prefix, the oldest first: a lock's queue in order.
+fn by_creation() -> GetOptions {
+    GetOptions::new()
         .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    Ok(cluster.get(prefix, Some(options)).await?.take_kvs())
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
 /// The key of `holder`, if it still holds its place (same create

@@ -33,7 +33,7 @@ use session::EtcdSession;
 pub use target::{EtcdTarget, KIND};
 
 use super::{
-    Boxed, Breaking, Check, Fence, Holder, LockStatus, Owner, Put, Record, Session, Store,
+    Boxed, Breaking, Check, Fence, Holder, LockStatus, Look, Owner, Put, Record, Session, Store,
     StoreError, Versioned,
 };
 use crate::store::Token;
@@ -77,6 +77,19 @@ impl Store for Etcd {
 
     fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
         Box::pin(inspect::status(&self.cluster, lock))
+    }
+
+    fn holder<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<Option<Holder>, StoreError>> {
+        Box::pin(inspect::holder_only(&self.cluster, lock))
+    }
+
+    fn look<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Option<Record<'a>>,
+        holder: bool,
+    ) -> Boxed<'a, Result<Look, StoreError>> {
+        Box::pin(inspect::look(&self.cluster, lock, record, holder))
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {

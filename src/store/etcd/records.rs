@@ -26,7 +26,7 @@ pub(super) fn checkpoint_key(lock: &str) -> String {
 /// under it, where contenders (`etcdctl lock` too) look. A shard's lock,
 /// `NAME/shard-K`, is under `NAME/`, so its records go beside that prefix,
 /// under `NAME.shards/`: a name no lock can have or sit under.
-fn record_key(lock: &str, suffix: &str) -> String {
+pub(super) fn record_key(lock: &str, suffix: &str) -> String {
     match lock.rsplit_once("/shard-") {
         Some((name, k)) if !name.is_empty() && k.parse::<u32>().is_ok() => {
             format!("{name}.shards/{k}{suffix}")

@@ -417,6 +417,11 @@ impl Store for Kube {
         Box::pin(self.read_status(lock))
     }
 
+    /// The Lease alone, not the waiters' records beside it.
+    fn holder<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<Option<Holder>, StoreError>> {
+        Box::pin(async move { Ok(self.read(lock).await?.as_ref().and_then(session::holder_of)) })
+    }
+
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {
         Box::pin(self.list_held(prefix))
     }

@@ -2,11 +2,13 @@
 //! queue under a lock's node, the tree of locks, and a break begun on the
 //! holder's node.
 
-use zookeeper_client::{Client, Error as ZkError};
+use zookeeper_client::{Client, Error as ZkError, MultiReadResult};
 
 use super::{HISTORY_NODE, SLOTS_NODE, ZooKeeper, failed, is_contender, lock_path, queue, session};
 use crate::store::Token;
-use crate::store::{Boxed, Breaking, Holder, HolderRecord, LockStatus, StoreError};
+use crate::store::{
+    Boxed, Breaking, Holder, HolderRecord, LockStatus, Look, Record, Store, StoreError, Versioned,
+};
 
 impl ZooKeeper {
     /// The contenders for `lock`: (node name, sequence), in queue order.
@@ -20,6 +22,114 @@ impl ZooKeeper {
             Ok(children) => Ok(queue(children)),
             Err(ZkError::NoNode) => Ok(Vec::new()),
             Err(e) => Err(failed(&e, "list", &path)),
+        }
+    }
+
+    /// A run's first look: `record` of `lock` and the lock's children in
+    /// one multi-read (a server before 3.6 has none: then one read each),
+    /// then the holder's node.
+    pub(super) async fn first_look(
+        &self,
+        lock: &str,
+        record: Option<Record<'_>>,
+        holder: bool,
+    ) -> Result<Look, StoreError> {
+        let client = self.client().await?;
+        let path = lock_path(lock);
+        let record_path = record.map(|r| format!("{path}{}", r.suffix()));
+        let mut reader = client.new_multi_reader();
+        let added = match &record_path {
+            Some(at) => reader.add_get_data(at),
+            None => Ok(()),
+        }
+        .and_then(|()| match holder {
+            true => reader.add_get_children(&path),
+            false => Ok(()),
+        });
+        if let Err(e) = added {
+            return Err(failed(&e, "read", &path));
+        }
+        if record_path.is_none() && !holder {
+            return Ok(Look::default());
+        }
+        let mut answers = match reader.commit().await {
+            Ok(answers) => answers.into_iter(),
+            Err(ZkError::Unimplemented) => return self.look_apart(lock, record, holder).await,
+            Err(e) => return Err(failed(&e, "read", &path)),
+        };
+        let mut look = Look::default();
+        if let Some(at) = &record_path {
+            look.record = match answers.next() {
+                Some(MultiReadResult::Data { data, stat }) => Some(Versioned {
+                    value: String::from_utf8_lossy(&data).into_owned(),
+                    version: stat.version as u64,
+                }),
+                Some(MultiReadResult::Error {
+                    err: ZkError::NoNode,
+                }) => None,
+                Some(MultiReadResult::Error { err }) => return Err(failed(&err, "read", at)),
+                _ => return Err(self.answered_otherwise(lock)),
+            };
+        }
+        if holder {
+            let first = match answers.next() {
+                Some(MultiReadResult::Children { children }) => queue(children).into_iter().next(),
+                Some(MultiReadResult::Error {
+                    err: ZkError::NoNode,
+                }) => None,
+                Some(MultiReadResult::Error { err }) => return Err(failed(&err, "list", &path)),
+                _ => return Err(self.answered_otherwise(lock)),
+            };
+            look.holder = match first {
+                Some((first, _)) => {
+                    match self.holder_at(&client, &format!("{path}/{first}")).await? {
+                        Some(holder) => Some(holder),
+                        // Gone between the list and the read: look again.
+                        None => self.read_status(lock).await?.holder,
+                    }
+                }
+                None => None,
+            };
+        }
+        Ok(look)
+    }
+
+    /// [`ZooKeeper::first_look`] without a multi-read: one read each.
+    async fn look_apart(
+        &self,
+        lock: &str,
+        record: Option<Record<'_>>,
+        holder: bool,
+    ) -> Result<Look, StoreError> {
+        let record = match record {
+            Some(record) => Store::record(self, lock, record).await?,
+            None => None,
+        };
+        let holder = match holder {
+            true => self.read_status(lock).await?.holder,
+            false => None,
+        };
+        Ok(Look { record, holder })
+    }
+
+    fn answered_otherwise(&self, lock: &str) -> StoreError {
+        StoreError::unavailable(format!(
+            "ZooKeeper answered the look at lock {lock} with something else"
+        ))
+    }
+
+    /// The holder whose node is `key`; `None` if the node is gone.
+    async fn holder_at(&self, client: &Client, key: &str) -> Result<Option<Holder>, StoreError> {
+        match client.get_data(key).await {
+            Ok((data, stat)) => Ok(Some(Holder {
+                key: key.to_string(),
+                token: Token::new(stat.czxid as u64),
+                record: HolderRecord::from_json(&data),
+                lease: Some(format!("{:x}", stat.ephemeral_owner)),
+                ttl_left: None,
+            })),
+            Err(ZkError::NoNode) => Ok(None),
+            Err(e) => Err(failed(&e, "read", key)),
         }
     }
 
@@ -37,25 +147,15 @@ impl ZooKeeper {
                     ranks: Vec::new(),
                 });
             };
-            let key = format!("{path}/{first}");
-            match client.get_data(&key).await {
-                Ok((data, stat)) => {
-                    return Ok(LockStatus {
-                        lock: lock.to_string(),
-                        holder: Some(Holder {
-                            key,
-                            token: Token::new(stat.czxid as u64),
-                            record: HolderRecord::from_json(&data),
-                            lease: Some(format!("{:x}", stat.ephemeral_owner)),
-                            ttl_left: None,
-                        }),
-                        waiting: nodes.len() - 1,
-                        ranks: nodes.iter().skip(1).map(|(_, seq)| *seq as u64).collect(),
-                    });
-                }
-                Err(ZkError::NoNode) => continue,
-                Err(e) => return Err(failed(&e, "read", &key)),
-            }
+            let Some(holder) = self.holder_at(&client, &format!("{path}/{first}")).await? else {
+                continue;
+            };
+            return Ok(LockStatus {
+                lock: lock.to_string(),
+                holder: Some(holder),
+                waiting: nodes.len() - 1,
+                ranks: nodes.iter().skip(1).map(|(_, seq)| *seq as u64).collect(),
+            });
         }
         Err(StoreError::unavailable(format!(
             "lock {lock} kept changing hands"

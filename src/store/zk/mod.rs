@@ -34,7 +34,6 @@ mod lock;
 mod session;
 mod target;
 
-use std::cell::RefCell;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -46,7 +45,8 @@ use crate::store::retry::{self, GaveUp};
 use crate::store::rewind::Mark;
 use crate::store::tls;
 use crate::store::{
-    Boxed, Breaking, Fence, Holder, LockStatus, Put, Record, Session, Store, StoreError, Versioned,
+    Boxed, Breaking, Fence, Holder, LockStatus, Look, Put, Record, Session, Store, StoreError,
+    Versioned,
 };
 pub use target::{KIND, ZkTarget};
 
@@ -66,7 +66,9 @@ struct ReleaseOrder {
 pub struct ZooKeeper {
     target: ZkTarget,
     within: Duration,
-    client: RefCell<Option<Client>>,
+    /// Held while one is made: looks made at once (a run's first look
+    /// reads the lock and a record together) share one connection.
+    client: tokio::sync::Mutex<Option<Client>>,
     /// The highest zxid this process has seen handed out as a token
     /// ([`crate::store::rewind`]), for every session.
     mark: Mark,
@@ -77,7 +79,7 @@ impl ZooKeeper {
         ZooKeeper {
             target,
             within,
-            client: RefCell::new(None),
+            client: tokio::sync::Mutex::new(None),
             mark: Mark::default(),
         }
     }
@@ -89,13 +91,14 @@ impl ZooKeeper {
 
     /// The session for reads and writes outside a lock.
     async fn client(&self) -> Result<Client, StoreError> {
-        if let Some(client) = self.client.borrow().as_ref()
+        let mut held = self.client.lock().await;
+        if let Some(client) = held.as_ref()
             && !client.state().is_terminated()
         {
             return Ok(client.clone());
         }
         let client = self.connect(INSPECTION_TIMEOUT).await?;
-        *self.client.borrow_mut() = Some(client.clone());
+        *held = Some(client.clone());
         Ok(client)
     }
 
@@ -441,6 +444,15 @@ impl Store for ZooKeeper {
 
     fn status<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<LockStatus, StoreError>> {
         Box::pin(self.read_status(lock))
+    }
+
+    fn look<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Option<Record<'a>>,
+        holder: bool,
+    ) -> Boxed<'a, Result<Look, StoreError>> {
+        Box::pin(self.first_look(lock, record, holder))
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>> {

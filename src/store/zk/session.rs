@@ -74,7 +74,7 @@ impl ZkSession {
             false => Learning::Due(store.target.clone(), ttl),
         };
         // Later reads and writes of this run go through this session too.
-        *store.client.borrow_mut() = Some(client.clone());
+        *store.client.lock().await = Some(client.clone());
         Ok(ZkSession {
             client,
             ttl,
