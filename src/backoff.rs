@@ -41,18 +41,31 @@ impl Backoff {
     /// spread over that half, not together again.
     pub fn jittered(&mut self) -> Duration {
         let pause = self.pause();
-        let mut byte = [0u8; 2];
-        // Without randomness (never on Linux), the pause itself.
-        let share = match getrandom::fill(&mut byte) {
-            Ok(()) => u32::from(u16::from_le_bytes(byte)),
-            Err(_) => u32::from(u16::MAX),
-        };
-        pause / 2 + (pause / 2).mul_f64(f64::from(share) / f64::from(u16::MAX))
+        pause / 2 + (pause / 2).mul_f64(share())
     }
 
     /// After an attempt that got somewhere: the next pause is the first again.
     pub fn reset(&mut self) {
         self.next = self.first;
+    }
+}
+
+/// The pause before asking a store again that refused for load and asked
+/// for `asked` (an HTTP `Retry-After`): at least that, and up to half as
+/// long again, at random, so that a crowd refused together (a fleet's cron
+/// at one minute) comes back spread over that half, never sooner than
+/// asked.
+pub fn at_least(asked: Duration) -> Duration {
+    asked + (asked / 2).mul_f64(share())
+}
+
+/// A share between 0 and 1, at random; without randomness (never on
+/// Linux), 1: the longest pause.
+fn share() -> f64 {
+    let mut bytes = [0u8; 2];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => f64::from(u16::from_le_bytes(bytes)) / f64::from(u16::MAX),
+        Err(_) => 1.0,
     }
 }
 
@@ -73,5 +86,14 @@ mod tests {
         let mut b = Backoff::new(ms(100), ms(1000));
         b.jittered();
         assert!((ms(100)..=ms(200)).contains(&b.jittered()));
+    }
+
+    #[test]
+    fn a_pause_asked_for_is_kept_and_spread_over_half_as_long_again() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<Duration> = (0..1000).map(|_| at_least(ms(1000))).collect();
+        assert!(pauses.iter().all(|p| (ms(1000)..=ms(1500)).contains(p)));
+        let (low, high) = (pauses.iter().min().unwrap(), pauses.iter().max().unwrap());
+        assert!(*high - *low > ms(400), "{low:?} .. {high:?}");
     }
 }

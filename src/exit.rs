@@ -376,7 +376,10 @@ impl From<crate::store::StoreError> for Failure {
         use crate::store::ErrorKind;
         let code = match e.kind {
             ErrorKind::Config | ErrorKind::Denied => Code::Config,
-            ErrorKind::Unavailable | ErrorKind::Gone | ErrorKind::Rewound => Code::Unavailable,
+            ErrorKind::Unavailable
+            | ErrorKind::Crowded { .. }
+            | ErrorKind::Gone
+            | ErrorKind::Rewound => Code::Unavailable,
             ErrorKind::Local => Code::OsError,
         };
         Failure::new(code, e.message)

@@ -45,7 +45,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::clock::{Instant, show, sleep_until};
 use crate::log;
-use crate::store::{Loss, Renewal, Renewer, Session, StoreError};
+use crate::store::{ErrorKind, Loss, Renewal, Renewer, Session, StoreError};
 
 /// The grace of a command whose lease the store already ended (revoked,
 /// expired on the server, key deleted): another holder may already run.
@@ -553,7 +553,7 @@ impl<'a> Book<'a> {
             Ok(Renewal::Gone(why)) => return Some(Loss::Gone(why)),
             Ok(renewal) => renewal,
             Err(e) => {
-                self.failed(i, sent, &e);
+                self.failed(i, sent, &e, self.timing.stop_at(*deadline.borrow()));
                 return None;
             }
         };
@@ -585,13 +585,21 @@ impl<'a> Book<'a> {
     }
 
     /// Renewer `i` failed the request sent at `sent`: reset it, put it
-    /// last, and retry soon, unless a newer request is out.
-    fn failed(&mut self, i: usize, sent: Instant, e: &StoreError) {
+    /// last, and retry soon, unless a newer request is out. A store that
+    /// refused for load is asked again once the pause it asked for has
+    /// passed, spread at random, but never so late that no try is left
+    /// before `stop_at`: half of what is left at most.
+    fn failed(&mut self, i: usize, sent: Instant, e: &StoreError, stop_at: Instant) {
         self.tally.failed.set(self.tally.failed.get() + 1);
         self.renewers[i].borrow_mut().reset();
         self.first = 1 - i;
         if sent == self.last_sent {
-            let pause = self.backoff.pause();
+            let pause = match e.kind {
+                ErrorKind::Crowded { .. } => {
+                    e.pause(&mut self.backoff).min(stop_at.remaining() / 2)
+                }
+                _ => self.backoff.pause(),
+            };
             log::verbose(format_args!(
                 "renewal failed, retrying in {}: {e}",
                 show(pause)

@@ -35,7 +35,8 @@ const PROBE_AFTER: Duration = Duration::from_millis(250);
 /// certificate?"): so long it may come after the bound.
 const STORE_LAST_WORD: Duration = Duration::from_millis(500);
 
-/// The pauses between tries of a store waited for ([`Reach::again`]).
+/// The pauses between tries of a store waited for ([`Reach::again`]), or
+/// of one that refused for load without saying for how long.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
@@ -51,8 +52,13 @@ pub struct Reach {
     found: Option<Findings>,
     reached: bool,
     /// Whether a store that cannot be reached is waited for within the
-    /// bound ([`Reach::again`]), and the pause before the next try.
-    patient: Option<crate::backoff::Backoff>,
+    /// bound ([`Reach::again`]).
+    patient: bool,
+    /// The pause before the next try.
+    pauses: crate::backoff::Backoff,
+    /// The store's last refusal for load, if it refused: what the line
+    /// that says elect gave up names.
+    crowded: Option<String>,
 }
 
 impl Reach {
@@ -74,7 +80,9 @@ impl Reach {
             probe,
             found: None,
             reached: false,
-            patient: None,
+            patient: false,
+            pauses: crate::backoff::Backoff::new(FIRST_PAUSE, MAX_PAUSE),
+            crowded: None,
         }
     }
 
@@ -93,18 +101,33 @@ impl Reach {
             probe: None,
             found: None,
             reached: false,
-            patient: Some(crate::backoff::Backoff::new(FIRST_PAUSE, MAX_PAUSE)),
+            patient: true,
+            pauses: crate::backoff::Backoff::new(FIRST_PAUSE, MAX_PAUSE),
+            crowded: None,
         }
     }
 
-    /// After `e`: how long to pause before trying again, if the store is
-    /// waited for and the bound has time left for it.
+    /// After `e`: how long to pause before trying again, if the bound has
+    /// time left for it and the store is worth it: one that refused for
+    /// load always, after what it asked for and at a moment of this
+    /// elect's own (a fleet's cron starts a thousand at one minute: they
+    /// come back spread out, not together again); one that cannot be
+    /// reached if it is waited for.
     pub fn try_again(&mut self, e: &StoreError) -> Option<Duration> {
+        use crate::store::ErrorKind;
         let left = self.until.remaining();
-        if e.kind != crate::store::ErrorKind::Unavailable || left.is_zero() {
+        if left.is_zero() {
             return None;
         }
-        Some(self.patient.as_mut()?.pause().min(left))
+        let pause = match e.kind {
+            ErrorKind::Crowded { .. } => {
+                self.crowded = Some(e.message.clone());
+                e.pause(&mut self.pauses)
+            }
+            ErrorKind::Unavailable if self.patient => self.pauses.pause(),
+            _ => return None,
+        };
+        Some(pause.min(left))
     }
 
     /// Whether the bound has passed: a call now would give up at once.
@@ -217,11 +240,13 @@ impl Reach {
         self.waited(self.bound, waiting_for)
     }
 
-    /// elect waited `waited` for `waiting_for`, and why none came.
+    /// elect waited `waited` for `waiting_for`, and why none came: what
+    /// the probe found, or the store's last refusal for load.
     fn waited(&self, waited: Duration, waiting_for: &str) -> StoreError {
-        let found = match &self.found {
-            Some(found) => format!(": {found}"),
-            None => String::new(),
+        let found = match (&self.found, &self.crowded) {
+            (Some(found), _) => format!(": {found}"),
+            (None, Some(refused)) => format!(", refused for load: {refused}"),
+            (None, None) => String::new(),
         };
         // Whole seconds where there are any: the bound as given.
         let waited = match waited.as_secs() {
@@ -312,5 +337,36 @@ mod tests {
         assert_eq!(reach.try_again(&StoreError::config("wrong password")), None);
         let mut first = Reach::new(&directory(), Duration::from_secs(3));
         assert_eq!(first.try_again(&down), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_refused_for_load_is_tried_again_as_asked_and_named_at_the_bound() {
+        let refused = "the API server refused GET /x for load (429 Too Many Requests)";
+        let crowded = StoreError::crowded(refused, Some(Duration::from_secs(1)));
+        // Not a bound that waits for a store on its way back: still tried.
+        let mut reach = Reach::new(&directory(), Duration::from_secs(3));
+        let started = Instant::now();
+        let mut pauses = Vec::new();
+        while let Some(pause) = reach.try_again(&crowded) {
+            pauses.push(pause);
+            tokio::time::sleep(pause).await;
+        }
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        let (last, asked) = pauses.split_last().unwrap();
+        assert!(!asked.is_empty(), "{pauses:?}");
+        for pause in asked {
+            let ms = pause.as_millis();
+            assert!((1000..=1500).contains(&ms), "{pauses:?}");
+        }
+        assert!(*last <= Duration::from_millis(1500), "{pauses:?}");
+        let never = std::future::pending::<Result<(), StoreError>>();
+        let e = reach.bounded("a lease", never).await.unwrap_err();
+        assert_eq!(
+            e.message,
+            format!(
+                "gave up after 3s waiting for a lease from file:/nonexistent-for-reach, \
+                 refused for load: {refused}"
+            )
+        );
     }
 }

@@ -114,7 +114,9 @@ fn stop_leaves_the_grace_before_the_deadline() {
 
 /// The store's side of the script: how long each renewal takes to be
 /// answered, and what the answer is; `None` never answers.
-type Script = std::rc::Rc<RefCell<std::collections::VecDeque<(Duration, Option<Renewal>)>>>;
+type Script = std::rc::Rc<RefCell<std::collections::VecDeque<(Duration, Option<Answer>)>>>;
+
+type Answer = Result<Renewal, StoreError>;
 
 /// A renewer that plays a script on tokio's clock and notes when each
 /// request was sent. What is left unscripted answers Alive at once.
@@ -130,11 +132,11 @@ impl Renewer for Scripted {
             .script
             .borrow_mut()
             .pop_front()
-            .unwrap_or((Duration::ZERO, Some(Renewal::Alive(3 * S))));
+            .unwrap_or((Duration::ZERO, Some(Ok(Renewal::Alive(3 * S)))));
         Box::pin(async move {
             tokio::time::sleep(delay).await;
             match answer {
-                Some(answer) => Ok(answer),
+                Some(answer) => answer,
                 None => std::future::pending().await,
             }
         })
@@ -148,6 +150,12 @@ type Sent = std::rc::Rc<RefCell<Vec<Instant>>>;
 
 /// Two renewers playing `script` between them, and the send times they note.
 fn scripted(script: Vec<(Duration, Option<Renewal>)>) -> ([Box<dyn Renewer>; 2], Sent) {
+    let answers = script.into_iter().map(|(d, a)| (d, a.map(Ok))).collect();
+    scripted_answers(answers)
+}
+
+/// [`scripted`], with failures among the answers.
+fn scripted_answers(script: Vec<(Duration, Option<Answer>)>) -> ([Box<dyn Renewer>; 2], Sent) {
     let script: Script = std::rc::Rc::new(RefCell::new(script.into()));
     let sent = std::rc::Rc::new(RefCell::new(Vec::new()));
     let renewer = || -> Box<dyn Renewer> {
@@ -165,8 +173,17 @@ async fn play(
     script: Vec<(Duration, Option<Renewal>)>,
     within: Duration,
 ) -> (Option<(Loss, Duration)>, Vec<Instant>, Instant) {
+    let answers = script.into_iter().map(|(d, a)| (d, a.map(Ok))).collect();
+    play_answers(answers, within).await
+}
+
+/// [`play`], with failures among the answers.
+async fn play_answers(
+    script: Vec<(Duration, Option<Answer>)>,
+    within: Duration,
+) -> (Option<(Loss, Duration)>, Vec<Instant>, Instant) {
     let timing = Timing::new(3 * S, None).unwrap();
-    let (renewers, sent) = scripted(script);
+    let (renewers, sent) = scripted_answers(script);
     let granted_at = Instant::now();
     let (tx, rx) = watch::channel(timing.deadline(granted_at, 3 * S));
     let taking = Taking::default();
@@ -270,4 +287,33 @@ async fn the_stores_word_that_the_lease_is_gone_is_final_at_once() {
     let (loss, at) = loss.expect("lost");
     assert_eq!(loss, Loss::Gone("revoked".into()));
     assert_eq!(at, S + 10 * MS);
+}
+
+/// A renewal the store refused for load (an API server's 429) never
+/// counts: refused all along, the lease is lost at the stop time, its
+/// deadline never moved. Each is asked again once the pause the store
+/// asked for has passed, but never so late that no try is left before
+/// the stop time: half of what is left at most.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_refused_for_load_never_counts_and_waits_as_asked_within_the_deadline() {
+    let t0 = Instant::now();
+    let refused = |asked: Duration| {
+        let e = StoreError::crowded("429 Too Many Requests", Some(asked));
+        (10 * MS, Some(Err(e)))
+    };
+    let (loss, sent, deadline) = play_answers(vec![refused(S); 40], 10 * S).await;
+    let (loss, at) = loss.expect("lost");
+    assert!(matches!(loss, Loss::Expired { .. }), "{loss:?}");
+    assert_eq!(at, 1890 * MS);
+    assert_eq!(deadline, t0 + 3 * S - 110 * MS);
+    // Refused at 1.01 s, a second asked for, 0.88 s left: half of that.
+    assert_eq!(sent[1].since(sent[0]), 10 * MS + 440 * MS);
+    // Asked for 100 ms, which fits: no sooner, at most half as long again;
+    // answered then, the lease is kept.
+    let mut script = vec![refused(100 * MS)];
+    script.extend(vec![(10 * MS, Some(Ok(Renewal::Alive(3 * S)))); 20]);
+    let (loss, sent, _) = play_answers(script, 10 * S).await;
+    assert_eq!(loss, None);
+    let again = sent[1].since(sent[0]) - 10 * MS;
+    assert!((100 * MS..=150 * MS).contains(&again), "{again:?}");
 }

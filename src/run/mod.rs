@@ -127,24 +127,27 @@ impl Job {
             }
         };
         let mut reach = Reach::new(&job.location, job.connect_timeout);
-        let open = job
-            .location
-            .open(job.timing.renew_every(), job.connect_timeout);
-        match job
-            .reaching(&mut reach, &mut signals, "a connection", open)
-            .await
-        {
-            Ok(store) => {
-                timeline::step("connected");
-                let mut reach = Some(reach);
-                let outcome = job
-                    .run_on(&*store, &mut signals, &mut guard, &mut reach)
-                    .await;
-                timeline::step("exit");
-                outcome
+        let store = loop {
+            let open = job
+                .location
+                .open(job.timing.renew_every(), job.connect_timeout);
+            match job
+                .attempt(&mut reach, &mut signals, "a connection", open)
+                .await
+            {
+                Ok(store) => break store,
+                Err(Some(outcome)) => return outcome,
+                // Refused for load: again, within the bound.
+                Err(None) => continue,
             }
-            Err(outcome) => outcome,
-        }
+        };
+        timeline::step("connected");
+        let mut reach = Some(reach);
+        let outcome = job
+            .run_on(&*store, &mut signals, &mut guard, &mut reach)
+            .await;
+        timeline::step("exit");
+        outcome
     }
 }
 

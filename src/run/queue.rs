@@ -97,7 +97,7 @@ impl Job {
             Ok(Ok(lock)) => lock,
             Ok(Err(loss)) => return Queued::Again(loss.to_string()),
             Err(Some(outcome)) => return Queued::Done(outcome),
-            Err(None) => return Queued::Again("the store is not back yet".into()),
+            Err(None) => return Queued::Again("no place in the queue yet".into()),
         };
         reach.reached();
         timeline::step("queued");

@@ -1,6 +1,7 @@
 //! Reaching the store before the lock is held: every call bounded by
-//! `--connect-timeout` ([`Reach`]), tried again only where the bound
-//! waits for a store on its way back, and ended by a terminating signal.
+//! `--connect-timeout` ([`Reach`]), tried again only where the store
+//! refused for load or the bound waits for a store on its way back, and
+//! ended by a terminating signal.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -41,26 +42,9 @@ impl Job {
 
     /// A call to the store before the lock is held: within what is left of
     /// `--connect-timeout` ([`Reach`]), and ended by a terminating signal.
-    pub(super) async fn reaching<T>(
-        &self,
-        reach: &mut Reach,
-        signals: &mut Signals,
-        waiting_for: &str,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, Outcome> {
-        self.attempt(reach, signals, waiting_for, call)
-            .await
-            .map_err(|outcome| {
-                // Only a bound made to wait (Reach::again) tries again.
-                outcome.unwrap_or_else(|| {
-                    Failure::software("a call to the store was to be tried again").into()
-                })
-            })
-    }
-
-    /// [`Job::reaching`], except that within a bound that waits for the
-    /// store ([`Reach::again`]) one that cannot be reached yet ends the
-    /// call after a pause with `Err(None)`: try again.
+    /// A store that refused for load, or one that cannot be reached yet
+    /// within a bound that waits for it ([`Reach::again`]), ends the call
+    /// after a pause with `Err(None)`: try again.
     pub(super) async fn attempt<T>(
         &self,
         reach: &mut Reach,

@@ -366,6 +366,12 @@ pub enum ErrorKind {
     /// a permission it lacks. Asking again would not help; the operator
     /// must fix the credentials or grant the permission.
     Denied,
+    /// The store refused for load (an API server's 429 Too Many
+    /// Requests): it is up, and asks to be asked again, after
+    /// `again_after` where it said when. Worth another try within the
+    /// bound, each asker at a moment of its own
+    /// ([`crate::backoff::at_least`]), never at once.
+    Crowded { again_after: Option<Duration> },
     /// The store went back in time ([`super::rewind`]): a token taken now
     /// could be at or below one already handed out.
     Rewound,
@@ -386,6 +392,34 @@ impl StoreError {
         StoreError {
             kind: ErrorKind::Unavailable,
             message: message.into(),
+        }
+    }
+    /// Refused for load; `again_after`: when the store asked to be asked again.
+    pub fn crowded(message: impl Into<String>, again_after: Option<Duration>) -> Self {
+        StoreError {
+            kind: ErrorKind::Crowded { again_after },
+            message: message.into(),
+        }
+    }
+    /// Whether another try may get through: the store could not be
+    /// reached, or refused for load.
+    pub fn passing(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Unavailable | ErrorKind::Crowded { .. }
+        )
+    }
+    /// The pause before another try after this error: if the store
+    /// refused for load, at least what it asked for, spread at random
+    /// ([`crate::backoff::at_least`]), or one of `backoff`'s, jittered,
+    /// where it did not say; else `backoff`'s next.
+    pub fn pause(&self, backoff: &mut crate::backoff::Backoff) -> Duration {
+        match self.kind {
+            ErrorKind::Crowded {
+                again_after: Some(asked),
+            } => crate::backoff::at_least(asked),
+            ErrorKind::Crowded { again_after: None } => backoff.jittered(),
+            _ => backoff.pause(),
         }
     }
     pub fn config(message: impl Into<String>) -> Self {

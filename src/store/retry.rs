@@ -38,20 +38,48 @@ pub enum GaveUp<E> {
     Bound(Option<E>),
 }
 
+/// Whether a failed attempt is worth another, as its store says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Worth {
+    /// No: another try would not change the answer.
+    No,
+    /// Yes, after a pause of [`retry`]'s own.
+    Yes,
+    /// Yes, but the store refused for load and asked for this pause first
+    /// (`Retry-After`).
+    After(Duration),
+}
+
+impl Worth {
+    /// What `e` is worth, by its kind alone: refused for load, after the
+    /// pause the store asked for; unreachable, after one of ours.
+    pub fn of(e: &crate::store::StoreError) -> Worth {
+        use crate::store::ErrorKind;
+        match e.kind {
+            ErrorKind::Crowded {
+                again_after: Some(asked),
+            } => Worth::After(asked),
+            ErrorKind::Crowded { again_after: None } | ErrorKind::Unavailable => Worth::Yes,
+            _ => Worth::No,
+        }
+    }
+}
+
 /// Run `op` until it succeeds, fails with an error that `worth_retrying`
 /// says no to, or `bound` has passed. Each attempt is given `attempt` at
 /// most (no more than what is left of the bound; [`attempt_within`] unless
 /// the store says why not); one that fails is tried again after a
 /// [`Backoff::STORE`] pause, jittered (a fleet's elects turned away
-/// together, at a server's connection limit, come back spread out), one
-/// that goes unanswered at once. `what` names
-/// the request in the verbose log.
+/// together, at a server's connection limit, come back spread out), or
+/// after the pause the store asked for, jittered upward
+/// ([`crate::backoff::at_least`]), and within the bound; one that goes
+/// unanswered at once. `what` names the request in the verbose log.
 pub async fn retry<T, E, F, Fut>(
     what: &str,
     bound: Duration,
     attempt: Duration,
     mut op: F,
-    mut worth_retrying: impl FnMut(&E) -> bool,
+    mut worth_retrying: impl FnMut(&E) -> Worth,
 ) -> Result<T, GaveUp<E>>
 where
     F: FnMut() -> Fut,
@@ -67,11 +95,14 @@ where
         }
         match tokio::time::timeout(left.min(attempt), op()).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if !worth_retrying(&e) => return Err(GaveUp::Refused(e)),
             Ok(Err(e)) => {
+                let pause = match worth_retrying(&e) {
+                    Worth::No => return Err(GaveUp::Refused(e)),
+                    Worth::Yes => backoff.jittered(),
+                    Worth::After(asked) => crate::backoff::at_least(asked),
+                };
                 last = Some(e);
-                let pause = Instant::now() + backoff.jittered();
-                sleep_until(pause.min(give_up)).await;
+                sleep_until((Instant::now() + pause).min(give_up)).await;
             }
             Err(_) if !give_up.remaining().is_zero() => {
                 log::verbose(format_args!(
@@ -145,6 +176,14 @@ impl ConnectFailure {
             config,
             refused,
             local,
+        }
+    }
+
+    /// Whether another attempt is worth it: [`ConnectFailure::passing`].
+    pub fn worth(&self) -> Worth {
+        match self.passing {
+            true => Worth::Yes,
+            false => Worth::No,
         }
     }
 
@@ -225,7 +264,7 @@ mod tests {
     async fn run(
         bound: Duration,
         answers: Vec<Result<u32, &'static str>>,
-        worth: fn(&&'static str) -> bool,
+        worth: fn(&&'static str) -> Worth,
     ) -> (Result<u32, GaveUp<&'static str>>, Vec<u128>) {
         let started = Instant::now();
         let at = RefCell::new(Vec::new());
@@ -269,7 +308,7 @@ mod tests {
         let (got, at) = run(
             Duration::from_secs(10),
             vec![Err("busy"), Err("busy"), Err("busy"), Ok(7)],
-            |_| true,
+            |_| Worth::Yes,
         )
         .await;
         assert_eq!(got, Ok(7));
@@ -281,11 +320,30 @@ mod tests {
         let (got, at) = run(
             Duration::from_secs(10),
             vec![Err("busy"), Err("no"), Ok(7)],
-            |e| *e != "no",
+            |e| match *e {
+                "no" => Worth::No,
+                _ => Worth::Yes,
+            },
         )
         .await;
         assert_eq!(got, Err(GaveUp::Refused("no")));
         jittered(&at, &[25]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_for_load_is_tried_again_no_sooner_than_asked_within_the_bound() {
+        let asked = |_: &&'static str| Worth::After(Duration::from_secs(1));
+        let (got, at) = run(Duration::from_secs(10), vec![Err("429"), Ok(7)], asked).await;
+        assert_eq!(got, Ok(7));
+        assert!((1000..=1500).contains(&(at[1] - at[0])), "{at:?}");
+        // Asked to wait past the bound: no try before it, and the refusal
+        // is what is said at the bound.
+        let started = Instant::now();
+        let later = |_: &&'static str| Worth::After(Duration::from_secs(5));
+        let (got, at) = run(Duration::from_secs(2), vec![Err("429"), Ok(7)], later).await;
+        assert_eq!(got, Err(GaveUp::Bound(Some("429"))));
+        assert_eq!(at, [0]);
+        assert_eq!(Instant::now().since(started), Duration::from_secs(2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -294,7 +352,7 @@ mod tests {
         // third of the bound, then sent again at once; the last ends at the
         // bound, with the last error seen.
         let started = Instant::now();
-        let (got, at) = run(Duration::from_secs(6), vec![Err("busy")], |_| true).await;
+        let (got, at) = run(Duration::from_secs(6), vec![Err("busy")], |_| Worth::Yes).await;
         assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
         assert_eq!(at.len(), 4, "{at:?}");
         jittered(&at[..2], &[25]);
@@ -306,7 +364,7 @@ mod tests {
     async fn failures_until_the_bound_give_up_at_the_bound_with_the_last_error() {
         let started = Instant::now();
         let answers = (0..100).map(|_| Err("busy")).collect();
-        let (got, at) = run(Duration::from_secs(2), answers, |_| true).await;
+        let (got, at) = run(Duration::from_secs(2), answers, |_| Worth::Yes).await;
         assert_eq!(got, Err(GaveUp::Bound(Some("busy"))));
         assert_eq!(Instant::now().since(started), Duration::from_secs(2));
         // 25, 50, 100, 200, 400 ms, then 500 ms, each jittered.
@@ -319,7 +377,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unanswered_until_the_bound_is_no_error_of_its_own() {
-        let (got, at) = run(Duration::from_millis(300), vec![], |_| true).await;
+        let (got, at) = run(Duration::from_millis(300), vec![], |_| Worth::Yes).await;
         assert_eq!(got, Err(GaveUp::Bound(None)));
         assert_eq!(at, [0]);
     }

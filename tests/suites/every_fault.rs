@@ -734,11 +734,11 @@ fn commits_wait_for_a_standby_that_is_gone<S: StoreUnderTest>() {
     );
 }
 
-/// The store turns elect's connections away at its connection limit (a
-/// herd of clients, a DBA's limit). `elect run -n` keeps trying for its
-/// `--connect-timeout`, then exits 69 in one line that names the limit,
-/// never running its command; one that is still trying when a connection
-/// frees takes the lock.
+/// The store turns elect away at its limit: its connections (a herd of
+/// clients, a DBA's limit), or its requests, for load (an API server's
+/// 429). `elect run -n` keeps trying for its `--connect-timeout`, then
+/// exits 69 in one line that names the limit, never running its command;
+/// one that is still trying when the limit lifts takes the lock.
 fn at_its_connection_limit<S: StoreUnderTest>() {
     assert!(S::LIMITS_CONNECTIONS);
     let name = S::NAME;
@@ -765,7 +765,7 @@ fn at_its_connection_limit<S: StoreUnderTest>() {
         "{name}: ended after {took:?}, not at its --connect-timeout of 2 s"
     );
     assert_eq!(said.trim().lines().count(), 1, "{name}: {said}");
-    assert!(said.contains("connection limit"), "{name}: {said}");
+    assert!(said.contains(S::AT_THE_LIMIT_SAYS), "{name}: {said}");
     assert!(!ran.exists(), "{name}: the command ran");
     // Still trying when a connection frees: it takes the lock.
     let mut command = elect_run(
@@ -1678,7 +1678,7 @@ stores! {
     etcd: Etcd => [every, force, pkill, link, server, restore, bump],
     etcd_cluster: EtcdCluster => [every, force, pkill, replicated],
     file: FileStore => [every, force, pkill, restore],
-    k8s: KubeStore => [every, force, pkill, link, server, foreign, restore, credentials],
+    k8s: KubeStore => [every, force, pkill, link, server, foreign, restore, credentials, limits],
     mariadb: MariaDb => [every, force, pkill, link, server, clock, standby, failover, limits],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover, limits],

@@ -174,8 +174,11 @@ pub trait StoreUnderTest: Sized {
     }
 
     /// The store turns connections away beyond a limit (PostgreSQL's and
-    /// MySQL's `max_connections`, a role's connection limit).
+    /// MySQL's `max_connections`, a role's connection limit), or requests
+    /// for load (an API server's 429 Too Many Requests).
     const LIMITS_CONNECTIONS: bool = false;
+    /// What elect's line says when the limit turned it away.
+    const AT_THE_LIMIT_SAYS: &'static str = "connection limit";
     /// Let elect's account open no more connections.
     fn reach_the_connection_limit(&mut self) {
         panic!("{}: no connection limit", Self::NAME)

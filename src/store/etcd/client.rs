@@ -332,10 +332,11 @@ where
         }
     };
     let worth_retrying = |(why, text): &(Option<Why>, String)| {
-        if why.is_none() {
-            log::verbose(format_args!("etcd request failed, retrying: {text}"));
+        if why.is_some() {
+            return retry::Worth::No;
         }
-        why.is_none()
+        log::verbose(format_args!("etcd request failed, retrying: {text}"));
+        retry::Worth::Yes
     };
     let failed = |why, text| Failed {
         why,

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::config::{Auth, Conn};
 use super::tokens::{Source, Tokens};
+use crate::store::retry::Worth;
 use crate::store::tls;
 use crate::store::{Secret, StoreError, with_causes};
 
@@ -258,7 +259,10 @@ impl Api {
                 self.settled.set(false);
                 self.request(method, path, body)
             },
-            |e: &StoreError| e.kind == crate::store::ErrorKind::Unavailable && !self.settled.get(),
+            |e: &StoreError| match Worth::of(e) {
+                Worth::Yes if self.settled.get() => Worth::No,
+                worth => worth,
+            },
         )
         .await;
         match tried {
@@ -379,6 +383,7 @@ impl Api {
             .await
             .map_err(|e| self.failed(&format!("{method} {path}"), &e))?;
         let status = response.status().as_u16();
+        let again_after = retry_after(response.headers());
         let bytes = response
             .into_body()
             .collect()
@@ -390,6 +395,9 @@ impl Api {
             idle.push(sender);
         }
         drop(idle);
+        if status == 429 {
+            return Err(self.crowded(&format!("{method} {path}"), &bytes, again_after));
+        }
         let body = match bytes.is_empty() {
             true => Value::Null,
             false => serde_json::from_slice(&bytes).map_err(|e| {
@@ -400,6 +408,33 @@ impl Api {
             })?,
         };
         Ok(Reply { status, body })
+    }
+
+    /// The API server refused `what` for load (429: API Priority and
+    /// Fairness rejected it, or `--max-requests-inflight` was reached),
+    /// asking to be asked again after `again_after`. Sorted here, where
+    /// every answer passes, so that no caller takes it for an answer to
+    /// its request (a renewal that counts, a Lease that is not there).
+    fn crowded(&self, what: &str, body: &[u8], again_after: Option<Duration>) -> StoreError {
+        let asked = match again_after {
+            Some(after) => format!(", Retry-After {}", crate::clock::show(after)),
+            None => String::new(),
+        };
+        // A `Status` from the API server's handlers; plain text from its
+        // filters, which turn requests away before any handler.
+        let words = match serde_json::from_slice::<Value>(body) {
+            Ok(status) => status["message"].as_str().unwrap_or_default().to_string(),
+            Err(_) => String::from_utf8_lossy(body).into_owned(),
+        };
+        let words: String = words.split_whitespace().collect::<Vec<_>>().join(" ");
+        let words: String = words.chars().take(200).collect();
+        StoreError::crowded(
+            format!(
+                "{}: the API server refused {what} for load (429 Too Many Requests{asked}): {words}",
+                self.shown(),
+            ),
+            again_after,
+        )
     }
 
     /// Open a watch (`path` with `watch=1`): its events, line by line.
@@ -421,12 +456,16 @@ impl Api {
             })??;
         let status = response.status().as_u16();
         if status != 200 {
+            let again_after = retry_after(response.headers());
             let bytes = response
                 .into_body()
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
+            if status == 429 {
+                return Err(self.crowded(&format!("watch {path}"), &bytes, again_after));
+            }
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(self.refusal("watch", path, &Reply { status, body }));
         }
@@ -500,6 +539,14 @@ impl Watch {
     }
 }
 
+/// The pause an answer asks for before the next request (`Retry-After`,
+/// in seconds, as the API server gives it with a 429); an HTTP date, which
+/// it never gives, is left to elect's own pause.
+fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
+    let seconds = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
+    seconds.trim().parse().ok().map(Duration::from_secs)
+}
+
 /// `https://HOST:PORT` as its host and port (443 by default).
 fn split_server(server: &str) -> Result<(String, u16), StoreError> {
     let rest = server.strip_prefix("https://").ok_or_else(|| {
@@ -557,5 +604,18 @@ mod tests {
         assert_eq!(split("https://[::1]"), Ok(("[::1]".into(), 443)));
         assert!(split("http://a:80").unwrap_err().contains("not https://"));
         assert!(split("https://a:1/k8s").unwrap_err().contains("path"));
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds() {
+        let asked = |value: &str| {
+            let mut headers = hyper::HeaderMap::new();
+            headers.insert(hyper::header::RETRY_AFTER, value.parse().unwrap());
+            retry_after(&headers)
+        };
+        assert_eq!(asked("1"), Some(Duration::from_secs(1)));
+        assert_eq!(asked(" 32 "), Some(Duration::from_secs(32)));
+        assert_eq!(asked("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(retry_after(&hyper::HeaderMap::new()), None);
     }
 }

@@ -393,7 +393,7 @@ pub async fn connect(target: &MyTarget, within: Duration) -> Result<Conn, StoreE
             other => other.map_err(|e| failure(&e, target)),
         }
     };
-    let passing = |failure: &Failure| failure.passing;
+    let passing = |failure: &Failure| failure.worth();
     let each = retry::attempt_within(within);
     match retry::retry("connecting to MySQL", within, each, attempt, passing).await {
         Ok(conn) => Ok(conn),

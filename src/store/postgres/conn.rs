@@ -165,7 +165,7 @@ pub async fn connect(
             connected.map_err(|e| failure(&e, target))
         }
     };
-    let passing = |failure: &Failure| failure.passing;
+    let passing = |failure: &Failure| failure.worth();
     // One attempt tries the URL's hosts one after the other, each for the
     // connect_timeout above: cut short, it would never reach the later ones.
     let each = within;

@@ -41,7 +41,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteErr
 
 use crate::log;
 use crate::store::Token;
-use crate::store::retry::{self, GaveUp};
+use crate::store::retry::{self, GaveUp, Worth};
 use crate::store::rewind::Mark;
 use crate::store::tls;
 use crate::store::{
@@ -229,16 +229,16 @@ async fn connect(
         }
     };
     let worth_retrying = |e: &ZkError| match e {
-        ZkError::AuthFailed | ZkError::NoAuth => false,
+        ZkError::AuthFailed | ZkError::NoAuth => Worth::No,
         // The client keeps only the words of the I/O error it met.
-        e if crate::descriptors::in_text(&e.to_string()).is_some() => false,
+        e if crate::descriptors::in_text(&e.to_string()).is_some() => Worth::No,
         // A certificate refused is not going to pass. The client keeps the
         // TLS library's error to itself (a failed handshake is a lost
         // connection to it): only its words, where it has any, say so.
-        e if e.to_string().to_ascii_lowercase().contains("certificate") => false,
+        e if e.to_string().to_ascii_lowercase().contains("certificate") => Worth::No,
         e => {
             log::verbose(format_args!("connecting to {shown}: {e}; trying again"));
-            true
+            Worth::Yes
         }
     };
     let what = format!("connecting to {shown}");

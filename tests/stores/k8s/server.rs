@@ -362,6 +362,12 @@ pub fn register_at(context: &str, url: &str, kube: &Kube) {
     register(context, url, Some(&kube.certs.ca), &kube.token);
 }
 
+/// A context of the tests' kubeconfig for `kube` with another user's
+/// `token` (a service account's).
+pub fn register_as(context: &str, kube: &Kube, token: &str) {
+    register(context, &kube.url, Some(&kube.certs.ca), token);
+}
+
 /// Name the server at `url` `context` in the tests' one kubeconfig.
 fn register(context: &str, url: &str, ca: Option<&std::path::Path>, token: &str) {
     {

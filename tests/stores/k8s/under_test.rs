@@ -15,6 +15,21 @@ pub struct KubeStore {
     server: KubeServer,
     pub namespace: String,
     context: String,
+    /// The token elect reaches the API server with: the tests' own, or
+    /// its service account's ([`AS_A_SERVICE_ACCOUNT`]).
+    token: String,
+    /// The request that keeps elect's priority level busy
+    /// ([`KubeStore::reach_the_connection_limit`]).
+    stalled: Option<std::process::Child>,
+}
+
+impl Drop for KubeStore {
+    fn drop(&mut self) {
+        if let Some(mut stalled) = self.stalled.take() {
+            let _ = stalled.kill();
+            let _ = stalled.wait();
+        }
+    }
 }
 
 enum KubeServer {
@@ -22,12 +37,18 @@ enum KubeServer {
     Own(Box<Kube>),
 }
 
-impl KubeStore {
-    pub fn kube(&self) -> &Kube {
-        match &self.server {
+impl KubeServer {
+    fn kube(&self) -> &Kube {
+        match self {
             KubeServer::Shared(k) => k,
             KubeServer::Own(k) => k,
         }
+    }
+}
+
+impl KubeStore {
+    pub fn kube(&self) -> &Kube {
+        self.server.kube()
     }
 
     fn own(&mut self) -> &mut Kube {
@@ -126,6 +147,104 @@ impl KubeStore {
     }
 }
 
+/// The scenarios in which elect reaches the API server as a service
+/// account of its namespace with only the rights it needs, as in a pod:
+/// the tests' own user, of `system:masters`, is exempt from API Priority
+/// and Fairness, which can turn a service account away for load.
+const AS_A_SERVICE_ACCOUNT: &[&str] = &["connection-limit"];
+
+/// The service account elect is in those scenarios.
+const ACCOUNT: &str = "elect";
+
+/// The names of the priority level and the FlowSchema that turn elect's
+/// service account away ([`KubeStore::reach_the_connection_limit`]).
+fn crowding(namespace: &str) -> String {
+    format!("elect-crowded-{namespace}")
+}
+
+impl KubeStore {
+    /// The service account [`ACCOUNT`] in the namespace, with a Role of
+    /// every right elect uses on Leases and ConfigMaps: its token.
+    fn service_account(&self) -> String {
+        let ns = &self.namespace;
+        let kube = self.kube();
+        let create = |path: &str, body: String| {
+            let (code, out) = kube.request("POST", path, Some(&body));
+            assert_eq!(code, 201, "POST {path}: {out}");
+            out
+        };
+        create(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            format!(
+                r#"{{"apiVersion":"v1","kind":"ServiceAccount","metadata":{{"name":"{ACCOUNT}"}}}}"#
+            ),
+        );
+        create(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+            format!(
+                r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"{ACCOUNT}"}},"rules":[{{"apiGroups":["coordination.k8s.io"],"resources":["leases"],"verbs":["get","list","watch","create","update","patch","delete"]}},{{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","watch","create","update","patch","delete"]}}]}}"#
+            ),
+        );
+        create(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+            format!(
+                r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"{ACCOUNT}"}},"roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"{ACCOUNT}"}},"subjects":[{{"kind":"ServiceAccount","name":"{ACCOUNT}","namespace":"{ns}"}}]}}"#
+            ),
+        );
+        let out = create(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts/{ACCOUNT}/token"),
+            r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":3600}}"#.to_string(),
+        );
+        let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+        answer["status"]["token"].as_str().expect(&out).to_string()
+    }
+
+    /// curl with elect's token and the server's CA, and no arguments yet.
+    fn curl_as_elect(&self) -> std::process::Command {
+        let kube = self.kube();
+        let mut c = std::process::Command::new(crate::support::tools::tool(
+            "ELECT_TEST_CURL",
+            "curl",
+            "curl",
+        ));
+        c.args(["-sS", "--cacert"])
+            .arg(&kube.certs.ca)
+            .args(["-H", &format!("Authorization: Bearer {}", self.token)]);
+        c
+    }
+
+    /// A read of the namespace's Leases as elect's account: the HTTP
+    /// status, the `Retry-After` and the priority level (its UID) the API
+    /// server's API Priority and Fairness gave it.
+    fn read_as_elect(&self) -> (u16, Option<String>, Option<String>) {
+        let out = self
+            .curl_as_elect()
+            .args(["--max-time", "10", "-o", "/dev/null", "-D", "-"])
+            .arg(format!("{}{}", self.kube().url, self.leases()))
+            .output()
+            .expect("curl");
+        let head = String::from_utf8_lossy(&out.stdout);
+        let status = head
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let header = |wanted: &str| {
+            head.lines().find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case(wanted)
+                    .then(|| value.trim().to_string())
+            })
+        };
+        (
+            status,
+            header("retry-after"),
+            header("x-kubernetes-pf-prioritylevel-uid"),
+        )
+    }
+}
+
 /// The scenarios that stop or restart the server, and the one that runs 24
 /// elects at once ("shards", whose load made the shared server answer the
 /// other tests' requests late): each gets one of its own.
@@ -173,12 +292,20 @@ impl StoreUnderTest for KubeStore {
             }
             false => (KubeServer::Shared(kube::shared()), "shared".to_string()),
         };
-        let store = KubeStore {
+        let token = server.kube().token.clone();
+        let mut store = KubeStore {
             server,
             namespace,
             context,
+            token,
+            stalled: None,
         };
         store.kube().create_namespace(&store.namespace);
+        if AS_A_SERVICE_ACCOUNT.iter().any(|s| scenario.contains(s)) {
+            store.token = store.service_account();
+            store.context = format!("{}-{ACCOUNT}-{n}", store.context);
+            kube::register_as(&store.context, store.kube(), &store.token);
+        }
         store
     }
 
@@ -373,6 +500,120 @@ impl StoreUnderTest for KubeStore {
                 (_, body) => Err(body),
             }
         })
+    }
+
+    /// API Priority and Fairness, as a loaded API server applies it: a
+    /// priority level of no seats, none lent or borrowed, that rejects
+    /// what it cannot run, and a FlowSchema that puts elect's service
+    /// account there, ahead of every other but `exempt`. A level runs one
+    /// request beyond its seats while it runs none (its guard against
+    /// starvation): another of the account's, a create whose body never
+    /// comes, keeps it running one, as a crowd of the account's would.
+    /// Done once a read as the account is answered 429 with a
+    /// `Retry-After`.
+    const LIMITS_CONNECTIONS: bool = true;
+    const AT_THE_LIMIT_SAYS: &'static str = "429 Too Many Requests";
+
+    fn reach_the_connection_limit(&mut self) {
+        let name = crowding(&self.namespace);
+        let flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1";
+        let level = format!(
+            r#"{{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"PriorityLevelConfiguration","metadata":{{"name":"{name}"}},"spec":{{"type":"Limited","limited":{{"nominalConcurrencyShares":0,"lendablePercent":0,"borrowingLimitPercent":0,"limitResponse":{{"type":"Reject"}}}}}}}}"#
+        );
+        let (code, out) = self.kube().request(
+            "POST",
+            &format!("{flowcontrol}/prioritylevelconfigurations"),
+            Some(&level),
+        );
+        assert_eq!(code, 201, "{out}");
+        let level: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let uid = level["metadata"]["uid"].as_str().unwrap().to_string();
+        let schema = format!(
+            r#"{{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"FlowSchema","metadata":{{"name":"{name}"}},"spec":{{"priorityLevelConfiguration":{{"name":"{name}"}},"matchingPrecedence":2,"rules":[{{"subjects":[{{"kind":"ServiceAccount","serviceAccount":{{"name":"{ACCOUNT}","namespace":"{}"}}}}],"resourceRules":[{{"verbs":["*"],"apiGroups":["*"],"resources":["*"],"namespaces":["*"]}}]}}]}}}}"#,
+            self.namespace
+        );
+        let (code, out) =
+            self.kube()
+                .request("POST", &format!("{flowcontrol}/flowschemas"), Some(&schema));
+        assert_eq!(code, 201, "{out}");
+        eventually(
+            "elect's account in its priority level",
+            10 * SECOND,
+            || match self.read_as_elect() {
+                (200, _, Some(level)) if level == uid => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+        // A body sent as it comes (chunked), from a pipe never written.
+        // Alone in the level, it runs: nothing else of the account may
+        // run until it does, or it is the one turned away.
+        let stalled = self
+            .curl_as_elect()
+            .args(["-o", "/dev/null", "-X", "POST", "-T", "-"])
+            .args(["-H", "Content-Type: application/json", "-H", "Expect:"])
+            .arg(format!(
+                "{}/api/v1/namespaces/{}/configmaps",
+                self.kube().url,
+                self.namespace
+            ))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("curl");
+        let mut stalled = stalled;
+        eventually(
+            "the stalled create running in its level",
+            10 * SECOND,
+            || {
+                if let Some(status) = stalled.try_wait().unwrap() {
+                    panic!("the stalled create ended: {status}");
+                }
+                let dump = "/debug/api_priority_and_fairness/dump_requests";
+                match self.kube().request("GET", dump, None) {
+                    (200, requests)
+                        if requests.lines().any(|l| l.starts_with(&format!("{name},"))) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        );
+        self.stalled = Some(stalled);
+        eventually(
+            "elect's account refused for load",
+            10 * SECOND,
+            || match self.read_as_elect() {
+                (429, Some(after), _) => Ok(after),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    }
+
+    /// The stalled create ended, the FlowSchema and its level deleted,
+    /// until a read as elect's account is answered again.
+    fn lift_the_connection_limit(&mut self) {
+        if let Some(mut stalled) = self.stalled.take() {
+            let _ = stalled.kill();
+            let _ = stalled.wait();
+        }
+        let name = crowding(&self.namespace);
+        let flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1";
+        for kind in ["flowschemas", "prioritylevelconfigurations"] {
+            let (code, out) =
+                self.kube()
+                    .request("DELETE", &format!("{flowcontrol}/{kind}/{name}"), None);
+            assert_eq!(code, 200, "{out}");
+        }
+        eventually(
+            "elect's account answered again",
+            10 * SECOND,
+            || match self.read_as_elect() {
+                (200, ..) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
     }
 
     const SPEAKS: &'static str = "Kubernetes";

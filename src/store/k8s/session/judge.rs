@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::wait::{KubeLock, WATCH_REFUSED_AGAIN};
+use super::wait::{KubeLock, watch_again};
 use crate::log;
 use crate::store::Loss;
 use crate::store::k8s::lease::{self, Lease};
@@ -42,7 +42,7 @@ impl KubeLock {
                     Ok(watch) => watch,
                     Err(e) => {
                         log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
-                        tokio::time::sleep(WATCH_REFUSED_AGAIN).await;
+                        tokio::time::sleep(watch_again(&e)).await;
                         continue;
                     }
                 };

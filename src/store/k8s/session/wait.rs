@@ -24,7 +24,18 @@ use crate::store::{
 const VERSION: &str = "the API server's resource version";
 
 /// How soon a watch the API server refused is asked for again.
-pub(super) const WATCH_REFUSED_AGAIN: Duration = Duration::from_millis(500);
+const WATCH_REFUSED_AGAIN: Duration = Duration::from_millis(500);
+
+/// How soon a watch refused with `e` is asked for again: once the API
+/// server's `Retry-After` has passed, if it refused for load.
+pub(super) fn watch_again(e: &StoreError) -> Duration {
+    match e.kind {
+        ErrorKind::Crowded {
+            again_after: Some(asked),
+        } => crate::backoff::at_least(asked).max(WATCH_REFUSED_AGAIN),
+        _ => WATCH_REFUSED_AGAIN,
+    }
+}
 
 /// How far past the instant the Lease ripens a waiter wakes: the look
 /// that follows then finds it ripe, never a hair short.
@@ -215,11 +226,11 @@ impl KubeLock {
                     backoff.reset();
                     (version, at)
                 }
-                Err(e) if e.kind == ErrorKind::Unavailable => {
+                Err(e) if e.passing() => {
                     log::verbose(format_args!("could not try for lock {}: {e}", self.lock));
                     self.api().reset();
                     watch = None;
-                    let wake = Instant::now() + backoff.pause();
+                    let wake = Instant::now() + e.pause(&mut backoff);
                     sleep_until(until.map_or(wake, |u| u.min(wake))).await;
                     if until.is_some_and(|u| u.remaining().is_zero()) {
                         return Ok(Turn::Busy);
@@ -239,10 +250,18 @@ impl KubeLock {
             if !entered {
                 entered = true;
                 if let Err(e) = self.shared.enter(&self.lock, &self.name).await {
-                    match e.kind {
-                        ErrorKind::Unavailable => entered = false,
-                        _ => return Err(e),
+                    if !e.passing() {
+                        return Err(e);
                     }
+                    entered = false;
+                    // Not at once: the look and the entry again would
+                    // come back as fast as the API server refused them.
+                    log::verbose(format_args!(
+                        "could not enter lock {}'s queue: {e}",
+                        self.lock
+                    ));
+                    let wake = Instant::now() + e.pause(&mut backoff);
+                    sleep_until(until.map_or(wake, |u| u.min(wake))).await;
                 }
                 continue;
             }
@@ -256,7 +275,7 @@ impl KubeLock {
                     Ok(opened) => watch = Some(opened),
                     Err(e) => {
                         log::verbose(format_args!("cannot watch lock {}: {e}", self.lock));
-                        let nap = Instant::now() + WATCH_REFUSED_AGAIN;
+                        let nap = Instant::now() + watch_again(&e);
                         sleep_until(wake.map_or(nap, |w| w.min(nap))).await;
                         continue;
                     }
