@@ -1682,6 +1682,6 @@ stores! {
     mariadb: MariaDb => [every, force, pkill, link, server, clock, standby, failover, limits],
     pgbouncer: Pooled => [every, force, pkill, link, server, clock, standby],
     postgres: Postgres => [every, force, pkill, link, server, clock, notify, standby, failover, limits],
-    zookeeper: ZooKeeper => [every, force, pkill, link, server, restore],
+    zookeeper: ZooKeeper => [every, force, pkill, link, server, restore, limits],
     zookeeper_ensemble: Ensemble => [every, force, pkill, replicated],
 }

@@ -10,6 +10,7 @@ pub const GREETING: Greeting = Greeting {
     // A member without a quorum takes requests and answers none that
     // needs the cluster, as each of elect's does.
     silent_because: " (has the cluster lost its quorum?)",
+    closed_because: "",
     tls_hint: "use etcds:// (with --cacert)",
     tls_only: false,
 };

@@ -10,6 +10,7 @@ pub const GREETING: Greeting = Greeting {
     // Told only as a TLS server.
     knows: |_, _| false,
     silent_because: "",
+    closed_because: "",
     tls_hint: "reach it over TLS",
     tls_only: true,
 };

@@ -8,6 +8,7 @@ pub const GREETING: Greeting = Greeting {
     opening: Opening::Nothing,
     knows,
     silent_because: "",
+    closed_because: "",
     // It starts TLS inside its own protocol, after its greeting: TLS at
     // the first byte is something in front of it.
     tls_hint: "MySQL starts TLS inside its own protocol (ssl-mode): give its own port, not a TLS proxy's",

@@ -9,6 +9,7 @@ pub const GREETING: Greeting = Greeting {
     opening: Opening::Bytes(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]),
     knows,
     silent_because: "",
+    closed_because: "",
     // It starts TLS inside its own protocol, after a plain request: TLS
     // at the first byte is something in front of it.
     tls_hint: "PostgreSQL starts TLS inside its own protocol (sslmode): give its own port, not a TLS proxy's",

@@ -38,6 +38,9 @@ pub struct Greeting {
     /// connection from answering, as a question to end the finding with
     /// (with its leading space), or "".
     pub silent_because: &'static str,
+    /// The same, for a server of this kind that closes the connection
+    /// without a word, or "".
+    pub closed_because: &'static str,
     /// How to reach it when TLS answers from the first byte where its URL
     /// speaks plain text.
     pub tls_hint: &'static str,
@@ -211,7 +214,10 @@ impl Findings {
             Heard::Unresolved(why) => format!("cannot resolve the host name ({why})"),
             Heard::Unreachable(why) => format!("cannot connect ({why})"),
             Heard::Silent => "it accepted the connection and never answered".into(),
-            Heard::Closed => "it closed the connection without a word".into(),
+            Heard::Closed => format!(
+                "it closed the connection without a word{}",
+                expects.closed_because
+            ),
             Heard::Like(Server::Tls) => format!(
                 "it speaks TLS from its first byte, which the URL does not: {}",
                 expects.tls_hint
@@ -266,6 +272,7 @@ mod tests {
         opening: Opening::Get("/version"),
         knows: |answer, _| answer.starts_with(b"HTTP/1.1 200 OK\r\n\r\n{\"web\""),
         silent_because: " (is it asleep?)",
+        closed_because: "",
         tls_hint: "use webs://",
         tls_only: false,
     };
@@ -276,6 +283,7 @@ mod tests {
         opening: Opening::Bytes(b"ask"),
         knows: |answer, to_own| to_own && answer == b"A",
         silent_because: "",
+        closed_because: "",
         tls_hint: "reach it over TLS",
         tls_only: false,
     };
@@ -286,6 +294,7 @@ mod tests {
         opening: Opening::Nothing,
         knows: |answer, _| answer.starts_with(b"hello"),
         silent_because: "",
+        closed_because: "",
         tls_hint: "reach it over TLS",
         tls_only: false,
     };

@@ -8,6 +8,9 @@ pub const GREETING: Greeting = Greeting {
     opening: Opening::Bytes(b"srvr"),
     knows,
     silent_because: "",
+    // Beyond its maxClientCnxns from one address, it closes each new
+    // connection at once; short of a quorum it would answer `srvr`.
+    closed_because: " (is it at its maxClientCnxns, the most connections it takes from one address?)",
     tls_hint: "if it is ZooKeeper's secureClientPort, use zks:// (with --cacert)",
     tls_only: false,
 };

@@ -253,10 +253,12 @@ async fn connect(
                     "is ZooKeeper serving TLS there, with a certificate that --cacert \
                             signed, and does it accept this client certificate (--cert, --key)?"
                 }
-                // A server without a quorum of its ensemble turns clients away.
+                // A server without a quorum of its ensemble turns clients
+                // away, as does one at its limit of connections from one
+                // address (a herd of elects on one host).
                 None => {
-                    "is ZooKeeper running there, with a quorum of its ensemble? \
-                     (--store, ELECT_STORE)"
+                    "is ZooKeeper running there, with a quorum of its ensemble, and short \
+                     of its maxClientCnxns from this address? (--store, ELECT_STORE)"
                 }
             };
             return Err(StoreError::unavailable(format!(

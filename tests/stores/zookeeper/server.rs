@@ -128,6 +128,45 @@ const LOGBACK: &str = r#"<configuration>
 </configuration>
 "#;
 
+/// A session opened by hand on the server at `port`, as a client's first
+/// words open one (a `ConnectRequest` of 60 s); `None` if the server
+/// closed the connection instead of answering.
+fn open_session(port: u16) -> Option<TcpStream> {
+    let mut request = Vec::new();
+    request.extend(0i32.to_be_bytes()); // protocol version
+    request.extend(0i64.to_be_bytes()); // the last zxid seen
+    request.extend(60_000i32.to_be_bytes()); // the session's timeout, ms
+    request.extend(0i64.to_be_bytes()); // a new session
+    request.extend(16i32.to_be_bytes()); // its password
+    request.extend([0u8; 16]);
+    request.push(0); // not read-only
+    let mut framed = i32::try_from(request.len()).unwrap().to_be_bytes().to_vec();
+    framed.extend(request);
+    let session = || -> std::io::Result<TcpStream> {
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.write_all(&framed)?;
+        let mut length = [0u8; 4];
+        stream.read_exact(&mut length)?;
+        let mut answer = vec![0u8; usize::try_from(i32::from_be_bytes(length)).unwrap()];
+        stream.read_exact(&mut answer)?;
+        Ok(stream)
+    };
+    match session() {
+        Ok(stream) => Some(stream),
+        Err(e) => match e.kind() {
+            std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::ConnectionRefused => {
+                panic!("ZooKeeper on port {port} did not take a session: {e}")
+            }
+            // Closed at once, or reset: turned away.
+            _ => None,
+        },
+    }
+}
+
 /// A four-letter word to the server on `port`: its answer, or None if it
 /// does not answer (down, or starting).
 fn four_letter(port: u16, word: &str) -> Option<String> {
@@ -164,6 +203,9 @@ pub struct ZooKeeper {
     links: Vec<(usize, usize, Proxy)>,
     /// Each server's JVM heap, MiB.
     heap_mib: usize,
+    /// Sessions opened by hand to the first server and held
+    /// ([`ZooKeeper::take_every_connection`]).
+    crowd: Vec<TcpStream>,
 }
 
 impl ZooKeeper {
@@ -309,6 +351,7 @@ impl ZooKeeper {
                 inspector: OnceLock::new(),
                 links: proxies,
                 heap_mib,
+                crowd: Vec::new(),
             };
             for i in 0..n {
                 zk.launch(i);
@@ -401,6 +444,27 @@ impl ZooKeeper {
     }
 
     /// `zk://127.0.0.1:P1,127.0.0.1:P2,...`: the store URL.
+    /// Sessions from the tests' address, 127.0.0.1, opened until the
+    /// first server closes one unanswered, as it does beyond its
+    /// `maxClientCnxns` from one address; held until
+    /// [`ZooKeeper::free_connections`]. How many were held.
+    pub fn take_every_connection(&mut self) -> usize {
+        let port = self.servers[0].client_port;
+        while let Some(session) = open_session(port) {
+            self.crowd.push(session);
+            assert!(
+                self.crowd.len() <= 1000,
+                "ZooKeeper on port {port} took 1000 sessions from one address"
+            );
+        }
+        self.crowd.len()
+    }
+
+    /// Close the sessions [`ZooKeeper::take_every_connection`] held.
+    pub fn free_connections(&mut self) {
+        self.crowd.clear();
+    }
+
     pub fn url(&self) -> String {
         format!("zk://{}", self.connect_string())
     }

@@ -14,8 +14,29 @@ impl StoreUnderTest for ZooKeeper {
     /// Tokens are czxids: zxids of the whole ensemble.
     const CONSECUTIVE_TOKENS: bool = false;
 
-    fn start(_scenario: &str) -> ZooKeeper {
-        ZooKeeper::start()
+    fn start(scenario: &str) -> ZooKeeper {
+        match scenario.contains("connection-limit") {
+            // ZooKeeper's own default is 60; fewer to hold open.
+            true => ZooKeeper::start_with("maxClientCnxns=8\n"),
+            false => ZooKeeper::start(),
+        }
+    }
+
+    /// `maxClientCnxns`: the server closes every connection from an
+    /// address beyond that many, unanswered; every client here is on
+    /// 127.0.0.1.
+    const LIMITS_CONNECTIONS: bool = true;
+    const AT_THE_LIMIT_SAYS: &'static str = "maxClientCnxns";
+
+    /// Every connection the limit lets 127.0.0.1 have, held by the test:
+    /// found when the server closes one more unanswered.
+    fn reach_the_connection_limit(&mut self) {
+        let held = self.take_every_connection();
+        assert!(held > 0, "no session before the limit");
+    }
+
+    fn lift_the_connection_limit(&mut self) {
+        self.free_connections();
     }
 
     fn url(&self) -> String {
