@@ -159,6 +159,16 @@ async fn connect(address: &str) -> Result<TcpStream, Reply> {
         match TcpStream::connect(at).await {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => last = Reply::Refused,
+            // Accepted, then closed before the connect was seen through
+            // (ZooKeeper beyond its maxClientCnxns): closed, not unreachable.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Err(Reply::Closed);
+            }
             Err(e) => match crate::descriptors::of_io(&e) {
                 Some(errno) => return Err(Reply::Local(errno)),
                 None => last = Reply::Unreachable(e.to_string()),
