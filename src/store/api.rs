@@ -47,25 +47,7 @@ pub trait Store {
         record: Option<Record<'a>>,
         holder: bool,
     ) -> Boxed<'a, Result<Look, StoreError>> {
-        Box::pin(async move {
-            let record = async {
-                match record {
-                    Some(record) => self.record(lock, record).await,
-                    None => Ok(None),
-                }
-            };
-            let holder = async {
-                match holder {
-                    true => self.holder(lock).await,
-                    false => Ok(None),
-                }
-            };
-            let (record, holder) = tokio::join!(record, holder);
-            Ok(Look {
-                record: record?,
-                holder: holder?,
-            })
-        })
+        Box::pin(look_apart(self, lock, record, holder))
     }
     /// Every lock under `prefix` ("" for all) that has a holder or waiters.
     fn list<'a>(&'a self, prefix: &'a str) -> Boxed<'a, Result<Vec<LockStatus>, StoreError>>;
@@ -138,6 +120,33 @@ pub trait Store {
         lock: &'a str,
         values: bool,
     ) -> Boxed<'a, Result<Vec<(String, String)>, StoreError>>;
+}
+
+/// [`Store::look`] by [`Store::record`] and [`Store::holder`], asked at
+/// once.
+pub async fn look_apart<S: Store + ?Sized>(
+    store: &S,
+    lock: &str,
+    record: Option<Record<'_>>,
+    holder: bool,
+) -> Result<Look, StoreError> {
+    let record = async {
+        match record {
+            Some(record) => store.record(lock, record).await,
+            None => Ok(None),
+        }
+    };
+    let holder = async {
+        match holder {
+            true => store.holder(lock).await,
+            false => Ok(None),
+        }
+    };
+    let (record, holder) = tokio::join!(record, holder);
+    Ok(Look {
+        record: record?,
+        holder: holder?,
+    })
 }
 
 /// What a run's first look found ([`Store::look`]).

@@ -38,7 +38,7 @@ pub mod zk;
 
 pub use api::{
     Boxed, Breaking, ErrorKind, Fence, Lock, Look, Loss, Renewal, Renewer, Session, Store,
-    StoreError, Turn, Versioned, first_turn, with_causes,
+    StoreError, Turn, Versioned, first_turn, look_apart, with_causes,
 };
 pub use holder::{Broken, Check, Forced, Holder, HolderRecord, LockStatus, Owner};
 pub use kind::{About, Credentials, Kind, Settings, Target};

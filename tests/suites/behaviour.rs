@@ -117,6 +117,18 @@ fn a_busy_lock_exits_75_or_the_busy_exit_code<S: StoreUnderTest>() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
+    // With --once-per, the first look reads the lock and the record of
+    // the last success together (one request where the store can): it
+    // finds the holder without falling back on the queue.
+    let out = elect_run(&url, "busy", &["-n", "-v", "--once-per", "1h"], "echo ran")
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains("held by first") && !err.contains("could not look"),
+        "{err}"
+    );
 
     // Two give up after waiting a second, side by side: one with the usual
     // code, one with its own.

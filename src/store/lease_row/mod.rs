@@ -37,6 +37,9 @@ pub enum Op {
     /// prefix: as [`Op::Status`], and the lock's name seventh, for every
     /// lock with a holder or waiters.
     List,
+    /// lock, record: as [`Op::Status`] without the TTL and the waiters
+    /// (NULL, 0), then the record's value and version: a run's first look.
+    Look,
     /// lock, tenure, request: ask the holder to let go (any row matched:
     /// asked).
     Ask,
@@ -96,6 +99,7 @@ impl Op {
         match self {
             Op::Status => &[Int, Text, Text, Int, Int, Int],
             Op::List => &[Int, Text, Text, Int, Int, Int, Text],
+            Op::Look => &[Int, Text, Text, Int, Int, Int, Text, Int],
             Op::Checkpoint => &[Text, Int, Text],
             Op::Record => &[Text, Int],
             Op::Tenures => &[Text, Text],
@@ -116,6 +120,7 @@ impl Op {
 pub struct Statements {
     pub status: String,
     pub list: String,
+    pub look: String,
     pub ask: String,
     pub end: String,
     pub checkpoint: String,
@@ -139,6 +144,7 @@ impl Statements {
         match op {
             Op::Status => &self.status,
             Op::List => &self.list,
+            Op::Look => &self.look,
             Op::Ask => &self.ask,
             Op::End => &self.end,
             Op::Checkpoint => &self.checkpoint,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::{Access, Answer, Arg, Dialect, Op, Row, key};
 use crate::store::records;
 use crate::store::{
-    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Owner, Put, Record,
-    Session, Store, StoreError, Token, Versioned,
+    Boxed, Breaking, Checkpoint, Fence, Holder, HolderRecord, LockStatus, Look, Owner, Put, Record,
+    Session, Store, StoreError, Token, Versioned, look_apart,
 };
 
 /// A store of lease rows, on the database `D` speaks to.
@@ -45,12 +45,7 @@ impl<D: Dialect> LeaseRows<D> {
         lock: &str,
         record: Record<'_>,
     ) -> Option<Result<Option<Versioned>, StoreError>> {
-        let op = match record {
-            Record::Checkpoint => Op::Checkpoint,
-            Record::Shards => Op::Shards,
-            Record::Last => Op::Last,
-            _ => return None,
-        };
+        let op = row_op(record)?;
         let found = async {
             let answer = self.read(op, &[Arg::Text(lock)]).await?;
             let Some(row) = answer.rows.first() else {
@@ -137,7 +132,19 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
-/// A lock's status from a row of [`Op::Status`] or [`Op::List`].
+/// How `record` is read from the lock's own row, if it is kept there
+/// ([`LeaseRows::row_record`]).
+fn row_op(record: Record<'_>) -> Option<Op> {
+    match record {
+        Record::Checkpoint => Some(Op::Checkpoint),
+        Record::Shards => Some(Op::Shards),
+        Record::Last => Some(Op::Last),
+        _ => None,
+    }
+}
+
+/// A lock's status from a row of [`Op::Status`], [`Op::List`] or
+/// [`Op::Look`].
 fn status(lock: String, row: &Row) -> Result<LockStatus, StoreError> {
     let fence = row.int(0)?;
     let tenure = row.text(1)?;
@@ -284,6 +291,41 @@ impl<D: Dialect> Store for LeaseRows<D> {
                 }
             }
             Ok(owners)
+        })
+    }
+
+    /// The lock's row and the record in one statement, where the record
+    /// lives in the record table.
+    fn look<'a>(
+        &'a self,
+        lock: &'a str,
+        record: Option<Record<'a>>,
+        holder: bool,
+    ) -> Boxed<'a, Result<Look, StoreError>> {
+        Box::pin(async move {
+            let Some(record) = record.filter(|r| holder && row_op(*r).is_none()) else {
+                return look_apart(self, lock, record, holder).await;
+            };
+            let name = record.suffix();
+            let answer = self
+                .read(Op::Look, &[Arg::Text(lock), Arg::Text(&name)])
+                .await?;
+            // No row at all: a table is missing (an earlier elect's
+            // tables), which each read on its own takes in its stride.
+            let Some(row) = answer.rows.first() else {
+                return look_apart(self, lock, Some(record), holder).await;
+            };
+            let record = match row.text(6)? {
+                Some(value) => Some(Versioned {
+                    value,
+                    version: row.some_int(7)? as u64,
+                }),
+                None => None,
+            };
+            Ok(Look {
+                record,
+                holder: status(lock.to_string(), row)?.holder,
+            })
         })
     }
 

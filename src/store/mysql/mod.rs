@@ -274,6 +274,7 @@ impl Dialect for MySql {
         let places: &[usize] = match op {
             Op::Status => &[0, 0, 0],
             Op::List => &[0, 0, 0, 0],
+            Op::Look => &[0, 0, 1],
             Op::Ask => &[2, 0, 1],
             Op::End => &[0, 1],
             Op::Checkpoint => &[0],

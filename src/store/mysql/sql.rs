@@ -235,6 +235,15 @@ impl Sql {
                     left("l.expires_at"),
                     ttl_of("l"),
                 ),
+                // 1 lock, 2 lock, 3 record: as status without the TTL and
+                // the waiters, and the record's value and version.
+                look: format!(
+                    "SELECT l.fence, l.tenure, l.holder, {}, CAST(NULL AS SIGNED), CAST(0 AS SIGNED), \
+                       r.value, r.version \
+                     FROM (SELECT 1) one LEFT JOIN {l} l ON l.name = ? \
+                     LEFT JOIN {r} r ON r.name = ? AND r.record = ?",
+                    left("l.expires_at"),
+                ),
                 // 1 request, 2 lock, 3 tenure: ask the holder to let go.
                 ask: format!(
                     "UPDATE {l} SET holder = JSON_SET(COALESCE(holder, '{{}}'), '$.break_request', ?) \

@@ -205,6 +205,15 @@ impl Sql {
                      LEFT JOIN {s}.lease l ON l.name = q.name ORDER BY q.name",
                     left("l.expires_at")
                 ),
+                // $1 lock, $2 record: as status without the TTL and the
+                // waiters, and the record's value and version.
+                look: format!(
+                    "SELECT l.fence, l.tenure, l.holder::text, {}, NULL::bigint, 0::bigint, \
+                       r.value, r.version \
+                     FROM (SELECT $1::text AS name) q LEFT JOIN {s}.lease l ON l.name = q.name \
+                     LEFT JOIN {s}.record r ON r.name = q.name AND r.record = $2",
+                    left("l.expires_at")
+                ),
                 // $1 lock, $2 tenure, $3 request: ask the holder to let go.
                 ask: format!(
                     "WITH asked AS ( \

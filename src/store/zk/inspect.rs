@@ -7,7 +7,8 @@ use zookeeper_client::{Client, Error as ZkError, MultiReadResult};
 use super::{HISTORY_NODE, SLOTS_NODE, ZooKeeper, failed, is_contender, lock_path, queue, session};
 use crate::store::Token;
 use crate::store::{
-    Boxed, Breaking, Holder, HolderRecord, LockStatus, Look, Record, Store, StoreError, Versioned,
+    Boxed, Breaking, Holder, HolderRecord, LockStatus, Look, Record, StoreError, Versioned,
+    look_apart,
 };
 
 impl ZooKeeper {
@@ -54,7 +55,7 @@ impl ZooKeeper {
         }
         let mut answers = match reader.commit().await {
             Ok(answers) => answers.into_iter(),
-            Err(ZkError::Unimplemented) => return self.look_apart(lock, record, holder).await,
+            Err(ZkError::Unimplemented) => return look_apart(self, lock, record, holder).await,
             Err(e) => return Err(failed(&e, "read", &path)),
         };
         let mut look = Look::default();
@@ -92,24 +93,6 @@ impl ZooKeeper {
             };
         }
         Ok(look)
-    }
-
-    /// [`ZooKeeper::first_look`] without a multi-read: one read each.
-    async fn look_apart(
-        &self,
-        lock: &str,
-        record: Option<Record<'_>>,
-        holder: bool,
-    ) -> Result<Look, StoreError> {
-        let record = match record {
-            Some(record) => Store::record(self, lock, record).await?,
-            None => None,
-        };
-        let holder = match holder {
-            true => self.read_status(lock).await?.holder,
-            false => None,
-        };
-        Ok(Look { record, holder })
     }
 
     fn answered_otherwise(&self, lock: &str) -> StoreError {
