@@ -18,8 +18,8 @@ pub const FIGURES: [Figure; 15] = [
     Figure {
         name: "cycle",
         measures: "One uncontended `elect run -- true`, from spawn to exit, against \
-            `etcdctl lock L true` on etcd (target: at most 0.3x), against `flock \
-            FILE true` on the file store (at most 2x) and against itself keeping \
+            `etcdctl lock L true` on etcd (target: at most 0.25x), against `flock \
+            FILE true` on the file store (at most 1.5x) and against itself keeping \
             no history (at most 1.05x). Beside it, the cycle's floor, two execs \
             and the store's unavoidable writes (target: at most 1.3x the floor), \
             and where a cycle's time goes, step by step.",
