@@ -22,12 +22,12 @@
 //! and how: [`harness::figures::FIGURES`], one source for these docs and
 //! for the page the bench writes.
 //!
-//! The fleet figures ([`fleet`]) run against four stores (etcd, PostgreSQL,
-//! ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks some),
-//! each on a server started for the figure, whose own counters tell its
-//! requests (etcd's gRPC messages, the statements of PostgreSQL's elect
-//! role, ZooKeeper's packets, the API server's requests) and whose
-//! processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold,
+//! The fleet figures ([`fleet`]) run against five stores (etcd, PostgreSQL,
+//! MariaDB, ZooKeeper, Kubernetes; `ELECT_BENCH_STORES=etcd,postgres` picks
+//! some), each on a server started for the figure, whose own counters tell
+//! its requests (etcd's gRPC messages, the statements of PostgreSQL's elect
+//! role and of MariaDB's elect user, ZooKeeper's packets, the API server's
+//! requests) and whose processes in /proc its CPU. `ELECT_BENCH_HOLD=SECS` sets their hold,
 //! `ELECT_BENCH_FLEET=10,100,1000` the counts of holders and of waiters.
 //!
 //! `holders` and `waiters` also write `docs/scale.svg` (or

@@ -10,7 +10,7 @@
 //!
 //! The largest N holds for the whole hold (10 minutes in a full run), the
 //! smaller ones for [`SMALLER_HOLD`] at most: they give the figures'
-//! growth, which are rates. One store after another: with the four
+//! growth, which are rates. One store after another: with four
 //! stores' fleets side by side on two cores, a fleet starting starved the
 //! renewals of one holding (all 1,000 etcd holders lost their leases, no
 //! renewal confirmed for 10 s, while PostgreSQL's 1,000 started).

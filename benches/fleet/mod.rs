@@ -14,7 +14,7 @@
 //! cores, and a handover's time is the figure; `short-lease` on all of them
 //! side by side ([`side_by_side`]), a few holders on each through the same
 //! 30 minutes, since its loads saturate the cores anyway and its holds one
-//! store after another would take four hours.
+//! store after another would take five hours.
 //! [`Growth`] keeps how each figure grows with N for the plot.
 
 pub mod herd;
@@ -32,11 +32,12 @@ use crate::harness::process::Quiet;
 use crate::harness::served::Served;
 use crate::stores::etcd::Etcd;
 use crate::stores::k8s::KubeStore;
+use crate::stores::mysql::MariaDb;
 use crate::stores::postgres::Postgres;
 use crate::stores::zookeeper::ZooKeeper;
 
 /// The stores the fleet figures run against, by name.
-pub const STORES: [&str; 4] = ["etcd", "postgres", "zookeeper", "k8s"];
+pub const STORES: [&str; 5] = ["etcd", "postgres", "mariadb", "zookeeper", "k8s"];
 
 /// `ELECT_BENCH_STORES` (a comma-separated part of [`STORES`]), or all.
 pub fn stores() -> Vec<&'static str> {
@@ -72,6 +73,7 @@ fn on(store: &str, figure: &mut impl OnEvery) {
     match store {
         "etcd" => figure.on::<Etcd>(),
         "postgres" => figure.on::<Postgres>(),
+        "mariadb" => figure.on::<MariaDb>(),
         "zookeeper" => figure.on::<ZooKeeper>(),
         _ => figure.on::<KubeStore>(),
     }

@@ -238,7 +238,7 @@ impl Figure<'_> {
                 None
             }
             // Two contenders per core in all, as many on each store: the
-            // cores saturated as beside one store alone, not four times over.
+            // cores saturated as beside one store alone, not once per store.
             _ => Some(Load::store(
                 &store.url(),
                 (2 * cores()).div_ceil(super::stores().len()),

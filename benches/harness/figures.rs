@@ -12,7 +12,7 @@ pub struct Figure {
 }
 
 /// Every figure. `floor` and `timeline` are part of `cycle`; the fleet
-/// figures (`holders`, `waiters`, `short-lease`) run on the stores of
+/// figures (`holders`, `herd`, `waiters`, `short-lease`) run on the stores of
 /// [`crate::fleet::stores`].
 pub const FIGURES: [Figure; 15] = [
     Figure {

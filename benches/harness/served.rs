@@ -8,6 +8,7 @@ use super::procfs;
 use crate::stores::etcd::Etcd;
 use crate::stores::etcd::http::Metrics;
 use crate::stores::k8s::KubeStore;
+use crate::stores::mysql::MariaDb;
 use crate::stores::postgres::Postgres;
 use crate::stores::zookeeper::ZooKeeper;
 use crate::suites::StoreUnderTest;
@@ -116,6 +117,45 @@ impl Served for Postgres {
         pg.restart("fast");
         pg.psql("CREATE EXTENSION pg_stat_statements");
         pg
+    }
+}
+
+impl Served for MariaDb {
+    const REQUESTS: &'static str = "statements (USER_STATISTICS)";
+
+    /// Statements account `elect` ran, by MariaDB's per-user statistics
+    /// (`userstat`): `SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS`
+    /// of `information_schema.USER_STATISTICS`, updated as each command
+    /// ends. A text query and an execution of a prepared statement count
+    /// one each, and so do the `SELECT @@max_allowed_packet,@@wait_timeout`
+    /// and the `SET SESSION`s its client sends on connecting; preparing a
+    /// statement, `SHOW`s, pings and the handshake do not. These readings,
+    /// run as root, are not among them (`Questions` would count them,
+    /// every client's statements, and each prepare besides).
+    fn requests(&self) -> Result<f64, String> {
+        let n = self.try_sql(
+            "SELECT coalesce(sum(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS), 0) \
+             FROM information_schema.USER_STATISTICS WHERE USER = 'elect'",
+        )?;
+        n.parse()
+            .map_err(|e| format!("USER_STATISTICS says {n:?}: {e}"))
+    }
+
+    /// mariadbd, which serves every connection on a thread of its own.
+    fn server_pids(&self) -> Vec<i32> {
+        vec![self.pid()]
+    }
+
+    /// The tests' server, keeping per-user statistics, with room for two
+    /// connections for each elect (itself and its guard), whichever it uses
+    /// (it allows 400).
+    fn for_fleet(_figure: &str, clients: usize) -> MariaDb {
+        let mut args = vec!["--userstat=1".to_string()];
+        let wanted = 2 * clients + 50;
+        if wanted > 400 {
+            args.push(format!("--max-connections={wanted}"));
+        }
+        MariaDb::start_with_args(Vec::new(), args)
     }
 }
 

@@ -234,8 +234,9 @@ impl MariaDb {
         MariaDb::start_with_args(env, Vec::new())
     }
 
-    /// A server of the template's with `args` beyond [`SETTINGS`].
-    fn start_with_args(env: Vec<(String, String)>, args: Vec<String>) -> MariaDb {
+    /// A server of the template's with `args` beyond [`SETTINGS`] (a
+    /// later one of the same option wins).
+    pub fn start_with_args(env: Vec<(String, String)>, args: Vec<String>) -> MariaDb {
         let template = template();
         let dir = server_dir("mariadb");
         let out = Command::new("cp")
