@@ -115,7 +115,7 @@ impl Failed {
 #[derive(Clone)]
 pub struct Link {
     target: Rc<MyTarget>,
-    conn: Rc<RefCell<Option<Conn>>>,
+    conn: Rc<RefCell<Option<Held>>>,
     /// How long a connection attempt may take, and a statement.
     within: Duration,
     /// The server's ids of connections whose statement was given up
@@ -124,6 +124,21 @@ pub struct Link {
     unanswered: Rc<RefCell<Vec<u32>>>,
 }
 
+/// A connection, and whether it was given [`SETTINGS`].
+struct Held {
+    conn: Conn,
+    settled: bool,
+}
+
+/// The session settings elect's locking statements rely on, sent on a
+/// connection before its first statement that needs them. A run's first
+/// look, one SELECT in autocommit that takes no lock, reads the same
+/// without them: a fleet's skipped hosts send that statement alone.
+const SETTINGS: [&str; 2] = [
+    "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "SET SESSION innodb_lock_wait_timeout = 5",
+];
+
 /// How long elect asks the server about a statement it gave up on, and
 /// has it killed.
 const ASK_WITHIN: Duration = Duration::from_millis(500);
@@ -131,6 +146,11 @@ const ASK_WITHIN: Duration = Duration::from_millis(500);
 /// The bound on the whole of that: a connection of its own, one look and
 /// the kills, each within [`ASK_WITHIN`].
 const CANCEL_WITHIN: Duration = Duration::from_secs(1);
+
+/// The client's packet limit, and the idle time it takes a connection to
+/// live for ([`opts`]): MySQL's defaults.
+const MAX_PACKET: usize = 4 << 20;
+const WAIT_TIMEOUT_S: usize = 28_800;
 
 /// How long a connection may be idle before TCP asks whether the peer is
 /// still there: a half-open connection must not look alive for hours.
@@ -176,7 +196,10 @@ impl Link {
     pub async fn connected(&self) -> Result<(), StoreError> {
         if self.conn.borrow().is_none() {
             let conn = connect(&self.target, self.within).await?;
-            self.put_back(conn);
+            self.put_back(Held {
+                conn,
+                settled: false,
+            });
         }
         Ok(())
     }
@@ -209,7 +232,9 @@ impl Link {
             for id in ids {
                 let look = "SELECT state FROM information_schema.processlist WHERE id = ?";
                 if state.is_none()
-                    && let Ok((rows, _)) = link.exec(look, vec![Value::from(id)], ASK_WITHIN).await
+                    && let Ok((rows, _)) = link
+                        .exec_unsettled(look, vec![Value::from(id)], ASK_WITHIN)
+                        .await
                 {
                     state = rows
                         .first()
@@ -229,55 +254,87 @@ impl Link {
 
     /// The connection, taken out for a statement; a new one if there is
     /// none (another statement has it, or it broke).
-    async fn take(&self) -> Result<Conn, Failed> {
+    async fn take(&self) -> Result<Held, Failed> {
         let idle = self.conn.borrow_mut().take();
         match idle {
-            Some(conn) => Ok(conn),
-            None => connect(&self.target, self.within)
-                .await
-                .map_err(Failed::Link),
+            Some(held) => Ok(held),
+            None => match connect(&self.target, self.within).await {
+                Ok(conn) => Ok(Held {
+                    conn,
+                    settled: false,
+                }),
+                Err(e) => Err(Failed::Link(e)),
+            },
         }
     }
 
     /// A connection whose statement was answered, kept for the next one
     /// unless another was put back meanwhile.
-    fn put_back(&self, conn: Conn) {
+    fn put_back(&self, held: Held) {
         let mut slot = self.conn.borrow_mut();
         if slot.is_none() {
-            *slot = Some(conn);
+            *slot = Some(held);
         }
     }
 
-    /// Run `statement` with `params`; its rows and the rows it affected
-    /// (matched, for an UPDATE). A connection that fails, or a statement
-    /// unanswered within `patience`, is dropped.
+    /// Run `statement` with `params`, on a connection given [`SETTINGS`];
+    /// its rows and the rows it affected (matched, for an UPDATE). A
+    /// connection that fails, or a statement unanswered within `patience`,
+    /// is dropped.
     pub async fn exec(
         &self,
         statement: &str,
         params: Vec<Value>,
         patience: Duration,
     ) -> Result<(Vec<Row>, u64), Failed> {
-        let mut conn = self.take().await?;
+        self.exec_as(statement, params, patience, true).await
+    }
+
+    /// [`Link::exec`] for a SELECT in autocommit that takes no lock: it
+    /// needs no [`SETTINGS`], and is not held up sending them.
+    pub async fn exec_unsettled(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        patience: Duration,
+    ) -> Result<(Vec<Row>, u64), Failed> {
+        self.exec_as(statement, params, patience, false).await
+    }
+
+    async fn exec_as(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        patience: Duration,
+        settle: bool,
+    ) -> Result<(Vec<Row>, u64), Failed> {
+        let mut held = self.take().await?;
         let params = match params.is_empty() {
             true => Params::Empty,
             false => Params::Positional(params),
         };
-        let mut flight = self.in_flight(&conn);
+        let mut flight = self.in_flight(&held.conn);
         let run = async {
-            let rows: Vec<Row> = conn.exec(statement, params).await?;
-            Ok::<_, mysql_async::Error>((rows, conn.affected_rows()))
+            if settle && !held.settled {
+                for setting in SETTINGS {
+                    held.conn.query_drop(setting).await?;
+                }
+                held.settled = true;
+            }
+            let rows: Vec<Row> = held.conn.exec(statement, params).await?;
+            Ok::<_, mysql_async::Error>((rows, held.conn.affected_rows()))
         };
         let answer = tokio::time::timeout(patience, run).await;
         flight.answered = answer.is_ok();
         drop(flight);
         match answer {
             Ok(Ok(answer)) => {
-                self.put_back(conn);
+                self.put_back(held);
                 Ok(answer)
             }
             Ok(Err(mysql_async::Error::Server(e))) => {
                 if !matches!(e.code, code::SERVER_SHUTDOWN | code::CONNECTION_KILLED) {
-                    self.put_back(conn);
+                    self.put_back(held);
                 }
                 Err(Failed::Server(e.code, e.message.replace('\n', " ")))
             }
@@ -297,18 +354,18 @@ impl Link {
     /// Run a text statement without parameters (DDL, which MySQL cannot
     /// always prepare).
     pub async fn run(&self, statement: &str) -> Result<(), Failed> {
-        let mut conn = self.take().await?;
-        let mut flight = self.in_flight(&conn);
-        let answer = tokio::time::timeout(self.within, conn.query_drop(statement)).await;
+        let mut held = self.take().await?;
+        let mut flight = self.in_flight(&held.conn);
+        let answer = tokio::time::timeout(self.within, held.conn.query_drop(statement)).await;
         flight.answered = answer.is_ok();
         drop(flight);
         match answer {
             Ok(Ok(())) => {
-                self.put_back(conn);
+                self.put_back(held);
                 Ok(())
             }
             Ok(Err(mysql_async::Error::Server(e))) => {
-                self.put_back(conn);
+                self.put_back(held);
                 Err(Failed::Server(e.code, e.message.replace('\n', " ")))
             }
             Ok(Err(e)) => Err(Failed::Link(StoreError::unavailable(
@@ -333,10 +390,12 @@ fn opts(target: &MyTarget, ssl: Option<SslOpts>) -> OptsBuilder {
         .tcp_nodelay(true)
         .tcp_keepalive(Some(KEEPALIVE_IDLE))
         .prefer_socket(false)
-        .setup(vec![
-            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-            "SET SESSION innodb_lock_wait_timeout = 5",
-        ])
+        // Limits of the client's own, which it would otherwise ask the
+        // server for on every connection: elect's packets are far
+        // smaller (a checkpoint is at most 64 KiB), and it keeps no pool
+        // for wait_timeout to expire.
+        .max_allowed_packet(Some(MAX_PACKET))
+        .wait_timeout(Some(WAIT_TIMEOUT_S))
         .ssl_opts(ssl);
     match &target.socket {
         Some(socket) => opts = opts.socket(Some(socket.clone())),

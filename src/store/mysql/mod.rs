@@ -129,10 +129,30 @@ impl MySql {
         statement: &str,
         params: Vec<Value>,
     ) -> Result<(Vec<Row>, u64), Failed> {
+        self.try_query_as(statement, params, true).await
+    }
+
+    /// [`Self::try_query`]; without `settle`, on a connection that need
+    /// not have the session settings ([`Link::exec_unsettled`]).
+    async fn try_query_as(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        settle: bool,
+    ) -> Result<(Vec<Row>, u64), Failed> {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.link.exec(statement, params.clone(), self.within).await {
+            let params = params.clone();
+            let answer = match settle {
+                true => self.link.exec(statement, params, self.within).await,
+                false => {
+                    self.link
+                        .exec_unsettled(statement, params, self.within)
+                        .await
+                }
+            };
+            match answer {
                 Err(e) if e.is_transient() && tries < 3 => {
                     log::verbose(format_args!("{}; trying again", e.text()));
                 }
@@ -257,9 +277,15 @@ impl MySql {
     }
 
     /// A statement that only reads or removes: without the tables there is
-    /// nothing, and nothing is created.
-    async fn read(&self, statement: &str, params: Vec<Value>) -> Result<Vec<Row>, StoreError> {
-        match self.try_query(statement, params).await {
+    /// nothing, and nothing is created. Without `settle`, a SELECT in
+    /// autocommit that takes no lock.
+    async fn read(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        settle: bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        match self.try_query_as(statement, params, settle).await {
             Err(e) if e.code() == Some(code::NO_SUCH_TABLE) => Ok(Vec::new()),
             Err(e) => Err(self.failed(&e).await),
             Ok((rows, _)) => Ok(rows),
@@ -311,7 +337,9 @@ impl Dialect for MySql {
             _ => statement,
         };
         let (rows, matched) = match access {
-            Access::Read => (self.read(statement, params).await?, 0),
+            // A run's first look, which a fleet's skipped hosts make alone.
+            Access::Read if op == Op::Look => (self.read(statement, params, false).await?, 0),
+            Access::Read => (self.read(statement, params, true).await?, 0),
             Access::Write if op == Op::PutRecordNew => {
                 (Vec::new(), self.put_new(statement, params).await?)
             }
