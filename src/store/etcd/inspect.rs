@@ -28,18 +28,8 @@ pub(super) async fn status(cluster: &Cluster, lock: &str) -> Result<LockStatus, 
     Ok(status_of(cluster, lock, &keys).await)
 }
 
-/// Who holds `lock`, from its contenders' keys alone: one read, without
-/// the time left on the holder's lease.
-pub(super) async fn holder_only(
-    cluster: &Cluster,
-    lock: &str,
-) -> Result<Option<Holder>, StoreError> {
-    let kvs = read(cluster, &format!("{lock}/")).await?;
-    Ok(kvs.iter().find(|kv| own_key(lock, kv)).map(holder_of))
-}
-
 /// A run's first look, in one transaction: `record` of `lock`, and its
-/// contenders for who holds it.
+/// contenders for who holds it (without the time left on its lease).
 pub(super) async fn look(
     cluster: &Cluster,
     lock: &str,

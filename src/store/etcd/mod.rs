@@ -80,7 +80,10 @@ impl Store for Etcd {
     }
 
     fn holder<'a>(&'a self, lock: &'a str) -> Boxed<'a, Result<Option<Holder>, StoreError>> {
-        Box::pin(inspect::holder_only(&self.cluster, lock))
+        Box::pin(async move {
+            let look = inspect::look(&self.cluster, lock, None, true).await?;
+            Ok(look.holder)
+        })
     }
 
     fn look<'a>(
